@@ -1,0 +1,56 @@
+// Geometry of one fused Conv2d -> ReLU -> MaxPool2d problem.
+//
+// Built and validated once, on the host, by conv_relu_maxpool_binding.cpp
+// (make_conv_pool_shape); the kernels receive it by value and never re-derive
+// a size on their own. Plain C++ so that both nvcc and the host compiler read it.
+#pragma once
+
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define CONV_POOL_HD __host__ __device__
+#else
+#define CONV_POOL_HD
+#endif
+
+struct ConvPoolShape {
+  // Input x: [batch, in_channels, in_height, in_width], NCHW contiguous.
+  int batch, in_channels, in_height, in_width;
+  // Weight: [out_channels, in_channels, kernel_h, kernel_w], contiguous.
+  int out_channels, kernel_h, kernel_w;
+  int stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w;
+  // Convolution output (never stored): [batch, out_channels, conv_height, conv_width].
+  int conv_height, conv_width;
+  // Max-pool over the ReLU'd convolution output; pool dilation is 1.
+  int pool_h, pool_w, pool_stride_h, pool_stride_w, pool_pad_h, pool_pad_w;
+  // Output: [batch, out_channels, out_height, out_width], NCHW contiguous.
+  int out_height, out_width;
+  bool has_bias;
+
+  CONV_POOL_HD int64_t input_elements() const {
+    return int64_t(batch) * in_channels * in_height * in_width;
+  }
+  CONV_POOL_HD int64_t output_elements() const {
+    return int64_t(batch) * out_channels * out_height * out_width;
+  }
+  CONV_POOL_HD int taps() const { return kernel_h * kernel_w; }
+};
+
+// Output length of one pooling dimension, exactly as PyTorch's pooling_output_shape:
+// in ceil mode the last window must start inside the input or the left padding.
+inline int64_t pooled_length(int64_t in, int64_t kernel, int64_t pad, int64_t stride,
+                             bool ceil_mode) {
+  int64_t numerator = in + 2 * pad - kernel + (ceil_mode ? stride - 1 : 0);
+  // Floor division that is also right for negative numerators.
+  int64_t q = numerator >= 0 ? numerator / stride : -((-numerator + stride - 1) / stride);
+  int64_t out = q + 1;
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+inline int64_t conv_length(int64_t in, int64_t kernel, int64_t pad, int64_t stride,
+                           int64_t dilation) {
+  int64_t numerator = in + 2 * pad - dilation * (kernel - 1) - 1;
+  if (numerator < 0) return 0;
+  return numerator / stride + 1;
+}

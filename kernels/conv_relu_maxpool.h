@@ -1,0 +1,54 @@
+// C interface of the fused Conv2d -> ReLU -> MaxPool2d launcher (conv_relu_maxpool.cu).
+// No PyTorch types: the binding checks tensors and builds the ConvPoolShape.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "conv_pool_shape.h"
+
+// Kernel variants, selectable by the `config` argument of the Python op.
+// The table that maps each to a kernel lives in conv_relu_maxpool.cu.
+enum ConvPoolVariant : int {
+  kVariantAuto = -1,       // pick by shape and precision (conv_relu_maxpool_choose)
+  kVariantDirect = 0,      // one thread per pooled output, global memory, any shape, FP32
+  kVariantTiledFp32 = 1,   // shared-memory tiles, FFMA, FP32-exact accumulation order aside
+  kVariantTiledTf32 = 2,   // shared-memory tiles, TF32 tensor cores (mma.sync), fp32 accumulate
+  kVariantTiled3xTf32 = 3, // as 2, with 3xTF32 error compensation: fp32-level accuracy
+  kVariantCount = 4,
+};
+
+extern "C" {
+
+// Name of a variant ("direct", "tiled_fp32", ...), or nullptr when out of range.
+const char* conv_relu_maxpool_variant_name(int variant);
+
+// Why `variant` cannot run `shape` on a device with `max_shared_bytes` of opt-in
+// shared memory per block, or nullptr when it can.
+const char* conv_relu_maxpool_unsupported(const ConvPoolShape* shape, int variant,
+                                          int max_shared_bytes);
+
+// The variant that `config` resolves to: `config` itself when it names one,
+// else the fastest variant that supports the shape at the requested precision
+// (TF32 allowed or not, as torch.backends.cudnn.allow_tf32 says).
+int conv_relu_maxpool_choose(const ConvPoolShape* shape, int config, bool allow_tf32,
+                             int max_shared_bytes);
+
+// Device pointers and element strides of the op's tensors. x and weight may
+// have any strides (channels-last included); out is NCHW contiguous.
+struct ConvPoolOperands {
+  const float* x;
+  int64_t x_stride[4];       // n, c, h, w
+  const float* weight;
+  int64_t weight_stride[4];  // k, c, r, s
+  const float* bias;         // nullptr when the convolution has no bias
+  int64_t bias_stride;
+  float* out;
+};
+
+// Launches `variant` (not kVariantAuto) on `stream`; returns the launch's error code.
+cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* operands,
+                                     const ConvPoolShape* shape, int variant,
+                                     cudaStream_t stream);
+}

@@ -1,0 +1,260 @@
+// PyTorch boundary of the fused Conv2d -> ReLU -> MaxPool2d op.
+//
+// Every argument is checked here, shapes/dtypes/parameters first and devices
+// last (so each error is reachable on a CPU-only machine), with a message that
+// names the argument and what was expected. The .cu launcher trusts what it gets.
+// Torch is used only to check tensors and allocate the output.
+#include <torch/types.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <ATen/Context.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime.h>
+
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../binding_registry.h"
+#include "conv_relu_maxpool.h"
+
+namespace {
+
+using IntPair = std::vector<int64_t>;
+
+std::string shape_string(const torch::Tensor& t) {
+  std::ostringstream s;
+  s << t.sizes();
+  return s.str();
+}
+
+// PyTorch-style pair: one value is used for both dimensions.
+std::pair<int64_t, int64_t> as_pair(const IntPair& value, const char* name) {
+  TORCH_CHECK(value.size() == 1 || value.size() == 2, name,
+              " must be an int pair (h, w), got ", value.size(), " values");
+  return value.size() == 1 ? std::make_pair(value[0], value[0])
+                           : std::make_pair(value[0], value[1]);
+}
+
+void check_float_tensor(const torch::Tensor& t, const char* name, int64_t dims,
+                        const char* layout) {
+  TORCH_CHECK(t.scalar_type() == torch::kFloat32, name, " must be float32, got ",
+              t.scalar_type());
+  TORCH_CHECK(t.dim() == dims, name, " must be ", dims, "-D ", layout, ", got ", t.dim(),
+              "-D with shape ", shape_string(t));
+}
+
+void check_int_range(int64_t value, const char* what) {
+  TORCH_CHECK(value <= INT32_MAX, what, " = ", value, " is too large (at most 2^31 - 1)");
+}
+
+struct Checked {
+  ConvPoolShape shape;
+  bool empty;  // batch or output channels of 0: nothing to launch
+};
+
+Checked check_and_plan(const torch::Tensor& x, const torch::Tensor& weight,
+                       const std::optional<torch::Tensor>& bias, const IntPair& stride,
+                       const IntPair& padding, const IntPair& dilation,
+                       const IntPair& pool_kernel, const IntPair& pool_stride,
+                       const IntPair& pool_padding, bool ceil_mode, int64_t config) {
+  check_float_tensor(x, "x", 4, "(N, C, H, W)");
+  check_float_tensor(weight, "weight", 4, "(out_channels, in_channels, kH, kW)");
+  const int64_t in_channels = x.size(1);
+  const int64_t weight_in_channels = weight.size(1);
+  TORCH_CHECK(in_channels >= 1, "x must have at least 1 channel, got shape ", shape_string(x));
+  TORCH_CHECK(weight.size(0) >= 1 && weight.size(2) >= 1 && weight.size(3) >= 1,
+              "weight must have out_channels, kH and kW >= 1, got shape ",
+              shape_string(weight));
+  if (weight_in_channels != in_channels) {
+    TORCH_CHECK(weight_in_channels < 1 || in_channels % weight_in_channels != 0,
+                "groups other than 1 are not supported: weight expects ", weight_in_channels,
+                " input channels per group and x has ", in_channels, " (groups=",
+                in_channels / std::max<int64_t>(weight_in_channels, 1), ")");
+    TORCH_CHECK(false, "channel mismatch: x has ", in_channels,
+                " channels but weight expects ", weight_in_channels,
+                " (weight shape ", shape_string(weight), ")");
+  }
+  const int64_t out_channels = weight.size(0);
+  if (bias.has_value()) {
+    TORCH_CHECK(bias->scalar_type() == torch::kFloat32, "bias must be float32, got ",
+                bias->scalar_type());
+    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == out_channels,
+                "bias must be 1-D with out_channels = ", out_channels, " elements, got shape ",
+                shape_string(*bias));
+  }
+
+  auto [stride_h, stride_w] = as_pair(stride, "stride");
+  auto [pad_h, pad_w] = as_pair(padding, "padding");
+  auto [dil_h, dil_w] = as_pair(dilation, "dilation");
+  auto [pool_h, pool_w] = as_pair(pool_kernel, "pool_kernel");
+  // An empty pool_stride means "same as pool_kernel", as in F.max_pool2d.
+  auto [pool_stride_h, pool_stride_w] =
+      pool_stride.empty() ? std::make_pair(pool_h, pool_w) : as_pair(pool_stride, "pool_stride");
+  auto [pool_pad_h, pool_pad_w] = as_pair(pool_padding, "pool_padding");
+  TORCH_CHECK(stride_h > 0 && stride_w > 0, "stride must be positive, got (", stride_h, ", ",
+              stride_w, ")");
+  TORCH_CHECK(dil_h > 0 && dil_w > 0, "dilation must be positive, got (", dil_h, ", ", dil_w,
+              ")");
+  TORCH_CHECK(pad_h >= 0 && pad_w >= 0, "padding must be non-negative, got (", pad_h, ", ",
+              pad_w, ")");
+  TORCH_CHECK(pool_h > 0 && pool_w > 0, "pool_kernel must be positive, got (", pool_h, ", ",
+              pool_w, ")");
+  TORCH_CHECK(pool_stride_h > 0 && pool_stride_w > 0, "pool_stride must be positive, got (",
+              pool_stride_h, ", ", pool_stride_w, ")");
+  TORCH_CHECK(pool_pad_h >= 0 && pool_pad_w >= 0, "pool_padding must be non-negative, got (",
+              pool_pad_h, ", ", pool_pad_w, ")");
+  TORCH_CHECK(pool_pad_h <= pool_h / 2 && pool_pad_w <= pool_w / 2,
+              "pool_padding must be at most half of pool_kernel, got pool_padding (",
+              pool_pad_h, ", ", pool_pad_w, ") for pool_kernel (", pool_h, ", ", pool_w, ")");
+  TORCH_CHECK(config >= kVariantAuto && config < kVariantCount, "config must be -1 (auto) or a ",
+              "variant id in [0, ", int(kVariantCount) - 1, "], got ", config);
+
+  const int64_t in_h = x.size(2), in_w = x.size(3);
+  const int64_t kernel_h = weight.size(2), kernel_w = weight.size(3);
+  const int64_t conv_h = conv_length(in_h, kernel_h, pad_h, stride_h, dil_h);
+  const int64_t conv_w = conv_length(in_w, kernel_w, pad_w, stride_w, dil_w);
+  TORCH_CHECK(conv_h >= 1 && conv_w >= 1, "convolution output is smaller than 1 element: ",
+              "input ", in_h, "x", in_w, " with kernel ", kernel_h, "x", kernel_w, ", padding (",
+              pad_h, ", ", pad_w, "), dilation (", dil_h, ", ", dil_w, ") gives ", conv_h, "x",
+              conv_w);
+  const int64_t out_h = pooled_length(conv_h, pool_h, pool_pad_h, pool_stride_h, ceil_mode);
+  const int64_t out_w = pooled_length(conv_w, pool_w, pool_pad_w, pool_stride_w, ceil_mode);
+  TORCH_CHECK(out_h >= 1 && out_w >= 1, "pooled output is smaller than 1 element: ",
+              "convolution output ", conv_h, "x", conv_w, " with pool_kernel (", pool_h, ", ",
+              pool_w, "), pool_stride (", pool_stride_h, ", ", pool_stride_w,
+              "), pool_padding (", pool_pad_h, ", ", pool_pad_w, ") gives ", out_h, "x", out_w);
+
+  for (int64_t v : {x.size(0), in_channels, in_h, in_w, out_channels, kernel_h, kernel_w,
+                    stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, pool_h, pool_w,
+                    pool_stride_h, pool_stride_w})
+    check_int_range(v, "a size or parameter");
+
+  // Devices last, so that all the checks above are reachable without a GPU.
+  TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor, got device ", x.device());
+  TORCH_CHECK(weight.device() == x.device(), "weight must be on x's device ", x.device(),
+              ", got ", weight.device());
+  if (bias.has_value())
+    TORCH_CHECK(bias->device() == x.device(), "bias must be on x's device ", x.device(),
+                ", got ", bias->device());
+
+  ConvPoolShape s{};
+  s.batch = int(x.size(0));
+  s.in_channels = int(in_channels);
+  s.in_height = int(in_h);
+  s.in_width = int(in_w);
+  s.out_channels = int(out_channels);
+  s.kernel_h = int(kernel_h);
+  s.kernel_w = int(kernel_w);
+  s.stride_h = int(stride_h);
+  s.stride_w = int(stride_w);
+  s.pad_h = int(pad_h);
+  s.pad_w = int(pad_w);
+  s.dilation_h = int(dil_h);
+  s.dilation_w = int(dil_w);
+  s.conv_height = int(conv_h);
+  s.conv_width = int(conv_w);
+  s.pool_h = int(pool_h);
+  s.pool_w = int(pool_w);
+  s.pool_stride_h = int(pool_stride_h);
+  s.pool_stride_w = int(pool_stride_w);
+  s.pool_pad_h = int(pool_pad_h);
+  s.pool_pad_w = int(pool_pad_w);
+  s.out_height = int(out_h);
+  s.out_width = int(out_w);
+  s.has_bias = bias.has_value();
+  return {s, x.size(0) == 0};
+}
+
+int max_shared_bytes(int device) {
+  int bytes = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return bytes;
+}
+
+bool tf32_allowed() { return at::globalContext().allowTF32CuDNN(); }
+
+}  // namespace
+
+torch::Tensor conv2d_relu_maxpool_forward(const torch::Tensor& x, const torch::Tensor& weight,
+                                          const std::optional<torch::Tensor>& bias,
+                                          const IntPair& stride, const IntPair& padding,
+                                          const IntPair& dilation, const IntPair& pool_kernel,
+                                          const IntPair& pool_stride,
+                                          const IntPair& pool_padding, bool ceil_mode,
+                                          int64_t config) {
+  Checked plan = check_and_plan(x, weight, bias, stride, padding, dilation, pool_kernel,
+                                pool_stride, pool_padding, ceil_mode, config);
+  const ConvPoolShape& shape = plan.shape;
+  c10::cuda::CUDAGuard device_guard(x.device());
+  auto out = torch::empty({shape.batch, shape.out_channels, shape.out_height, shape.out_width},
+                          x.options().memory_format(torch::MemoryFormat::Contiguous));
+  if (plan.empty) return out;
+
+  const int device = x.get_device();
+  const int smem = max_shared_bytes(device);
+  const int variant = conv_relu_maxpool_choose(&shape, int(config), tf32_allowed(), smem);
+  const char* why_not = conv_relu_maxpool_unsupported(&shape, variant, smem);
+  TORCH_CHECK(why_not == nullptr, "config ", config, " (",
+              conv_relu_maxpool_variant_name(variant), ") cannot run this shape: ", why_not);
+
+  ConvPoolOperands operands{};
+  operands.x = x.data_ptr<float>();
+  operands.weight = weight.data_ptr<float>();
+  for (int d = 0; d < 4; ++d) {
+    operands.x_stride[d] = x.stride(d);
+    operands.weight_stride[d] = weight.stride(d);
+  }
+  operands.bias = bias.has_value() ? bias->data_ptr<float>() : nullptr;
+  operands.bias_stride = bias.has_value() ? bias->stride(0) : 0;
+  operands.out = out.data_ptr<float>();
+
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
+  C10_CUDA_CHECK(conv_relu_maxpool_launch(&operands, &shape, variant, stream));
+  return out;
+}
+
+// Which variant the op would run for these arguments (config -1 = automatic choice).
+std::string conv2d_relu_maxpool_choose(const torch::Tensor& x, const torch::Tensor& weight,
+                                       const std::optional<torch::Tensor>& bias,
+                                       const IntPair& stride, const IntPair& padding,
+                                       const IntPair& dilation, const IntPair& pool_kernel,
+                                       const IntPair& pool_stride, const IntPair& pool_padding,
+                                       bool ceil_mode, int64_t config) {
+  Checked plan = check_and_plan(x, weight, bias, stride, padding, dilation, pool_kernel,
+                                pool_stride, pool_padding, ceil_mode, config);
+  const int smem = max_shared_bytes(x.get_device());
+  const int variant = conv_relu_maxpool_choose(&plan.shape, int(config), tf32_allowed(), smem);
+  return conv_relu_maxpool_variant_name(variant);
+}
+
+pybind11::dict conv2d_relu_maxpool_variants() {
+  pybind11::dict variants;
+  for (int v = 0; v < kVariantCount; ++v) variants[conv_relu_maxpool_variant_name(v)] = v;
+  return variants;
+}
+
+void register_conv_relu_maxpool(pybind11::module& m) {
+  namespace py = pybind11;
+  const char* doc =
+      "Fused F.max_pool2d(F.relu(F.conv2d(x, weight, bias, stride, padding, dilation)),\n"
+      "pool_kernel, pool_stride, pool_padding, 1, ceil_mode) in one kernel launch.\n"
+      "x: float32 CUDA (N, C, H, W); weight: (K, C, kH, kW); bias: (K,) or None;\n"
+      "each spatial argument an (h, w) pair; pool_stride=[] means pool_kernel;\n"
+      "config: -1 picks a variant automatically (see conv2d_relu_maxpool_variants()).";
+  m.def("conv2d_relu_maxpool_forward", &conv2d_relu_maxpool_forward, doc, py::arg("x"),
+        py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding"),
+        py::arg("dilation"), py::arg("pool_kernel"), py::arg("pool_stride"),
+        py::arg("pool_padding"), py::arg("ceil_mode"), py::arg("config") = -1);
+  m.def("conv2d_relu_maxpool_choose", &conv2d_relu_maxpool_choose,
+        "Name of the kernel variant conv2d_relu_maxpool_forward would run for these arguments.",
+        py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding"),
+        py::arg("dilation"), py::arg("pool_kernel"), py::arg("pool_stride"),
+        py::arg("pool_padding"), py::arg("ceil_mode"), py::arg("config") = -1);
+  m.def("conv2d_relu_maxpool_variants", &conv2d_relu_maxpool_variants,
+        "Kernel variants of conv2d_relu_maxpool_forward: {name: config id}.");
+}
+
+REGISTER_BINDING(conv_relu_maxpool, register_conv_relu_maxpool);
