@@ -1,51 +1,570 @@
-// Fused Conv2d -> ReLU -> MaxPool2d (work in progress: direct variant only).
+// Fused Conv2d -> ReLU -> MaxPool2d, forward, float32 NCHW, one kernel launch.
+//
+// out = max_pool2d(relu(conv2d(x, weight, bias, stride, padding, dilation)),
+//                  pool_kernel, pool_stride, pool_padding, dilation=1, ceil_mode)
+//
+// The convolution output never reaches global memory. Every block owns a tile of
+// pooled outputs for one image and one block of output channels, computes the
+// convolution outputs those pooling windows read (an 8 x 32 tile of conv pixels,
+// so windows that straddle two tiles are simply computed by both), and reduces
+// them to pooled outputs in its epilogue.
+//
+// Variants (the `config` of the Python op; the table is conv_relu_maxpool_launch):
+//   0 direct        One thread per pooled output, operands read straight from
+//                   global memory. Slow, but has no shared-memory or tile limit,
+//                   so it runs every configuration PyTorch accepts. The fallback.
+//   1 tiled_fp32    Shared-memory tiles (below), FFMA on CUDA cores. FP32 exact.
+//   2 tiled_tf32    Same tiles, implicit GEMM on tensor cores (mma.sync m16n8k8
+//                   TF32, fp32 accumulation): what cuDNN does under PyTorch's
+//                   default allow_tf32=True.
+//   3 tiled_3xtf32  As 2, but each operand is split into a TF32 "big" part and a
+//                   TF32 remainder and three products are accumulated: fp32-level
+//                   accuracy on tensor cores, for allow_tf32=False.
+//
+// Tiled variants, per block (256 threads):
+//   * Tile scheduler: blockIdx.x -> (image, tile row, tile col, output-channel
+//     block), channel block fastest so blocks sharing an input halo run together.
+//   * Mainloop: input channels in chunks of 8. A 3-stage cp.async pipeline stages,
+//     per chunk, the input halo (8 channels x halo_rows x halo_cols, zero-filled
+//     outside the image: that is the convolution's padding) and the weights
+//     (out_block x 8 channels x taps). Implicit GEMM: M = 256 conv pixels,
+//     N = out_block channels, K = 8 channels per tap, looped over the taps.
+//   * Epilogue: accumulators + bias go to shared memory as a [channel][8][32]
+//     tile (reusing the pipeline buffers); each pooled output takes the max of its
+//     window's valid pixels (NaN wins, as in PyTorch), applies ReLU and is stored;
+//     consecutive threads store consecutive columns.
+// Shared-memory layouts are padded so the mma fragment loads are conflict-free
+// for stride 1 (see TilePlan).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "conv_relu_maxpool.h"
 
 namespace {
 
-__device__ __forceinline__ float max_propagating_nan(float running, float v) {
-  return (v > running || v != v) ? v : running;
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTileRows = 8;   // conv rows per block tile
+constexpr int kTileCols = 32;  // conv cols per block tile: two m16 fragments per row
+constexpr int kTilePixels = kTileRows * kTileCols;
+constexpr int kChannelChunk = 8;  // input channels per pipeline stage = mma K
+constexpr int kStages = 3;
+// Row length of the epilogue tile: 260 = 4 (mod 32) makes the accumulator stores
+// of one warp (8 pixels x 4 channel pairs) hit 32 different banks.
+constexpr int kEpilogueRow = kTilePixels + 4;
+
+// ---------------------------------------------------------------------------
+// Tiling of one problem, computed once on the host (make_tile_plan).
+struct TilePlan {
+  int out_block;           // output channels per block
+  int pooled_rows;         // pooled outputs per tile, vertically
+  int pooled_cols;         // ... and horizontally
+  int tiles_h, tiles_w;    // tiles per image
+  int channel_blocks;      // ceil(out_channels / out_block)
+  int channel_chunks;      // ceil(in_channels / kChannelChunk)
+  int halo_rows, halo_cols;
+  int halo_plane;          // floats per staged input channel, = 8 (mod 32)
+  int taps_padded;         // taps rounded up to odd: conflict-free B fragments
+  int weight_row;          // floats per staged output channel, = 4 (mod 8)
+  int stage_floats;        // one pipeline stage: input halo + weights
+  int smem_bytes;
+  int64_t blocks;
+};
+
+int round_up_to_residue(int value, int modulus, int residue) {
+  int r = value % modulus;
+  return value + ((residue - r) % modulus + modulus) % modulus;
 }
 
-__device__ __forceinline__ float relu_keeping_nan(float v) { return v > 0.f || v != v ? v : 0.f; }
+// Tile geometry; smem_bytes tells whether it fits (checked by the caller).
+TilePlan make_tile_plan(const ConvPoolShape& s, int out_block) {
+  TilePlan p{};
+  p.out_block = out_block;
+  p.pooled_rows = (kTileRows - s.pool_h) / s.pool_stride_h + 1;
+  p.pooled_cols = (kTileCols - s.pool_w) / s.pool_stride_w + 1;
+  p.tiles_h = (s.out_height + p.pooled_rows - 1) / p.pooled_rows;
+  p.tiles_w = (s.out_width + p.pooled_cols - 1) / p.pooled_cols;
+  p.channel_blocks = (s.out_channels + out_block - 1) / out_block;
+  p.channel_chunks = (s.in_channels + kChannelChunk - 1) / kChannelChunk;
+  p.halo_rows = (kTileRows - 1) * s.stride_h + (s.kernel_h - 1) * s.dilation_h + 1;
+  p.halo_cols = (kTileCols - 1) * s.stride_w + (s.kernel_w - 1) * s.dilation_w + 1;
+  p.halo_plane = round_up_to_residue(p.halo_rows * p.halo_cols, 32, 8);
+  p.taps_padded = s.taps() | 1;
+  p.weight_row = round_up_to_residue(kChannelChunk * p.taps_padded, 8, 4);
+  p.stage_floats = kChannelChunk * p.halo_plane + out_block * p.weight_row;
+  const int64_t pipeline = int64_t(kStages) * p.stage_floats;
+  const int64_t epilogue = int64_t(out_block) * kEpilogueRow;
+  // + 4: the gather table starts at an even float offset (8-byte aligned).
+  const int64_t bytes = 4 * (std::max(pipeline, epilogue) + out_block) + 4 +
+                        8 * int64_t(kChannelChunk) * s.taps();
+  p.smem_bytes = bytes > INT32_MAX ? INT32_MAX : int(bytes);
+  p.blocks = int64_t(s.batch) * p.tiles_h * p.tiles_w * p.channel_blocks;
+  return p;
+}
 
-__global__ void conv_pool_direct_kernel(ConvPoolOperands ops, ConvPoolShape s) {
+// ---------------------------------------------------------------------------
+// Small device helpers.
+
+__device__ __forceinline__ void cp_async_4(float* smem_dst, const float* global_src, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  // src-size 0 writes zeros without reading: the padding and the tails.
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(global_src),
+               "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// max that lets NaN win, like PyTorch's max_pool2d.
+__device__ __forceinline__ float max_keeping_nan(float running, float v) {
+  return (v > running || v != v) ? v : running;
+}
+__device__ __forceinline__ float relu_keeping_nan(float v) { return (v > 0.f || v != v) ? v : 0.f; }
+
+__device__ __forceinline__ uint32_t to_tf32(float v) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(v));
+  return r;
+}
+
+// D += A * B, m16n8k8, TF32 inputs, fp32 accumulators.
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// ---------------------------------------------------------------------------
+// Where a block's tile sits.
+struct TileCoords {
+  int64_t image;
+  int channel0;     // first output channel of the block
+  int out_row0;     // first pooled output row / col
+  int out_col0;
+  int conv_row0;    // conv pixel at tile position (0, 0); may be negative (pool padding)
+  int conv_col0;
+  int in_row0;      // input pixel under conv (conv_row0, conv_col0), tap (0, 0)
+  int in_col0;
+};
+
+__device__ __forceinline__ TileCoords tile_coords(const ConvPoolShape& s, const TilePlan& p) {
+  int64_t linear = blockIdx.x;
+  TileCoords t;
+  const int channel_block = int(linear % p.channel_blocks);
+  linear /= p.channel_blocks;
+  const int tile_col = int(linear % p.tiles_w);
+  linear /= p.tiles_w;
+  const int tile_row = int(linear % p.tiles_h);
+  t.image = linear / p.tiles_h;
+  t.channel0 = channel_block * p.out_block;
+  t.out_row0 = tile_row * p.pooled_rows;
+  t.out_col0 = tile_col * p.pooled_cols;
+  t.conv_row0 = t.out_row0 * s.pool_stride_h - s.pool_pad_h;
+  t.conv_col0 = t.out_col0 * s.pool_stride_w - s.pool_pad_w;
+  t.in_row0 = t.conv_row0 * s.stride_h - s.pad_h;
+  t.in_col0 = t.conv_col0 * s.stride_w - s.pad_w;
+  return t;
+}
+
+// Shared-memory carve-up of a tiled block.
+struct SmemLayout {
+  float* pipeline;        // kStages stages; reused by the epilogue tile
+  float* bias;            // out_block floats
+  int2* weight_gather;    // per (channel, tap) of a chunk: {global offset, smem offset}
+};
+
+__device__ __forceinline__ SmemLayout carve_smem(float* smem, const TilePlan& p) {
+  SmemLayout l;
+  l.pipeline = smem;
+  const int big = max(kStages * p.stage_floats, p.out_block * kEpilogueRow);
+  l.bias = smem + big;
+  const int gather_offset = big + p.out_block;
+  l.weight_gather = reinterpret_cast<int2*>(smem + gather_offset + (gather_offset & 1));
+  return l;
+}
+
+// ---------------------------------------------------------------------------
+// Mainloop pieces shared by all tiled variants.
+
+// One stage: the input halo of channels [c0, c0 + 8) and their weights.
+__device__ __forceinline__ void load_stage(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                           const TilePlan& p, const TileCoords& tc,
+                                           const int2* weight_gather, int chunk, float* stage) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int c0 = chunk * kChannelChunk;
+  // Input halo: one warp per (channel, halo row), lanes along the row.
+  for (int row = warp; row < kChannelChunk * p.halo_rows; row += kWarps) {
+    const int c = row / p.halo_rows;
+    const int halo_row = row - c * p.halo_rows;
+    const int h = tc.in_row0 + halo_row;
+    const bool row_valid = c0 + c < s.in_channels && h >= 0 && h < s.in_height;
+    const float* src_row = ops.x + tc.image * ops.x_stride[0] + int64_t(c0 + c) * ops.x_stride[1] +
+                           int64_t(h) * ops.x_stride[2];
+    float* dst_row = stage + c * p.halo_plane + halo_row * p.halo_cols;
+    for (int col = lane; col < p.halo_cols; col += 32) {
+      const int w = tc.in_col0 + col;
+      const bool valid = row_valid && w >= 0 && w < s.in_width;
+      cp_async_4(dst_row + col, valid ? src_row + int64_t(w) * ops.x_stride[3] : ops.x, valid);
+    }
+  }
+  // Weights: one warp per output channel, lanes along its (channel, tap) entries,
+  // which are contiguous in global memory for a contiguous weight.
+  float* weights = stage + kChannelChunk * p.halo_plane;
+  const int entries = kChannelChunk * s.taps();
+  const int channels_left = s.in_channels - c0;
+  for (int k = warp; k < p.out_block; k += kWarps) {
+    const bool k_valid = tc.channel0 + k < s.out_channels;
+    const float* src = ops.weight + int64_t(tc.channel0 + k) * ops.weight_stride[0] +
+                       int64_t(c0) * ops.weight_stride[1];
+    float* dst = weights + k * p.weight_row;
+    for (int e = lane; e < entries; e += 32) {
+      const int2 gather = weight_gather[e];
+      const bool valid = k_valid && e < channels_left * s.taps();
+      cp_async_4(dst + gather.y, valid ? src + gather.x : ops.weight, valid);
+    }
+  }
+}
+
+// TF32 tensor-core mainloop. 8 warps as 4 (pixels) x 2 (channels); a warp owns
+// 64 pixels (two tile rows) x out_block/2 channels: 4 x kNTiles mma tiles.
+// kSplit = true is 3xTF32: big*big + big*small + small*big per product.
+template <int kOutBlockT, bool kSplit>
+struct TensorCoreMainloop {
+  static constexpr int kOutBlock = kOutBlockT;
+  static constexpr int kMTiles = 4;
+  static constexpr int kNTiles = kOutBlock / 16;
+  float acc[kMTiles][kNTiles][4];
+
+  __device__ __forceinline__ TensorCoreMainloop() {
+#pragma unroll
+    for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
+  }
+
+  __device__ __forceinline__ void compute(const float* stage, const ConvPoolShape& s,
+                                          const TilePlan& p) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warp_m = warp % 4, warp_n = warp / 4;
+    const int group = lane / 4, thread_in_group = lane % 4;
+    const float* input = stage;
+    const float* weights = stage + kChannelChunk * p.halo_plane;
+
+    // A fragment (pixel, channel) addresses for tap (0, 0). Fragment rows are
+    // pixels; m-tile i covers tile row 2 * warp_m + i / 2, cols (i % 2) * 16 + [0, 16).
+    int a_offset[kMTiles];
+#pragma unroll
+    for (int i = 0; i < kMTiles; ++i) {
+      const int tile_row = 2 * warp_m + i / 2;
+      const int tile_col = (i % 2) * 16 + group;
+      a_offset[i] = thread_in_group * p.halo_plane + tile_row * s.stride_h * p.halo_cols +
+                    tile_col * s.stride_w;
+    }
+    const int a_next8_pixels = 8 * s.stride_w;
+    const int a_next4_channels = 4 * p.halo_plane;
+    int b_offset[kNTiles];
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j)
+      b_offset[j] = (warp_n * (kOutBlock / 2) + j * 8 + group) * p.weight_row +
+                    thread_in_group * p.taps_padded;
+    const int b_next4_channels = 4 * p.taps_padded;
+
+    int tap = 0;
+    for (int r = 0; r < s.kernel_h; ++r) {
+      for (int q = 0; q < s.kernel_w; ++q, ++tap) {
+        const int tap_offset = r * s.dilation_h * p.halo_cols + q * s.dilation_w;
+        float a[kMTiles][4];
+        float b[kNTiles][2];
+#pragma unroll
+        for (int i = 0; i < kMTiles; ++i) {
+          const float* src = input + a_offset[i] + tap_offset;
+          a[i][0] = src[0];
+          a[i][1] = src[a_next8_pixels];
+          a[i][2] = src[a_next4_channels];
+          a[i][3] = src[a_next4_channels + a_next8_pixels];
+        }
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) {
+          const float* src = weights + b_offset[j] + tap;
+          b[j][0] = src[0];
+          b[j][1] = src[b_next4_channels];
+        }
+        if constexpr (kSplit) {
+          uint32_t a_big[kMTiles][4], a_small[kMTiles][4], b_big[kNTiles][2], b_small[kNTiles][2];
+#pragma unroll
+          for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) {
+              a_big[i][v] = to_tf32(a[i][v]);
+              a_small[i][v] = to_tf32(a[i][v] - __uint_as_float(a_big[i][v]));
+            }
+#pragma unroll
+          for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+            for (int v = 0; v < 2; ++v) {
+              b_big[j][v] = to_tf32(b[j][v]);
+              b_small[j][v] = to_tf32(b[j][v] - __uint_as_float(b_big[j][v]));
+            }
+#pragma unroll
+          for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+            for (int j = 0; j < kNTiles; ++j) {
+              mma_tf32(acc[i][j], a_small[i], b_big[j]);
+              mma_tf32(acc[i][j], a_big[i], b_small[j]);
+              mma_tf32(acc[i][j], a_big[i], b_big[j]);
+            }
+        } else {
+          // Plain TF32: the tensor cores read the top 19 bits of each fp32 word
+          // (the low mantissa bits are ignored), so no conversion instructions.
+          uint32_t a_bits[kMTiles][4], b_bits[kNTiles][2];
+#pragma unroll
+          for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) a_bits[i][v] = __float_as_uint(a[i][v]);
+#pragma unroll
+          for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+            for (int v = 0; v < 2; ++v) b_bits[j][v] = __float_as_uint(b[j][v]);
+#pragma unroll
+          for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+            for (int j = 0; j < kNTiles; ++j) mma_tf32(acc[i][j], a_bits[i], b_bits[j]);
+        }
+      }
+    }
+  }
+
+  // Accumulator (pixel, channel) -> tile[channel][pixel], adding the bias.
+  __device__ __forceinline__ void store(float* tile, const float* bias) const {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warp_m = warp % 4, warp_n = warp / 4;
+    const int group = lane / 4, thread_in_group = lane % 4;
+#pragma unroll
+    for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+        const int pixel = warp_m * 64 + i * 16 + group;
+        const int channel = warp_n * (kOutBlock / 2) + j * 8 + 2 * thread_in_group;
+        tile[channel * kEpilogueRow + pixel] = acc[i][j][0] + bias[channel];
+        tile[(channel + 1) * kEpilogueRow + pixel] = acc[i][j][1] + bias[channel + 1];
+        tile[channel * kEpilogueRow + pixel + 8] = acc[i][j][2] + bias[channel];
+        tile[(channel + 1) * kEpilogueRow + pixel + 8] = acc[i][j][3] + bias[channel + 1];
+      }
+  }
+};
+
+// FFMA mainloop on CUDA cores, out_block 64. Thread = 8 pixels of one tile row
+// (lane) x 8 output channels (warp): weights are warp-wide broadcasts.
+struct CudaCoreMainloop {
+  static constexpr int kOutBlock = 64;
+  static constexpr int kPixels = 8;
+  static constexpr int kChannels = 8;
+  float acc[kPixels][kChannels];
+
+  __device__ __forceinline__ CudaCoreMainloop() {
+#pragma unroll
+    for (int i = 0; i < kPixels; ++i)
+#pragma unroll
+      for (int j = 0; j < kChannels; ++j) acc[i][j] = 0.f;
+  }
+
+  __device__ __forceinline__ void compute(const float* stage, const ConvPoolShape& s,
+                                          const TilePlan& p) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int tile_row = lane / 4, tile_col0 = (lane % 4) * kPixels;
+    const float* input = stage + tile_row * s.stride_h * p.halo_cols + tile_col0 * s.stride_w;
+    const float* weights = stage + kChannelChunk * p.halo_plane + warp * kChannels * p.weight_row;
+    for (int c = 0; c < kChannelChunk; ++c) {
+      int tap = 0;
+      for (int r = 0; r < s.kernel_h; ++r) {
+        for (int q = 0; q < s.kernel_w; ++q, ++tap) {
+          const float* in = input + c * p.halo_plane + r * s.dilation_h * p.halo_cols +
+                            q * s.dilation_w;
+          const float* w = weights + c * p.taps_padded + tap;
+          float a[kPixels], b[kChannels];
+#pragma unroll
+          for (int i = 0; i < kPixels; ++i) a[i] = in[i * s.stride_w];
+#pragma unroll
+          for (int j = 0; j < kChannels; ++j) b[j] = w[j * p.weight_row];
+#pragma unroll
+          for (int i = 0; i < kPixels; ++i)
+#pragma unroll
+            for (int j = 0; j < kChannels; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+      }
+    }
+  }
+
+  __device__ __forceinline__ void store(float* tile, const float* bias) const {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int pixel0 = (lane / 4) * kTileCols + (lane % 4) * kPixels;
+#pragma unroll
+    for (int j = 0; j < kChannels; ++j) {
+      const int channel = warp * kChannels + j;
+#pragma unroll
+      for (int i = 0; i < kPixels; ++i)
+        tile[channel * kEpilogueRow + pixel0 + i] = acc[i][j] + bias[channel];
+    }
+  }
+};
+
+// Epilogue: pooled = relu(max over the window's valid conv pixels), stored NCHW.
+__device__ __forceinline__ void pool_and_store(const ConvPoolOperands& ops,
+                                               const ConvPoolShape& s, const TilePlan& p,
+                                               const TileCoords& tc, const float* tile) {
+  const int outputs = p.out_block * p.pooled_rows * p.pooled_cols;
+  for (int idx = threadIdx.x; idx < outputs; idx += kThreads) {
+    const int pooled_col = idx % p.pooled_cols;
+    const int rest = idx / p.pooled_cols;
+    const int pooled_row = rest % p.pooled_rows;
+    const int k = rest / p.pooled_rows;
+    const int out_row = tc.out_row0 + pooled_row, out_col = tc.out_col0 + pooled_col;
+    const int channel = tc.channel0 + k;
+    if (out_row >= s.out_height || out_col >= s.out_width || channel >= s.out_channels) continue;
+    // Window rows/cols in tile coordinates, clipped to the conv output.
+    const int row_begin = max(pooled_row * s.pool_stride_h, -tc.conv_row0);
+    const int row_end = min(pooled_row * s.pool_stride_h + s.pool_h, s.conv_height - tc.conv_row0);
+    const int col_begin = max(pooled_col * s.pool_stride_w, -tc.conv_col0);
+    const int col_end = min(pooled_col * s.pool_stride_w + s.pool_w, s.conv_width - tc.conv_col0);
+    const float* plane = tile + k * kEpilogueRow;
+    float best = -INFINITY;
+    for (int r = row_begin; r < row_end; ++r)
+      for (int c = col_begin; c < col_end; ++c) best = max_keeping_nan(best, plane[r * kTileCols + c]);
+    const int64_t out_index =
+        ((tc.image * s.out_channels + channel) * s.out_height + out_row) * int64_t(s.out_width) +
+        out_col;
+    ops.out[out_index] = relu_keeping_nan(best);
+  }
+}
+
+template <class Mainloop>
+__global__ void __launch_bounds__(kThreads, 1)
+    conv_pool_tiled_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const TilePlan p) {
+  extern __shared__ __align__(16) float smem[];
+  const SmemLayout smem_layout = carve_smem(smem, p);
+  const TileCoords tc = tile_coords(s, p);
+
+  // Gather table of one weight chunk: entry e = (channel c, tap) ->
+  // {offset in global memory from (k, c0), offset in the staged row}.
+  const int taps = s.taps();
+  for (int e = threadIdx.x; e < kChannelChunk * taps; e += kThreads) {
+    const int c = e / taps, tap = e - c * taps;
+    const int r = tap / s.kernel_w, q = tap - r * s.kernel_w;
+    smem_layout.weight_gather[e] = make_int2(
+        int(c * ops.weight_stride[1] + r * ops.weight_stride[2] + q * ops.weight_stride[3]),
+        c * p.taps_padded + tap);
+  }
+  for (int k = threadIdx.x; k < Mainloop::kOutBlock; k += kThreads) {
+    const int channel = tc.channel0 + k;
+    smem_layout.bias[k] =
+        (ops.bias != nullptr && channel < s.out_channels) ? ops.bias[channel * ops.bias_stride] : 0.f;
+  }
+  __syncthreads();
+
+  Mainloop mainloop;
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < p.channel_chunks)
+      load_stage(ops, s, p, tc, smem_layout.weight_gather, st,
+                 smem_layout.pipeline + st * p.stage_floats);
+    cp_async_commit();
+  }
+  for (int chunk = 0; chunk < p.channel_chunks; ++chunk) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // stage `chunk` visible to all; stage `chunk - 1` free to refill
+    const int next = chunk + kStages - 1;
+    if (next < p.channel_chunks)
+      load_stage(ops, s, p, tc, smem_layout.weight_gather, next,
+                 smem_layout.pipeline + (next % kStages) * p.stage_floats);
+    cp_async_commit();
+    mainloop.compute(smem_layout.pipeline + (chunk % kStages) * p.stage_floats, s, p);
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // every warp is done reading the stages: reuse them as the tile
+
+  float* tile = smem_layout.pipeline;
+  mainloop.store(tile, smem_layout.bias);
+  __syncthreads();
+  pool_and_store(ops, s, p, tc, tile);
+}
+
+__global__ void conv_pool_direct_kernel(const ConvPoolOperands ops, const ConvPoolShape s) {
   const int64_t total = s.output_elements();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
     int64_t rest = i;
-    const int ow = int(rest % s.out_width); rest /= s.out_width;
-    const int oh = int(rest % s.out_height); rest /= s.out_height;
+    const int out_col = int(rest % s.out_width);
+    rest /= s.out_width;
+    const int out_row = int(rest % s.out_height);
+    rest /= s.out_height;
     const int k = int(rest % s.out_channels);
     const int64_t n = rest / s.out_channels;
     const float bias = ops.bias ? ops.bias[k * ops.bias_stride] : 0.f;
+    const float* x = ops.x + n * ops.x_stride[0];
+    const float* w = ops.weight + k * ops.weight_stride[0];
+    const int row0 = out_row * s.pool_stride_h - s.pool_pad_h;
+    const int col0 = out_col * s.pool_stride_w - s.pool_pad_w;
     float best = -INFINITY;
-    const int ch0 = oh * s.pool_stride_h - s.pool_pad_h, cw0 = ow * s.pool_stride_w - s.pool_pad_w;
-    for (int ph = max(ch0, 0); ph < min(ch0 + s.pool_h, s.conv_height); ++ph)
-      for (int pw = max(cw0, 0); pw < min(cw0 + s.pool_w, s.conv_width); ++pw) {
+    for (int conv_row = max(row0, 0); conv_row < min(row0 + s.pool_h, s.conv_height); ++conv_row)
+      for (int conv_col = max(col0, 0); conv_col < min(col0 + s.pool_w, s.conv_width); ++conv_col) {
         float acc = bias;
         for (int c = 0; c < s.in_channels; ++c)
           for (int r = 0; r < s.kernel_h; ++r) {
-            const int h = ph * s.stride_h - s.pad_h + r * s.dilation_h;
+            const int h = conv_row * s.stride_h - s.pad_h + r * s.dilation_h;
             if (h < 0 || h >= s.in_height) continue;
             for (int q = 0; q < s.kernel_w; ++q) {
-              const int w = pw * s.stride_w - s.pad_w + q * s.dilation_w;
-              if (w < 0 || w >= s.in_width) continue;
-              acc = fmaf(__ldg(ops.x + n * ops.x_stride[0] + c * ops.x_stride[1] +
-                               h * ops.x_stride[2] + w * ops.x_stride[3]),
-                         __ldg(ops.weight + k * ops.weight_stride[0] + c * ops.weight_stride[1] +
-                               r * ops.weight_stride[2] + q * ops.weight_stride[3]),
+              const int wi = conv_col * s.stride_w - s.pad_w + q * s.dilation_w;
+              if (wi < 0 || wi >= s.in_width) continue;
+              acc = fmaf(__ldg(x + c * ops.x_stride[1] + h * ops.x_stride[2] + wi * ops.x_stride[3]),
+                         __ldg(w + c * ops.weight_stride[1] + r * ops.weight_stride[2] +
+                               q * ops.weight_stride[3]),
                          acc);
             }
           }
-        best = max_propagating_nan(best, acc);
+        best = max_keeping_nan(best, acc);
       }
     ops.out[i] = relu_keeping_nan(best);
   }
+}
+
+// ---------------------------------------------------------------------------
+// Variant table: which kernel and output-channel block each variant runs.
+
+using TiledKernel = void (*)(const ConvPoolOperands, const ConvPoolShape, const TilePlan);
+
+struct TiledChoice {
+  TiledKernel kernel;
+  int out_block;
+};
+
+// Tensor cores: the widest block the output channels fill well; the 3xTF32 split
+// doubles the fragment registers, so it stops at 64 to stay clear of spills.
+TiledChoice tiled_choice(int variant, int out_channels) {
+  switch (variant) {
+    case kVariantTiledFp32:
+      return {conv_pool_tiled_kernel<CudaCoreMainloop>, 64};
+    case kVariantTiledTf32:
+      if (out_channels > 64) return {conv_pool_tiled_kernel<TensorCoreMainloop<128, false>>, 128};
+      if (out_channels > 32) return {conv_pool_tiled_kernel<TensorCoreMainloop<64, false>>, 64};
+      return {conv_pool_tiled_kernel<TensorCoreMainloop<32, false>>, 32};
+    case kVariantTiled3xTf32:
+      if (out_channels > 32) return {conv_pool_tiled_kernel<TensorCoreMainloop<64, true>>, 64};
+      return {conv_pool_tiled_kernel<TensorCoreMainloop<32, true>>, 32};
+    default:
+      return {nullptr, 0};
+  }
+}
+
+bool is_tiled(int variant) {
+  return variant == kVariantTiledFp32 || variant == kVariantTiledTf32 ||
+         variant == kVariantTiled3xTf32;
 }
 
 }  // namespace
@@ -60,20 +579,43 @@ extern "C" const char* conv_relu_maxpool_variant_name(int variant) {
   }
 }
 
-extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape*, int variant, int) {
-  return variant == kVariantDirect ? nullptr : "not implemented yet";
+extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int variant,
+                                                      int max_shared_bytes) {
+  if (variant == kVariantDirect) return nullptr;
+  if (!is_tiled(variant)) return "unknown variant";
+  if (s->pool_h > kTileRows || s->pool_w > kTileCols)
+    return "the pooling window is larger than the 8 x 32 conv tile";
+  const TilePlan plan = make_tile_plan(*s, tiled_choice(variant, s->out_channels).out_block);
+  if (plan.smem_bytes > max_shared_bytes)
+    return "the input halo and weights of one stage do not fit in shared memory";
+  if (plan.blocks > INT32_MAX) return "the grid has more than 2^31 - 1 tiles";
+  return nullptr;
 }
 
-extern "C" int conv_relu_maxpool_choose(const ConvPoolShape*, int config, bool, int) {
-  return config == kVariantAuto ? kVariantDirect : config;
+extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool allow_tf32,
+                                        int max_shared_bytes) {
+  if (config != kVariantAuto) return config;
+  const int preferred = allow_tf32 ? kVariantTiledTf32 : kVariantTiled3xTf32;
+  if (conv_relu_maxpool_unsupported(s, preferred, max_shared_bytes) == nullptr) return preferred;
+  return kVariantDirect;
 }
 
 extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
-                                                const ConvPoolShape* s, int, cudaStream_t stream) {
-  const int64_t total = s->output_elements();
-  const int threads = 256;
-  const int64_t blocks = (total + threads - 1) / threads;
-  conv_pool_direct_kernel<<<unsigned(blocks < 65535 * 16 ? blocks : 65535 * 16), threads, 0,
-                            stream>>>(*ops, *s);
+                                                const ConvPoolShape* s, int variant,
+                                                cudaStream_t stream) {
+  if (variant == kVariantDirect) {
+    const int64_t blocks = (s->output_elements() + kThreads - 1) / kThreads;
+    const int64_t max_blocks = int64_t(1) << 20;  // grid-stride beyond this
+    conv_pool_direct_kernel<<<unsigned(std::min(blocks, max_blocks)), kThreads, 0, stream>>>(*ops,
+                                                                                            *s);
+    return cudaGetLastError();
+  }
+  if (!is_tiled(variant)) return cudaErrorInvalidValue;
+  const TiledChoice choice = tiled_choice(variant, s->out_channels);
+  const TilePlan plan = make_tile_plan(*s, choice.out_block);
+  cudaError_t err = cudaFuncSetAttribute(choice.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         plan.smem_bytes);
+  if (err != cudaSuccess) return err;
+  choice.kernel<<<unsigned(plan.blocks), kThreads, plan.smem_bytes, stream>>>(*ops, *s, plan);
   return cudaGetLastError();
 }

@@ -1,0 +1,241 @@
+"""GPU correctness of the fused op against PyTorch, on fresh random inputs.
+
+Every case of utils.suite.GRID runs through the automatic choice and through
+every kernel variant that supports it. References:
+  * TF32 variants (and the automatic choice under PyTorch's default allow_tf32)
+    against the float64 result at the workspace tolerance, atol = rtol = 1e-2;
+  * FP32-accurate variants (direct, tiled_fp32, tiled_3xtf32) against float64 at
+    atol = rtol = 1e-4, far tighter than TF32 could pass.
+Skipped without a GPU.
+"""
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from utils.suite import GRID, SUITE, ConvPoolCase, find_case
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+FP32_VARIANTS = ("direct", "tiled_fp32", "tiled_3xtf32")
+TF32_TOLERANCE = dict(atol=1e-2, rtol=1e-2)
+FP32_TOLERANCE = dict(atol=1e-4, rtol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def ext():
+    import cuda_extension
+    return cuda_extension
+
+
+def make_operands(case: ConvPoolCase, seed: int, device: str = "cuda"):
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(case.input_shape(), generator=generator)
+    fan_in = case.in_channels * case.kernel_size[0] * case.kernel_size[1]
+    weight = torch.randn(case.weight_shape(), generator=generator) / fan_in ** 0.5
+    bias = torch.randn(case.out_channels, generator=generator) if case.bias else None
+    to = lambda t: None if t is None else t.to(device)
+    return to(x), to(weight), to(bias)
+
+
+def reference(case: ConvPoolCase, x, weight, bias):
+    """float64 result on the CPU: the direct definition, whatever cuDNN would pick."""
+    x64, w64 = x.double().cpu(), weight.double().cpu()
+    b64 = None if bias is None else bias.double().cpu()
+    conv = F.conv2d(x64, w64, b64, case.stride, case.padding, case.dilation)
+    return F.max_pool2d(F.relu(conv), case.pool_kernel, case.effective_pool_stride,
+                        case.pool_padding, 1, case.ceil_mode)
+
+
+def run_op(ext, case: ConvPoolCase, x, weight, bias, config: int = -1):
+    return ext.conv2d_relu_maxpool_forward(x, weight, bias, *case.op_args(), config)
+
+
+def variant_runs(ext, case, x, weight, bias, name: str) -> bool:
+    config = ext.conv2d_relu_maxpool_variants()[name]
+    try:
+        ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args(), config)
+        run_op(ext, case, x[:1], weight, bias, config)
+    except RuntimeError as error:
+        assert "cannot run this shape" in str(error)
+        return False
+    return True
+
+
+@pytest.mark.parametrize("case", GRID, ids=lambda c: c.name)
+def test_every_variant_matches_float64_reference(ext, case):
+    x, weight, bias = make_operands(case, seed=random.randrange(2**31))
+    expected = reference(case, x, weight, bias)
+    auto = run_op(ext, case, x, weight, bias)
+    assert auto.shape == expected.shape
+    torch.testing.assert_close(auto.double().cpu(), expected, **TF32_TOLERANCE)
+    ran = []
+    for name, config in ext.conv2d_relu_maxpool_variants().items():
+        if not variant_runs(ext, case, x, weight, bias, name):
+            continue
+        out = run_op(ext, case, x, weight, bias, config)
+        tolerance = FP32_TOLERANCE if name in FP32_VARIANTS else TF32_TOLERANCE
+        torch.testing.assert_close(out.double().cpu(), expected, **tolerance,
+                                   msg=lambda m: f"variant {name}: {m}")
+        ran.append(name)
+    assert "direct" in ran  # the fallback runs everything
+
+
+def test_default_problem_matches_model_and_uses_tensor_cores(ext):
+    from model import Model, get_init_inputs
+    from model_new import ModelNew
+    torch.manual_seed(random.randrange(2**31))
+    model = Model(*get_init_inputs()).cuda()
+    fused = ModelNew(*get_init_inputs()).cuda()
+    fused.load_state_dict(model.state_dict())
+    x = torch.randn(16, 64, 128, 128, device="cuda")  # default problem at batch 16
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), model(x), **TF32_TOLERANCE)
+    case = SUITE[0]
+    assert ext.conv2d_relu_maxpool_choose(x, model.conv.weight, model.conv.bias,
+                                          *case.op_args()) == "tiled_tf32"
+
+
+def test_tf32_disallowed_selects_fp32_accurate_path(ext):
+    case = find_case("default_small")
+    x, weight, bias = make_operands(case, seed=random.randrange(2**31))
+    previous = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = False
+        chosen = ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args())
+        out = run_op(ext, case, x, weight, bias)
+    finally:
+        torch.backends.cudnn.allow_tf32 = previous
+    assert chosen in FP32_VARIANTS
+    torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias),
+                               **FP32_TOLERANCE)
+
+
+@pytest.mark.parametrize("config_name", ["auto", "direct", "tiled_tf32", "tiled_3xtf32"])
+def test_nan_and_inf_propagate_like_pytorch(ext, config_name):
+    case = find_case("padding1")
+    x, weight, bias = make_operands(case, seed=random.randrange(2**31))
+    x[0, 3, 5, 7] = float("nan")
+    x[1, 0, 10, 2] = float("inf")
+    x[1, 5, 2, 15] = float("-inf")
+    x[0, 1, 17, 17] = float("inf")
+    x[0, 2, 17, 18] = float("-inf")  # next to +inf: some sums are inf - inf = NaN
+    expected = reference(case, x, weight, bias)
+    assert expected.isnan().any() and expected.isinf().any()
+    config = -1 if config_name == "auto" else ext.conv2d_relu_maxpool_variants()[config_name]
+    out = run_op(ext, case, x, weight, bias, config).double().cpu()
+    assert torch.equal(out.isnan(), expected.isnan())
+    assert torch.equal(out.isinf(), expected.isinf())
+    finite = expected.isfinite()
+    torch.testing.assert_close(out[finite], expected[finite], **TF32_TOLERANCE)
+
+
+def test_all_negative_preactivations_give_zeros(ext):
+    case = find_case("padding1")
+    x, weight, bias = make_operands(case, seed=random.randrange(2**31))
+    x = x.abs() + 0.1
+    weight = -weight.abs()
+    bias = -bias.abs() - 0.1
+    out = run_op(ext, case, x, weight, bias)
+    assert torch.equal(out, torch.zeros_like(out))
+
+
+def test_large_magnitudes(ext):
+    case = find_case("c13_k19_unaligned")
+    x, weight, bias = make_operands(case, seed=random.randrange(2**31))
+    x = x * 1e4
+    expected = reference(case, x, weight, bias)
+    out = run_op(ext, case, x, weight, bias).double().cpu()
+    torch.testing.assert_close(out, expected, atol=1e-2 * expected.abs().max().item(), rtol=1e-2)
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "sliced", "transposed_hw"])
+def test_non_contiguous_inputs_are_handled(ext, layout):
+    case = find_case("c13_k19_unaligned")
+    x, weight, bias = make_operands(case, seed=random.randrange(2**31))
+    if layout == "channels_last":
+        x = x.to(memory_format=torch.channels_last)
+        weight = weight.to(memory_format=torch.channels_last)
+    elif layout == "sliced":
+        wide = torch.randn(case.batch, case.in_channels, case.height, 2 * case.width,
+                           device="cuda")
+        x = wide[:, :, :, ::2]
+    else:
+        x = x.transpose(2, 3).contiguous().transpose(2, 3)
+    assert not x.is_contiguous()
+    expected = reference(case, x, weight, bias)
+    torch.testing.assert_close(run_op(ext, case, x, weight, bias).double().cpu(), expected,
+                               **TF32_TOLERANCE)
+
+
+def test_runs_on_the_current_stream_and_in_a_cuda_graph(ext):
+    case = find_case("default_small")
+    x, weight, bias = make_operands(case, seed=random.randrange(2**31))
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        on_stream = run_op(ext, case, x, weight, bias)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.testing.assert_close(on_stream.double().cpu(), reference(case, x, weight, bias),
+                               **TF32_TOLERANCE)
+
+    static_x = x.clone()
+    with torch.cuda.stream(stream):  # warm-up outside capture
+        run_op(ext, case, static_x, weight, bias)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = run_op(ext, case, static_x, weight, bias)
+    fresh = torch.randn_like(x)
+    static_x.copy_(fresh)
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(static_out.double().cpu(), reference(case, fresh, weight, bias),
+                               **TF32_TOLERANCE)
+
+
+def test_repeated_calls_are_bitwise_equal(ext):
+    case = find_case("default_small")
+    x, weight, bias = make_operands(case, seed=random.randrange(2**31))
+    assert torch.equal(run_op(ext, case, x, weight, bias), run_op(ext, case, x, weight, bias))
+
+
+def test_empty_batch_returns_empty_output(ext):
+    case = find_case("padding1")
+    x, weight, bias = make_operands(case, seed=0)
+    out = run_op(ext, case, x[:0], weight, bias)
+    assert out.shape == (0, case.out_channels, *case.pooled_out())
+
+
+def test_random_configurations(ext):
+    from utils.suite import random_cases
+    seed = random.randrange(2**31)
+    for case in random_cases(random.Random(seed), 12):
+        x, weight, bias = make_operands(case, seed=seed)
+        expected = reference(case, x, weight, bias)
+        torch.testing.assert_close(run_op(ext, case, x, weight, bias).double().cpu(), expected,
+                                   **TF32_TOLERANCE, msg=lambda m: f"seed {seed} {case}: {m}")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or
+                    torch.cuda.get_device_properties(0).total_memory < 60 * 2**30,
+                    reason="needs a GPU with >= 60 GiB")
+def test_input_over_2_pow_31_elements(ext):
+    """64-bit indexing: x has 2.15e9 elements; image 1's channels start past 2^31."""
+    case = ConvPoolCase("huge", 2, 4, 8, 16384, 16400, (3, 3), padding=(1, 1))
+    assert case.input_elements() > 2**31
+    torch.manual_seed(random.randrange(2**31))
+    x = torch.randn(case.input_shape(), device="cuda")
+    weight = torch.randn(case.weight_shape(), device="cuda") / 6
+    bias = torch.randn(case.out_channels, device="cuda")
+    out = run_op(ext, case, x, weight, bias)
+    previous = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = False
+        expected = F.max_pool2d(F.relu(F.conv2d(x, weight, bias, 1, 1)), 2)
+    finally:
+        torch.backends.cudnn.allow_tf32 = previous
+    torch.testing.assert_close(out, expected, **TF32_TOLERANCE)
+    # The last image's last rows are where 32-bit offsets would have wrapped.
+    torch.testing.assert_close(out[-1, :, -8:], expected[-1, :, -8:], **TF32_TOLERANCE)

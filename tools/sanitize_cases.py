@@ -1,0 +1,49 @@
+"""Small runs of the fused op for compute-sanitizer (memcheck / racecheck).
+
+    compute-sanitizer --tool memcheck python tools/sanitize_cases.py padded_odd
+Each case runs the automatic choice and every variant that supports the shape once,
+and checks the result against PyTorch so a clean report also means a right answer.
+"""
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import cuda_extension  # noqa: E402
+from utils.suite import ConvPoolCase, DEFAULT  # noqa: E402
+
+CASES = {
+    # The default problem's geometry at batch 2 (the full batch is slow under the tools).
+    "default_small_batch": ConvPoolCase("default_small_batch", 2, 64, 128, 128, 128, (3, 3)),
+    # Padding, odd sizes, overlapping padded pooling in ceil mode, channel tails.
+    "padded_odd": ConvPoolCase("padded_odd", 3, 13, 37, 45, 51, (3, 3), padding=(1, 1),
+                               pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1),
+                               ceil_mode=True),
+}
+
+
+def main(name: str) -> int:
+    case = CASES[name]
+    torch.manual_seed(0)
+    x = torch.randn(case.input_shape(), device="cuda")
+    w = torch.randn(case.weight_shape(), device="cuda") * 0.1
+    b = torch.randn(case.out_channels, device="cuda")
+    expected = F.max_pool2d(F.relu(F.conv2d(x, w, b, case.stride, case.padding, case.dilation)),
+                            case.pool_kernel, case.effective_pool_stride, case.pool_padding, 1,
+                            case.ceil_mode)
+    for variant, config in [("auto", -1)] + list(cuda_extension.conv2d_relu_maxpool_variants().items()):
+        if variant == "direct" and case.flops() > 5e9:
+            continue  # minutes under memcheck; the grid covers it
+        out = cuda_extension.conv2d_relu_maxpool_forward(x, w, b, *case.op_args(), config)
+        torch.cuda.synchronize()
+        ok = torch.allclose(out, expected, atol=1e-2, rtol=1e-2)
+        print(f"{name} {variant}: {'ok' if ok else 'MISMATCH'}")
+        if not ok:
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
