@@ -71,7 +71,34 @@ struct TilePlan {
   int stage_floats;        // one pipeline stage: input halo + weights
   int smem_bytes;
   int64_t blocks;
+  // Fast path (3x3 / stride 1 / dilation 1 conv, 2x2 / stride 2 pool with every
+  // window inside the conv output): compile-time smem geometry, 16-byte copies.
+  bool fast;
+  bool vector_input;    // x NCHW-contiguous, width % 4 == 0, 16-byte aligned
+  bool vector_weights;  // weight contiguous, in_channels * 9 % 4 == 0, 16-byte aligned
 };
+
+// The fast path's staged geometry. The input halo row is staged from the 16-byte
+// aligned column at or left of the tile's first input column, so it holds up to 3
+// extra columns: 34 needed + 3 -> 40 (10 vectors of 4).
+namespace fast {
+constexpr int kHaloRows = kTileRows + 2;
+constexpr int kHaloCols = 40;
+constexpr int kHaloVectors = kHaloCols / 4;
+constexpr int kHaloPlane = 424;  // 10 * 40 rounded up to 8 (mod 32)
+constexpr int kTaps = 9;
+constexpr int kWeightRow = 76;   // 8 * 9 rounded up to 4 (mod 8)
+static_assert(kHaloPlane >= kHaloRows * kHaloCols && kHaloPlane % 32 == 8, "halo plane");
+static_assert(kWeightRow >= kChannelChunk * kTaps && kWeightRow % 8 == 4, "weight row");
+}  // namespace fast
+
+bool fast_path_applies(const ConvPoolShape& s) {
+  return s.kernel_h == 3 && s.kernel_w == 3 && s.stride_h == 1 && s.stride_w == 1 &&
+         s.dilation_h == 1 && s.dilation_w == 1 && s.pool_h == 2 && s.pool_w == 2 &&
+         s.pool_stride_h == 2 && s.pool_stride_w == 2 && s.pool_pad_h == 0 &&
+         s.pool_pad_w == 0 && 2 * s.out_height <= s.conv_height &&
+         2 * s.out_width <= s.conv_width;
+}
 
 int round_up_to_residue(int value, int modulus, int residue) {
   int r = value % modulus;
@@ -79,7 +106,7 @@ int round_up_to_residue(int value, int modulus, int residue) {
 }
 
 // Tile geometry; smem_bytes tells whether it fits (checked by the caller).
-TilePlan make_tile_plan(const ConvPoolShape& s, int out_block) {
+TilePlan make_tile_plan(const ConvPoolShape& s, int out_block, bool allow_fast) {
   TilePlan p{};
   p.out_block = out_block;
   p.pooled_rows = (kTileRows - s.pool_h) / s.pool_stride_h + 1;
@@ -88,11 +115,20 @@ TilePlan make_tile_plan(const ConvPoolShape& s, int out_block) {
   p.tiles_w = (s.out_width + p.pooled_cols - 1) / p.pooled_cols;
   p.channel_blocks = (s.out_channels + out_block - 1) / out_block;
   p.channel_chunks = (s.in_channels + kChannelChunk - 1) / kChannelChunk;
-  p.halo_rows = (kTileRows - 1) * s.stride_h + (s.kernel_h - 1) * s.dilation_h + 1;
-  p.halo_cols = (kTileCols - 1) * s.stride_w + (s.kernel_w - 1) * s.dilation_w + 1;
-  p.halo_plane = round_up_to_residue(p.halo_rows * p.halo_cols, 32, 8);
-  p.taps_padded = s.taps() | 1;
-  p.weight_row = round_up_to_residue(kChannelChunk * p.taps_padded, 8, 4);
+  p.fast = allow_fast && fast_path_applies(s);
+  if (p.fast) {
+    p.halo_rows = fast::kHaloRows;
+    p.halo_cols = fast::kHaloCols;
+    p.halo_plane = fast::kHaloPlane;
+    p.taps_padded = fast::kTaps;
+    p.weight_row = fast::kWeightRow;
+  } else {
+    p.halo_rows = (kTileRows - 1) * s.stride_h + (s.kernel_h - 1) * s.dilation_h + 1;
+    p.halo_cols = (kTileCols - 1) * s.stride_w + (s.kernel_w - 1) * s.dilation_w + 1;
+    p.halo_plane = round_up_to_residue(p.halo_rows * p.halo_cols, 32, 8);
+    p.taps_padded = s.taps() | 1;
+    p.weight_row = round_up_to_residue(kChannelChunk * p.taps_padded, 8, 4);
+  }
   p.stage_floats = kChannelChunk * p.halo_plane + out_block * p.weight_row;
   const int64_t pipeline = int64_t(kStages) * p.stage_floats;
   const int64_t epilogue = int64_t(out_block) * kEpilogueRow;
@@ -113,6 +149,11 @@ __device__ __forceinline__ void cp_async_4(float* smem_dst, const float* global_
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(global_src),
                "r"(valid ? 4 : 0));
 }
+__device__ __forceinline__ void cp_async_16(float* smem_dst, const float* global_src, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src),
+               "r"(valid ? 16 : 0));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
@@ -129,6 +170,16 @@ __device__ __forceinline__ uint32_t to_tf32(float v) {
   uint32_t r;
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(v));
   return r;
+}
+
+// 3xTF32 operand split (see TensorCoreMainloop): small = 0 and cross = 0 for
+// non-finite v, so no cross product can turn an infinity into NaN.
+__device__ __forceinline__ void split_tf32(float v, uint32_t& big, uint32_t& small,
+                                           uint32_t& cross) {
+  big = to_tf32(v);
+  const bool finite = fabsf(v) < INFINITY;
+  small = finite ? to_tf32(v - __uint_as_float(big)) : 0u;
+  cross = finite ? big : 0u;
 }
 
 // D += A * B, m16n8k8, TF32 inputs, fp32 accumulators.
@@ -151,8 +202,11 @@ struct TileCoords {
   int conv_col0;
   int in_row0;      // input pixel under conv (conv_row0, conv_col0), tap (0, 0)
   int in_col0;
+  int col_shift;    // staged halo column of input column in_col0 (fast path: 0..3)
+  int staged_col0;  // input column of staged halo column 0 = in_col0 - col_shift
 };
 
+template <bool kFast>
 __device__ __forceinline__ TileCoords tile_coords(const ConvPoolShape& s, const TilePlan& p) {
   int64_t linear = blockIdx.x;
   TileCoords t;
@@ -169,8 +223,39 @@ __device__ __forceinline__ TileCoords tile_coords(const ConvPoolShape& s, const 
   t.conv_col0 = t.out_col0 * s.pool_stride_w - s.pool_pad_w;
   t.in_row0 = t.conv_row0 * s.stride_h - s.pad_h;
   t.in_col0 = t.conv_col0 * s.stride_w - s.pad_w;
+  // The fast path stages rows from a 16-byte aligned column, for 16-byte copies.
+  t.col_shift = kFast ? ((t.in_col0 % 4) + 4) % 4 : 0;
+  t.staged_col0 = t.in_col0 - t.col_shift;
   return t;
 }
+
+// The staged geometry the mainloops index with: compile-time constants on the
+// fast path (so every shared-memory load is base + immediate), else from the plan.
+template <bool kFast>
+struct StageGeometry;
+
+template <>
+struct StageGeometry<true> {
+  static constexpr int halo_cols = fast::kHaloCols, halo_plane = fast::kHaloPlane;
+  static constexpr int taps_padded = fast::kTaps, weight_row = fast::kWeightRow;
+  static constexpr int kernel_h = 3, kernel_w = 3, stride_h = 1, stride_w = 1;
+  static constexpr int dilation_h = 1, dilation_w = 1;
+  int col_shift;
+  __device__ StageGeometry(const ConvPoolShape&, const TilePlan&, const TileCoords& tc)
+      : col_shift(tc.col_shift) {}
+};
+
+template <>
+struct StageGeometry<false> {
+  int halo_cols, halo_plane, taps_padded, weight_row;
+  int kernel_h, kernel_w, stride_h, stride_w, dilation_h, dilation_w;
+  static constexpr int col_shift = 0;
+  __device__ StageGeometry(const ConvPoolShape& s, const TilePlan& p, const TileCoords&)
+      : halo_cols(p.halo_cols), halo_plane(p.halo_plane), taps_padded(p.taps_padded),
+        weight_row(p.weight_row), kernel_h(s.kernel_h), kernel_w(s.kernel_w),
+        stride_h(s.stride_h), stride_w(s.stride_w), dilation_h(s.dilation_h),
+        dilation_w(s.dilation_w) {}
+};
 
 // Shared-memory carve-up of a tiled block.
 struct SmemLayout {
@@ -193,29 +278,74 @@ __device__ __forceinline__ SmemLayout carve_smem(float* smem, const TilePlan& p)
 // Mainloop pieces shared by all tiled variants.
 
 // One stage: the input halo of channels [c0, c0 + 8) and their weights.
+template <bool kFast>
 __device__ __forceinline__ void load_stage(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                            const TilePlan& p, const TileCoords& tc,
                                            const int2* weight_gather, int chunk, float* stage) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int c0 = chunk * kChannelChunk;
-  // Input halo: one warp per (channel, halo row), lanes along the row.
-  for (int row = warp; row < kChannelChunk * p.halo_rows; row += kWarps) {
-    const int c = row / p.halo_rows;
-    const int halo_row = row - c * p.halo_rows;
-    const int h = tc.in_row0 + halo_row;
-    const bool row_valid = c0 + c < s.in_channels && h >= 0 && h < s.in_height;
-    const float* src_row = ops.x + tc.image * ops.x_stride[0] + int64_t(c0 + c) * ops.x_stride[1] +
-                           int64_t(h) * ops.x_stride[2];
-    float* dst_row = stage + c * p.halo_plane + halo_row * p.halo_cols;
-    for (int col = lane; col < p.halo_cols; col += 32) {
-      const int w = tc.in_col0 + col;
-      const bool valid = row_valid && w >= 0 && w < s.in_width;
-      cp_async_4(dst_row + col, valid ? src_row + int64_t(w) * ops.x_stride[3] : ops.x, valid);
+  const float* image = ops.x + tc.image * ops.x_stride[0];
+  if constexpr (kFast) {
+    // Input halo as 4-float vectors from an aligned column. With width % 4 == 0 a
+    // vector is either wholly inside the row or wholly padding.
+    constexpr int kVectors = kChannelChunk * fast::kHaloRows * fast::kHaloVectors;
+    for (int idx = threadIdx.x; idx < kVectors; idx += kThreads) {
+      const int c = idx / (fast::kHaloRows * fast::kHaloVectors);
+      const int rest = idx - c * (fast::kHaloRows * fast::kHaloVectors);
+      const int halo_row = rest / fast::kHaloVectors;
+      const int vec = rest - halo_row * fast::kHaloVectors;
+      const int h = tc.in_row0 + halo_row;
+      const int w0 = tc.staged_col0 + 4 * vec;
+      const bool row_valid = c0 + c < s.in_channels && h >= 0 && h < s.in_height;
+      const float* src_row = image + int64_t(c0 + c) * ops.x_stride[1] + int64_t(h) * ops.x_stride[2];
+      float* dst = stage + c * fast::kHaloPlane + halo_row * fast::kHaloCols + 4 * vec;
+      if (p.vector_input) {
+        const bool valid = row_valid && w0 >= 0 && w0 < s.in_width;
+        cp_async_16(dst, valid ? src_row + w0 : ops.x, valid);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const bool valid = row_valid && w0 + e >= 0 && w0 + e < s.in_width;
+          cp_async_4(dst + e, valid ? src_row + int64_t(w0 + e) * ops.x_stride[3] : ops.x, valid);
+        }
+      }
     }
+  } else {
+    // Input halo: one warp per (channel, halo row), lanes along the row.
+    for (int row = warp; row < kChannelChunk * p.halo_rows; row += kWarps) {
+      const int c = row / p.halo_rows;
+      const int halo_row = row - c * p.halo_rows;
+      const int h = tc.in_row0 + halo_row;
+      const bool row_valid = c0 + c < s.in_channels && h >= 0 && h < s.in_height;
+      const float* src_row = image + int64_t(c0 + c) * ops.x_stride[1] + int64_t(h) * ops.x_stride[2];
+      float* dst_row = stage + c * p.halo_plane + halo_row * p.halo_cols;
+      for (int col = lane; col < p.halo_cols; col += 32) {
+        const int w = tc.in_col0 + col;
+        const bool valid = row_valid && w >= 0 && w < s.in_width;
+        cp_async_4(dst_row + col, valid ? src_row + int64_t(w) * ops.x_stride[3] : ops.x, valid);
+      }
+    }
+  }
+
+  float* weights = stage + kChannelChunk * p.halo_plane;
+  if (kFast && p.vector_weights) {
+    // A contiguous weight's 8 channels x 9 taps of one output channel are 72
+    // consecutive floats, staged as 18 vectors; in_channels * 9 % 4 == 0, so the
+    // channel tail ends on a vector boundary.
+    constexpr int kVectorsPerRow = kChannelChunk * fast::kTaps / 4;
+    const int64_t row_length = int64_t(s.in_channels) * fast::kTaps;
+    for (int idx = threadIdx.x; idx < p.out_block * kVectorsPerRow; idx += kThreads) {
+      const int k = idx / kVectorsPerRow;
+      const int vec = idx - k * kVectorsPerRow;
+      const int offset = c0 * fast::kTaps + 4 * vec;
+      const bool valid = tc.channel0 + k < s.out_channels && offset < row_length;
+      cp_async_16(weights + k * fast::kWeightRow + 4 * vec,
+                  valid ? ops.weight + (tc.channel0 + k) * row_length + offset : ops.weight, valid);
+    }
+    return;
   }
   // Weights: one warp per output channel, lanes along its (channel, tap) entries,
   // which are contiguous in global memory for a contiguous weight.
-  float* weights = stage + kChannelChunk * p.halo_plane;
   const int entries = kChannelChunk * s.taps();
   const int channels_left = s.in_channels - c0;
   for (int k = warp; k < p.out_block; k += kWarps) {
@@ -250,13 +380,13 @@ struct TensorCoreMainloop {
         for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
   }
 
-  __device__ __forceinline__ void compute(const float* stage, const ConvPoolShape& s,
-                                          const TilePlan& p) {
+  template <class Geometry>
+  __device__ __forceinline__ void compute(const float* stage, const Geometry& g) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int warp_m = warp % 4, warp_n = warp / 4;
     const int group = lane / 4, thread_in_group = lane % 4;
     const float* input = stage;
-    const float* weights = stage + kChannelChunk * p.halo_plane;
+    const float* weights = stage + kChannelChunk * g.halo_plane;
 
     // A fragment (pixel, channel) addresses for tap (0, 0). Fragment rows are
     // pixels; m-tile i covers tile row 2 * warp_m + i / 2, cols (i % 2) * 16 + [0, 16).
@@ -265,22 +395,26 @@ struct TensorCoreMainloop {
     for (int i = 0; i < kMTiles; ++i) {
       const int tile_row = 2 * warp_m + i / 2;
       const int tile_col = (i % 2) * 16 + group;
-      a_offset[i] = thread_in_group * p.halo_plane + tile_row * s.stride_h * p.halo_cols +
-                    tile_col * s.stride_w;
+      a_offset[i] = thread_in_group * g.halo_plane + tile_row * g.stride_h * g.halo_cols +
+                    tile_col * g.stride_w + g.col_shift;
     }
-    const int a_next8_pixels = 8 * s.stride_w;
-    const int a_next4_channels = 4 * p.halo_plane;
+    const int a_next8_pixels = 8 * g.stride_w;
+    const int a_next4_channels = 4 * g.halo_plane;
     int b_offset[kNTiles];
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j)
-      b_offset[j] = (warp_n * (kOutBlock / 2) + j * 8 + group) * p.weight_row +
-                    thread_in_group * p.taps_padded;
-    const int b_next4_channels = 4 * p.taps_padded;
+      b_offset[j] = (warp_n * (kOutBlock / 2) + j * 8 + group) * g.weight_row +
+                    thread_in_group * g.taps_padded;
+    const int b_next4_channels = 4 * g.taps_padded;
 
-    int tap = 0;
-    for (int r = 0; r < s.kernel_h; ++r) {
-      for (int q = 0; q < s.kernel_w; ++q, ++tap) {
-        const int tap_offset = r * s.dilation_h * p.halo_cols + q * s.dilation_w;
+    // Fully unrolled when the geometry is compile-time (fast path), except for
+    // 3xTF32, whose three fragment sets per tap would otherwise spill.
+#pragma unroll(kSplit ? 1 : 3)
+    for (int r = 0; r < g.kernel_h; ++r) {
+#pragma unroll(kSplit ? 1 : 3)
+      for (int q = 0; q < g.kernel_w; ++q) {
+        const int tap = r * g.kernel_w + q;
+        const int tap_offset = r * g.dilation_h * g.halo_cols + q * g.dilation_w;
         float a[kMTiles][4];
         float b[kNTiles][2];
 #pragma unroll
@@ -298,27 +432,28 @@ struct TensorCoreMainloop {
           b[j][1] = src[b_next4_channels];
         }
         if constexpr (kSplit) {
-          uint32_t a_big[kMTiles][4], a_small[kMTiles][4], b_big[kNTiles][2], b_small[kNTiles][2];
+          // x = big + small, both TF32; x*y ~ big*big + (small*big' + big'*small),
+          // where big' is big for finite x and 0 for +-inf/NaN: the infinite part
+          // then comes from big*big alone, as an fp32 product would give it (a
+          // cross term inf * small could otherwise add an opposite infinity).
+          uint32_t a_big[kMTiles][4], a_small[kMTiles][4], a_cross[kMTiles][4];
+          uint32_t b_big[kNTiles][2], b_small[kNTiles][2], b_cross[kNTiles][2];
 #pragma unroll
           for (int i = 0; i < kMTiles; ++i)
 #pragma unroll
-            for (int v = 0; v < 4; ++v) {
-              a_big[i][v] = to_tf32(a[i][v]);
-              a_small[i][v] = to_tf32(a[i][v] - __uint_as_float(a_big[i][v]));
-            }
+            for (int v = 0; v < 4; ++v)
+              split_tf32(a[i][v], a_big[i][v], a_small[i][v], a_cross[i][v]);
 #pragma unroll
           for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
-            for (int v = 0; v < 2; ++v) {
-              b_big[j][v] = to_tf32(b[j][v]);
-              b_small[j][v] = to_tf32(b[j][v] - __uint_as_float(b_big[j][v]));
-            }
+            for (int v = 0; v < 2; ++v)
+              split_tf32(b[j][v], b_big[j][v], b_small[j][v], b_cross[j][v]);
 #pragma unroll
           for (int i = 0; i < kMTiles; ++i)
 #pragma unroll
             for (int j = 0; j < kNTiles; ++j) {
-              mma_tf32(acc[i][j], a_small[i], b_big[j]);
-              mma_tf32(acc[i][j], a_big[i], b_small[j]);
+              mma_tf32(acc[i][j], a_small[i], b_cross[j]);
+              mma_tf32(acc[i][j], a_cross[i], b_small[j]);
               mma_tf32(acc[i][j], a_big[i], b_big[j]);
             }
         } else {
@@ -376,24 +511,25 @@ struct CudaCoreMainloop {
       for (int j = 0; j < kChannels; ++j) acc[i][j] = 0.f;
   }
 
-  __device__ __forceinline__ void compute(const float* stage, const ConvPoolShape& s,
-                                          const TilePlan& p) {
+  template <class Geometry>
+  __device__ __forceinline__ void compute(const float* stage, const Geometry& g) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int tile_row = lane / 4, tile_col0 = (lane % 4) * kPixels;
-    const float* input = stage + tile_row * s.stride_h * p.halo_cols + tile_col0 * s.stride_w;
-    const float* weights = stage + kChannelChunk * p.halo_plane + warp * kChannels * p.weight_row;
+    const float* input = stage + tile_row * g.stride_h * g.halo_cols + tile_col0 * g.stride_w +
+                         g.col_shift;
+    const float* weights = stage + kChannelChunk * g.halo_plane + warp * kChannels * g.weight_row;
     for (int c = 0; c < kChannelChunk; ++c) {
       int tap = 0;
-      for (int r = 0; r < s.kernel_h; ++r) {
-        for (int q = 0; q < s.kernel_w; ++q, ++tap) {
-          const float* in = input + c * p.halo_plane + r * s.dilation_h * p.halo_cols +
-                            q * s.dilation_w;
-          const float* w = weights + c * p.taps_padded + tap;
+      for (int r = 0; r < g.kernel_h; ++r) {
+        for (int q = 0; q < g.kernel_w; ++q, ++tap) {
+          const float* in = input + c * g.halo_plane + r * g.dilation_h * g.halo_cols +
+                            q * g.dilation_w;
+          const float* w = weights + c * g.taps_padded + tap;
           float a[kPixels], b[kChannels];
 #pragma unroll
-          for (int i = 0; i < kPixels; ++i) a[i] = in[i * s.stride_w];
+          for (int i = 0; i < kPixels; ++i) a[i] = in[i * g.stride_w];
 #pragma unroll
-          for (int j = 0; j < kChannels; ++j) b[j] = w[j * p.weight_row];
+          for (int j = 0; j < kChannels; ++j) b[j] = w[j * g.weight_row];
 #pragma unroll
           for (int i = 0; i < kPixels; ++i)
 #pragma unroll
@@ -416,7 +552,8 @@ struct CudaCoreMainloop {
   }
 };
 
-// Epilogue: pooled = relu(max over the window's valid conv pixels), stored NCHW.
+// Epilogue: pooled = relu(max over the window's valid conv pixels), stored NCHW;
+// consecutive threads store consecutive columns.
 __device__ __forceinline__ void pool_and_store(const ConvPoolOperands& ops,
                                                const ConvPoolShape& s, const TilePlan& p,
                                                const TileCoords& tc, const float* tile) {
@@ -445,12 +582,37 @@ __device__ __forceinline__ void pool_and_store(const ConvPoolOperands& ops,
   }
 }
 
-template <class Mainloop>
+// Fast-path epilogue: 2x2 windows, stride 2, all inside the conv output (the plan
+// guarantees it), so a tile is 4 x 16 pooled outputs and a window is two float2.
+__device__ __forceinline__ void pool2x2_and_store(const ConvPoolOperands& ops,
+                                                  const ConvPoolShape& s, const TilePlan& p,
+                                                  const TileCoords& tc, const float* tile) {
+  constexpr int kPooledRows = kTileRows / 2, kPooledCols = kTileCols / 2;
+  for (int idx = threadIdx.x; idx < p.out_block * kPooledRows * kPooledCols; idx += kThreads) {
+    const int pooled_col = idx % kPooledCols;
+    const int pooled_row = (idx / kPooledCols) % kPooledRows;
+    const int k = idx / (kPooledRows * kPooledCols);
+    const int out_row = tc.out_row0 + pooled_row, out_col = tc.out_col0 + pooled_col;
+    const int channel = tc.channel0 + k;
+    if (out_row >= s.out_height || out_col >= s.out_width || channel >= s.out_channels) continue;
+    const float* window = tile + k * kEpilogueRow + 2 * pooled_row * kTileCols + 2 * pooled_col;
+    const float2 top = *reinterpret_cast<const float2*>(window);
+    const float2 bottom = *reinterpret_cast<const float2*>(window + kTileCols);
+    float best = max_keeping_nan(max_keeping_nan(max_keeping_nan(top.x, top.y), bottom.x), bottom.y);
+    const int64_t out_index =
+        ((tc.image * s.out_channels + channel) * s.out_height + out_row) * int64_t(s.out_width) +
+        out_col;
+    ops.out[out_index] = relu_keeping_nan(best);
+  }
+}
+
+template <class Mainloop, bool kFast>
 __global__ void __launch_bounds__(kThreads, 1)
     conv_pool_tiled_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const TilePlan p) {
   extern __shared__ __align__(16) float smem[];
   const SmemLayout smem_layout = carve_smem(smem, p);
-  const TileCoords tc = tile_coords(s, p);
+  const TileCoords tc = tile_coords<kFast>(s, p);
+  const StageGeometry<kFast> geometry(s, p, tc);
 
   // Gather table of one weight chunk: entry e = (channel c, tap) ->
   // {offset in global memory from (k, c0), offset in the staged row}.
@@ -472,8 +634,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   Mainloop mainloop;
   for (int st = 0; st < kStages - 1; ++st) {
     if (st < p.channel_chunks)
-      load_stage(ops, s, p, tc, smem_layout.weight_gather, st,
-                 smem_layout.pipeline + st * p.stage_floats);
+      load_stage<kFast>(ops, s, p, tc, smem_layout.weight_gather, st,
+                        smem_layout.pipeline + st * p.stage_floats);
     cp_async_commit();
   }
   for (int chunk = 0; chunk < p.channel_chunks; ++chunk) {
@@ -481,10 +643,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // stage `chunk` visible to all; stage `chunk - 1` free to refill
     const int next = chunk + kStages - 1;
     if (next < p.channel_chunks)
-      load_stage(ops, s, p, tc, smem_layout.weight_gather, next,
-                 smem_layout.pipeline + (next % kStages) * p.stage_floats);
+      load_stage<kFast>(ops, s, p, tc, smem_layout.weight_gather, next,
+                        smem_layout.pipeline + (next % kStages) * p.stage_floats);
     cp_async_commit();
-    mainloop.compute(smem_layout.pipeline + (chunk % kStages) * p.stage_floats, s, p);
+    mainloop.compute(smem_layout.pipeline + (chunk % kStages) * p.stage_floats, geometry);
   }
   cp_async_wait<0>();
   __syncthreads();  // every warp is done reading the stages: reuse them as the tile
@@ -492,7 +654,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* tile = smem_layout.pipeline;
   mainloop.store(tile, smem_layout.bias);
   __syncthreads();
-  pool_and_store(ops, s, p, tc, tile);
+  if constexpr (kFast)
+    pool2x2_and_store(ops, s, p, tc, tile);
+  else
+    pool_and_store(ops, s, p, tc, tile);
 }
 
 __global__ void conv_pool_direct_kernel(const ConvPoolOperands ops, const ConvPoolShape s) {
@@ -544,22 +709,51 @@ struct TiledChoice {
   int out_block;
 };
 
+template <class Mainloop>
+TiledChoice pick(bool fast) {
+  return {fast ? conv_pool_tiled_kernel<Mainloop, true> : conv_pool_tiled_kernel<Mainloop, false>,
+          Mainloop::kOutBlock};
+}
+
 // Tensor cores: the widest block the output channels fill well; the 3xTF32 split
 // doubles the fragment registers, so it stops at 64 to stay clear of spills.
-TiledChoice tiled_choice(int variant, int out_channels) {
+// `fast`: the compile-time 3x3 conv / 2x2 pool geometry (fast_path_applies).
+TiledChoice tiled_choice(int variant, int out_channels, bool fast) {
   switch (variant) {
     case kVariantTiledFp32:
-      return {conv_pool_tiled_kernel<CudaCoreMainloop>, 64};
+      return {conv_pool_tiled_kernel<CudaCoreMainloop, false>, CudaCoreMainloop::kOutBlock};
     case kVariantTiledTf32:
-      if (out_channels > 64) return {conv_pool_tiled_kernel<TensorCoreMainloop<128, false>>, 128};
-      if (out_channels > 32) return {conv_pool_tiled_kernel<TensorCoreMainloop<64, false>>, 64};
-      return {conv_pool_tiled_kernel<TensorCoreMainloop<32, false>>, 32};
+      if (out_channels > 64) return pick<TensorCoreMainloop<128, false>>(fast);
+      if (out_channels > 32) return pick<TensorCoreMainloop<64, false>>(fast);
+      return pick<TensorCoreMainloop<32, false>>(fast);
     case kVariantTiled3xTf32:
-      if (out_channels > 32) return {conv_pool_tiled_kernel<TensorCoreMainloop<64, true>>, 64};
-      return {conv_pool_tiled_kernel<TensorCoreMainloop<32, true>>, 32};
+      if (out_channels > 32) return pick<TensorCoreMainloop<64, true>>(fast);
+      return pick<TensorCoreMainloop<32, true>>(fast);
     default:
       return {nullptr, 0};
   }
+}
+
+// The tiling a tiled variant runs with (the fast geometry is not built for FFMA).
+TilePlan plan_for(const ConvPoolShape& s, int variant) {
+  return make_tile_plan(s, tiled_choice(variant, s.out_channels, false).out_block,
+                        variant != kVariantTiledFp32);
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+// 16-byte copies of input rows: unit column stride, every row start 16-byte aligned.
+bool vectorizable_input(const ConvPoolOperands& ops, const ConvPoolShape& s) {
+  return ops.x_stride[3] == 1 && ops.x_stride[2] % 4 == 0 && ops.x_stride[1] % 4 == 0 &&
+         ops.x_stride[0] % 4 == 0 && s.in_width % 4 == 0 && aligned16(ops.x);
+}
+
+// 16-byte copies of weight rows: a contiguous (K, C, 3, 3) weight with C * 9 % 4 == 0.
+bool vectorizable_weights(const ConvPoolOperands& ops, const ConvPoolShape& s) {
+  const int64_t taps = s.taps();
+  return ops.weight_stride[3] == 1 && ops.weight_stride[2] == s.kernel_w &&
+         ops.weight_stride[1] == taps && ops.weight_stride[0] == s.in_channels * taps &&
+         (s.in_channels * taps) % 4 == 0 && aligned16(ops.weight);
 }
 
 bool is_tiled(int variant) {
@@ -585,7 +779,7 @@ extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int
   if (!is_tiled(variant)) return "unknown variant";
   if (s->pool_h > kTileRows || s->pool_w > kTileCols)
     return "the pooling window is larger than the 8 x 32 conv tile";
-  const TilePlan plan = make_tile_plan(*s, tiled_choice(variant, s->out_channels).out_block);
+  const TilePlan plan = plan_for(*s, variant);
   if (plan.smem_bytes > max_shared_bytes)
     return "the input halo and weights of one stage do not fit in shared memory";
   if (plan.blocks > INT32_MAX) return "the grid has more than 2^31 - 1 tiles";
@@ -611,11 +805,13 @@ extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
     return cudaGetLastError();
   }
   if (!is_tiled(variant)) return cudaErrorInvalidValue;
-  const TiledChoice choice = tiled_choice(variant, s->out_channels);
-  const TilePlan plan = make_tile_plan(*s, choice.out_block);
-  cudaError_t err = cudaFuncSetAttribute(choice.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+  TilePlan plan = plan_for(*s, variant);
+  plan.vector_input = plan.fast && vectorizable_input(*ops, *s);
+  plan.vector_weights = plan.fast && vectorizable_weights(*ops, *s);
+  const TiledKernel kernel = tiled_choice(variant, s->out_channels, plan.fast).kernel;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          plan.smem_bytes);
   if (err != cudaSuccess) return err;
-  choice.kernel<<<unsigned(plan.blocks), kThreads, plan.smem_bytes, stream>>>(*ops, *s, plan);
+  kernel<<<unsigned(plan.blocks), kThreads, plan.smem_bytes, stream>>>(*ops, *s, plan);
   return cudaGetLastError();
 }

@@ -4,17 +4,16 @@
 // last (so each error is reachable on a CPU-only machine), with a message that
 // names the argument and what was expected. The .cu launcher trusts what it gets.
 // Torch is used only to check tensors and allocate the output.
-#include <torch/types.h>
-#include <torch/csrc/utils/pybind.h>
-
 #include <ATen/Context.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/types.h>
 
 #include <optional>
-#include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../binding_registry.h"
@@ -24,30 +23,50 @@ namespace {
 
 using IntPair = std::vector<int64_t>;
 
+// Error messages are assembled here with std::to_string instead of letting
+// TORCH_CHECK stream integers: on the H200 image (torch 2.11, g++ 13) an integer
+// streamed from inside this module crashed the process (SIGSEGV in
+// std::ostream::_M_insert<long>), while strings and c10's own printers are fine.
+void append(std::string& out, const char* text) { out += text; }
+void append(std::string& out, const std::string& text) { out += text; }
+void append(std::string& out, c10::ScalarType type) { out += c10::toString(type); }
+void append(std::string& out, const c10::Device& device) { out += device.str(); }
+template <class T, std::enable_if_t<std::is_integral_v<T>, int> = 0>
+void append(std::string& out, T value) {
+  out += std::to_string(value);
+}
+
+template <class... Parts>
+std::string message(const Parts&... parts) {
+  std::string out;
+  (append(out, parts), ...);
+  return out;
+}
+
 std::string shape_string(const torch::Tensor& t) {
-  std::ostringstream s;
-  s << t.sizes();
-  return s.str();
+  std::string out = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) out += (d ? ", " : "") + std::to_string(t.size(d));
+  return out + "]";
 }
 
 // PyTorch-style pair: one value is used for both dimensions.
 std::pair<int64_t, int64_t> as_pair(const IntPair& value, const char* name) {
-  TORCH_CHECK(value.size() == 1 || value.size() == 2, name,
-              " must be an int pair (h, w), got ", value.size(), " values");
+  TORCH_CHECK(value.size() == 1 || value.size() == 2,
+              message(name, " must be an int pair (h, w), got ", value.size(), " values"));
   return value.size() == 1 ? std::make_pair(value[0], value[0])
                            : std::make_pair(value[0], value[1]);
 }
 
 void check_float_tensor(const torch::Tensor& t, const char* name, int64_t dims,
                         const char* layout) {
-  TORCH_CHECK(t.scalar_type() == torch::kFloat32, name, " must be float32, got ",
-              t.scalar_type());
-  TORCH_CHECK(t.dim() == dims, name, " must be ", dims, "-D ", layout, ", got ", t.dim(),
-              "-D with shape ", shape_string(t));
+  TORCH_CHECK(t.scalar_type() == torch::kFloat32,
+              message(name, " must be float32, got ", t.scalar_type()));
+  TORCH_CHECK(t.dim() == dims, message(name, " must be ", dims, "-D ", layout, ", got ", t.dim(),
+                                       "-D with shape ", shape_string(t)));
 }
 
 void check_int_range(int64_t value, const char* what) {
-  TORCH_CHECK(value <= INT32_MAX, what, " = ", value, " is too large (at most 2^31 - 1)");
+  TORCH_CHECK(value <= INT32_MAX, message(what, " = ", value, " is too large (at most 2^31 - 1)"));
 }
 
 struct Checked {
@@ -57,33 +76,34 @@ struct Checked {
 
 Checked check_and_plan(const torch::Tensor& x, const torch::Tensor& weight,
                        const std::optional<torch::Tensor>& bias, const IntPair& stride,
-                       const IntPair& padding, const IntPair& dilation,
-                       const IntPair& pool_kernel, const IntPair& pool_stride,
-                       const IntPair& pool_padding, bool ceil_mode, int64_t config) {
+                       const IntPair& padding, const IntPair& dilation, const IntPair& pool_kernel,
+                       const IntPair& pool_stride, const IntPair& pool_padding, bool ceil_mode,
+                       int64_t config) {
   check_float_tensor(x, "x", 4, "(N, C, H, W)");
   check_float_tensor(weight, "weight", 4, "(out_channels, in_channels, kH, kW)");
   const int64_t in_channels = x.size(1);
   const int64_t weight_in_channels = weight.size(1);
-  TORCH_CHECK(in_channels >= 1, "x must have at least 1 channel, got shape ", shape_string(x));
-  TORCH_CHECK(weight.size(0) >= 1 && weight.size(2) >= 1 && weight.size(3) >= 1,
-              "weight must have out_channels, kH and kW >= 1, got shape ",
-              shape_string(weight));
+  TORCH_CHECK(in_channels >= 1,
+              message("x must have at least 1 channel, got shape ", shape_string(x)));
+  TORCH_CHECK(
+      weight.size(0) >= 1 && weight.size(2) >= 1 && weight.size(3) >= 1,
+      message("weight must have out_channels, kH and kW >= 1, got shape ", shape_string(weight)));
   if (weight_in_channels != in_channels) {
     TORCH_CHECK(weight_in_channels < 1 || in_channels % weight_in_channels != 0,
-                "groups other than 1 are not supported: weight expects ", weight_in_channels,
-                " input channels per group and x has ", in_channels, " (groups=",
-                in_channels / std::max<int64_t>(weight_in_channels, 1), ")");
-    TORCH_CHECK(false, "channel mismatch: x has ", in_channels,
-                " channels but weight expects ", weight_in_channels,
-                " (weight shape ", shape_string(weight), ")");
+                message("groups other than 1 are not supported: weight expects ",
+                        weight_in_channels, " input channels per group and x has ", in_channels,
+                        " (groups=", in_channels / std::max<int64_t>(weight_in_channels, 1), ")"));
+    TORCH_CHECK(false,
+                message("channel mismatch: x has ", in_channels, " channels but weight expects ",
+                        weight_in_channels, " (weight shape ", shape_string(weight), ")"));
   }
   const int64_t out_channels = weight.size(0);
   if (bias.has_value()) {
-    TORCH_CHECK(bias->scalar_type() == torch::kFloat32, "bias must be float32, got ",
-                bias->scalar_type());
+    TORCH_CHECK(bias->scalar_type() == torch::kFloat32,
+                message("bias must be float32, got ", bias->scalar_type()));
     TORCH_CHECK(bias->dim() == 1 && bias->size(0) == out_channels,
-                "bias must be 1-D with out_channels = ", out_channels, " elements, got shape ",
-                shape_string(*bias));
+                message("bias must be 1-D with out_channels = ", out_channels,
+                        " elements, got shape ", shape_string(*bias)));
   }
 
   auto [stride_h, stride_w] = as_pair(stride, "stride");
@@ -94,51 +114,56 @@ Checked check_and_plan(const torch::Tensor& x, const torch::Tensor& weight,
   auto [pool_stride_h, pool_stride_w] =
       pool_stride.empty() ? std::make_pair(pool_h, pool_w) : as_pair(pool_stride, "pool_stride");
   auto [pool_pad_h, pool_pad_w] = as_pair(pool_padding, "pool_padding");
-  TORCH_CHECK(stride_h > 0 && stride_w > 0, "stride must be positive, got (", stride_h, ", ",
-              stride_w, ")");
-  TORCH_CHECK(dil_h > 0 && dil_w > 0, "dilation must be positive, got (", dil_h, ", ", dil_w,
-              ")");
-  TORCH_CHECK(pad_h >= 0 && pad_w >= 0, "padding must be non-negative, got (", pad_h, ", ",
-              pad_w, ")");
-  TORCH_CHECK(pool_h > 0 && pool_w > 0, "pool_kernel must be positive, got (", pool_h, ", ",
-              pool_w, ")");
-  TORCH_CHECK(pool_stride_h > 0 && pool_stride_w > 0, "pool_stride must be positive, got (",
-              pool_stride_h, ", ", pool_stride_w, ")");
-  TORCH_CHECK(pool_pad_h >= 0 && pool_pad_w >= 0, "pool_padding must be non-negative, got (",
-              pool_pad_h, ", ", pool_pad_w, ")");
-  TORCH_CHECK(pool_pad_h <= pool_h / 2 && pool_pad_w <= pool_w / 2,
-              "pool_padding must be at most half of pool_kernel, got pool_padding (",
-              pool_pad_h, ", ", pool_pad_w, ") for pool_kernel (", pool_h, ", ", pool_w, ")");
-  TORCH_CHECK(config >= kVariantAuto && config < kVariantCount, "config must be -1 (auto) or a ",
-              "variant id in [0, ", int(kVariantCount) - 1, "], got ", config);
+  TORCH_CHECK(stride_h > 0 && stride_w > 0,
+              message("stride must be positive, got (", stride_h, ", ", stride_w, ")"));
+  TORCH_CHECK(dil_h > 0 && dil_w > 0,
+              message("dilation must be positive, got (", dil_h, ", ", dil_w, ")"));
+  TORCH_CHECK(pad_h >= 0 && pad_w >= 0,
+              message("padding must be non-negative, got (", pad_h, ", ", pad_w, ")"));
+  TORCH_CHECK(pool_h > 0 && pool_w > 0,
+              message("pool_kernel must be positive, got (", pool_h, ", ", pool_w, ")"));
+  TORCH_CHECK(
+      pool_stride_h > 0 && pool_stride_w > 0,
+      message("pool_stride must be positive, got (", pool_stride_h, ", ", pool_stride_w, ")"));
+  TORCH_CHECK(
+      pool_pad_h >= 0 && pool_pad_w >= 0,
+      message("pool_padding must be non-negative, got (", pool_pad_h, ", ", pool_pad_w, ")"));
+  TORCH_CHECK(
+      pool_pad_h <= pool_h / 2 && pool_pad_w <= pool_w / 2,
+      message("pool_padding must be at most half of pool_kernel, got pool_padding (", pool_pad_h,
+              ", ", pool_pad_w, ") for pool_kernel (", pool_h, ", ", pool_w, ")"));
+  TORCH_CHECK(config >= kVariantAuto && config < kVariantCount,
+              message("config must be -1 (auto) or a ", "variant id in [0, ",
+                      int(kVariantCount) - 1, "], got ", config));
 
   const int64_t in_h = x.size(2), in_w = x.size(3);
   const int64_t kernel_h = weight.size(2), kernel_w = weight.size(3);
   const int64_t conv_h = conv_length(in_h, kernel_h, pad_h, stride_h, dil_h);
   const int64_t conv_w = conv_length(in_w, kernel_w, pad_w, stride_w, dil_w);
-  TORCH_CHECK(conv_h >= 1 && conv_w >= 1, "convolution output is smaller than 1 element: ",
-              "input ", in_h, "x", in_w, " with kernel ", kernel_h, "x", kernel_w, ", padding (",
-              pad_h, ", ", pad_w, "), dilation (", dil_h, ", ", dil_w, ") gives ", conv_h, "x",
-              conv_w);
+  TORCH_CHECK(conv_h >= 1 && conv_w >= 1,
+              message("convolution output is smaller than 1 element: ", "input ", in_h, "x", in_w,
+                      " with kernel ", kernel_h, "x", kernel_w, ", padding (", pad_h, ", ", pad_w,
+                      "), dilation (", dil_h, ", ", dil_w, ") gives ", conv_h, "x", conv_w));
   const int64_t out_h = pooled_length(conv_h, pool_h, pool_pad_h, pool_stride_h, ceil_mode);
   const int64_t out_w = pooled_length(conv_w, pool_w, pool_pad_w, pool_stride_w, ceil_mode);
-  TORCH_CHECK(out_h >= 1 && out_w >= 1, "pooled output is smaller than 1 element: ",
-              "convolution output ", conv_h, "x", conv_w, " with pool_kernel (", pool_h, ", ",
-              pool_w, "), pool_stride (", pool_stride_h, ", ", pool_stride_w,
-              "), pool_padding (", pool_pad_h, ", ", pool_pad_w, ") gives ", out_h, "x", out_w);
+  TORCH_CHECK(out_h >= 1 && out_w >= 1,
+              message("pooled output is smaller than 1 element: ", "convolution output ", conv_h,
+                      "x", conv_w, " with pool_kernel (", pool_h, ", ", pool_w, "), pool_stride (",
+                      pool_stride_h, ", ", pool_stride_w, "), pool_padding (", pool_pad_h, ", ",
+                      pool_pad_w, ") gives ", out_h, "x", out_w));
 
-  for (int64_t v : {x.size(0), in_channels, in_h, in_w, out_channels, kernel_h, kernel_w,
-                    stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, pool_h, pool_w,
-                    pool_stride_h, pool_stride_w})
+  for (int64_t v :
+       {x.size(0), in_channels, in_h, in_w, out_channels, kernel_h, kernel_w, stride_h, stride_w,
+        pad_h, pad_w, dil_h, dil_w, pool_h, pool_w, pool_stride_h, pool_stride_w})
     check_int_range(v, "a size or parameter");
 
   // Devices last, so that all the checks above are reachable without a GPU.
-  TORCH_CHECK(x.is_cuda(), "x must be a CUDA tensor, got device ", x.device());
-  TORCH_CHECK(weight.device() == x.device(), "weight must be on x's device ", x.device(),
-              ", got ", weight.device());
+  TORCH_CHECK(x.is_cuda(), message("x must be a CUDA tensor, got device ", x.device()));
+  TORCH_CHECK(weight.device() == x.device(),
+              message("weight must be on x's device ", x.device(), ", got ", weight.device()));
   if (bias.has_value())
-    TORCH_CHECK(bias->device() == x.device(), "bias must be on x's device ", x.device(),
-                ", got ", bias->device());
+    TORCH_CHECK(bias->device() == x.device(),
+                message("bias must be on x's device ", x.device(), ", got ", bias->device()));
 
   ConvPoolShape s{};
   s.batch = int(x.size(0));
@@ -182,23 +207,23 @@ torch::Tensor conv2d_relu_maxpool_forward(const torch::Tensor& x, const torch::T
                                           const std::optional<torch::Tensor>& bias,
                                           const IntPair& stride, const IntPair& padding,
                                           const IntPair& dilation, const IntPair& pool_kernel,
-                                          const IntPair& pool_stride,
-                                          const IntPair& pool_padding, bool ceil_mode,
-                                          int64_t config) {
+                                          const IntPair& pool_stride, const IntPair& pool_padding,
+                                          bool ceil_mode, int64_t config) {
   Checked plan = check_and_plan(x, weight, bias, stride, padding, dilation, pool_kernel,
                                 pool_stride, pool_padding, ceil_mode, config);
   const ConvPoolShape& shape = plan.shape;
-  c10::cuda::CUDAGuard device_guard(x.device());
-  auto out = torch::empty({shape.batch, shape.out_channels, shape.out_height, shape.out_width},
-                          x.options().memory_format(torch::MemoryFormat::Contiguous));
-  if (plan.empty) return out;
-
   const int device = x.get_device();
   const int smem = max_shared_bytes(device);
   const int variant = conv_relu_maxpool_choose(&shape, int(config), tf32_allowed(), smem);
   const char* why_not = conv_relu_maxpool_unsupported(&shape, variant, smem);
-  TORCH_CHECK(why_not == nullptr, "config ", config, " (",
-              conv_relu_maxpool_variant_name(variant), ") cannot run this shape: ", why_not);
+  TORCH_CHECK(why_not == nullptr,
+              message("config ", config, " (", conv_relu_maxpool_variant_name(variant),
+                      ") cannot run this shape: ", why_not));
+
+  c10::cuda::CUDAGuard device_guard(x.device());
+  auto out = torch::empty({shape.batch, shape.out_channels, shape.out_height, shape.out_width},
+                          x.options().memory_format(torch::MemoryFormat::Contiguous));
+  if (plan.empty) return out;
 
   ConvPoolOperands operands{};
   operands.x = x.data_ptr<float>();
