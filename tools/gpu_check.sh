@@ -35,7 +35,7 @@ for stage in "${stages[@]}"; do
   case $stage in
     env) run_stage env bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used --format=csv; python3 -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.backends.cudnn.version())"; nvcc --version | tail -n 2' ;;
     build) run_stage build bash utils/compile.sh || break ;;
-    test) run_stage test python3 -m pytest -q -x tests ;;
+    test) run_stage test python3 -m pytest -q -p no:cacheprovider tests ;;
     verify) run_stage verify python3 -m utils.verification ;;
     profile) run_stage profile python3 -m utils.profiling ;;
     suite) run_stage suite python3 -m utils.profiling --suite --json "$OUT/suite.json" --plot "$OUT/suite.png" ;;

@@ -1,0 +1,41 @@
+"""Run one suite case through one kernel variant a few times: a target for ncu.
+
+    ncu --clock-control none -k regex:conv_pool --launch-skip 1 --launch-count 1 \
+        python tools/run_case.py default tiled_tf32 --batch 16
+"""
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import cuda_extension  # noqa: E402
+from utils.suite import find_case  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("case", help="suite or grid case name")
+    parser.add_argument("variant", help="kernel variant name, or auto")
+    parser.add_argument("--batch", type=int, default=0, help="override the batch size")
+    parser.add_argument("--calls", type=int, default=2, help="how many calls")
+    args = parser.parse_args()
+    case = find_case(args.case)
+    if args.batch:
+        case = replace(case, batch=args.batch)
+    config = -1 if args.variant == "auto" else cuda_extension.conv2d_relu_maxpool_variants()[args.variant]
+    torch.manual_seed(0)
+    x = torch.randn(case.input_shape(), device="cuda")
+    w = torch.randn(case.weight_shape(), device="cuda") * 0.05
+    b = torch.randn(case.out_channels, device="cuda")
+    for _ in range(args.calls):
+        cuda_extension.conv2d_relu_maxpool_forward(x, w, b, *case.op_args(), config)
+    torch.cuda.synchronize()
+    print("ran", case.label(), args.variant)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
