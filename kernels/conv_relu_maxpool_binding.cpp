@@ -11,6 +11,7 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/types.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -71,7 +72,7 @@ void check_int_range(int64_t value, const char* what) {
 
 struct Checked {
   ConvPoolShape shape;
-  bool empty;  // batch or output channels of 0: nothing to launch
+  bool empty;  // batch of 0: nothing to launch
 };
 
 Checked check_and_plan(const torch::Tensor& x, const torch::Tensor& weight,
@@ -138,6 +139,11 @@ Checked check_and_plan(const torch::Tensor& x, const torch::Tensor& weight,
 
   const int64_t in_h = x.size(2), in_w = x.size(3);
   const int64_t kernel_h = weight.size(2), kernel_w = weight.size(3);
+  // Before any size arithmetic: every factor fits in 31 bits, so nothing below overflows.
+  for (int64_t v :
+       {x.size(0), in_channels, in_h, in_w, out_channels, kernel_h, kernel_w, stride_h, stride_w,
+        pad_h, pad_w, dil_h, dil_w, pool_h, pool_w, pool_stride_h, pool_stride_w})
+    check_int_range(v, "a size or parameter");
   const int64_t conv_h = conv_length(in_h, kernel_h, pad_h, stride_h, dil_h);
   const int64_t conv_w = conv_length(in_w, kernel_w, pad_w, stride_w, dil_w);
   TORCH_CHECK(conv_h >= 1 && conv_w >= 1,
@@ -152,10 +158,7 @@ Checked check_and_plan(const torch::Tensor& x, const torch::Tensor& weight,
                       pool_stride_h, ", ", pool_stride_w, "), pool_padding (", pool_pad_h, ", ",
                       pool_pad_w, ") gives ", out_h, "x", out_w));
 
-  for (int64_t v :
-       {x.size(0), in_channels, in_h, in_w, out_channels, kernel_h, kernel_w, stride_h, stride_w,
-        pad_h, pad_w, dil_h, dil_w, pool_h, pool_w, pool_stride_h, pool_stride_w})
-    check_int_range(v, "a size or parameter");
+  for (int64_t v : {conv_h, conv_w, out_h, out_w}) check_int_range(v, "an output size");
 
   // Devices last, so that all the checks above are reachable without a GPU.
   TORCH_CHECK(x.is_cuda(), message("x must be a CUDA tensor, got device ", x.device()));
@@ -201,6 +204,18 @@ int max_shared_bytes(int device) {
 
 bool tf32_allowed() { return at::globalContext().allowTF32CuDNN(); }
 
+// The variant `config` runs on `device` (automatic choice for -1); raises when an
+// explicitly requested variant cannot run the shape.
+int resolve_variant(const ConvPoolShape& shape, int64_t config, int device) {
+  const int smem = max_shared_bytes(device);
+  const int variant = conv_relu_maxpool_choose(&shape, int(config), tf32_allowed(), smem);
+  const char* why_not = conv_relu_maxpool_unsupported(&shape, variant, smem);
+  TORCH_CHECK(why_not == nullptr,
+              message("config ", config, " (", conv_relu_maxpool_variant_name(variant),
+                      ") cannot run this shape: ", why_not));
+  return variant;
+}
+
 }  // namespace
 
 torch::Tensor conv2d_relu_maxpool_forward(const torch::Tensor& x, const torch::Tensor& weight,
@@ -213,12 +228,7 @@ torch::Tensor conv2d_relu_maxpool_forward(const torch::Tensor& x, const torch::T
                                 pool_stride, pool_padding, ceil_mode, config);
   const ConvPoolShape& shape = plan.shape;
   const int device = x.get_device();
-  const int smem = max_shared_bytes(device);
-  const int variant = conv_relu_maxpool_choose(&shape, int(config), tf32_allowed(), smem);
-  const char* why_not = conv_relu_maxpool_unsupported(&shape, variant, smem);
-  TORCH_CHECK(why_not == nullptr,
-              message("config ", config, " (", conv_relu_maxpool_variant_name(variant),
-                      ") cannot run this shape: ", why_not));
+  const int variant = resolve_variant(shape, config, device);
 
   c10::cuda::CUDAGuard device_guard(x.device());
   auto out = torch::empty({shape.batch, shape.out_channels, shape.out_height, shape.out_width},
@@ -250,9 +260,7 @@ std::string conv2d_relu_maxpool_choose(const torch::Tensor& x, const torch::Tens
                                        bool ceil_mode, int64_t config) {
   Checked plan = check_and_plan(x, weight, bias, stride, padding, dilation, pool_kernel,
                                 pool_stride, pool_padding, ceil_mode, config);
-  const int smem = max_shared_bytes(x.get_device());
-  const int variant = conv_relu_maxpool_choose(&plan.shape, int(config), tf32_allowed(), smem);
-  return conv_relu_maxpool_variant_name(variant);
+  return conv_relu_maxpool_variant_name(resolve_variant(plan.shape, config, x.get_device()));
 }
 
 pybind11::dict conv2d_relu_maxpool_variants() {

@@ -1,0 +1,37 @@
+"""Shared test setup.
+
+* The repository root is importable (cuda_extension*.so, model.py, model_new.py, utils/), from
+  wherever pytest is started.
+* `@pytest.mark.requires_cuda` skips a test when no CUDA GPU is visible (CI has none).
+* The `extension` fixture imports cuda_extension and fails, never skips, when it is not built:
+  CI builds it first, so a missing module is a broken build, not an optional feature.
+"""
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "requires_cuda: needs a CUDA GPU; skipped without one")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("requires_cuda") and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False)")
+
+
+@pytest.fixture(scope="session")
+def extension():
+    """The built cuda_extension module."""
+    try:
+        import cuda_extension
+    except ImportError as error:
+        pytest.fail(f"cuda_extension is not built or does not load ({error}): run "
+                    "`bash utils/compile.sh` in the repository root first", pytrace=False)
+    return cuda_extension

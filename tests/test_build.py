@@ -1,0 +1,265 @@
+"""The build: utils/compile.sh's pre-checks fail fast with one line, utils/build_env.py finds the
+toolkit and architecture, and the last build's ptxas report shows no register spills.
+
+The compile.sh runs here use a scratch copy of the scripts, so a failing pre-check provably
+writes no build output; none of them compiles anything.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from utils import build_env
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+COMPILE_SH = REPO_ROOT / "utils" / "compile.sh"
+PTXAS_LOG = REPO_ROOT / "build" / "ptxas.log"
+# What compile.sh runs before its pre-checks can fail.
+TOOLS = ["bash", "cat", "date", "dirname", "mktemp", "rm", "tail"]
+
+
+@pytest.fixture
+def scratch_repo(tmp_path: Path) -> Path:
+    """compile.sh and build_env.py alone in an empty repository: build outputs would show."""
+    (tmp_path / "utils").mkdir()
+    for name in ("compile.sh", "build_env.py", "__init__.py"):
+        shutil.copy2(REPO_ROOT / "utils" / name, tmp_path / "utils" / name)
+    return tmp_path
+
+
+@pytest.fixture
+def bare_path(tmp_path: Path) -> str:
+    """A PATH with the few tools compile.sh needs and certainly no nvcc."""
+    bin_dir = tmp_path / "bare_bin"
+    bin_dir.mkdir()
+    for tool in TOOLS:
+        found = shutil.which(tool)
+        if found is None:
+            pytest.skip(f"{tool} not installed")
+        (bin_dir / tool).symlink_to(found)
+    return str(bin_dir)
+
+
+def run_compile_sh(repo: Path, env_overrides: dict, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST")}
+    env["PYTHON"] = sys.executable  # the interpreter itself, not a shim that needs PATH
+    env.update(env_overrides)
+    return subprocess.run(["bash", str(repo / "utils" / "compile.sh"), *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def assert_fails_with_one_line(result: subprocess.CompletedProcess, repo: Path, pattern: str):
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, f"expected one line, got:\n{result.stderr}"
+    assert lines[0].startswith("compile.sh: error: ")
+    assert re.search(pattern, lines[0]), lines[0]
+    assert result.stdout == ""
+    assert not (repo / "build").exists(), "a failed pre-check must not write build outputs"
+    assert not list(repo.glob("*.so"))
+
+
+def fake_toolkit(root: Path, release: str) -> Path:
+    """A directory that looks like a CUDA toolkit whose nvcc reports `release`."""
+    (root / "bin").mkdir(parents=True)
+    (root / "include").mkdir()
+    (root / "include" / "cuda_runtime.h").touch()
+    nvcc = root / "bin" / "nvcc"
+    nvcc.write_text(
+        "#!/bin/sh\n"
+        f'case "$1" in --dryrun) echo "#\\$ TOP={root}/bin/.." >&2 ;;\n'
+        f'  *) echo "Cuda compilation tools, release {release}, V{release}.1" ;; esac\n')
+    nvcc.chmod(0o755)
+    return root
+
+
+# --- compile.sh ---------------------------------------------------------------------------------
+
+def test_compile_sh_is_valid_bash():
+    assert COMPILE_SH.is_file()
+    result = subprocess.run(["bash", "-n", str(COMPILE_SH)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_compile_sh_help_describes_usage_and_builds_nothing(scratch_repo):
+    result = run_compile_sh(scratch_repo, {}, "--help")
+    assert result.returncode == 0
+    assert "usage: bash utils/compile.sh" in result.stdout
+    assert not (scratch_repo / "build").exists()
+
+
+def test_compile_sh_refuses_unknown_arguments(scratch_repo):
+    result = run_compile_sh(scratch_repo, {}, "--fast")
+    assert result.returncode == 2
+    assert "unknown argument '--fast'" in result.stderr
+
+
+def test_compile_sh_without_nvcc_and_with_bogus_cuda_home_fails_in_one_line(
+        scratch_repo, bare_path, tmp_path):
+    bogus = tmp_path / "no-such-toolkit"
+    result = run_compile_sh(scratch_repo, {"PATH": bare_path, "CUDA_HOME": str(bogus)})
+    assert_fails_with_one_line(result, scratch_repo, r"CUDA_HOME=.*no-such-toolkit.*nvcc")
+
+
+def test_compile_sh_with_cuda_path_but_no_toolkit_fails_in_one_line(scratch_repo, bare_path,
+                                                                     tmp_path):
+    result = run_compile_sh(scratch_repo, {"PATH": bare_path, "CUDA_PATH": str(tmp_path)})
+    assert_fails_with_one_line(result, scratch_repo, r"CUDA_PATH=.* has no bin/nvcc")
+
+
+def test_compile_sh_without_torch_fails_in_one_line(scratch_repo, tmp_path):
+    python_without_site = tmp_path / "python-without-site-packages"
+    python_without_site.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    python_without_site.chmod(0o755)
+    result = run_compile_sh(scratch_repo, {"PYTHON": str(python_without_site)})
+    assert_fails_with_one_line(result, scratch_repo, r"torch is not installed")
+
+
+@pytest.mark.skipif(torch.version.cuda is None, reason="CPU-only torch: no CUDA version to match")
+def test_compile_sh_with_other_cuda_major_than_torch_fails_in_one_line(scratch_repo, tmp_path):
+    torch_major = int(torch.version.cuda.split(".")[0])
+    toolkit = fake_toolkit(tmp_path / "cuda-other", f"{torch_major - 1}.4")
+    result = run_compile_sh(scratch_repo, {"CUDA_HOME": str(toolkit)})
+    assert_fails_with_one_line(
+        result, scratch_repo,
+        rf"is CUDA {torch_major - 1}\.4 but torch .* CUDA {re.escape(torch.version.cuda)}: "
+        "the major versions must match")
+
+
+# --- build_env.py -------------------------------------------------------------------------------
+
+@pytest.fixture
+def clean_cuda_env(monkeypatch):
+    for name in ("CUDA_HOME", "CUDA_PATH", "TORCH_CUDA_ARCH_LIST"):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_cuda_home_is_honoured(clean_cuda_env, tmp_path):
+    toolkit = fake_toolkit(tmp_path / "cuda", "13.0")
+    clean_cuda_env.setenv("CUDA_HOME", str(toolkit))
+    assert build_env.find_cuda_home() == toolkit.resolve()
+    assert build_env.toolkit_version(toolkit) == "13.0"
+
+
+def test_bogus_cuda_home_is_an_error_even_with_a_toolkit_elsewhere(clean_cuda_env, tmp_path):
+    clean_cuda_env.setenv("CUDA_HOME", str(tmp_path / "nothing"))
+    with pytest.raises(build_env.BuildEnvError, match="CUDA_HOME=.* has no bin/nvcc"):
+        build_env.find_cuda_home()
+
+
+def test_toolkit_is_found_through_an_nvcc_wrapper_script(clean_cuda_env, tmp_path):
+    toolkit = fake_toolkit(tmp_path / "opt" / "cuda-x", "13.0")
+    wrapper_dir = tmp_path / "wrappers"
+    wrapper_dir.mkdir()
+    wrapper = wrapper_dir / "nvcc"
+    wrapper.write_text(f'#!/bin/sh\nexec "{toolkit}/bin/nvcc" "$@"\n')
+    wrapper.chmod(0o755)
+    clean_cuda_env.setenv("PATH", str(wrapper_dir))
+    assert build_env.find_cuda_home() == toolkit.resolve()
+
+
+def test_toolkit_is_found_through_an_nvcc_symlink(clean_cuda_env, tmp_path):
+    toolkit = fake_toolkit(tmp_path / "cuda-y", "13.0")
+    link_dir = tmp_path / "links"
+    link_dir.mkdir()
+    (link_dir / "nvcc").symlink_to(toolkit / "bin" / "nvcc")
+    clean_cuda_env.setenv("PATH", str(link_dir))
+    assert build_env.find_cuda_home() == toolkit.resolve()
+
+
+def fake_torch(*capabilities):
+    cuda = SimpleNamespace(is_available=lambda: bool(capabilities),
+                           device_count=lambda: len(capabilities),
+                           get_device_capability=lambda index: capabilities[index])
+    return SimpleNamespace(cuda=cuda)
+
+
+def test_arch_defaults_to_hopper_arch_specific_without_a_gpu(clean_cuda_env):
+    assert build_env.choose_arch_list(fake_torch())[0] == "9.0a"
+
+
+@pytest.mark.parametrize("capabilities,expected", [([(9, 0)], "9.0a"), ([(8, 0)], "8.0"),
+                                                   ([(9, 0), (9, 0), (8, 9)], "9.0a;8.9")])
+def test_arch_follows_the_visible_gpus_with_hopper_as_9_0a(clean_cuda_env, capabilities,
+                                                           expected):
+    assert build_env.choose_arch_list(fake_torch(*capabilities))[0] == expected
+
+
+def test_arch_list_from_the_environment_wins(clean_cuda_env):
+    clean_cuda_env.setenv("TORCH_CUDA_ARCH_LIST", "8.0;9.0a")
+    assert build_env.choose_arch_list(fake_torch((9, 0)))[0] == "8.0;9.0a"
+
+
+# --- the last build -----------------------------------------------------------------------------
+
+def last_build_file(pattern: str) -> Path:
+    found = sorted((REPO_ROOT / "build").glob(pattern))
+    if not found:
+        pytest.skip(f"no build/{pattern}: the extension was not built with utils/compile.sh")
+    return found[0]
+
+
+def test_cuda_sources_are_compiled_with_the_agreed_nvcc_flags():
+    ninja_file = last_build_file("temp.*/build.ninja").read_text()
+    nvcc_flags = re.search(r"^cuda_post_cflags = (.*)$", ninja_file, re.MULTILINE).group(1)
+    assert "fast_math" not in nvcc_flags, "--use_fast_math breaks NaN/inf semantics"
+    assert "-lineinfo" in nvcc_flags and "-Xptxas -v" in nvcc_flags and "-O3" in nvcc_flags
+    if os.environ.get("TORCH_CUDA_ARCH_LIST") is None and not torch.cuda.is_available():
+        assert "-gencode=arch=compute_90a,code=sm_90a" in nvcc_flags
+
+
+def parse_ptxas_report(text: str) -> dict:
+    """{function: (stack bytes, spill store bytes, spill load bytes)} from `ptxas -v` output."""
+    functions, current = {}, None
+    for line in text.splitlines():
+        properties = re.search(r"Function properties for (\S+)", line)
+        if properties:
+            current = properties.group(1)
+            continue
+        usage = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, "
+                          r"(\d+) bytes spill loads", line)
+        if usage and current is not None:
+            functions[current] = tuple(int(n) for n in usage.groups())
+            current = None
+    return functions
+
+
+def demangle(name: str) -> str:
+    try:
+        return subprocess.run(["c++filt", name], capture_output=True, text=True,
+                              timeout=10).stdout.strip() or name
+    except (OSError, subprocess.SubprocessError):
+        return name
+
+
+def test_no_kernel_spills_registers():
+    if not PTXAS_LOG.is_file():
+        pytest.skip(f"{PTXAS_LOG.relative_to(REPO_ROOT)} absent: build with utils/compile.sh "
+                    "(it saves the ptxas -v report there)")
+    sources = sorted(REPO_ROOT.glob("kernels/*.cu")) + sorted(REPO_ROOT.glob("kernels/*.h"))
+    newer = [s.name for s in sources if s.stat().st_mtime > PTXAS_LOG.stat().st_mtime]
+    if newer:
+        pytest.skip(f"ptxas report is older than {', '.join(newer)}: rebuild with utils/compile.sh")
+    report = PTXAS_LOG.read_text()
+    for source in REPO_ROOT.glob("kernels/*.cu"):
+        assert f"== kernels/{source.name}" in report, f"no ptxas report for {source.name}"
+    functions = parse_ptxas_report(report)
+    assert functions, "the ptxas report lists no function: is -Xptxas -v still in setup.py?"
+    spilling = {name: usage for name, usage in functions.items() if usage[1] or usage[2]}
+    assert not spilling, "register spills:\n" + "\n".join(
+        f"  {demangle(name)}: {stack} bytes stack frame, {stores} bytes spill stores, "
+        f"{loads} bytes spill loads" for name, (stack, stores, loads) in spilling.items())
+
+
+def test_ptxas_report_parser_reads_spills():
+    sample = ("ptxas info    : Function properties for _Z6kernelv\n"
+              "    16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n")
+    assert parse_ptxas_report(sample) == {"_Z6kernelv": (16, 8, 4)}

@@ -1,0 +1,480 @@
+"""CPU-side tests of the measuring instruments: utils/suite.py, utils/verification.py and
+utils/profiling.py. No GPU needed (CI runs them); the GPU side is tests/test_instruments_gpu.py.
+
+    python -m pytest -q tests/test_instruments_cpu.py
+"""
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from model import Model
+from utils import profiling, verification
+from utils.suite import DEFAULT, GRID, SUITE, ConvPoolCase, find_case, pooled_length, random_cases
+
+REPO = Path(__file__).resolve().parents[1]
+
+# GFLOP column of ../shared/PEERS-H200.md, as printed there.
+PEERS_GFLOP = {"default": 299.6, "vgg_b2": 118.4, "vgg_b3": 118.4, "vgg_b5": 29.6,
+               "rgb_stem": 11.1, "alexnet_c1": 4.5, "lenet_c1": 0.24, "batch1": 2.3}
+# floor column (ms) of PEERS-H200.md: max(FLOPs at 356 TFLOP/s, bytes at 4.24 TB/s).
+PEERS_FLOOR_MS = {"default": 0.841, "vgg_b2": 0.332, "vgg_b3": 0.332, "vgg_b5": 0.083,
+                  "rgb_stem": 0.058, "alexnet_c1": 0.013, "lenet_c1": 0.002, "batch1": 0.007}
+PEERS_CEILINGS = profiling.Ceilings(356.0, 4.24, "PEERS-H200.md")
+
+
+# ---- the torch-op guard -------------------------------------------------------------------
+
+class FakeModelNew(nn.Module):
+    """ModelNew's parameter holder with a forward the test chooses."""
+
+    def __init__(self, forward):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self._forward = forward
+
+    def forward(self, x):
+        return self._forward(self, x)
+
+
+def run_guarded(forward, x=None):
+    model = FakeModelNew(forward)
+    x = torch.randn(2, 3, 8, 8) if x is None else x
+    with torch.no_grad(), verification.TorchOpGuard():
+        return model(x)
+
+
+PLANTED_OPS = [
+    (lambda self, x: torch.relu(x), "torch.relu"),
+    (lambda self, x: x.clamp(min=0), "Tensor.clamp"),
+    (lambda self, x: F.relu(x), "torch.nn.functional.relu"),
+    (lambda self, x: F.max_pool2d(x, 2), "max_pool2d"),
+    (lambda self, x: torch.nn.functional.conv2d(x, self.conv.weight), "conv2d"),
+    (lambda self, x: self.conv(x), "conv2d"),
+    (lambda self, x: x + 1, "Tensor.add"),
+    (lambda self, x: torch.matmul(x, x), "torch.matmul"),
+    (lambda self, x: x[:, :1], "Tensor.__getitem__"),
+    (lambda self, x: x.contiguous(), "Tensor.contiguous"),
+    (lambda self, x: torch.ops.aten.relu(x), "torch.ops.aten.relu"),
+    (lambda self, x: torch.ops.aten.relu.default(x), "torch.ops.aten.relu"),
+]
+
+
+@pytest.mark.parametrize("forward,name", PLANTED_OPS, ids=[name for _, name in PLANTED_OPS])
+def test_guard_rejects_planted_torch_op_and_names_it(forward, name):
+    with pytest.raises(verification.ForbiddenTorchOp, match=name.replace(".", r"\.")):
+        run_guarded(forward)
+
+
+def test_guard_lets_creation_and_metadata_pass():
+    def forward(self, x):
+        weight = self.conv.weight
+        assert x.shape == (2, 3, 8, 8) and x.dim() == 4 and x.ndim == 4
+        assert x.device.type == "cpu" and x.dtype == torch.float32 and not x.is_cuda
+        assert x.stride() == (192, 64, 8, 1) and x.is_contiguous() and x.size(1) == 3
+        assert weight.shape == (4, 3, 3, 3) and x.numel() == 384 and x.data_ptr() != 0
+        assert self.conv.bias.shape == (4,) and x.element_size() == 4
+        torch.zeros(3)
+        torch.ones(3, device=x.device)
+        torch.full((2,), 1.5)
+        torch.tensor([1.0, 2.0])
+        torch.empty_like(x)
+        torch.zeros_like(x)
+        x.new_empty(5)
+        x.new_zeros(5)
+        return torch.empty(2, 4, 3, 3, dtype=x.dtype, device=x.device)
+
+    assert run_guarded(forward).shape == (2, 4, 3, 3)
+
+
+def test_guard_lets_pybind_extension_calls_pass():
+    """A pybind function never reaches __torch_function__; a plain Python stand-in shows
+    that calls outside torch are not intercepted either."""
+    def extension_op(x, weight, bias):
+        return "extension ran"
+
+    assert run_guarded(lambda self, x: extension_op(x, self.conv.weight, self.conv.bias)) \
+        == "extension ran"
+
+
+def test_guard_lets_real_model_new_reach_the_extension():
+    """On CPU tensors the real ModelNew gets as far as the binding's device check."""
+    pytest.importorskip("cuda_extension", reason="extension not built")
+    from model_new import ModelNew
+    model = ModelNew(3, 4, 3, 2)
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad(), verification.TorchOpGuard(), \
+            pytest.raises(RuntimeError, match="CUDA tensor") as raised:
+        model(x)
+    assert not isinstance(raised.value, verification.ForbiddenTorchOp)
+
+
+@pytest.fixture(scope="module")
+def extension_namespace_op():
+    """An op in the extension's torch.library namespace and one in a foreign namespace."""
+    fragment = torch.library.Library(verification.ALLOWED_OP_NAMESPACE, "FRAGMENT")
+    fragment.define("guard_test_identity(Tensor x) -> Tensor")
+    fragment.impl("guard_test_identity", lambda x: x.clone(), "CPU")
+    foreign = torch.library.Library("guard_test_foreign", "DEF")
+    foreign.define("identity(Tensor x) -> Tensor")
+    foreign.impl("identity", lambda x: x.clone(), "CPU")
+    yield
+    del fragment, foreign
+
+
+def test_guard_allows_ops_of_the_extension_namespace(extension_namespace_op):
+    namespace = getattr(torch.ops, verification.ALLOWED_OP_NAMESPACE)
+    x = torch.randn(2, 3, 8, 8)
+    assert torch.equal(run_guarded(lambda self, x: namespace.guard_test_identity(x), x), x)
+    assert torch.equal(run_guarded(lambda self, x: namespace.guard_test_identity.default(x), x),
+                       x)
+
+
+def test_guard_rejects_ops_of_other_namespaces(extension_namespace_op):
+    with pytest.raises(verification.ForbiddenTorchOp, match="guard_test_foreign"):
+        run_guarded(lambda self, x: torch.ops.guard_test_foreign.identity(x))
+
+
+# ---- comparison helpers (CPU tensors) ------------------------------------------------------
+
+def test_assert_matches_passes_within_tolerance_and_reports_unwritten_nan():
+    ref = torch.linspace(-1, 5, 100)
+    verification.assert_matches(ref + 5e-3, ref, "close")
+    out = ref.clone()
+    out[7] = float("nan")
+    with pytest.raises(verification.CheckFailed, match="1 NaN where Model has a number"):
+        verification.assert_matches(out, ref, "unwritten")
+    with pytest.raises(verification.CheckFailed, match="output shape"):
+        verification.assert_matches(ref[:-1], ref, "shape")
+
+
+def test_assert_matches_compares_nan_inf_when_asked():
+    ref = torch.tensor([0.0, float("nan"), float("inf"), 1.0])
+    verification.assert_matches(ref.clone(), ref, "specials", equal_nan=True)
+    with pytest.raises(verification.CheckFailed):
+        verification.assert_matches(torch.tensor([0.0, 0.0, float("inf"), 1.0]), ref,
+                                    "specials", equal_nan=True)
+    with pytest.raises(verification.CheckFailed, match="NaN positions"):
+        verification.assert_special_positions(torch.tensor([0.0, 0.0, float("inf"), 1.0]), ref,
+                                              "specials")
+
+
+def test_finite_errors_on_known_values():
+    ref64 = torch.tensor([1.0, 2.0, 0.0, 4.0], dtype=torch.float64)
+    ref = ref64.float()
+    out = torch.tensor([1.0, 2.5, 0.001, 4.0])
+    errors = verification.finite_errors(out, ref, ref64)
+    assert errors.max_abs == pytest.approx(0.5)
+    assert errors.max_rel == pytest.approx(0.25)           # 0.5 / 2
+    assert errors.rel_l2_64 == pytest.approx((0.25 + 1e-6) ** 0.5 / 21 ** 0.5, rel=1e-5)
+    assert errors.torch_rel_l2_64 == 0.0
+    assert "rel_l2" in errors.describe()
+
+
+# ---- suite definitions ---------------------------------------------------------------------
+
+def test_suite_names_and_gflop_match_peers_table():
+    assert [case.name for case in SUITE] == list(PEERS_GFLOP)
+    for case in SUITE:
+        printed = PEERS_GFLOP[case.name]
+        decimals = len(str(printed).split(".")[1])
+        assert round(case.flops() / 1e9, decimals) == printed, case.name
+    assert DEFAULT is SUITE[0]
+    assert DEFAULT.flops() == pytest.approx(299.6e9, rel=1e-3)
+
+
+def test_default_matches_model_py():
+    import model
+    assert DEFAULT.init_args()[:4] == [model.in_channels, model.out_channels,
+                                      (model.kernel_size,) * 2, (model.pool_kernel_size,) * 2]
+    assert DEFAULT.input_shape() == (model.batch_size, model.in_channels, model.height,
+                                     model.width)
+    assert DEFAULT.conv_out() == (126, 126) and DEFAULT.output_shape() == (128, 128, 63, 63)
+
+
+def test_case_names_are_unique():
+    names = [case.name for case in SUITE] + [case.name for case in GRID]
+    assert len({c.name for c in GRID}) == len(GRID)
+    assert find_case("k136_channel_tail").out_channels == 136
+    with pytest.raises(KeyError):
+        find_case("no_such_case")
+    assert names
+
+
+def check_shapes_against_torch(case: ConvPoolCase) -> None:
+    assert case.is_valid(), case
+    torch.manual_seed(0)
+    by_keyword = Model(**case.model_kwargs())
+    by_position = Model(*case.init_args())
+    x = torch.randn(case.input_shape())
+    with torch.no_grad():
+        out = by_keyword(x)
+        conv = by_keyword.conv(x)
+        assert by_position(x).shape == out.shape
+    assert tuple(conv.shape[2:]) == case.conv_out(), case.name
+    assert tuple(out.shape) == case.output_shape(), case.name
+    assert case.output_elements() == out.numel()
+
+
+@pytest.mark.parametrize("case", GRID, ids=[case.name for case in GRID])
+def test_grid_case_geometry_matches_pytorch(case):
+    check_shapes_against_torch(case)
+
+
+def test_grid_covers_the_required_geometry():
+    def has(predicate):
+        return any(predicate(case) for case in GRID)
+
+    assert has(lambda c: c.padding != (0, 0))
+    assert has(lambda c: c.stride == (2, 2))
+    assert has(lambda c: c.dilation == (2, 2))
+    assert has(lambda c: c.kernel_size == (3, 5) and c.height != c.width)
+    assert has(lambda c: c.pool_kernel == (3, 3) and c.effective_pool_stride == (2, 2))
+    assert has(lambda c: c.pool_padding == (1, 1))
+    assert has(lambda c: c.ceil_mode)
+    assert has(lambda c: c.in_channels == 3 and c.out_channels == 7)
+    assert has(lambda c: c.in_channels == 1)
+    assert has(lambda c: c.out_channels > 128 and c.out_channels % 128 != 0)
+    assert has(lambda c: c.batch == 1)
+    assert has(lambda c: not c.bias)
+    assert has(lambda c: c.kernel_size == (11, 11) and c.stride == (4, 4))
+    assert has(lambda c: c.kernel_size == (5, 5))
+    assert has(lambda c: c.kernel_size == (1, 1))
+    assert has(lambda c: c.stride == (1, 2) and c.padding == (2, 0))
+    assert has(lambda c: c.pool_kernel[0] > 8)
+    assert has(lambda c: c.pool_kernel == (1, 1))
+    assert has(lambda c: c.height * c.width >= 200 * 300)
+    # Floor-mode pooling that drops a conv border row and column.
+    assert has(lambda c: not c.ceil_mode and all(
+        (size - k) % s != 0 for size, k, s in zip(c.conv_out(), c.pool_kernel,
+                                                 c.effective_pool_stride)))
+
+
+def test_grid_cases_are_small():
+    for case in GRID:
+        assert case.batch <= 4 and case.input_elements() <= 8 * 200 * 300, case.name
+
+
+def test_random_cases_are_valid_and_reproducible():
+    cases = random_cases(random.Random(1234), 40)
+    assert cases == random_cases(random.Random(1234), 40)
+    assert len({case.name for case in cases}) == 40
+    for case in cases:
+        assert all(pad <= k // 2 for pad, k in zip(case.pool_padding, case.pool_kernel))
+        check_shapes_against_torch(case)
+
+
+def test_pooled_length_follows_pytorch_ceil_mode_rule():
+    # Without the rule ceil mode would give 5 windows; the last would start in the padding.
+    assert pooled_length(10, 2, 1, 3, ceil_mode=True) == 4
+    assert pooled_length(23, 2, 0, 2, ceil_mode=True) == 12
+    assert pooled_length(23, 2, 0, 2, ceil_mode=False) == 11
+
+
+def test_case_to_dict_is_json():
+    record = json.loads(json.dumps(DEFAULT.to_dict()))
+    assert record["pooled_out"] == [63, 63] and record["pool_stride"] == [2, 2]
+    assert record["flops"] == DEFAULT.flops()
+
+
+# ---- statistics and the floor ------------------------------------------------------------
+
+def test_percentiles_on_known_lists():
+    values = [float(v) for v in range(1, 11)]
+    assert profiling.percentile(values, 50) == pytest.approx(5.5)
+    assert profiling.percentile(values, 10) == pytest.approx(1.9)
+    assert profiling.percentile(values, 90) == pytest.approx(9.1)
+    assert profiling.percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert profiling.percentile([7.0], 90) == 7.0
+    stats = profiling.summarize([4.0, 1.0, 3.0, 2.0, 100.0])
+    assert (stats.median_us, stats.min_us, stats.max_us, stats.samples) == (3.0, 1.0, 100.0, 5)
+    assert stats.mean_us == pytest.approx(22.0)
+    assert stats.p10_us == pytest.approx(1.4) and stats.p90_us == pytest.approx(61.6)
+
+
+def test_percentiles_agree_with_numpy():
+    numpy = pytest.importorskip("numpy")
+    values = [random.Random(5).random() for _ in range(101)]
+    for q in (10, 50, 90):
+        assert profiling.percentile(values, q) == pytest.approx(numpy.percentile(values, q))
+
+
+def test_floor_of_the_default_problem():
+    assert DEFAULT.min_bytes() == 4 * (128 * 64 * 128 * 128 + 128 * 64 * 9 + 128
+                                       + 128 * 128 * 63 * 63)
+    floor = profiling.floor_us(DEFAULT, PEERS_CEILINGS)
+    assert floor == pytest.approx(299.649466368e9 / 356e12 * 1e6)  # compute bound
+    assert floor / 1e3 == pytest.approx(0.841, abs=1e-3)
+    assert profiling.tflops(DEFAULT, floor) == pytest.approx(356.0)
+    assert profiling.percent_of_floor(floor, 2 * floor) == pytest.approx(50.0)
+
+
+@pytest.mark.parametrize("case", SUITE, ids=[case.name for case in SUITE])
+def test_floor_matches_peers_table(case):
+    assert profiling.floor_us(case, PEERS_CEILINGS) / 1e3 == pytest.approx(
+        PEERS_FLOOR_MS[case.name], abs=1e-3)
+
+
+def test_memory_bound_floor_uses_bandwidth():
+    case = find_case("lenet_c1")  # 0.24 GFLOP but 31 MB: bound by bytes
+    assert profiling.floor_us(case, PEERS_CEILINGS) == pytest.approx(
+        case.min_bytes() / 4.24e12 * 1e6)
+
+
+def test_input_buffer_count_exceeds_twice_l2():
+    l2 = 60 << 20
+    assert profiling.input_buffer_count(DEFAULT.input_elements() * 4, l2) == 2
+    small = find_case("lenet_c1").input_elements() * 4
+    count = profiling.input_buffer_count(small, l2)
+    assert count * small > 2 * l2 and count <= profiling.MAX_INPUT_BUFFERS
+    assert profiling.input_buffer_count(1024, l2) == profiling.MAX_INPUT_BUFFERS
+    assert profiling.input_buffer_count(6 << 30, l2) == 1  # over the memory budget
+
+
+# ---- results: table, JSON, plot ------------------------------------------------------------
+
+def fake_results() -> list:
+    results = []
+    for case, new_us, eager_us, compile_us in ((DEFAULT, 1500.0, 3900.0, 1940.0),
+                                               (find_case("batch1"), 30.0, 52.0, 105.0)):
+        result = profiling.CaseResult(case, "tiled_tf32", profiling.floor_us(case, PEERS_CEILINGS),
+                                      input_buffers=2, matches_model=True)
+        for name, median in ((profiling.NEW, new_us), (profiling.EAGER, eager_us),
+                             (profiling.COMPILE, compile_us)):
+            times = [median * (0.98 + 0.0004 * i) for i in range(101)]
+            result.targets[name] = profiling.TargetResult(
+                name, profiling.summarize(times), profiler_kernel_us=median * 0.97,
+                compile_s=12.0 if name == profiling.COMPILE else None)
+        results.append(result)
+    return results
+
+
+def test_speedup_over_each_peer():
+    result = fake_results()[0]
+    speedups = result.speedup_over()
+    assert speedups[profiling.EAGER] == pytest.approx(3900 / 1500, rel=1e-3)
+    assert speedups[profiling.COMPILE] == pytest.approx(1940 / 1500, rel=1e-3)
+
+
+def test_json_record_has_the_schema_keys(tmp_path):
+    environment = profiling.environment_info()  # works without a GPU: GPU fields are None
+    for key in profiling.REQUIRED_ENVIRONMENT_KEYS:
+        assert key in environment
+    assert environment["torch"] == torch.__version__
+    settings = dict(iters=101, warmup=10)
+    record = profiling.build_record(environment, settings, PEERS_CEILINGS, fake_results())
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(record))
+    loaded = json.loads(path.read_text())
+    assert loaded["schema"] == profiling.JSON_SCHEMA
+    for key in profiling.REQUIRED_TOP_KEYS:
+        assert key in loaded
+    assert loaded["ceilings"] == {"tf32_tflops": 356.0, "hbm_tbps": 4.24,
+                                  "source": "PEERS-H200.md"}
+    assert [case["name"] for case in loaded["cases"]] == ["default", "batch1"]
+    for case in loaded["cases"]:
+        for key in profiling.REQUIRED_CASE_KEYS:
+            assert key in case
+        for target in case["targets"].values():
+            for key in profiling.REQUIRED_TARGET_KEYS:
+                assert key in target
+    default = loaded["cases"][0]
+    assert default["case"]["flops"] == DEFAULT.flops()
+    assert default["targets"]["new"]["median_us"] == pytest.approx(1500.0 * 1.0, rel=1e-3)
+    assert default["targets"]["compile"]["compile_s"] == 12.0
+    assert default["speedup_over"]["eager"] == pytest.approx(2.6, rel=1e-3)
+
+
+def test_table_lists_microseconds_and_speedups():
+    table = profiling.format_table(fake_results())
+    lines = table.splitlines()
+    assert len(lines) == 3
+    assert "new us" in lines[0] and "x eager" in lines[0] and "x compile" in lines[0]
+    assert lines[1].startswith("default") and "2.60" in lines[1] and "1.29" in lines[1]
+    assert "tiled_tf32" in lines[2]
+
+
+def test_plot_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "speedup.png"
+    profiling.plot_speedups(fake_results(), path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_heartbeat_shows_progress(capsys):
+    with profiling.heartbeat("compiling something", every_s=0.02):
+        time.sleep(0.1)
+    out = capsys.readouterr().out
+    assert "compiling something ..." in out and "s" in out.splitlines()[1]
+    assert "done in" in out.splitlines()[-1]
+
+
+# ---- argument parsing ----------------------------------------------------------------------
+
+def test_verification_arguments():
+    parser = verification.build_parser()
+    args = parser.parse_args([])
+    assert (args.quick, args.seed, args.fp32) == (False, None, False)
+    args = parser.parse_args(["--quick", "--seed", "42", "--fp32", "--random-cases", "2"])
+    assert (args.quick, args.seed, args.fp32, args.random_cases) == (True, 42, True, 2)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--seed", "abc"])
+
+
+def test_profiling_arguments(tmp_path):
+    parser = profiling.build_parser()
+    args = parser.parse_args([])
+    assert (args.suite, args.iters, args.json, args.plot, args.single_run) == (
+        False, 100, None, None, None)
+    assert profiling.requested_targets(args) == ["new", "eager", "compile"]
+    assert profiling.requested_cases(args) == [DEFAULT]
+    args = parser.parse_args(["--suite", "--json", str(tmp_path / "a.json"), "--plot",
+                              str(tmp_path / "a.png"), "--iters", "7", "--measure-ceilings",
+                              "--max-autotune", "--channels-last"])
+    assert args.suite and args.iters == 7 and args.measure_ceilings
+    assert args.json == tmp_path / "a.json" and args.plot == tmp_path / "a.png"
+    assert profiling.requested_cases(args) == SUITE
+    assert profiling.requested_targets(args) == ["new", "eager", "compile", "max-autotune",
+                                                 "channels-last"]
+    args = parser.parse_args(["--single-run", "new,compile", "--case", "batch1"])
+    assert args.single_run == ["new", "compile"]
+    assert profiling.requested_cases(args) == [find_case("batch1")]
+    for bad in (["--single-run", "new,bogus"], ["--suite", "--case", "batch1"],
+                ["--iters", "many"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(bad)
+
+
+@pytest.mark.parametrize("module", ["utils.verification", "utils.profiling"])
+def test_help_describes_every_flag(module):
+    result = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0
+    assert "usage: python -m " + module in result.stdout
+
+
+# ---- failing clearly without a GPU or without the extension --------------------------------
+
+@pytest.mark.parametrize("command", [["utils.verification", "--quick"], ["utils.profiling"]])
+def test_exits_nonzero_with_a_clear_message_without_gpu(command):
+    environment = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    result = subprocess.run([sys.executable, "-m", *command], cwd=REPO, env=environment,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "no CUDA GPU is visible" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("module", [verification, profiling])
+def test_missing_extension_tells_how_to_build(module, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cuda_extension", None)  # makes the import fail
+    with pytest.raises(module.SetupError, match=r"bash utils/compile\.sh"):
+        module.require_gpu_and_extension()

@@ -1,0 +1,1 @@
+"""Command-line utilities of the cuda_extension project (build, verification, profiling)."""

@@ -1,0 +1,290 @@
+"""Problem configurations for Conv2d -> ReLU -> MaxPool2d: the single source of shapes.
+
+`SUITE` is the public benchmark suite (the shapes in ../shared/PEERS-H200.md), `DEFAULT` its
+first entry (model.py's problem), `GRID` the small correctness grid that the GPU tests and
+`python -m utils.verification` sweep, and `random_cases` draws further valid configurations.
+
+Every case knows its geometry (conv_out, pooled_out, computed with PyTorch's formulas), its
+work (flops, min_bytes) and how to build Model / ModelNew (`init_args`, `model_kwargs`) and
+call the raw op (`op_args`). Plain Python, no torch import, so CPU tests can use it freely.
+
+    python -m utils.suite          # prints every case with its output shape and GFLOP
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+Pair = tuple[int, int]
+
+BYTES_PER_ELEMENT = 4  # float32
+
+
+def conv_length(size: int, kernel: int, pad: int, stride: int, dilation: int) -> int:
+    """Output length of one convolution dimension (may be < 1 for an invalid problem)."""
+    return (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def pooled_length(size: int, kernel: int, pad: int, stride: int, ceil_mode: bool) -> int:
+    """Output length of one max-pool dimension, as PyTorch's pooling_output_shape (dilation 1).
+
+    In ceil mode the last window must still start inside the input or its left padding.
+    """
+    numerator = size + 2 * pad - kernel + (stride - 1 if ceil_mode else 0)
+    out = numerator // stride + 1  # Python's // floors, also for negative numerators
+    if ceil_mode and (out - 1) * stride >= size + pad:
+        out -= 1
+    return out
+
+
+@dataclass(frozen=True)
+class ConvPoolCase:
+    """One fused Conv2d -> ReLU -> MaxPool2d problem, float32 NCHW."""
+    name: str
+    batch: int
+    in_channels: int
+    out_channels: int
+    height: int
+    width: int
+    kernel_size: Pair
+    stride: Pair = (1, 1)
+    padding: Pair = (0, 0)
+    dilation: Pair = (1, 1)
+    pool_kernel: Pair = (2, 2)
+    pool_stride: Optional[Pair] = None  # None: same as pool_kernel, as nn.MaxPool2d
+    pool_padding: Pair = (0, 0)
+    ceil_mode: bool = False
+    bias: bool = True
+
+    @property
+    def effective_pool_stride(self) -> Pair:
+        return self.pool_kernel if self.pool_stride is None else self.pool_stride
+
+    # ---- constructing the models and calling the op -------------------------------------
+    def model_kwargs(self) -> dict:
+        """Keyword arguments for model.Model / model_new.ModelNew (Model's parameter names)."""
+        return dict(in_channels=self.in_channels, out_channels=self.out_channels,
+                    kernel_size=self.kernel_size, pool_kernel_size=self.pool_kernel,
+                    stride=self.stride, padding=self.padding, dilation=self.dilation,
+                    pool_stride=self.pool_stride, pool_padding=self.pool_padding,
+                    ceil_mode=self.ceil_mode, bias=self.bias)
+
+    def init_args(self) -> list:
+        """Positional arguments for Model / ModelNew, in Model's parameter order."""
+        return list(self.model_kwargs().values())
+
+    def op_args(self) -> tuple:
+        """The spatial arguments of cuda_extension.conv2d_relu_maxpool_forward after bias:
+        (stride, padding, dilation, pool_kernel, pool_stride, pool_padding, ceil_mode)."""
+        return (list(self.stride), list(self.padding), list(self.dilation),
+                list(self.pool_kernel), list(self.effective_pool_stride),
+                list(self.pool_padding), self.ceil_mode)
+
+    # ---- geometry ----------------------------------------------------------------------
+    def input_shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.in_channels, self.height, self.width)
+
+    def weight_shape(self) -> tuple[int, int, int, int]:
+        return (self.out_channels, self.in_channels, *self.kernel_size)
+
+    def conv_out(self) -> Pair:
+        """(P, Q): height and width of the convolution output (never stored by the fused op)."""
+        return tuple(conv_length(size, k, p, s, d) for size, k, p, s, d in zip(
+            (self.height, self.width), self.kernel_size, self.padding, self.stride,
+            self.dilation))
+
+    def pooled_out(self) -> Pair:
+        """Height and width of the pooled output."""
+        return tuple(pooled_length(size, k, p, s, self.ceil_mode) for size, k, p, s in zip(
+            self.conv_out(), self.pool_kernel, self.pool_padding, self.effective_pool_stride))
+
+    def output_shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.out_channels, *self.pooled_out())
+
+    def is_valid(self) -> bool:
+        """True when PyTorch (and the op) accept the problem and every output is >= 1."""
+        pairs = (self.kernel_size, self.stride, self.dilation, self.pool_kernel,
+                 self.effective_pool_stride)
+        if min(min(p) for p in pairs) < 1 or min(self.padding) < 0 or min(self.pool_padding) < 0:
+            return False
+        if any(pad > k // 2 for pad, k in zip(self.pool_padding, self.pool_kernel)):
+            return False
+        if min(self.batch, self.in_channels, self.out_channels, self.height, self.width) < 1:
+            return False
+        return min(self.conv_out()) >= 1 and min(self.pooled_out()) >= 1
+
+    # ---- work --------------------------------------------------------------------------
+    def flops(self) -> float:
+        """Convolution FLOPs, 2 * N * K * P * Q * C * kh * kw (ReLU and pooling not counted)."""
+        conv_h, conv_w = self.conv_out()
+        kernel_h, kernel_w = self.kernel_size
+        return 2.0 * self.batch * self.out_channels * conv_h * conv_w * self.in_channels \
+            * kernel_h * kernel_w
+
+    def input_elements(self) -> int:
+        return self.batch * self.in_channels * self.height * self.width
+
+    def output_elements(self) -> int:
+        out_h, out_w = self.pooled_out()
+        return self.batch * self.out_channels * out_h * out_w
+
+    def min_bytes(self) -> float:
+        """Bytes moved if input, weight, bias and pooled output each cross HBM exactly once."""
+        weight = self.out_channels * self.in_channels * self.kernel_size[0] * self.kernel_size[1]
+        bias = self.out_channels if self.bias else 0
+        return float(BYTES_PER_ELEMENT
+                     * (self.input_elements() + weight + bias + self.output_elements()))
+
+    # ---- reporting ---------------------------------------------------------------------
+    def label(self) -> str:
+        """Compact shape string: N,C,K,H,W,kernel,stride,pad,pool kernel,pool stride (as in
+        PEERS-H200.md), with dilation, pool padding, ceil mode and bias appended when set."""
+        def short(pair: Pair) -> str:
+            return str(pair[0]) if pair[0] == pair[1] else f"{pair[0]}x{pair[1]}"
+        text = ",".join([str(self.batch), str(self.in_channels), str(self.out_channels),
+                         str(self.height), str(self.width), short(self.kernel_size),
+                         short(self.stride), short(self.padding), short(self.pool_kernel),
+                         short(self.effective_pool_stride)])
+        if self.dilation != (1, 1):
+            text += f",dil={short(self.dilation)}"
+        if self.pool_padding != (0, 0):
+            text += f",pool_pad={short(self.pool_padding)}"
+        if self.ceil_mode:
+            text += ",ceil"
+        if not self.bias:
+            text += ",no_bias"
+        return text
+
+    def to_dict(self) -> dict:
+        """Plain-JSON description of the case, geometry and work included."""
+        record = asdict(self)
+        record["pool_stride"] = list(self.effective_pool_stride)
+        for key, value in record.items():
+            if isinstance(value, tuple):
+                record[key] = list(value)
+        record.update(conv_out=list(self.conv_out()), pooled_out=list(self.pooled_out()),
+                      flops=self.flops(), min_bytes=self.min_bytes(), label=self.label())
+        return record
+
+
+def _case(name: str, batch: int, in_channels: int, out_channels: int, height: int, width: int,
+          kernel: int, stride: int, pad: int, pool_kernel: int, pool_stride: int) -> ConvPoolCase:
+    """A square-parameter case in PEERS-H200.md's column order."""
+    return ConvPoolCase(name, batch, in_channels, out_channels, height, width,
+                        kernel_size=(kernel, kernel), stride=(stride, stride), padding=(pad, pad),
+                        pool_kernel=(pool_kernel, pool_kernel),
+                        pool_stride=(pool_stride, pool_stride))
+
+
+# The public suite: name, N, C, K, H, W, kernel, stride, pad, pool kernel, pool stride.
+SUITE: list[ConvPoolCase] = [
+    _case("default", 128, 64, 128, 128, 128, 3, 1, 0, 2, 2),
+    _case("vgg_b2", 32, 128, 128, 112, 112, 3, 1, 1, 2, 2),
+    _case("vgg_b3", 32, 256, 256, 56, 56, 3, 1, 1, 2, 2),
+    _case("vgg_b5", 32, 512, 512, 14, 14, 3, 1, 1, 2, 2),
+    _case("rgb_stem", 64, 3, 64, 224, 224, 3, 1, 1, 2, 2),
+    _case("alexnet_c1", 32, 3, 64, 224, 224, 11, 4, 2, 3, 2),
+    _case("lenet_c1", 1024, 1, 6, 32, 32, 5, 1, 0, 2, 2),
+    _case("batch1", 1, 64, 128, 128, 128, 3, 1, 0, 2, 2),
+]
+
+DEFAULT: ConvPoolCase = SUITE[0]
+
+C = ConvPoolCase  # shorthand for the grid below only
+
+# The correctness grid: small problems (fast on a GPU, and in float64 on a CPU) that each
+# pin down one piece of geometry or one code path. The comment says what each one is for.
+GRID: list[ConvPoolCase] = [
+    # The default problem's channels at a reduced spatial size.
+    C("default_small", 2, 64, 128, 34, 34, (3, 3)),
+    C("padding1", 2, 16, 24, 20, 20, (3, 3), padding=(1, 1)),
+    C("stride2", 2, 8, 16, 33, 33, (3, 3), stride=(2, 2)),
+    C("dilation2", 2, 8, 16, 30, 30, (3, 3), dilation=(2, 2)),
+    C("dilation_asym_2x3", 2, 6, 10, 31, 27, (3, 3), dilation=(2, 3), padding=(1, 2)),
+    C("rect_kernel_3x5_rect_input", 2, 5, 12, 29, 37, (3, 5)),
+    C("pool3_stride2_overlap", 2, 8, 16, 27, 27, (3, 3), pool_kernel=(3, 3), pool_stride=(2, 2)),
+    C("pool3_stride2_pad1", 2, 8, 16, 26, 26, (3, 3), pool_kernel=(3, 3), pool_stride=(2, 2),
+      pool_padding=(1, 1)),
+    C("ceil_mode_odd", 3, 8, 16, 23, 25, (3, 3), ceil_mode=True),
+    C("ceil_mode_pool3_s2_pad1", 2, 8, 16, 24, 22, (3, 3), pool_kernel=(3, 3),
+      pool_stride=(2, 2), pool_padding=(1, 1), ceil_mode=True),
+    # Conv output 10x13, pool 2 stride 3 pad 1: ceil mode's extra window would start in the
+    # right padding, so PyTorch drops it (the `(out - 1) * stride >= size + pad` rule).
+    C("ceil_mode_last_window_dropped", 2, 8, 16, 12, 15, (3, 3), pool_kernel=(2, 2),
+      pool_stride=(3, 3), pool_padding=(1, 1), ceil_mode=True),
+    # Conv output 23x25: floor-mode pooling drops the last conv row and column.
+    C("odd_drops_border", 2, 8, 16, 25, 27, (3, 3)),
+    C("c3_k7", 2, 3, 7, 32, 32, (3, 3), padding=(1, 1)),
+    C("c1", 4, 1, 6, 32, 32, (5, 5)),
+    C("c13_k19_unaligned", 2, 13, 19, 21, 23, (3, 3), padding=(1, 1)),
+    # K > 128: several output-channel blocks and a partial last one.
+    C("k136_channel_tail", 2, 16, 136, 18, 18, (3, 3)),
+    # Long reduction: C * kh * kw = 1188, many K-steps of any tile.
+    C("c132_long_reduction", 2, 132, 32, 12, 12, (3, 3), padding=(1, 1)),
+    C("batch1", 1, 32, 40, 34, 34, (3, 3)),
+    C("no_bias", 2, 8, 16, 20, 20, (3, 3), bias=False),
+    C("alexnet_like_11x11_s4", 2, 3, 16, 63, 63, (11, 11), stride=(4, 4), padding=(2, 2),
+      pool_kernel=(3, 3), pool_stride=(2, 2)),
+    C("kernel5", 2, 8, 16, 28, 28, (5, 5), padding=(2, 2)),
+    C("kernel1", 2, 32, 24, 20, 20, (1, 1)),
+    C("asym_stride_1x2_pad_2x0", 2, 8, 16, 22, 31, (3, 3), stride=(1, 2), padding=(2, 0)),
+    # Pool window taller than 8 rows, and a pool that keeps every conv output.
+    C("pool_9x3_stride_9x3", 2, 4, 8, 38, 26, (3, 3), pool_kernel=(9, 3), pool_stride=(9, 3)),
+    C("pool_1x1", 2, 8, 16, 17, 19, (3, 3), pool_kernel=(1, 1)),
+    C("pool_stride_gt_kernel", 2, 8, 16, 30, 30, (3, 3), pool_kernel=(2, 2),
+      pool_stride=(3, 3)),
+    # Many tiles along both spatial axes, with partial tiles at the far edges.
+    C("large_spatial_200x300", 1, 8, 16, 200, 300, (3, 3), padding=(1, 1)),
+]
+
+del C
+
+
+def random_case(rng: random.Random, name: str = "random") -> ConvPoolCase:
+    """One valid random configuration with every parameter in a small range."""
+    while True:
+        kernel = (rng.randint(1, 5), rng.randint(1, 5))
+        pool_kernel = (rng.randint(1, 4), rng.randint(1, 4))
+        case = ConvPoolCase(
+            name=name,
+            batch=rng.randint(1, 3),
+            in_channels=rng.choice([1, 2, 3, 4, 7, 8, 16, 19, 32, 64]),
+            out_channels=rng.choice([1, 3, 6, 8, 16, 24, 33, 64, 130]),
+            height=rng.randint(4, 40),
+            width=rng.randint(4, 40),
+            kernel_size=kernel,
+            stride=(rng.randint(1, 3), rng.randint(1, 3)),
+            padding=(rng.randint(0, 2), rng.randint(0, 2)),
+            dilation=(rng.randint(1, 2), rng.randint(1, 2)),
+            pool_kernel=pool_kernel,
+            pool_stride=rng.choice([None, (rng.randint(1, 4), rng.randint(1, 4))]),
+            pool_padding=(rng.randint(0, pool_kernel[0] // 2),
+                          rng.randint(0, pool_kernel[1] // 2)),
+            ceil_mode=rng.random() < 0.3,
+            bias=rng.random() < 0.8,
+        )
+        if case.is_valid():
+            return case
+
+
+def random_cases(rng: random.Random, count: int) -> list[ConvPoolCase]:
+    """`count` valid random configurations named random_0, random_1, ..."""
+    return [random_case(rng, f"random_{i}") for i in range(count)]
+
+
+def find_case(name: str) -> ConvPoolCase:
+    """The SUITE or GRID case called `name`."""
+    for case in SUITE + GRID:
+        if case.name == name:
+            return case
+    known = ", ".join(c.name for c in SUITE + GRID)
+    raise KeyError(f"no case named {name!r}; known: {known}")
+
+
+if __name__ == "__main__":
+    for group, cases in (("SUITE", SUITE), ("GRID", GRID)):
+        print(group)
+        for case in cases:
+            print(f"  {case.name:28s} {case.label():44s} -> {str(case.output_shape()):22s} "
+                  f"{case.flops() / 1e9:9.3f} GFLOP")
