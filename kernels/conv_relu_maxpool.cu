@@ -54,6 +54,9 @@ constexpr int kStages = 3;
 // Row length of the epilogue tile: 260 = 4 (mod 32) makes the accumulator stores
 // of one warp (8 pixels x 4 channel pairs) hit 32 different banks.
 constexpr int kEpilogueRow = kTilePixels + 4;
+// Fast path: a channel's pooled 4 x 16 tile; 68 = 4 (mod 32) keeps the stores of one
+// warp (8 columns x 4 channel pairs) on 32 different banks.
+constexpr int kPooledRow = (kTileRows / 2) * (kTileCols / 2) + 4;
 
 // ---------------------------------------------------------------------------
 // Tiling of one problem, computed once on the host (make_tile_plan).
@@ -477,6 +480,36 @@ struct TensorCoreMainloop {
     }
   }
 
+  // Fast path: 2x2 / stride-2 max-pool straight from the accumulators. A warp's
+  // two tile rows (m-tiles i and i + 2) form one pooled row, so the vertical max is
+  // in-thread and the horizontal one pairs lanes g and g ^ 1 (lane ^ 4). Bias and
+  // ReLU commute with the max (the bias is per channel), so they come after it.
+  // Writes pooled[channel][pooled row][pooled col], row length kPooledRow.
+  __device__ __forceinline__ void store_pooled_2x2(float* pooled, const float* bias) const {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warp_m = warp % 4, warp_n = warp / 4;
+    const int group = lane / 4, thread_in_group = lane % 4;
+    const bool odd = group & 1;
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+        float window_max[4];
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+          const float vertical = max_keeping_nan(acc[half][j][v], acc[half + 2][j][v]);
+          window_max[v] = max_keeping_nan(vertical, __shfl_xor_sync(0xffffffffu, vertical, 4));
+        }
+        // Both lanes of a pair now hold the same maxima: the even one stores the
+        // columns of pixels g (values 0, 1), the odd one those of pixels g + 8 (2, 3).
+        const int col = half * 8 + group / 2 + (odd ? 4 : 0);
+        const int channel = warp_n * (kOutBlock / 2) + j * 8 + 2 * thread_in_group;
+        float* out = pooled + channel * kPooledRow + warp_m * (kTileCols / 2) + col;
+        out[0] = relu_keeping_nan((odd ? window_max[2] : window_max[0]) + bias[channel]);
+        out[kPooledRow] = relu_keeping_nan((odd ? window_max[3] : window_max[1]) + bias[channel + 1]);
+      }
+  }
+
   // Accumulator (pixel, channel) -> tile[channel][pixel], adding the bias.
   __device__ __forceinline__ void store(float* tile, const float* bias) const {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -582,27 +615,24 @@ __device__ __forceinline__ void pool_and_store(const ConvPoolOperands& ops,
   }
 }
 
-// Fast-path epilogue: 2x2 windows, stride 2, all inside the conv output (the plan
-// guarantees it), so a tile is 4 x 16 pooled outputs and a window is two float2.
-__device__ __forceinline__ void pool2x2_and_store(const ConvPoolOperands& ops,
+// Fast-path epilogue, second half: the pooled tile (store_pooled_2x2) to global
+// memory, consecutive threads on consecutive columns. Every 2x2 window lies inside
+// the conv output (the plan guarantees it), so only the tile's tails are masked.
+__device__ __forceinline__ void store_pooled_tile(const ConvPoolOperands& ops,
                                                   const ConvPoolShape& s, const TilePlan& p,
-                                                  const TileCoords& tc, const float* tile) {
-  constexpr int kPooledRows = kTileRows / 2, kPooledCols = kTileCols / 2;
-  for (int idx = threadIdx.x; idx < p.out_block * kPooledRows * kPooledCols; idx += kThreads) {
+                                                  const TileCoords& tc, const float* pooled) {
+  constexpr int kPooledCols = kTileCols / 2, kPooledTile = kPooledCols * kTileRows / 2;
+  for (int idx = threadIdx.x; idx < p.out_block * kPooledTile; idx += kThreads) {
     const int pooled_col = idx % kPooledCols;
-    const int pooled_row = (idx / kPooledCols) % kPooledRows;
-    const int k = idx / (kPooledRows * kPooledCols);
+    const int pooled_row = (idx / kPooledCols) % (kTileRows / 2);
+    const int k = idx / kPooledTile;
     const int out_row = tc.out_row0 + pooled_row, out_col = tc.out_col0 + pooled_col;
     const int channel = tc.channel0 + k;
     if (out_row >= s.out_height || out_col >= s.out_width || channel >= s.out_channels) continue;
-    const float* window = tile + k * kEpilogueRow + 2 * pooled_row * kTileCols + 2 * pooled_col;
-    const float2 top = *reinterpret_cast<const float2*>(window);
-    const float2 bottom = *reinterpret_cast<const float2*>(window + kTileCols);
-    float best = max_keeping_nan(max_keeping_nan(max_keeping_nan(top.x, top.y), bottom.x), bottom.y);
     const int64_t out_index =
         ((tc.image * s.out_channels + channel) * s.out_height + out_row) * int64_t(s.out_width) +
         out_col;
-    ops.out[out_index] = relu_keeping_nan(best);
+    ops.out[out_index] = pooled[k * kPooledRow + pooled_row * kPooledCols + pooled_col];
   }
 }
 
@@ -652,12 +682,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();  // every warp is done reading the stages: reuse them as the tile
 
   float* tile = smem_layout.pipeline;
-  mainloop.store(tile, smem_layout.bias);
-  __syncthreads();
-  if constexpr (kFast)
-    pool2x2_and_store(ops, s, p, tc, tile);
-  else
+  if constexpr (kFast) {
+    mainloop.store_pooled_2x2(tile, smem_layout.bias);
+    __syncthreads();
+    store_pooled_tile(ops, s, p, tc, tile);
+  } else {
+    mainloop.store(tile, smem_layout.bias);
+    __syncthreads();
     pool_and_store(ops, s, p, tc, tile);
+  }
 }
 
 __global__ void conv_pool_direct_kernel(const ConvPoolOperands ops, const ConvPoolShape s) {
