@@ -44,8 +44,7 @@
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
+constexpr int kThreads = 256;  // direct kernel, FFMA mainloop, and the 8-warp tensor-core one
 constexpr int kTileRows = 8;   // conv rows per block tile
 constexpr int kTileCols = 32;  // conv cols per block tile: two m16 fragments per row
 constexpr int kTilePixels = kTileRows * kTileCols;
@@ -281,7 +280,7 @@ __device__ __forceinline__ SmemLayout carve_smem(float* smem, const TilePlan& p)
 // Mainloop pieces shared by all tiled variants.
 
 // One stage: the input halo of channels [c0, c0 + 8) and their weights.
-template <bool kFast>
+template <int kBlockThreads, bool kFast>
 __device__ __forceinline__ void load_stage(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                            const TilePlan& p, const TileCoords& tc,
                                            const int2* weight_gather, int chunk, float* stage) {
@@ -292,7 +291,7 @@ __device__ __forceinline__ void load_stage(const ConvPoolOperands& ops, const Co
     // Input halo as 4-float vectors from an aligned column. With width % 4 == 0 a
     // vector is either wholly inside the row or wholly padding.
     constexpr int kVectors = kChannelChunk * fast::kHaloRows * fast::kHaloVectors;
-    for (int idx = threadIdx.x; idx < kVectors; idx += kThreads) {
+    for (int idx = threadIdx.x; idx < kVectors; idx += kBlockThreads) {
       const int c = idx / (fast::kHaloRows * fast::kHaloVectors);
       const int rest = idx - c * (fast::kHaloRows * fast::kHaloVectors);
       const int halo_row = rest / fast::kHaloVectors;
@@ -315,7 +314,7 @@ __device__ __forceinline__ void load_stage(const ConvPoolOperands& ops, const Co
     }
   } else {
     // Input halo: one warp per (channel, halo row), lanes along the row.
-    for (int row = warp; row < kChannelChunk * p.halo_rows; row += kWarps) {
+    for (int row = warp; row < kChannelChunk * p.halo_rows; row += kBlockThreads / 32) {
       const int c = row / p.halo_rows;
       const int halo_row = row - c * p.halo_rows;
       const int h = tc.in_row0 + halo_row;
@@ -337,7 +336,7 @@ __device__ __forceinline__ void load_stage(const ConvPoolOperands& ops, const Co
     // channel tail ends on a vector boundary.
     constexpr int kVectorsPerRow = kChannelChunk * fast::kTaps / 4;
     const int64_t row_length = int64_t(s.in_channels) * fast::kTaps;
-    for (int idx = threadIdx.x; idx < p.out_block * kVectorsPerRow; idx += kThreads) {
+    for (int idx = threadIdx.x; idx < p.out_block * kVectorsPerRow; idx += kBlockThreads) {
       const int k = idx / kVectorsPerRow;
       const int vec = idx - k * kVectorsPerRow;
       const int offset = c0 * fast::kTaps + 4 * vec;
@@ -351,7 +350,7 @@ __device__ __forceinline__ void load_stage(const ConvPoolOperands& ops, const Co
   // which are contiguous in global memory for a contiguous weight.
   const int entries = kChannelChunk * s.taps();
   const int channels_left = s.in_channels - c0;
-  for (int k = warp; k < p.out_block; k += kWarps) {
+  for (int k = warp; k < p.out_block; k += kBlockThreads / 32) {
     const bool k_valid = tc.channel0 + k < s.out_channels;
     const float* src = ops.weight + int64_t(tc.channel0 + k) * ops.weight_stride[0] +
                        int64_t(c0) * ops.weight_stride[1];
@@ -367,11 +366,14 @@ __device__ __forceinline__ void load_stage(const ConvPoolOperands& ops, const Co
 // TF32 tensor-core mainloop. 8 warps as 4 (pixels) x 2 (channels); a warp owns
 // 64 pixels (two tile rows) x out_block/2 channels: 4 x kNTiles mma tiles.
 // kSplit = true is 3xTF32: big*big + big*small + small*big per product.
-template <int kOutBlockT, bool kSplit>
+template <int kOutBlockT, bool kSplit, int kWarpsNT = 2>
 struct TensorCoreMainloop {
   static constexpr int kOutBlock = kOutBlockT;
+  static constexpr int kWarpsN = kWarpsNT;  // warps along the channels; 4 along the pixels
+  static constexpr int kThreads = 32 * 4 * kWarpsN;
+  static constexpr int kWarpChannels = kOutBlock / kWarpsN;
   static constexpr int kMTiles = 4;
-  static constexpr int kNTiles = kOutBlock / 16;
+  static constexpr int kNTiles = kWarpChannels / 8;
   float acc[kMTiles][kNTiles][4];
 
   __device__ __forceinline__ TensorCoreMainloop() {
@@ -406,7 +408,7 @@ struct TensorCoreMainloop {
     int b_offset[kNTiles];
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j)
-      b_offset[j] = (warp_n * (kOutBlock / 2) + j * 8 + group) * g.weight_row +
+      b_offset[j] = (warp_n * kWarpChannels + j * 8 + group) * g.weight_row +
                     thread_in_group * g.taps_padded;
     const int b_next4_channels = 4 * g.taps_padded;
 
@@ -503,7 +505,7 @@ struct TensorCoreMainloop {
         // Both lanes of a pair now hold the same maxima: the even one stores the
         // columns of pixels g (values 0, 1), the odd one those of pixels g + 8 (2, 3).
         const int col = half * 8 + group / 2 + (odd ? 4 : 0);
-        const int channel = warp_n * (kOutBlock / 2) + j * 8 + 2 * thread_in_group;
+        const int channel = warp_n * kWarpChannels + j * 8 + 2 * thread_in_group;
         float* out = pooled + channel * kPooledRow + warp_m * (kTileCols / 2) + col;
         out[0] = relu_keeping_nan((odd ? window_max[2] : window_max[0]) + bias[channel]);
         out[kPooledRow] = relu_keeping_nan((odd ? window_max[3] : window_max[1]) + bias[channel + 1]);
@@ -520,7 +522,7 @@ struct TensorCoreMainloop {
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j) {
         const int pixel = warp_m * 64 + i * 16 + group;
-        const int channel = warp_n * (kOutBlock / 2) + j * 8 + 2 * thread_in_group;
+        const int channel = warp_n * kWarpChannels + j * 8 + 2 * thread_in_group;
         tile[channel * kEpilogueRow + pixel] = acc[i][j][0] + bias[channel];
         tile[(channel + 1) * kEpilogueRow + pixel] = acc[i][j][1] + bias[channel + 1];
         tile[channel * kEpilogueRow + pixel + 8] = acc[i][j][2] + bias[channel];
@@ -533,6 +535,7 @@ struct TensorCoreMainloop {
 // (lane) x 8 output channels (warp): weights are warp-wide broadcasts.
 struct CudaCoreMainloop {
   static constexpr int kOutBlock = 64;
+  static constexpr int kThreads = 256;
   static constexpr int kPixels = 8;
   static constexpr int kChannels = 8;
   float acc[kPixels][kChannels];
@@ -587,11 +590,12 @@ struct CudaCoreMainloop {
 
 // Epilogue: pooled = relu(max over the window's valid conv pixels), stored NCHW;
 // consecutive threads store consecutive columns.
+template <int kBlockThreads>
 __device__ __forceinline__ void pool_and_store(const ConvPoolOperands& ops,
                                                const ConvPoolShape& s, const TilePlan& p,
                                                const TileCoords& tc, const float* tile) {
   const int outputs = p.out_block * p.pooled_rows * p.pooled_cols;
-  for (int idx = threadIdx.x; idx < outputs; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < outputs; idx += kBlockThreads) {
     const int pooled_col = idx % p.pooled_cols;
     const int rest = idx / p.pooled_cols;
     const int pooled_row = rest % p.pooled_rows;
@@ -618,11 +622,12 @@ __device__ __forceinline__ void pool_and_store(const ConvPoolOperands& ops,
 // Fast-path epilogue, second half: the pooled tile (store_pooled_2x2) to global
 // memory, consecutive threads on consecutive columns. Every 2x2 window lies inside
 // the conv output (the plan guarantees it), so only the tile's tails are masked.
+template <int kBlockThreads>
 __device__ __forceinline__ void store_pooled_tile(const ConvPoolOperands& ops,
                                                   const ConvPoolShape& s, const TilePlan& p,
                                                   const TileCoords& tc, const float* pooled) {
   constexpr int kPooledCols = kTileCols / 2, kPooledTile = kPooledCols * kTileRows / 2;
-  for (int idx = threadIdx.x; idx < p.out_block * kPooledTile; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < p.out_block * kPooledTile; idx += kBlockThreads) {
     const int pooled_col = idx % kPooledCols;
     const int pooled_row = (idx / kPooledCols) % (kTileRows / 2);
     const int k = idx / kPooledTile;
@@ -637,7 +642,7 @@ __device__ __forceinline__ void store_pooled_tile(const ConvPoolOperands& ops,
 }
 
 template <class Mainloop, bool kFast>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(Mainloop::kThreads, 1)
     conv_pool_tiled_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const TilePlan p) {
   extern __shared__ __align__(16) float smem[];
   const SmemLayout smem_layout = carve_smem(smem, p);
@@ -647,14 +652,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Gather table of one weight chunk: entry e = (channel c, tap) ->
   // {offset in global memory from (k, c0), offset in the staged row}.
   const int taps = s.taps();
-  for (int e = threadIdx.x; e < kChannelChunk * taps; e += kThreads) {
+  for (int e = threadIdx.x; e < kChannelChunk * taps; e += Mainloop::kThreads) {
     const int c = e / taps, tap = e - c * taps;
     const int r = tap / s.kernel_w, q = tap - r * s.kernel_w;
     smem_layout.weight_gather[e] = make_int2(
         int(c * ops.weight_stride[1] + r * ops.weight_stride[2] + q * ops.weight_stride[3]),
         c * p.taps_padded + tap);
   }
-  for (int k = threadIdx.x; k < Mainloop::kOutBlock; k += kThreads) {
+  for (int k = threadIdx.x; k < Mainloop::kOutBlock; k += Mainloop::kThreads) {
     const int channel = tc.channel0 + k;
     smem_layout.bias[k] =
         (ops.bias != nullptr && channel < s.out_channels) ? ops.bias[channel * ops.bias_stride] : 0.f;
@@ -664,7 +669,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   Mainloop mainloop;
   for (int st = 0; st < kStages - 1; ++st) {
     if (st < p.channel_chunks)
-      load_stage<kFast>(ops, s, p, tc, smem_layout.weight_gather, st,
+      load_stage<Mainloop::kThreads, kFast>(ops, s, p, tc, smem_layout.weight_gather, st,
                         smem_layout.pipeline + st * p.stage_floats);
     cp_async_commit();
   }
@@ -673,7 +678,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // stage `chunk` visible to all; stage `chunk - 1` free to refill
     const int next = chunk + kStages - 1;
     if (next < p.channel_chunks)
-      load_stage<kFast>(ops, s, p, tc, smem_layout.weight_gather, next,
+      load_stage<Mainloop::kThreads, kFast>(ops, s, p, tc, smem_layout.weight_gather, next,
                         smem_layout.pipeline + (next % kStages) * p.stage_floats);
     cp_async_commit();
     mainloop.compute(smem_layout.pipeline + (chunk % kStages) * p.stage_floats, geometry);
@@ -685,11 +690,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kFast) {
     mainloop.store_pooled_2x2(tile, smem_layout.bias);
     __syncthreads();
-    store_pooled_tile(ops, s, p, tc, tile);
+    store_pooled_tile<Mainloop::kThreads>(ops, s, p, tc, tile);
   } else {
     mainloop.store(tile, smem_layout.bias);
     __syncthreads();
-    pool_and_store(ops, s, p, tc, tile);
+    pool_and_store<Mainloop::kThreads>(ops, s, p, tc, tile);
   }
 }
 
@@ -740,12 +745,13 @@ using TiledKernel = void (*)(const ConvPoolOperands, const ConvPoolShape, const 
 struct TiledChoice {
   TiledKernel kernel;
   int out_block;
+  int threads;
 };
 
 template <class Mainloop>
 TiledChoice pick(bool fast) {
   return {fast ? conv_pool_tiled_kernel<Mainloop, true> : conv_pool_tiled_kernel<Mainloop, false>,
-          Mainloop::kOutBlock};
+          Mainloop::kOutBlock, Mainloop::kThreads};
 }
 
 // Tensor cores: the widest block the output channels fill well; the 3xTF32 split
@@ -754,16 +760,20 @@ TiledChoice pick(bool fast) {
 TiledChoice tiled_choice(int variant, int out_channels, bool fast) {
   switch (variant) {
     case kVariantTiledFp32:
-      return {conv_pool_tiled_kernel<CudaCoreMainloop, false>, CudaCoreMainloop::kOutBlock};
+      return {conv_pool_tiled_kernel<CudaCoreMainloop, false>, CudaCoreMainloop::kOutBlock,
+              CudaCoreMainloop::kThreads};
     case kVariantTiledTf32:
       if (out_channels > 64) return pick<TensorCoreMainloop<128, false>>(fast);
       if (out_channels > 32) return pick<TensorCoreMainloop<64, false>>(fast);
       return pick<TensorCoreMainloop<32, false>>(fast);
+    case kVariantTiledTf32Wide:
+      if (out_channels > 64) return pick<TensorCoreMainloop<128, false, 4>>(fast);
+      return pick<TensorCoreMainloop<64, false, 4>>(fast);
     case kVariantTiled3xTf32:
       if (out_channels > 32) return pick<TensorCoreMainloop<64, true>>(fast);
       return pick<TensorCoreMainloop<32, true>>(fast);
     default:
-      return {nullptr, 0};
+      return {nullptr, 0, 0};
   }
 }
 
@@ -791,7 +801,7 @@ bool vectorizable_weights(const ConvPoolOperands& ops, const ConvPoolShape& s) {
 
 bool is_tiled(int variant) {
   return variant == kVariantTiledFp32 || variant == kVariantTiledTf32 ||
-         variant == kVariantTiled3xTf32;
+         variant == kVariantTiled3xTf32 || variant == kVariantTiledTf32Wide;
 }
 
 }  // namespace
@@ -802,6 +812,7 @@ extern "C" const char* conv_relu_maxpool_variant_name(int variant) {
     case kVariantTiledFp32: return "tiled_fp32";
     case kVariantTiledTf32: return "tiled_tf32";
     case kVariantTiled3xTf32: return "tiled_3xtf32";
+    case kVariantTiledTf32Wide: return "tiled_tf32_16w";
     default: return nullptr;
   }
 }
@@ -841,10 +852,11 @@ extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
   TilePlan plan = plan_for(*s, variant);
   plan.vector_input = plan.fast && vectorizable_input(*ops, *s);
   plan.vector_weights = plan.fast && vectorizable_weights(*ops, *s);
-  const TiledKernel kernel = tiled_choice(variant, s->out_channels, plan.fast).kernel;
+  const TiledChoice choice = tiled_choice(variant, s->out_channels, plan.fast);
+  const TiledKernel kernel = choice.kernel;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          plan.smem_bytes);
   if (err != cudaSuccess) return err;
-  kernel<<<unsigned(plan.blocks), kThreads, plan.smem_bytes, stream>>>(*ops, *s, plan);
+  kernel<<<unsigned(plan.blocks), choice.threads, plan.smem_bytes, stream>>>(*ops, *s, plan);
   return cudaGetLastError();
 }

@@ -16,7 +16,8 @@ enum ConvPoolVariant : int {
   kVariantTiledFp32 = 1,   // shared-memory tiles, FFMA, FP32-exact accumulation order aside
   kVariantTiledTf32 = 2,   // shared-memory tiles, TF32 tensor cores (mma.sync), fp32 accumulate
   kVariantTiled3xTf32 = 3, // as 2, with 3xTF32 error compensation: fp32-level accuracy
-  kVariantCount = 4,
+  kVariantTiledTf32Wide = 4, // as 2 with 16 warps (warp tile 64 x 32) instead of 8 (64 x 64)
+  kVariantCount = 5,
 };
 
 extern "C" {
