@@ -112,7 +112,7 @@ def test_tf32_disallowed_selects_fp32_accurate_path(ext):
                                **FP32_TOLERANCE)
 
 
-@pytest.mark.parametrize("config_name", ["auto", "direct", "tiled_tf32", "tiled_3xtf32"])
+@pytest.mark.parametrize("config_name", ["auto", "direct", "tiled_tf32", "tiled_tf32_16w", "tiled_3xtf32"])
 def test_nan_and_inf_propagate_like_pytorch(ext, config_name):
     case = find_case("padding1")
     x, weight, bias = make_operands(case, seed=random.randrange(2**31))
