@@ -117,17 +117,24 @@ def test_guard_lets_real_model_new_reach_the_extension():
     assert not isinstance(raised.value, verification.ForbiddenTorchOp)
 
 
-@pytest.fixture(scope="module")
+# Kept alive for the whole test session: deleting a Library deregisters its ops, and
+# torch 2.11's inductor (imported later by other tests in the same process) then failed
+# to build its decomposition table ("'CustomDecompTable' object is not a mapping").
+_TEST_LIBRARIES: list = []
+
+
+@pytest.fixture(scope="session")
 def extension_namespace_op():
     """An op in the extension's torch.library namespace and one in a foreign namespace."""
-    fragment = torch.library.Library(verification.ALLOWED_OP_NAMESPACE, "FRAGMENT")
-    fragment.define("guard_test_identity(Tensor x) -> Tensor")
-    fragment.impl("guard_test_identity", lambda x: x.clone(), "CPU")
-    foreign = torch.library.Library("guard_test_foreign", "DEF")
-    foreign.define("identity(Tensor x) -> Tensor")
-    foreign.impl("identity", lambda x: x.clone(), "CPU")
+    if not _TEST_LIBRARIES:
+        fragment = torch.library.Library(verification.ALLOWED_OP_NAMESPACE, "FRAGMENT")
+        fragment.define("guard_test_identity(Tensor x) -> Tensor")
+        fragment.impl("guard_test_identity", lambda x: x.clone(), "CPU")
+        foreign = torch.library.Library("guard_test_foreign", "DEF")
+        foreign.define("identity(Tensor x) -> Tensor")
+        foreign.impl("identity", lambda x: x.clone(), "CPU")
+        _TEST_LIBRARIES.extend([fragment, foreign])
     yield
-    del fragment, foreign
 
 
 def test_guard_allows_ops_of_the_extension_namespace(extension_namespace_op):

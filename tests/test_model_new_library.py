@@ -1,0 +1,717 @@
+"""The fused op as a PyTorch custom op (torch.ops.fused_conv.conv2d_relu_maxpool), and
+fuse_conv_relu_maxpool on real networks.
+
+CPU (CI): registration and schema, the fake implementation's shapes and checks (meta and fake
+tensors, against Model's shapes on the CPU), torch.compile / torch.export tracing on meta
+tensors, the autograd wiring (forward-only), re-import, and the rewriting done by
+fuse_conv_relu_maxpool. GPU (skipped without one): opcheck, the backward error, torch.compile,
+torch.export, CUDA graphs, channels-last input, the current stream, a second GPU and a
+two-process NCCL run, and torchvision's VGG-16 fused against eager.
+
+    python -m pytest -q tests/test_model_new_library.py
+"""
+import ast
+import copy
+import importlib.util
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from model import Model
+from utils import verification
+from utils.suite import GRID, SUITE, ConvPoolCase, find_case, random_case
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = ("fused_conv::conv2d_relu_maxpool(Tensor x, Tensor weight, Tensor? bias, "
+          "int[2] stride, int[2] padding, int[2] dilation, int[2] pool_kernel, "
+          "int[2] pool_stride, int[2] pool_padding, bool ceil_mode, int config=-1) -> Tensor")
+TOLERANCE = dict(atol=1e-2, rtol=1e-2)
+two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
+
+
+@pytest.fixture(scope="module")
+def model_new(extension):
+    import model_new
+    return model_new
+
+
+@pytest.fixture(scope="module")
+def op(model_new):
+    return torch.ops.fused_conv.conv2d_relu_maxpool
+
+
+def small_channels(case: ConvPoolCase) -> ConvPoolCase:
+    """The same geometry with few channels and a small batch: shapes only depend on the
+    spatial arguments, and Model then runs in milliseconds on the CPU."""
+    return replace(case, batch=2, in_channels=3, out_channels=5)
+
+
+def model_output_shape(case: ConvPoolCase):
+    """Model's output shape on the CPU in float32, or None when PyTorch refuses the case."""
+    torch.manual_seed(0)
+    try:
+        with torch.no_grad():
+            return tuple(Model(**case.model_kwargs())(torch.randn(case.input_shape())).shape)
+    except RuntimeError:
+        return None
+
+
+def new_on(device, case: ConvPoolCase, model_new):
+    torch.manual_seed(0)
+    return model_new.ModelNew(**case.model_kwargs()).to(device)
+
+
+def op_args_for(case: ConvPoolCase, device) -> tuple:
+    x = torch.empty(case.input_shape(), device=device)
+    weight = torch.empty(case.weight_shape(), device=device)
+    bias = torch.empty(case.out_channels, device=device) if case.bias else None
+    return (x, weight, bias, *case.op_args())
+
+
+SHAPE_CASES = [small_channels(case) for case in SUITE + GRID]
+
+
+def reference_conv_relu_maxpool(x, weight, bias, stride, padding, dilation, pool_kernel,
+                                pool_stride, pool_padding, ceil_mode, config=-1):
+    """What the op computes, in PyTorch, with the binding's contiguous output."""
+    conv = F.conv2d(x, weight, bias, stride, padding, dilation)
+    return F.max_pool2d(F.relu(conv), pool_kernel, pool_stride or pool_kernel, pool_padding, 1,
+                        ceil_mode).contiguous()
+
+
+@pytest.fixture
+def reference_cpu_kernel(model_new):
+    """For one test, the op's CPU kernel (normally the binding's "must be a CUDA tensor"
+    error) computes the reference instead: everything around the kernel - ModelNew's
+    arguments, autograd, fuse_conv_relu_maxpool's settings - then runs on the CPU."""
+    torch.library.register_kernel(model_new.OP_QUALNAME, "cpu", reference_conv_relu_maxpool)
+    yield
+    torch.library.register_kernel(model_new.OP_QUALNAME, "cpu",
+                                  model_new._conv2d_relu_maxpool_binding)
+
+
+# ---- registration ------------------------------------------------------------------------
+
+def test_op_is_registered_with_its_schema(op):
+    assert str(op.default._schema) == SCHEMA
+    assert op.default.namespace == verification.ALLOWED_OP_NAMESPACE
+
+
+def test_pybind_function_stays_callable(extension):
+    x, weight, bias = torch.randn(2, 3, 12, 12), torch.randn(8, 3, 3, 3), torch.randn(8)
+    with pytest.raises(RuntimeError, match="x must be a CUDA tensor"):
+        extension.conv2d_relu_maxpool_forward(x, weight, bias, [1, 1], [0, 0], [1, 1], [2, 2],
+                                              [2, 2], [0, 0], False)
+
+
+def test_model_new_forward_calls_the_registered_op(model_new):
+    seen = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    fused = model_new.ModelNew(3, 8, 3, 2).to("meta")
+    with torch.no_grad(), Record():
+        fused(torch.empty(2, 3, 16, 16, device="meta"))
+    assert torch.ops.fused_conv.conv2d_relu_maxpool.default in seen
+
+
+def test_cpu_input_gets_the_bindings_device_error(model_new, op):
+    with pytest.raises(RuntimeError, match="x must be a CUDA tensor, got device cpu"):
+        op(*op_args_for(SHAPE_CASES[0], "cpu"))
+    # Argument errors come first, as from the pybind function.
+    x, weight, bias, *settings = op_args_for(SHAPE_CASES[0], "cpu")
+    with pytest.raises(RuntimeError, match="weight must be float32, got Double"):
+        op(x, weight.double(), bias, *settings)
+
+
+def test_reimporting_model_new_does_not_register_twice(model_new, op):
+    spec = importlib.util.spec_from_file_location("model_new_imported_again",
+                                                  REPO / "model_new.py")
+    again = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(again)  # a second execution of the module: no double definition
+    fused = again.ModelNew(3, 8, 3, 2).to("meta")
+    with torch.no_grad():
+        assert fused(torch.empty(2, 3, 16, 16, device="meta")).shape == (2, 8, 7, 7)
+    assert torch.ops.fused_conv.conv2d_relu_maxpool is op
+
+
+def test_torch_op_guard_lets_model_new_forward_through(model_new):
+    fused = model_new.ModelNew(3, 8, 3, 2).to("meta")
+    with torch.no_grad(), verification.TorchOpGuard():
+        out = fused(torch.empty(2, 3, 16, 16, device="meta"))
+    assert out.shape == (2, 8, 7, 7)
+    assert verification.is_allowed_torch_op(torch.ops.fused_conv.conv2d_relu_maxpool)
+    assert verification.is_allowed_torch_op(torch.ops.fused_conv.conv2d_relu_maxpool.default)
+
+
+@pytest.mark.parametrize("case", SHAPE_CASES, ids=lambda case: case.name)
+def test_model_new_passes_its_settings_to_the_op_in_schema_order(model_new, reference_cpu_kernel,
+                                                                 case):
+    reference = Model(**case.model_kwargs())
+    fused = model_new.ModelNew(**case.model_kwargs())
+    fused.load_state_dict(reference.state_dict())
+    x = torch.randn(case.input_shape())
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), reference(x), atol=0, rtol=0)
+
+
+def test_the_cpu_kernel_is_restored_after_the_reference_stand_in(model_new):
+    with pytest.raises(RuntimeError, match="x must be a CUDA tensor"):
+        model_new.ModelNew(3, 8, 3, 2)(torch.randn(2, 3, 16, 16))
+
+
+# ---- the fake implementation: shapes and checks -------------------------------------------
+
+@pytest.mark.parametrize("case", SHAPE_CASES, ids=lambda case: case.name)
+def test_fake_shape_matches_model_on_meta_tensors(model_new, case):
+    expected = model_output_shape(case)
+    with torch.no_grad():
+        out = new_on("meta", case, model_new)(torch.empty(case.input_shape(), device="meta"))
+    assert tuple(out.shape) == expected == case.output_shape()
+    assert out.is_contiguous() and out.dtype == torch.float32
+
+
+@pytest.mark.parametrize("case", SHAPE_CASES[:10], ids=lambda case: case.name)
+def test_fake_shape_matches_model_under_fake_tensor_mode(op, case):
+    with FakeTensorMode():
+        out = op(*op_args_for(case, "cuda"))
+    assert tuple(out.shape) == model_output_shape(case)
+    assert out.device == torch.device("cuda:0") and out.is_contiguous()
+
+
+def test_fake_accepts_and_refuses_exactly_what_pytorch_does_on_random_configurations(op):
+    """Valid or not (windows beyond the input, pool padding beyond half the window, ...):
+    where PyTorch gives an output the fake gives its shape, where PyTorch raises so does the
+    fake."""
+    rng = random.Random(20240611)
+    refused = 0
+    for index in range(300):
+        case = small_channels(random_case(rng))
+        # Push about half beyond validity: smaller inputs, larger strides and pool windows.
+        if rng.random() < 0.5:
+            case = replace(case, height=rng.randint(1, 8), width=rng.randint(1, 8),
+                           pool_kernel=(rng.randint(1, 6), rng.randint(1, 6)),
+                           pool_padding=(rng.randint(0, 3), rng.randint(0, 3)))
+        expected = model_output_shape(case)
+        args = op_args_for(case, "meta")
+        if expected is None:
+            refused += 1
+            with pytest.raises(RuntimeError):
+                op(*args)
+        else:
+            assert tuple(op(*args).shape) == expected, (index, case)
+    assert 30 < refused < 270  # both sides of validity were exercised
+
+
+REFUSALS = [  # (change to valid arguments, the binding's message)
+    (lambda a: {"x": a["x"].double()}, "x must be float32, got Double"),
+    (lambda a: {"weight": a["weight"][0]}, "weight must be 4-D"),
+    (lambda a: {"weight": torch.empty(8, 2, 3, 3, device=a["x"].device)},
+     "channel mismatch: x has 3 channels but weight expects 2"),
+    (lambda a: {"bias": torch.empty(7, device=a["x"].device)},
+     "bias must be 1-D with out_channels = 8 elements, got shape [7]"),
+    (lambda a: {"bias": a["bias"].half()}, "bias must be float32, got Half"),
+    (lambda a: {"stride": [0, 1]}, "stride must be positive, got (0, 1)"),
+    (lambda a: {"padding": [1, 1, 1]}, "padding must be an int pair (h, w), got 3 values"),
+    (lambda a: {"pool_padding": [2, 0]}, "pool_padding must be at most half of pool_kernel"),
+    (lambda a: {"config": 99}, "config must be -1"),
+    (lambda a: {"weight": torch.empty(8, 3, 13, 13, device=a["x"].device)},
+     "convolution output is smaller than 1 element: input 12x12"),
+    (lambda a: {"pool_kernel": [11, 11]}, "pooled output is smaller than 1 element"),
+]
+
+
+@pytest.mark.parametrize("change,message", REFUSALS,
+                         ids=[message.split(":")[0].split(",")[0] for _, message in REFUSALS])
+def test_fake_refuses_what_the_binding_refuses_with_its_message(op, change, message):
+    args = dict(x=torch.empty(2, 3, 12, 12, device="meta"),
+                weight=torch.empty(8, 3, 3, 3, device="meta"),
+                bias=torch.empty(8, device="meta"), stride=[1, 1], padding=[0, 0],
+                dilation=[1, 1], pool_kernel=[2, 2], pool_stride=[2, 2], pool_padding=[0, 0],
+                ceil_mode=False, config=-1)
+    args.update(change(args))
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        op(**args)
+
+
+def test_fake_follows_x_to_its_device_and_refuses_a_weight_elsewhere(op):
+    case = SHAPE_CASES[0]
+    with FakeTensorMode():
+        x, weight, bias, *settings = op_args_for(case, "cuda:1")
+        assert op(x, weight, bias, *settings).device == torch.device("cuda:1")
+        with pytest.raises(RuntimeError, match="weight must be on x's device cuda:1, got cuda:0"):
+            op(x, weight.to("cuda:0"), bias, *settings)
+
+
+def test_fake_output_is_contiguous_for_a_channels_last_input(op):
+    case = SHAPE_CASES[0]
+    x, weight, bias, *settings = op_args_for(case, "meta")
+    out = op(x.to(memory_format=torch.channels_last), weight, bias, *settings)
+    assert out.is_contiguous()  # like the binding: NCHW output whatever x's layout
+
+
+# ---- tracing on meta tensors: compile and export without a GPU ------------------------------
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compile_fullgraph_traces_model_new_on_meta(model_new, dynamic):
+    torch._dynamo.reset()
+    case = small_channels(find_case("ceil_mode_odd"))
+    compiled = torch.compile(new_on("meta", case, model_new), fullgraph=True,
+                             backend="aot_eager", dynamic=dynamic)
+    with torch.no_grad():
+        for height, width in ((case.height, case.width), (case.height + 3, case.width + 5)):
+            resized = replace(case, height=height, width=width)
+            out = compiled(torch.empty(resized.input_shape(), device="meta"))
+            assert tuple(out.shape) == model_output_shape(resized)
+
+
+def test_export_records_the_op_on_meta(model_new):
+    case = small_channels(find_case("ceil_mode_pool3_s2_pad1"))
+    exported = torch.export.export(new_on("meta", case, model_new),
+                                   (torch.empty(case.input_shape(), device="meta"),))
+    targets = [node.target for node in exported.graph.nodes if node.op == "call_function"]
+    assert targets == [torch.ops.fused_conv.conv2d_relu_maxpool.default]
+    out = exported.module()(torch.empty(case.input_shape(), device="meta"))
+    assert tuple(out.shape) == case.output_shape()
+
+
+# ---- autograd: forward-only, with a clear error -------------------------------------------
+
+def test_output_requires_grad_when_parameters_do(model_new):
+    fused = model_new.ModelNew(3, 8, 3, 2).to("meta")
+    out = fused(torch.empty(2, 3, 16, 16, device="meta"))
+    assert out.requires_grad and out.grad_fn is not None  # .backward() reaches the formula
+    with torch.no_grad():
+        assert not fused(torch.empty(2, 3, 16, 16, device="meta")).requires_grad
+
+
+def test_backward_runs_the_op_that_raises_and_traces_with_fake_gradients(model_new):
+    """On meta tensors the backward only traces (as torch.compile does): it must run the
+    raising op and give gradients of the right shapes, none for a missing bias."""
+    seen = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    fused = model_new.ModelNew(3, 8, 3, 2, bias=False).to("meta")
+    x = torch.empty(2, 3, 16, 16, device="meta", requires_grad=True)
+    out = fused(x)
+    with Record():
+        out.sum().backward()
+    assert torch.ops.fused_conv.conv2d_relu_maxpool_backward_unsupported.default in seen
+    assert x.grad.shape == x.shape and fused.conv.weight.grad.shape == (8, 3, 3, 3)
+
+
+class Context:
+    x_shape, weight_shape, bias_shape = [2, 3, 16, 16], [8, 3, 3, 3], [8]
+
+
+def test_backward_formula_raises_forward_only_error_on_real_tensors(model_new):
+    with pytest.raises(RuntimeError, match="forward-only") as raised:
+        model_new._conv2d_relu_maxpool_backward(Context(), torch.zeros(2, 8, 7, 7))
+    assert "torch.no_grad()" in str(raised.value)
+    assert "torch.inference_mode()" in str(raised.value)
+
+
+def test_backward_through_model_new_raises_the_forward_only_error_on_cpu(model_new,
+                                                                       reference_cpu_kernel):
+    fused = model_new.ModelNew(3, 8, 3, 2)
+    out = fused(torch.randn(2, 3, 16, 16))
+    with pytest.raises(RuntimeError, match="forward-only") as raised:
+        out.sum().backward()
+    assert "torch.inference_mode()" in str(raised.value)
+    assert fused.conv.weight.grad is None and fused.conv.bias.grad is None
+
+
+def test_backward_raises_when_only_the_input_requires_grad(model_new, reference_cpu_kernel):
+    fused = model_new.ModelNew(3, 8, 3, 2).requires_grad_(False)
+    x = torch.randn(2, 3, 16, 16, requires_grad=True)
+    out = fused(x)
+    assert out.requires_grad
+    with pytest.raises(RuntimeError, match="forward-only"):
+        out.sum().backward()
+    assert x.grad is None
+
+
+# ---- fuse_conv_relu_maxpool ---------------------------------------------------------------
+
+class Block(nn.Module):
+    """A custom module holding a Sequential, as real networks do."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(inplace=True),
+                                  nn.MaxPool2d(3, stride=2, padding=1, ceil_mode=True))
+        self.head = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def sample_network() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3), nn.ReLU(), nn.MaxPool2d(2),                       # 0-2 fused
+        nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),                             # 3-4 no pool
+        nn.Conv2d(8, 8, (3, 5), stride=(1, 2), padding=(1, 2), dilation=(1, 2), bias=False),
+        nn.ReLU(), nn.MaxPool2d((2, 3), stride=1, padding=(1, 0)),             # 5-7 fused
+        Block(),                                                              # 8 nested
+        nn.Conv2d(4, 4, 3, padding=1, groups=2), nn.ReLU(), nn.MaxPool2d(2),  # 9-11 grouped
+        nn.Conv2d(4, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2, dilation=2),  # 12-14 dilated
+        nn.Conv2d(4, 4, 3, padding="same"), nn.ReLU(), nn.MaxPool2d(2),       # 15-17 fused
+        nn.Conv2d(4, 4, 2, padding="same"), nn.ReLU(), nn.MaxPool2d(2),       # 18-20 asymmetric
+        nn.Conv2d(4, 4, 1, padding="valid"), nn.ReLU(), nn.MaxPool2d(1),      # 21-23 fused
+        nn.Conv2d(4, 4, 1, padding_mode="reflect"), nn.ReLU(), nn.MaxPool2d(1),  # 24-26
+        nn.Conv2d(4, 4, 1), nn.ReLU(), nn.MaxPool2d(1, return_indices=True),  # 27-29 indices
+    )
+
+
+def fused_positions(sequence: nn.Sequential, model_new) -> list:
+    return [i for i, layer in enumerate(sequence) if isinstance(layer, model_new.ModelNew)]
+
+
+def test_fuse_replaces_exactly_the_supported_runs_and_keeps_indices(model_new):
+    network = sample_network()
+    before = list(network)
+    result = model_new.fuse_conv_relu_maxpool(network)
+    assert result is network and len(network) == len(before)
+    assert fused_positions(network, model_new) == [0, 5, 15, 21]
+    for start in (0, 5, 15, 21):
+        assert isinstance(network[start + 1], nn.Identity)
+        assert isinstance(network[start + 2], nn.Identity)
+    assert fused_positions(network[8].body, model_new) == [0]
+    untouched = [3, 4, 9, 10, 11, 12, 13, 14, 18, 19, 20, 24, 25, 26, 27, 28, 29]
+    for index in untouched:
+        assert network[index] is before[index], index
+    assert network[8] is before[8] and network[8].head is before[8].head
+
+
+def test_fused_modules_share_the_original_parameters_and_carry_settings(model_new):
+    network = sample_network()
+    convs = {i: network[i] for i in (0, 5, 15, 21)}
+    weights = {name: p for name, p in network.named_parameters()}
+    model_new.fuse_conv_relu_maxpool(network)
+    for index, conv in convs.items():
+        assert network[index].conv is conv  # the same Parameters: no copy, same device/dtype
+    assert all(any(p is q for q in network.parameters()) for p in weights.values())
+    rect = network[5]
+    assert (rect.stride, rect.padding, rect.dilation) == ((1, 2), (1, 2), (1, 2))
+    assert (rect.pool_kernel, rect.pool_stride, rect.pool_padding) == ((2, 3), (1, 1), (1, 0))
+    assert rect.conv.bias is None and rect.ceil_mode is False
+    nested = network[8].body[0]
+    assert (nested.pool_kernel, nested.pool_stride, nested.pool_padding) == ((3, 3), (2, 2),
+                                                                             (1, 1))
+    assert nested.ceil_mode is True
+    assert network[15].padding == (1, 1)  # 'same' with a 3x3 kernel
+    assert network[21].padding == (0, 0)  # 'valid'
+
+
+def test_fused_network_has_the_same_output_shapes_on_meta(model_new):
+    network = sample_network()[:9].to("meta")  # up to the nested block: channels line up
+    fused = model_new.fuse_conv_relu_maxpool(copy.deepcopy(network))
+    x = torch.empty(2, 3, 40, 44, device="meta")
+    with torch.no_grad():
+        assert fused(x).shape == network(x).shape
+
+
+def test_fuse_leaves_float64_and_hooked_layers_and_sequential_subclasses_alone(model_new):
+    class Reordering(nn.Sequential):
+        def forward(self, x):  # not Sequential's forward: positions may mean something else
+            return super().forward(x)
+
+    hooked = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2))
+    hooked[1].register_forward_hook(lambda module, args, out: None)
+    networks = [nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2)).double(),
+                hooked, Reordering(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2)),
+                nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU6(), nn.MaxPool2d(2)),
+                nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.AvgPool2d(2))]
+    for network in networks:
+        before = list(network)
+        model_new.fuse_conv_relu_maxpool(network)
+        assert list(network) == before
+
+
+def test_fuse_keeps_the_training_flag_and_a_fused_model_still_fuses_nothing_more(model_new):
+    network = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2)).eval()
+    model_new.fuse_conv_relu_maxpool(network)
+    assert not network[0].training
+    again = list(network)
+    model_new.fuse_conv_relu_maxpool(network)
+    assert list(network) == again
+
+
+def test_fused_state_dict_names_gain_the_conv_infix(model_new):
+    network = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2))
+    model_new.fuse_conv_relu_maxpool(network)
+    assert list(network.state_dict()) == ["0.conv.weight", "0.conv.bias"]
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same'")  # the unfused even-kernel conv
+def test_fused_network_computes_what_the_original_does(model_new, reference_cpu_kernel):
+    network = sample_network()[:9].eval()  # fused runs of every kind, nested block included
+    fused = model_new.fuse_conv_relu_maxpool(copy.deepcopy(network))
+    x = torch.randn(2, 3, 40, 44)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), network(x))
+    tail = nn.Sequential(*list(sample_network())[9:]).eval()  # grouped, dilated pool, 'same'...
+    fused_tail = model_new.fuse_conv_relu_maxpool(copy.deepcopy(tail))
+    x = torch.randn(2, 4, 64, 64)
+    with torch.no_grad():
+        expected = tail[:-3](x)  # the MaxPool2d with return_indices ends with a tuple
+        torch.testing.assert_close(fused_tail[:-3](x), expected)
+
+
+def test_vgg16_features_fuse_at_the_five_pooled_blocks(model_new):
+    torchvision = pytest.importorskip("torchvision")
+    features = torchvision.models.vgg16(weights=None).features
+    original = list(features)
+    model_new.fuse_conv_relu_maxpool(features)
+    assert len(features) == 31
+    assert fused_positions(features, model_new) == [2, 7, 14, 21, 28]
+    for start in (2, 7, 14, 21, 28):
+        assert features[start].conv is original[start]
+        assert (features[start].padding, features[start].pool_kernel) == ((1, 1), (2, 2))
+    convs = [i for i, layer in enumerate(features) if isinstance(layer, nn.Conv2d)]
+    assert convs == [0, 5, 10, 12, 17, 19, 24, 26]  # the convolutions without a pool after
+    x = torch.empty(2, 3, 224, 224, device="meta")
+    with torch.no_grad():
+        assert features.to("meta")(x).shape == (2, 512, 7, 7)
+
+
+def test_fused_vgg16_features_compute_what_eager_does(model_new, reference_cpu_kernel):
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    features = torchvision.models.vgg16(weights=None).features.eval()
+    fused = model_new.fuse_conv_relu_maxpool(copy.deepcopy(features))
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), features(x))
+
+
+# ---- the benchmark and the notebook (their GPU runs are manual) ----------------------------
+
+def test_bench_vgg16_parses_targets_and_needs_a_gpu():
+    sys.path.insert(0, str(REPO / "tools"))
+    try:
+        import bench_vgg16
+    finally:
+        sys.path.remove(str(REPO / "tools"))
+    args = bench_vgg16.build_parser().parse_args(["--targets", "fused,compile"])
+    assert args.targets == ["eager", "fused", "compile"] and args.batch == 32
+    assert args.size == 224 and args.iters >= 50
+    with pytest.raises(SystemExit):
+        bench_vgg16.build_parser().parse_args(["--targets", "eager,no_such_target"])
+    if not torch.cuda.is_available():
+        assert bench_vgg16.main([]) == 2
+
+
+def test_quickstart_notebook_is_valid_nbformat_4_without_outputs():
+    notebook = json.loads((REPO / "examples" / "quickstart.ipynb").read_text())
+    assert notebook["nbformat"] == 4
+    code = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
+    assert code and all(cell["outputs"] == [] and cell["execution_count"] is None
+                        for cell in code)
+    sources = ["".join(cell["source"]) for cell in code]
+    for source in sources:  # Python, once IPython's `!command` lines are set aside
+        ast.parse("\n".join(line.replace("!", "pass  # !", 1) if line.lstrip().startswith("!")
+                            else line for line in source.splitlines()))
+    joined = "\n".join(sources)
+    for needed in ("bash utils/compile.sh", "load_state_dict", "ModelNew",
+                   "fuse_conv_relu_maxpool", "torch.cuda.Event"):
+        assert needed in joined, needed
+
+
+# ---- GPU ---------------------------------------------------------------------------------
+
+def gpu_pair(case: ConvPoolCase, model_new, device="cuda"):
+    """Model and ModelNew with Model's weights on `device`, and an input."""
+    torch.manual_seed(random.randrange(2**31))
+    reference = Model(**case.model_kwargs()).to(device).eval()
+    fused = model_new.ModelNew(**case.model_kwargs()).to(device).eval()
+    fused.load_state_dict(reference.state_dict())
+    return reference, fused, torch.randn(case.input_shape(), device=device)
+
+
+GPU_CASES = [find_case(name) for name in ("default_small", "padding1", "pool3_stride2_pad1",
+                                          "ceil_mode_pool3_s2_pad1", "no_bias")]
+
+
+@pytest.mark.requires_cuda
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda case: case.name)
+def test_opcheck_passes_on_gpu(op, case):
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    x = torch.randn(case.input_shape(), generator=generator).cuda()
+    weight = (torch.randn(case.weight_shape(), generator=generator) * 0.1).cuda()
+    bias = torch.randn(case.out_channels, generator=generator).cuda() if case.bias else None
+    torch.library.opcheck(op.default, (x, weight, bias, *case.op_args()))
+
+
+@pytest.mark.requires_cuda
+def test_backward_through_model_new_raises_the_forward_only_error(model_new):
+    reference, fused, x = gpu_pair(find_case("default_small"), model_new)
+    out = fused(x)  # parameters require grad: so does the output
+    assert out.requires_grad
+    with pytest.raises(RuntimeError, match="forward-only") as raised:
+        out.sum().backward()
+    assert "torch.no_grad()" in str(raised.value)
+    assert fused.conv.weight.grad is None  # nothing half-written
+    only_input = x.clone().requires_grad_()
+    fused.requires_grad_(False)
+    with pytest.raises(RuntimeError, match="forward-only"):
+        fused(only_input).sum().backward()
+
+
+@pytest.mark.requires_cuda
+def test_backward_through_compiled_model_new_raises_the_forward_only_error(model_new):
+    torch._dynamo.reset()
+    reference, fused, x = gpu_pair(find_case("default_small"), model_new)
+    out = torch.compile(fused, fullgraph=True)(x)  # tracing with grad enabled works
+    torch.testing.assert_close(out.detach(), reference(x).detach(), **TOLERANCE)
+    with pytest.raises(RuntimeError, match="forward-only"):
+        out.sum().backward()
+
+
+@pytest.mark.requires_cuda
+@pytest.mark.parametrize("case", GPU_CASES[:3], ids=lambda case: case.name)
+def test_compile_fullgraph_matches_model(model_new, case):
+    torch._dynamo.reset()
+    reference, fused, x = gpu_pair(case, model_new)
+    compiled = torch.compile(fused, fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), reference(x), **TOLERANCE)
+        smaller = x[:1, :, :-3, :-2].contiguous()  # a recompile with another shape
+        torch.testing.assert_close(compiled(smaller), reference(smaller), **TOLERANCE)
+
+
+@pytest.mark.requires_cuda
+def test_export_runs_and_matches_model(model_new):
+    reference, fused, x = gpu_pair(find_case("ceil_mode_pool3_s2_pad1"), model_new)
+    exported = torch.export.export(fused, (x,))
+    with torch.no_grad():
+        torch.testing.assert_close(exported.module()(x), reference(x), **TOLERANCE)
+
+
+@pytest.mark.requires_cuda
+def test_cuda_graph_capture_and_replay_match_model(model_new):
+    reference, fused, static_x = gpu_pair(find_case("default_small"), model_new)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        fused(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        static_out = fused(static_x)
+    for _ in range(2):
+        static_x.copy_(torch.randn_like(static_x))
+        static_out.fill_(float("nan"))
+        graph.replay()
+        with torch.no_grad():
+            torch.testing.assert_close(static_out, reference(static_x), **TOLERANCE)
+
+
+@pytest.mark.requires_cuda
+def test_compile_reduce_overhead_uses_cuda_graphs_and_matches(model_new):
+    torch._dynamo.reset()
+    reference, fused, x = gpu_pair(find_case("padding1"), model_new)
+    compiled = torch.compile(fused, mode="reduce-overhead", fullgraph=True)
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x).clone(), reference(x), **TOLERANCE)
+
+
+@pytest.mark.requires_cuda
+def test_channels_last_input_matches_without_a_copy(model_new):
+    # x far larger than the output: a copy of x would stand out in the peak memory.
+    case = replace(find_case("default_small"), batch=4, in_channels=64, out_channels=8)
+    reference, fused, x = gpu_pair(case, model_new)
+    x_last = x.to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        expected = reference(x)
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        out = fused(x_last)
+        torch.cuda.synchronize()
+        grown = torch.cuda.max_memory_allocated() - before
+    torch.testing.assert_close(out, expected, **TOLERANCE)
+    assert out.is_contiguous()
+    assert grown < x.nbytes // 2, f"{grown} bytes allocated: was x copied?"
+
+
+@pytest.mark.requires_cuda
+def test_current_stream_is_honoured(model_new):
+    reference, fused, x = gpu_pair(find_case("default_small"), model_new)
+    expected = reference(x).detach()
+    staged = torch.zeros_like(x)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.no_grad():
+        torch.cuda._sleep(50_000_000)  # the stream is busy when the op is queued
+        staged.copy_(x)
+        out = fused(staged)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.testing.assert_close(out, expected, **TOLERANCE)
+
+
+@pytest.mark.requires_cuda
+@two_gpus
+def test_input_on_second_gpu_runs_there(model_new):
+    torch.cuda.set_device(0)
+    reference, fused, x = gpu_pair(find_case("padding1"), model_new, device="cuda:1")
+    with torch.no_grad():
+        out = fused(x)
+        expected = reference(x)
+    assert out.device == torch.device("cuda:1")
+    assert torch.cuda.current_device() == 0
+    torch.testing.assert_close(out, expected, **TOLERANCE)
+    side = torch.cuda.Stream(device="cuda:1")  # and its current stream there
+    side.wait_stream(torch.cuda.current_stream("cuda:1"))
+    with torch.cuda.stream(side), torch.no_grad():
+        torch.cuda._sleep(20_000_000)
+        staged = x.clone()
+        out_side = fused(staged)
+    torch.cuda.current_stream("cuda:1").wait_stream(side)
+    torch.testing.assert_close(out_side, expected, **TOLERANCE)
+
+
+@pytest.mark.requires_cuda
+@two_gpus
+def test_two_nccl_processes_each_match_model_on_their_gpu():
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1")
+    result = subprocess.run([sys.executable, str(REPO / "tools" / "check_distributed.py")],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "PASS" in result.stdout
+
+
+@pytest.mark.requires_cuda
+def test_fused_vgg16_features_match_eager(model_new):
+    torchvision = pytest.importorskip("torchvision")
+    torch.manual_seed(0)
+    features = torchvision.models.vgg16(weights=None).features.cuda().eval()
+    fused = model_new.fuse_conv_relu_maxpool(copy.deepcopy(features))
+    x = torch.randn(4, 3, 224, 224, device="cuda")
+    with torch.no_grad():
+        expected = features(x)
+        out = fused(x)
+    scale = expected.abs().max().item()
+    assert scale > 0
+    torch.testing.assert_close(out / scale, expected / scale, **TOLERANCE)
