@@ -78,6 +78,8 @@ struct TilePlan {
   bool fast;
   bool vector_input;    // x NCHW-contiguous, width % 4 == 0, 16-byte aligned
   bool vector_weights;  // weight contiguous, in_channels * 9 % 4 == 0, 16-byte aligned
+  // Flat-K variant: the reduction (channel, tap) flattened and padded to a multiple of 8.
+  int k_padded;
 };
 
 // The fast path's staged geometry. The input halo row is staged from the 16-byte
@@ -139,6 +141,27 @@ TilePlan make_tile_plan(const ConvPoolShape& s, int out_block, bool allow_fast) 
                         8 * int64_t(kChannelChunk) * s.taps();
   p.smem_bytes = bytes > INT32_MAX ? INT32_MAX : int(bytes);
   p.blocks = int64_t(s.batch) * p.tiles_h * p.tiles_w * p.channel_blocks;
+  return p;
+}
+
+// Flat-K tiling (tiled_tf32_flat): the same tiles, but every input channel's halo
+// and the whole (channel, tap) reduction are staged once, with one extra zero plane
+// that the padded reduction steps read. Fits only when in_channels * taps is small,
+// which is exactly where the 8-channel chunks of the other variants waste most work.
+TilePlan make_flat_plan(const ConvPoolShape& s, int out_block) {
+  TilePlan p = make_tile_plan(s, out_block, false);
+  const int64_t reduction = int64_t(s.in_channels) * s.taps();
+  p.k_padded = int((reduction + 7) / 8 * 8);
+  p.channel_chunks = 1;
+  // B fragment loads (row g, column k + t) hit 32 banks when the row is 4 (mod 8).
+  p.weight_row = round_up_to_residue(p.k_padded, 8, 4);
+  p.stage_floats = (s.in_channels + 1) * p.halo_plane + out_block * p.weight_row;
+  const int64_t staged = std::max<int64_t>(int64_t(s.in_channels + 1) * p.halo_plane +
+                                               int64_t(out_block) * p.weight_row,
+                                           int64_t(out_block) * kEpilogueRow);
+  // + offsets of the padded reduction (A), weight gather offsets, bias.
+  const int64_t bytes = 4 * (staged + p.k_padded + reduction + out_block);
+  p.smem_bytes = bytes > INT32_MAX ? INT32_MAX : int(bytes);
   return p;
 }
 
@@ -698,6 +721,138 @@ __global__ void __launch_bounds__(Mainloop::kThreads, 1)
   }
 }
 
+// Flat-K tensor-core mainloop: the TF32 mainloop's warp layout and accumulators,
+// but each mma K step covers 8 consecutive (channel, tap) pairs of the flattened
+// reduction, located through a per-k offset table into the staged halo planes.
+template <int kOutBlockT>
+struct FlatTensorCoreMainloop : TensorCoreMainloop<kOutBlockT, false> {
+  using Base = TensorCoreMainloop<kOutBlockT, false>;
+  using Base::acc;
+  using Base::kMTiles;
+  using Base::kNTiles;
+  using Base::kWarpChannels;
+
+  __device__ __forceinline__ void compute_all(const float* halo, const float* weights,
+                                              const int* k_offset, const ConvPoolShape& s,
+                                              const TilePlan& p) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warp_m = warp % 4, warp_n = warp / 4;
+    const int group = lane / 4, thread_in_group = lane % 4;
+    int a_offset[kMTiles];
+#pragma unroll
+    for (int i = 0; i < kMTiles; ++i) {
+      const int tile_row = 2 * warp_m + i / 2;
+      const int tile_col = (i % 2) * 16 + group;
+      a_offset[i] = tile_row * s.stride_h * p.halo_cols + tile_col * s.stride_w;
+    }
+    const int a_next8_pixels = 8 * s.stride_w;
+    int b_offset[kNTiles];
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j)
+      b_offset[j] = (warp_n * kWarpChannels + j * 8 + group) * p.weight_row + thread_in_group;
+
+#pragma unroll 2
+    for (int k = 0; k < p.k_padded; k += 8) {
+      const int low = k_offset[k + thread_in_group], high = k_offset[k + thread_in_group + 4];
+      uint32_t a[kMTiles][4], b[kNTiles][2];
+#pragma unroll
+      for (int i = 0; i < kMTiles; ++i) {
+        const float* src = halo + a_offset[i];
+        a[i][0] = __float_as_uint(src[low]);
+        a[i][1] = __float_as_uint(src[low + a_next8_pixels]);
+        a[i][2] = __float_as_uint(src[high]);
+        a[i][3] = __float_as_uint(src[high + a_next8_pixels]);
+      }
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+        b[j][0] = __float_as_uint(weights[b_offset[j] + k]);
+        b[j][1] = __float_as_uint(weights[b_offset[j] + k + 4]);
+      }
+#pragma unroll
+      for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) mma_tf32(acc[i][j], a[i], b[j]);
+    }
+  }
+};
+
+// Two blocks per SM where the accumulators allow (<= 128 registers): these shapes
+// are short per block, so a second block hides the first one's staging latency.
+template <class Mainloop>
+__global__ void __launch_bounds__(Mainloop::kThreads, Mainloop::kOutBlock <= 64 ? 2 : 1)
+    conv_pool_flat_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const TilePlan p) {
+  constexpr int kBlockThreads = Mainloop::kThreads;
+  extern __shared__ __align__(16) float smem[];
+  const TileCoords tc = tile_coords<false>(s, p);
+  const int taps = s.taps();
+  const int reduction = s.in_channels * taps;
+  float* halo = smem;  // in_channels + 1 planes; the last stays zero
+  float* weights = halo + (s.in_channels + 1) * p.halo_plane;
+  const int staged = max((s.in_channels + 1) * p.halo_plane + p.out_block * p.weight_row,
+                         p.out_block * kEpilogueRow);
+  int* k_offset = reinterpret_cast<int*>(smem + staged);  // k_padded entries
+  int* weight_gather = k_offset + p.k_padded;               // reduction entries
+  float* bias = reinterpret_cast<float*>(weight_gather + reduction);
+
+  for (int k = threadIdx.x; k < p.k_padded; k += kBlockThreads) {
+    int offset = s.in_channels * p.halo_plane;  // padded steps read the zero plane
+    int gather = 0;
+    if (k < reduction) {
+      const int c = k / taps, tap = k - c * taps;
+      const int r = tap / s.kernel_w, q = tap - r * s.kernel_w;
+      offset = c * p.halo_plane + r * s.dilation_h * p.halo_cols + q * s.dilation_w;
+      gather = int(c * ops.weight_stride[1] + r * ops.weight_stride[2] + q * ops.weight_stride[3]);
+      weight_gather[k] = gather;
+    }
+    k_offset[k] = offset;
+  }
+  for (int k = threadIdx.x; k < p.out_block; k += kBlockThreads) {
+    const int channel = tc.channel0 + k;
+    bias[k] = (ops.bias != nullptr && channel < s.out_channels) ? ops.bias[channel * ops.bias_stride]
+                                                                : 0.f;
+  }
+  for (int i = threadIdx.x; i < p.halo_plane; i += kBlockThreads)
+    halo[s.in_channels * p.halo_plane + i] = 0.f;
+  __syncthreads();  // gather table ready
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float* image = ops.x + tc.image * ops.x_stride[0];
+  for (int row = warp; row < s.in_channels * p.halo_rows; row += kBlockThreads / 32) {
+    const int c = row / p.halo_rows;
+    const int halo_row = row - c * p.halo_rows;
+    const int h = tc.in_row0 + halo_row;
+    const bool row_valid = h >= 0 && h < s.in_height;
+    const float* src_row = image + int64_t(c) * ops.x_stride[1] + int64_t(h) * ops.x_stride[2];
+    float* dst_row = halo + c * p.halo_plane + halo_row * p.halo_cols;
+    for (int col = lane; col < p.halo_cols; col += 32) {
+      const int w = tc.in_col0 + col;
+      const bool valid = row_valid && w >= 0 && w < s.in_width;
+      cp_async_4(dst_row + col, valid ? src_row + int64_t(w) * ops.x_stride[3] : ops.x, valid);
+    }
+  }
+  for (int k = warp; k < p.out_block; k += kBlockThreads / 32) {
+    const bool k_valid = tc.channel0 + k < s.out_channels;
+    const float* src = ops.weight + int64_t(tc.channel0 + k) * ops.weight_stride[0];
+    float* dst = weights + k * p.weight_row;
+    for (int e = lane; e < p.k_padded; e += 32) {
+      const bool valid = k_valid && e < reduction;
+      cp_async_4(dst + e, valid ? src + weight_gather[e] : ops.weight, valid);
+    }
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+
+  Mainloop mainloop;
+  mainloop.compute_all(halo, weights, k_offset, s, p);
+  __syncthreads();  // all warps done with the halo: reuse it as the epilogue tile
+
+  float* tile = smem;
+  mainloop.store(tile, bias);
+  __syncthreads();
+  pool_and_store<kBlockThreads>(ops, s, p, tc, tile);
+}
+
 __global__ void conv_pool_direct_kernel(const ConvPoolOperands ops, const ConvPoolShape s) {
   const int64_t total = s.output_elements();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
@@ -754,6 +909,11 @@ TiledChoice pick(bool fast) {
           Mainloop::kOutBlock, Mainloop::kThreads};
 }
 
+template <class Mainloop>
+TiledChoice flat() {
+  return {conv_pool_flat_kernel<Mainloop>, Mainloop::kOutBlock, Mainloop::kThreads};
+}
+
 // Tensor cores: the widest block the output channels fill well; the 3xTF32 split
 // doubles the fragment registers, so it stops at 64 to stay clear of spills.
 // `fast`: the compile-time 3x3 conv / 2x2 pool geometry (fast_path_applies).
@@ -769,6 +929,10 @@ TiledChoice tiled_choice(int variant, int out_channels, bool fast) {
     case kVariantTiledTf32Wide:
       if (out_channels > 64) return pick<TensorCoreMainloop<128, false, 4>>(fast);
       return pick<TensorCoreMainloop<64, false, 4>>(fast);
+    case kVariantTiledTf32Flat:
+      if (out_channels > 64) return flat<FlatTensorCoreMainloop<128>>();
+      if (out_channels > 32) return flat<FlatTensorCoreMainloop<64>>();
+      return flat<FlatTensorCoreMainloop<32>>();
     case kVariantTiled3xTf32:
       if (out_channels > 32) return pick<TensorCoreMainloop<64, true>>(fast);
       return pick<TensorCoreMainloop<32, true>>(fast);
@@ -779,8 +943,9 @@ TiledChoice tiled_choice(int variant, int out_channels, bool fast) {
 
 // The tiling a tiled variant runs with (the fast geometry is not built for FFMA).
 TilePlan plan_for(const ConvPoolShape& s, int variant) {
-  return make_tile_plan(s, tiled_choice(variant, s.out_channels, false).out_block,
-                        variant != kVariantTiledFp32);
+  const int out_block = tiled_choice(variant, s.out_channels, false).out_block;
+  if (variant == kVariantTiledTf32Flat) return make_flat_plan(s, out_block);
+  return make_tile_plan(s, out_block, variant != kVariantTiledFp32);
 }
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
@@ -801,7 +966,8 @@ bool vectorizable_weights(const ConvPoolOperands& ops, const ConvPoolShape& s) {
 
 bool is_tiled(int variant) {
   return variant == kVariantTiledFp32 || variant == kVariantTiledTf32 ||
-         variant == kVariantTiled3xTf32 || variant == kVariantTiledTf32Wide;
+         variant == kVariantTiled3xTf32 || variant == kVariantTiledTf32Wide ||
+         variant == kVariantTiledTf32Flat;
 }
 
 }  // namespace
@@ -813,6 +979,7 @@ extern "C" const char* conv_relu_maxpool_variant_name(int variant) {
     case kVariantTiledTf32: return "tiled_tf32";
     case kVariantTiled3xTf32: return "tiled_3xtf32";
     case kVariantTiledTf32Wide: return "tiled_tf32_16w";
+    case kVariantTiledTf32Flat: return "tiled_tf32_flat";
     default: return nullptr;
   }
 }
@@ -833,13 +1000,19 @@ extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int
 extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool allow_tf32,
                                         int max_shared_bytes) {
   if (config != kVariantAuto) return config;
+  auto runs = [&](int variant) {
+    return conv_relu_maxpool_unsupported(s, variant, max_shared_bytes) == nullptr;
+  };
+  if (!allow_tf32) return runs(kVariantTiled3xTf32) ? kVariantTiled3xTf32 : kVariantDirect;
+  // Fewer than 8 input channels: the flattened reduction skips the zero channels an
+  // 8-channel chunk would multiply (8x the work for C = 1), and it fits large kernels.
+  if (s->in_channels < kChannelChunk && runs(kVariantTiledTf32Flat)) return kVariantTiledTf32Flat;
   // 16 warps measured 8% faster than 8 for 33..64 output channels on the fast path
   // (rgb_stem) and within noise elsewhere (docs/PERF.md).
   const bool wide = s->out_channels > 32 && s->out_channels <= 64 && fast_path_applies(*s);
-  const int preferred = !allow_tf32 ? kVariantTiled3xTf32
-                        : wide      ? kVariantTiledTf32Wide
-                                    : kVariantTiledTf32;
-  if (conv_relu_maxpool_unsupported(s, preferred, max_shared_bytes) == nullptr) return preferred;
+  const int chunked = wide ? kVariantTiledTf32Wide : kVariantTiledTf32;
+  if (runs(chunked)) return chunked;
+  if (runs(kVariantTiledTf32Flat)) return kVariantTiledTf32Flat;
   return kVariantDirect;
 }
 

@@ -17,7 +17,8 @@ enum ConvPoolVariant : int {
   kVariantTiledTf32 = 2,   // shared-memory tiles, TF32 tensor cores (mma.sync), fp32 accumulate
   kVariantTiled3xTf32 = 3, // as 2, with 3xTF32 error compensation: fp32-level accuracy
   kVariantTiledTf32Wide = 4, // as 2 with 16 warps (warp tile 64 x 32) instead of 8 (64 x 64)
-  kVariantCount = 5,
+  kVariantTiledTf32Flat = 5, // as 2, reduction over flattened (channel, tap): few input channels
+  kVariantCount = 6,
 };
 
 extern "C" {

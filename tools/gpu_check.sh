@@ -28,6 +28,7 @@ sanitize() {
   command -v $cs >/dev/null || cs=/usr/local/cuda/bin/compute-sanitizer
   $cs --tool memcheck --error-exitcode 9 python tools/sanitize_cases.py default_small_batch &&
   $cs --tool memcheck --error-exitcode 9 python tools/sanitize_cases.py padded_odd &&
+  $cs --tool memcheck --error-exitcode 9 python tools/sanitize_cases.py few_channels_large_kernel &&
   $cs --tool racecheck --error-exitcode 9 python tools/sanitize_cases.py default_small_batch
 }
 
