@@ -62,7 +62,7 @@ def main() -> int:
             try:
                 out = op()
             except RuntimeError as error:
-                row[name] = f"n/a"
+                row[name] = "n/a"
                 print(f"{case.name} {name}: {str(error).splitlines()[0]}", flush=True)
                 continue
             err = ((out.double() - expected.double()).norm() / expected.double().norm()).item()

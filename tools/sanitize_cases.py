@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import cuda_extension  # noqa: E402
-from utils.suite import ConvPoolCase, DEFAULT  # noqa: E402
+from utils.suite import ConvPoolCase  # noqa: E402
 
 CASES = {
     # The default problem's geometry at batch 2 (the full batch is slow under the tools).

@@ -41,6 +41,7 @@ import torch
 import torch.nn as nn
 
 from utils.suite import DEFAULT, SUITE, ConvPoolCase, find_case
+from utils.setup_checks import SetupError, require_gpu_and_extension
 
 # Ceilings measured on the lent H200 (../shared/PEERS-H200.md).
 DEFAULT_TF32_TFLOPS = 356.0   # cuBLAS fp32 matmul 8192^3, TF32 on
@@ -61,7 +62,6 @@ MAX_AUTOTUNE = "max-autotune"
 CHANNELS_LAST = "channels-last"
 ALL_TARGETS = (NEW, EAGER, COMPILE, MAX_AUTOTUNE, CHANNELS_LAST)
 PEERS = ALL_TARGETS[1:]
-COMPILE_HINT = "run `bash utils/compile.sh` first"
 
 # Keys every JSON record has (tests/test_instruments_cpu.py pins them down).
 REQUIRED_TOP_KEYS = ("schema", "created_utc", "environment", "settings", "ceilings", "cases")
@@ -503,21 +503,6 @@ def plot_speedups(results: Sequence[CaseResult], path: Path) -> None:
 
 # ---- command line -----------------------------------------------------------------------
 
-class SetupError(RuntimeError):
-    """No GPU or no built extension: nothing can be timed."""
-
-
-def require_gpu_and_extension() -> None:
-    problems = []
-    if not torch.cuda.is_available():
-        problems.append("no CUDA GPU is visible (torch.cuda.is_available() is False); "
-                        "profiling needs an NVIDIA GPU")
-    try:
-        import cuda_extension  # noqa: F401
-    except ImportError as error:
-        problems.append(f"cuda_extension is not built ({error}): {COMPILE_HINT}")
-    if problems:
-        raise SetupError("; ".join(problems))
 
 
 def parse_targets(text: str) -> list[str]:

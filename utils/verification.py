@@ -45,12 +45,12 @@ import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
 from utils.suite import DEFAULT, GRID, SUITE, ConvPoolCase, find_case, random_cases
+from utils.setup_checks import SetupError, require_gpu_and_extension
 
 ATOL = 1e-2
 RTOL = 1e-2
 # torch.library namespace of the extension's ops (torch.ops.fused_conv.*), allowed in forward.
 ALLOWED_OP_NAMESPACE = "fused_conv"
-COMPILE_HINT = "run `bash utils/compile.sh` first"
 # Stop poisoning after this many output-sized blocks (the free cache is then mostly covered).
 MAX_POISON_BLOCKS = 4096
 # Budget for the float64 reference's intermediates; larger batches are split into chunks.
@@ -479,22 +479,6 @@ def check_large_magnitude(case: ConvPoolCase, seed: int, device: torch.device,
 
 # ---- the run -------------------------------------------------------------------------
 
-class SetupError(RuntimeError):
-    """No GPU or no built extension: nothing can be verified."""
-
-
-def require_gpu_and_extension() -> None:
-    """Raises SetupError naming everything missing (the GPU, the built extension)."""
-    problems = []
-    if not torch.cuda.is_available():
-        problems.append("no CUDA GPU is visible (torch.cuda.is_available() is False); "
-                        "this needs an NVIDIA GPU")
-    try:
-        import cuda_extension  # noqa: F401
-    except ImportError as error:
-        problems.append(f"cuda_extension is not built ({error}): {COMPILE_HINT}")
-    if problems:
-        raise SetupError("; ".join(problems))
 
 
 @dataclass
