@@ -9,19 +9,25 @@
 // so windows that straddle two tiles are simply computed by both), and reduces
 // them to pooled outputs in its epilogue.
 //
-// Variants (the `config` of the Python op; the table is conv_relu_maxpool_launch):
-//   0 direct        One thread per pooled output, operands read straight from
-//                   global memory. Slow, but has no shared-memory or tile limit,
-//                   so it runs every configuration PyTorch accepts. The fallback.
-//   1 tiled_fp32    Shared-memory tiles (below), FFMA on CUDA cores. FP32 exact.
-//   2 tiled_tf32    Same tiles, implicit GEMM on tensor cores (mma.sync m16n8k8
-//                   TF32, fp32 accumulation): what cuDNN does under PyTorch's
-//                   default allow_tf32=True.
-//   3 tiled_3xtf32  As 2, but each operand is split into a TF32 "big" part and a
-//                   TF32 remainder and three products are accumulated: fp32-level
-//                   accuracy on tensor cores, for allow_tf32=False.
+// Variants (the `config` of the Python op; the table is tiled_choice, the
+// automatic choice conv_relu_maxpool_choose):
+//   0 direct          One thread per pooled output, operands read straight from
+//                     global memory. Slow, but has no shared-memory or tile limit,
+//                     so it runs every configuration PyTorch accepts. The fallback.
+//   1 tiled_fp32      Shared-memory tiles (below), FFMA on CUDA cores. FP32.
+//   2 tiled_tf32      Same tiles, implicit GEMM on tensor cores (mma.sync m16n8k8
+//                     TF32, fp32 accumulation), 8 warps of 64 x 64: PyTorch's
+//                     default, allow_tf32=True.
+//   3 tiled_3xtf32    As 2, but each operand is split into a TF32 "big" part and a
+//                     TF32 remainder and three products are accumulated: close to
+//                     fp32 accuracy on tensor cores, for allow_tf32=False.
+//   4 tiled_tf32_16w  As 2 with 16 warps of 64 x 32 (<= 128 registers each).
+//   5 tiled_tf32_flat As 2, but the reduction runs over flattened (channel, tap)
+//                     pairs, all staged once: for fewer than 8 input channels (no
+//                     zero channels multiplied) and kernels whose 8-channel halo
+//                     would not fit.
 //
-// Tiled variants, per block (256 threads):
+// Chunked tiled variants (1-4), per block of 256 (or 512) threads:
 //   * Tile scheduler: blockIdx.x -> (image, tile row, tile col, output-channel
 //     block), channel block fastest so blocks sharing an input halo run together.
 //   * Mainloop: input channels in chunks of 8. A 3-stage cp.async pipeline stages,
@@ -33,8 +39,11 @@
 //     tile (reusing the pipeline buffers); each pooled output takes the max of its
 //     window's valid pixels (NaN wins, as in PyTorch), applies ReLU and is stored;
 //     consecutive threads store consecutive columns.
+//   * Fast path (3x3 / stride 1 / dilation 1 conv, 2x2 / stride 2 pool with every
+//     window inside the conv output): the staged geometry is compile-time, copies
+//     are 16 bytes wide, and the 2x2 max is taken in registers before the store.
 // Shared-memory layouts are padded so the mma fragment loads are conflict-free
-// for stride 1 (see TilePlan).
+// for stride 1 (see TilePlan). docs/PERF.md has each version's measurements.
 #include <cuda_runtime.h>
 
 #include <algorithm>
