@@ -1,0 +1,109 @@
+"""The automatic kernel choice (config = -1) and the shape limits of each variant, on the CPU.
+
+conv_relu_maxpool_choose / _unsupported are plain host functions exported by the built module
+(kernels/conv_relu_maxpool.h), so they are called here through ctypes with a ConvPoolShape
+built like the binding builds it: no GPU needed. This pins which variant each public-suite shape
+runs, the precision switch (torch.backends.cudnn.allow_tf32), and the fallbacks.
+"""
+import ctypes
+
+import pytest
+
+from utils.suite import SUITE, ConvPoolCase, find_case
+
+H200_SHARED_BYTES = 232448  # cudaDevAttrMaxSharedMemoryPerBlockOptin on the H200
+AUTO = -1
+
+
+class ConvPoolShape(ctypes.Structure):
+    """Mirror of kernels/conv_pool_shape.h (field order and types must match)."""
+    _fields_ = [(name, ctypes.c_int) for name in (
+        "batch", "in_channels", "in_height", "in_width", "out_channels", "kernel_h", "kernel_w",
+        "stride_h", "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w", "conv_height",
+        "conv_width", "pool_h", "pool_w", "pool_stride_h", "pool_stride_w", "pool_pad_h",
+        "pool_pad_w", "out_height", "out_width")] + [("has_bias", ctypes.c_bool)]
+
+
+@pytest.fixture(scope="module")
+def library(extension):
+    lib = ctypes.CDLL(extension.__file__)
+    lib.conv_relu_maxpool_choose.restype = ctypes.c_int
+    lib.conv_relu_maxpool_choose.argtypes = [ctypes.POINTER(ConvPoolShape), ctypes.c_int,
+                                             ctypes.c_bool, ctypes.c_int]
+    lib.conv_relu_maxpool_unsupported.restype = ctypes.c_char_p
+    lib.conv_relu_maxpool_unsupported.argtypes = [ctypes.POINTER(ConvPoolShape), ctypes.c_int,
+                                                  ctypes.c_int]
+    return lib
+
+
+@pytest.fixture(scope="module")
+def variant_names(extension) -> dict:
+    return {config: name for name, config in extension.conv2d_relu_maxpool_variants().items()}
+
+
+def shape_of(case: ConvPoolCase) -> ConvPoolShape:
+    conv_h, conv_w = case.conv_out()
+    out_h, out_w = case.pooled_out()
+    pool_stride = case.effective_pool_stride
+    return ConvPoolShape(
+        case.batch, case.in_channels, case.height, case.width, case.out_channels,
+        *case.kernel_size, *case.stride, *case.padding, *case.dilation, conv_h, conv_w,
+        *case.pool_kernel, *pool_stride, *case.pool_padding, out_h, out_w, case.bias)
+
+
+def choose(library, variant_names, case, allow_tf32=True, config=AUTO) -> str:
+    shape = shape_of(case)
+    chosen = library.conv_relu_maxpool_choose(ctypes.byref(shape), config, allow_tf32,
+                                              H200_SHARED_BYTES)
+    return variant_names[chosen]
+
+
+EXPECTED_AUTO = {
+    "default": "tiled_tf32",
+    "vgg_b2": "tiled_tf32",
+    "vgg_b3": "tiled_tf32",
+    "vgg_b5": "tiled_tf32",
+    "rgb_stem": "tiled_tf32_16w",     # 64 output channels on the fast path
+    "alexnet_c1": "tiled_tf32_flat",  # 3 input channels, 11x11 / stride 4
+    "lenet_c1": "tiled_tf32_flat",    # 1 input channel, 5x5
+    "batch1": "tiled_tf32",
+}
+
+
+@pytest.mark.parametrize("case", SUITE, ids=lambda c: c.name)
+def test_automatic_choice_for_the_public_suite(library, variant_names, case):
+    assert choose(library, variant_names, case) == EXPECTED_AUTO[case.name]
+
+
+@pytest.mark.parametrize("case", SUITE, ids=lambda c: c.name)
+def test_tf32_off_takes_the_3xtf32_path(library, variant_names, case):
+    assert choose(library, variant_names, case, allow_tf32=False) in ("tiled_3xtf32", "direct")
+
+
+def test_tf32_off_falls_back_to_direct_where_no_tile_fits(library, variant_names):
+    assert choose(library, variant_names, find_case("alexnet_c1"), allow_tf32=False) == "direct"
+
+
+def test_pool_window_taller_than_the_tile_takes_the_direct_path(library, variant_names):
+    case = find_case("pool_9x3_stride_9x3")
+    assert choose(library, variant_names, case) == "direct"
+    for config, name in variant_names.items():
+        why = library.conv_relu_maxpool_unsupported(ctypes.byref(shape_of(case)), config,
+                                                    H200_SHARED_BYTES)
+        assert (why is None) == (name == "direct"), name
+
+
+def test_explicit_config_is_returned_as_is(library, variant_names):
+    for config, name in variant_names.items():
+        assert choose(library, variant_names, find_case("default"), config=config) == name
+
+
+def test_every_variant_supports_the_default_problem_except_flat(library, variant_names):
+    shape = shape_of(find_case("default"))
+    for config, name in variant_names.items():
+        why = library.conv_relu_maxpool_unsupported(ctypes.byref(shape), config,
+                                                    H200_SHARED_BYTES)
+        if name == "tiled_tf32_flat":  # 64 channels x 9 taps of halo do not fit
+            assert why is not None and b"shared memory" in why
+        else:
+            assert why is None, (name, why)
