@@ -39,6 +39,9 @@ from torch.utils.cpp_extension import BuildExtension, CUDAExtension  # noqa: E40
 # (compile.sh keeps that report in build/ptxas.log; tests/test_build.py checks it).
 # No flag may contain "arch": torch would then drop its -gencode flags for TORCH_CUDA_ARCH_LIST.
 NVCC_FLAGS = ["-O3", "-lineinfo", "-Xptxas", "-v"]
+# The wgmma kernel exists only in sm_90a code; the host side offers it only when that is built.
+if "9.0a" in BUILD_ENV.arch_list.replace(" ", ";").split(";"):
+    NVCC_FLAGS.append("-DCONV_POOL_WITH_WGMMA=1")
 CXX_FLAGS = ["-O3"]
 
 

@@ -54,3 +54,14 @@ inline int64_t conv_length(int64_t in, int64_t kernel, int64_t pad, int64_t stri
   if (numerator < 0) return 0;
   return numerator / stride + 1;
 }
+
+// The geometry both fast paths compile in: a 3x3 / stride 1 / dilation 1 convolution (any
+// padding) followed by a 2x2 / stride 2 max-pool whose every window lies inside the conv output
+// (no pool padding; floor mode, or ceil mode that adds no partial window).
+inline bool fast_path_applies(const ConvPoolShape& s) {
+  return s.kernel_h == 3 && s.kernel_w == 3 && s.stride_h == 1 && s.stride_w == 1 &&
+         s.dilation_h == 1 && s.dilation_w == 1 && s.pool_h == 2 && s.pool_w == 2 &&
+         s.pool_stride_h == 2 && s.pool_stride_w == 2 && s.pool_pad_h == 0 &&
+         s.pool_pad_w == 0 && 2 * s.out_height <= s.conv_height &&
+         2 * s.out_width <= s.conv_width;
+}

@@ -49,7 +49,9 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "conv_pool_device.cuh"
 #include "conv_relu_maxpool.h"
+#include "conv_relu_maxpool_wgmma.h"
 
 namespace {
 
@@ -104,14 +106,6 @@ constexpr int kWeightRow = 76;   // 8 * 9 rounded up to 4 (mod 8)
 static_assert(kHaloPlane >= kHaloRows * kHaloCols && kHaloPlane % 32 == 8, "halo plane");
 static_assert(kWeightRow >= kChannelChunk * kTaps && kWeightRow % 8 == 4, "weight row");
 }  // namespace fast
-
-bool fast_path_applies(const ConvPoolShape& s) {
-  return s.kernel_h == 3 && s.kernel_w == 3 && s.stride_h == 1 && s.stride_w == 1 &&
-         s.dilation_h == 1 && s.dilation_w == 1 && s.pool_h == 2 && s.pool_w == 2 &&
-         s.pool_stride_h == 2 && s.pool_stride_w == 2 && s.pool_pad_h == 0 &&
-         s.pool_pad_w == 0 && 2 * s.out_height <= s.conv_height &&
-         2 * s.out_width <= s.conv_width;
-}
 
 int round_up_to_residue(int value, int modulus, int residue) {
   int r = value % modulus;
@@ -176,29 +170,6 @@ TilePlan make_flat_plan(const ConvPoolShape& s, int out_block) {
 
 // ---------------------------------------------------------------------------
 // Small device helpers.
-
-__device__ __forceinline__ void cp_async_4(float* smem_dst, const float* global_src, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  // src-size 0 writes zeros without reading: the padding and the tails.
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(global_src),
-               "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async_16(float* smem_dst, const float* global_src, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src),
-               "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
-// max that lets NaN win, like PyTorch's max_pool2d.
-__device__ __forceinline__ float max_keeping_nan(float running, float v) {
-  return (v > running || v != v) ? v : running;
-}
-__device__ __forceinline__ float relu_keeping_nan(float v) { return (v > 0.f || v != v) ? v : 0.f; }
 
 __device__ __forceinline__ uint32_t to_tf32(float v) {
   uint32_t r;
@@ -989,28 +960,30 @@ extern "C" const char* conv_relu_maxpool_variant_name(int variant) {
     case kVariantTiled3xTf32: return "tiled_3xtf32";
     case kVariantTiledTf32Wide: return "tiled_tf32_16w";
     case kVariantTiledTf32Flat: return "tiled_tf32_flat";
+    case kVariantTiledTf32Wgmma: return "tiled_tf32_wgmma";
     default: return nullptr;
   }
 }
 
 extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int variant,
-                                                      int max_shared_bytes) {
+                                                      const ConvPoolDevice* device) {
   if (variant == kVariantDirect) return nullptr;
+  if (variant == kVariantTiledTf32Wgmma) return wgmma_conv_pool_unsupported(*s, *device);
   if (!is_tiled(variant)) return "unknown variant";
   if (s->pool_h > kTileRows || s->pool_w > kTileCols)
     return "the pooling window is larger than the 8 x 32 conv tile";
   const TilePlan plan = plan_for(*s, variant);
-  if (plan.smem_bytes > max_shared_bytes)
+  if (plan.smem_bytes > device->max_shared_bytes)
     return "the input halo and weights of one stage do not fit in shared memory";
   if (plan.blocks > INT32_MAX) return "the grid has more than 2^31 - 1 tiles";
   return nullptr;
 }
 
 extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool allow_tf32,
-                                        int max_shared_bytes) {
+                                        const ConvPoolDevice* device) {
   if (config != kVariantAuto) return config;
   auto runs = [&](int variant) {
-    return conv_relu_maxpool_unsupported(s, variant, max_shared_bytes) == nullptr;
+    return conv_relu_maxpool_unsupported(s, variant, device) == nullptr;
   };
   if (!allow_tf32) return runs(kVariantTiled3xTf32) ? kVariantTiled3xTf32 : kVariantDirect;
   // Fewer than 8 input channels off the fast path: the flattened reduction skips the
@@ -1019,6 +992,8 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   // path the pipelined chunks measured faster still (rgb_stem 0.60 vs 0.81 ms).
   if (s->in_channels < kChannelChunk && !fast_path_applies(*s) && runs(kVariantTiledTf32Flat))
     return kVariantTiledTf32Flat;
+  // Hopper: the wgmma kernel for the fast-path geometry when the 128-channel block is filled.
+  if (s->out_channels > 64 && runs(kVariantTiledTf32Wgmma)) return kVariantTiledTf32Wgmma;
   // 16 warps measured 8% faster than 8 for 33..64 output channels on the fast path
   // (rgb_stem) and within noise elsewhere (docs/PERF.md).
   const bool wide = s->out_channels > 32 && s->out_channels <= 64 && fast_path_applies(*s);
@@ -1028,9 +1003,15 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   return kVariantDirect;
 }
 
+extern "C" int64_t conv_relu_maxpool_workspace_bytes(const ConvPoolShape* s, int variant) {
+  return variant == kVariantTiledTf32Wgmma ? wgmma_conv_pool_workspace_bytes(*s) : 0;
+}
+
 extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
                                                 const ConvPoolShape* s, int variant,
+                                                const ConvPoolDevice* device,
                                                 cudaStream_t stream) {
+  if (variant == kVariantTiledTf32Wgmma) return wgmma_conv_pool_launch(*ops, *s, *device, stream);
   if (variant == kVariantDirect) {
     const int64_t blocks = (s->output_elements() + kThreads - 1) / kThreads;
     const int64_t max_blocks = int64_t(1) << 20;  // grid-stride beyond this

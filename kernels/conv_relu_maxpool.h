@@ -18,7 +18,15 @@ enum ConvPoolVariant : int {
   kVariantTiled3xTf32 = 3, // as 2, with 3xTF32 error compensation: fp32-level accuracy
   kVariantTiledTf32Wide = 4, // as 2 with 16 warps (warp tile 64 x 32) instead of 8 (64 x 64)
   kVariantTiledTf32Flat = 5, // as 2, reduction over flattened (channel, tap): few input channels
-  kVariantCount = 6,
+  kVariantTiledTf32Wgmma = 6, // Hopper wgmma (sm_90a), operands from shared memory: 3x3 / 2x2 only
+  kVariantCount = 7,
+};
+
+// What the choice of variant needs to know about the GPU (the binding fills it per device).
+struct ConvPoolDevice {
+  int max_shared_bytes;    // cudaDevAttrMaxSharedMemoryPerBlockOptin
+  int sm_count;            // cudaDevAttrMultiProcessorCount
+  int compute_capability;  // 10 * major + minor, e.g. 90 for Hopper
 };
 
 extern "C" {
@@ -26,16 +34,15 @@ extern "C" {
 // Name of a variant ("direct", "tiled_fp32", ...), or nullptr when out of range.
 const char* conv_relu_maxpool_variant_name(int variant);
 
-// Why `variant` cannot run `shape` on a device with `max_shared_bytes` of opt-in
-// shared memory per block, or nullptr when it can.
+// Why `variant` cannot run `shape` on `device`, or nullptr when it can.
 const char* conv_relu_maxpool_unsupported(const ConvPoolShape* shape, int variant,
-                                          int max_shared_bytes);
+                                          const ConvPoolDevice* device);
 
 // The variant that `config` resolves to: `config` itself when it names one,
 // else the fastest variant that supports the shape at the requested precision
 // (TF32 allowed or not, as torch.backends.cudnn.allow_tf32 says).
 int conv_relu_maxpool_choose(const ConvPoolShape* shape, int config, bool allow_tf32,
-                             int max_shared_bytes);
+                             const ConvPoolDevice* device);
 
 // Device pointers and element strides of the op's tensors. x and weight may
 // have any strides (channels-last included); out is NCHW contiguous.
@@ -47,10 +54,16 @@ struct ConvPoolOperands {
   const float* bias;         // nullptr when the convolution has no bias
   int64_t bias_stride;
   float* out;
+  // Device scratch of conv_relu_maxpool_workspace_bytes() bytes, 16-byte aligned (nullptr
+  // when that is 0): the wgmma variant re-lays the weights out there.
+  float* workspace;
 };
+
+// Bytes of device scratch `variant` needs for `shape` (0 for all but the wgmma variant).
+int64_t conv_relu_maxpool_workspace_bytes(const ConvPoolShape* shape, int variant);
 
 // Launches `variant` (not kVariantAuto) on `stream`; returns the launch's error code.
 cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* operands,
                                      const ConvPoolShape* shape, int variant,
-                                     cudaStream_t stream);
+                                     const ConvPoolDevice* device, cudaStream_t stream);
 }

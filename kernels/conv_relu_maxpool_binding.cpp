@@ -12,6 +12,7 @@
 #include <torch/types.h>
 
 #include <algorithm>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -196,20 +197,36 @@ Checked check_and_plan(const torch::Tensor& x, const torch::Tensor& weight,
   return {s, x.size(0) == 0};
 }
 
-int max_shared_bytes(int device) {
-  int bytes = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return bytes;
+// What the variant choice needs to know about a GPU, queried once per device (the attributes
+// are fixed for the life of the process).
+const ConvPoolDevice& device_info(int device) {
+  constexpr int kMaxDevices = 64;
+  static ConvPoolDevice info[kMaxDevices];
+  static std::once_flag queried[kMaxDevices];
+  TORCH_CHECK(device >= 0 && device < kMaxDevices,
+              message("CUDA device index ", device, " is out of range (at most ", kMaxDevices - 1,
+                      ")"));
+  std::call_once(queried[device], [device] {
+    ConvPoolDevice d{};
+    int major = 0, minor = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&d.max_shared_bytes,
+                                          cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    d.compute_capability = 10 * major + minor;
+    info[device] = d;
+  });
+  return info[device];
 }
 
 bool tf32_allowed() { return at::globalContext().allowTF32CuDNN(); }
 
 // The variant `config` runs on `device` (automatic choice for -1); raises when an
 // explicitly requested variant cannot run the shape.
-int resolve_variant(const ConvPoolShape& shape, int64_t config, int device) {
-  const int smem = max_shared_bytes(device);
-  const int variant = conv_relu_maxpool_choose(&shape, int(config), tf32_allowed(), smem);
-  const char* why_not = conv_relu_maxpool_unsupported(&shape, variant, smem);
+int resolve_variant(const ConvPoolShape& shape, int64_t config, const ConvPoolDevice& device) {
+  const int variant = conv_relu_maxpool_choose(&shape, int(config), tf32_allowed(), &device);
+  const char* why_not = conv_relu_maxpool_unsupported(&shape, variant, &device);
   TORCH_CHECK(why_not == nullptr,
               message("config ", config, " (", conv_relu_maxpool_variant_name(variant),
                       ") cannot run this shape: ", why_not));
@@ -228,7 +245,8 @@ torch::Tensor conv2d_relu_maxpool_forward(const torch::Tensor& x, const torch::T
                                 pool_stride, pool_padding, ceil_mode, config);
   const ConvPoolShape& shape = plan.shape;
   const int device = x.get_device();
-  const int variant = resolve_variant(shape, config, device);
+  const ConvPoolDevice& info = device_info(device);
+  const int variant = resolve_variant(shape, config, info);
 
   c10::cuda::CUDAGuard device_guard(x.device());
   auto out = torch::empty({shape.batch, shape.out_channels, shape.out_height, shape.out_width},
@@ -245,9 +263,17 @@ torch::Tensor conv2d_relu_maxpool_forward(const torch::Tensor& x, const torch::T
   operands.bias = bias.has_value() ? bias->data_ptr<float>() : nullptr;
   operands.bias_stride = bias.has_value() ? bias->stride(0) : 0;
   operands.out = out.data_ptr<float>();
+  // Scratch for the variants that need it (the wgmma variant's re-laid-out weights): from
+  // the caching allocator, on this stream, freed when the op returns (stream-ordered reuse).
+  torch::Tensor workspace;
+  const int64_t workspace_bytes = conv_relu_maxpool_workspace_bytes(&shape, variant);
+  if (workspace_bytes > 0) {
+    workspace = torch::empty({(workspace_bytes + 3) / 4}, x.options());
+    operands.workspace = workspace.data_ptr<float>();
+  }
 
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
-  C10_CUDA_CHECK(conv_relu_maxpool_launch(&operands, &shape, variant, stream));
+  C10_CUDA_CHECK(conv_relu_maxpool_launch(&operands, &shape, variant, &info, stream));
   return out;
 }
 
@@ -260,7 +286,8 @@ std::string conv2d_relu_maxpool_choose(const torch::Tensor& x, const torch::Tens
                                        bool ceil_mode, int64_t config) {
   Checked plan = check_and_plan(x, weight, bias, stride, padding, dilation, pool_kernel,
                                 pool_stride, pool_padding, ceil_mode, config);
-  return conv_relu_maxpool_variant_name(resolve_variant(plan.shape, config, x.get_device()));
+  return conv_relu_maxpool_variant_name(
+      resolve_variant(plan.shape, config, device_info(x.get_device())));
 }
 
 pybind11::dict conv2d_relu_maxpool_variants() {

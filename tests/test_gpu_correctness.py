@@ -94,7 +94,7 @@ def test_default_problem_matches_model_and_uses_tensor_cores(ext):
         torch.testing.assert_close(fused(x), model(x), **TF32_TOLERANCE)
     case = SUITE[0]
     assert ext.conv2d_relu_maxpool_choose(x, model.conv.weight, model.conv.bias,
-                                          *case.op_args()) == "tiled_tf32"
+                                          *case.op_args()) == "tiled_tf32_wgmma"
 
 
 def test_tf32_disallowed_selects_fp32_accurate_path(ext):

@@ -3,8 +3,9 @@
 Reads the SASS of cuda_extension*.so with the cuobjdump that ships inside triton (a torch
 dependency), so it runs on a CPU-only machine too. Register spills are checked from the ptxas
 report in tests/test_build.py; here we check what the disassembly shows:
-  * every tensor-core kernel (TF32, 3xTF32, 16-warp and flat-K mainloops, fast and generic
-    geometry) contains HMMA instructions, and the FFMA and direct kernels contain none;
+  * every mma.sync tensor-core kernel (TF32, 3xTF32, 16-warp and flat-K mainloops, fast and
+    generic geometry) contains HMMA instructions, the wgmma kernels contain Hopper's HGMMA (the
+    asynchronous warpgroup instruction), and the FFMA and direct kernels contain neither;
   * no kernel touches local memory (LDL/STL): register arrays stayed in registers;
   * the fast-path instantiations (compile-time 3x3 / 2x2 geometry) exist;
   * the code is built for Hopper (sm_90a), as compile.sh does on CI and on the H200.
@@ -48,6 +49,10 @@ def is_tensor_core_kernel(name: str) -> bool:
     return "TensorCoreMainloop" in name  # also matches FlatTensorCoreMainloop
 
 
+def is_wgmma_kernel(name: str) -> bool:
+    return "wgmma_kernel" in name
+
+
 def test_tensor_core_kernels_issue_hmma(sass):
     tensor_core = {name: code for name, code in sass.items() if is_tensor_core_kernel(name)}
     assert len(tensor_core) >= 10, sorted(sass)
@@ -55,12 +60,22 @@ def test_tensor_core_kernels_issue_hmma(sass):
     assert not missing, f"tensor-core kernels without HMMA: {missing}"
 
 
+def test_wgmma_kernels_issue_hgmma(sass):
+    wgmma = {name: code for name, code in sass.items() if is_wgmma_kernel(name)}
+    assert len(wgmma) == 2, sorted(sass)  # the 8 x 32 and the 16 x 16 tile
+    for name, code in wgmma.items():
+        # 9 taps x 2 pixel squares per warpgroup, unrolled: 18 per chunk.
+        assert len(re.findall(r"HGMMA\.64x128x8\.F32\.TF32", code)) >= 18, name
+        assert "HMMA" not in code, name
+
+
 def test_cuda_core_kernels_have_no_hmma(sass):
-    others = {name: code for name, code in sass.items() if not is_tensor_core_kernel(name)}
+    others = {name: code for name, code in sass.items()
+              if not is_tensor_core_kernel(name) and not is_wgmma_kernel(name)}
     assert any("CudaCoreMainloop" in name for name in others)
     assert any("direct_kernel" in name for name in others)
     for name, code in others.items():
-        assert "HMMA" not in code, name
+        assert "HMMA" not in code and "HGMMA" not in code, name
         assert "FFMA" in code, f"{name} does no fp32 FMA at all?"
 
 

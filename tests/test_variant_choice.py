@@ -11,7 +11,6 @@ import pytest
 
 from utils.suite import SUITE, ConvPoolCase, find_case
 
-H200_SHARED_BYTES = 232448  # cudaDevAttrMaxSharedMemoryPerBlockOptin on the H200
 AUTO = -1
 
 
@@ -24,15 +23,26 @@ class ConvPoolShape(ctypes.Structure):
         "pool_pad_w", "out_height", "out_width")] + [("has_bias", ctypes.c_bool)]
 
 
+class ConvPoolDevice(ctypes.Structure):
+    """Mirror of ConvPoolDevice in kernels/conv_relu_maxpool.h."""
+    _fields_ = [("max_shared_bytes", ctypes.c_int), ("sm_count", ctypes.c_int),
+                ("compute_capability", ctypes.c_int)]
+
+
+# What the binding reads off the H200 (cudaDeviceGetAttribute), and an Ampere-like device.
+H200 = ConvPoolDevice(232448, 132, 90)
+A100_LIKE = ConvPoolDevice(166912, 108, 80)
+
+
 @pytest.fixture(scope="module")
 def library(extension):
     lib = ctypes.CDLL(extension.__file__)
     lib.conv_relu_maxpool_choose.restype = ctypes.c_int
     lib.conv_relu_maxpool_choose.argtypes = [ctypes.POINTER(ConvPoolShape), ctypes.c_int,
-                                             ctypes.c_bool, ctypes.c_int]
+                                             ctypes.c_bool, ctypes.POINTER(ConvPoolDevice)]
     lib.conv_relu_maxpool_unsupported.restype = ctypes.c_char_p
     lib.conv_relu_maxpool_unsupported.argtypes = [ctypes.POINTER(ConvPoolShape), ctypes.c_int,
-                                                  ctypes.c_int]
+                                                  ctypes.POINTER(ConvPoolDevice)]
     return lib
 
 
@@ -51,28 +61,47 @@ def shape_of(case: ConvPoolCase) -> ConvPoolShape:
         *case.pool_kernel, *pool_stride, *case.pool_padding, out_h, out_w, case.bias)
 
 
-def choose(library, variant_names, case, allow_tf32=True, config=AUTO) -> str:
+def choose(library, variant_names, case, allow_tf32=True, config=AUTO, device=H200) -> str:
     shape = shape_of(case)
     chosen = library.conv_relu_maxpool_choose(ctypes.byref(shape), config, allow_tf32,
-                                              H200_SHARED_BYTES)
+                                              ctypes.byref(device))
     return variant_names[chosen]
 
 
+def unsupported(library, case, config, device=H200):
+    return library.conv_relu_maxpool_unsupported(ctypes.byref(shape_of(case)), config,
+                                                 ctypes.byref(device))
+
+
 EXPECTED_AUTO = {
-    "default": "tiled_tf32",
-    "vgg_b2": "tiled_tf32",
-    "vgg_b3": "tiled_tf32",
-    "vgg_b5": "tiled_tf32",
-    "rgb_stem": "tiled_tf32_16w",     # 64 output channels on the fast path
+    "default": "tiled_tf32_wgmma",
+    "vgg_b2": "tiled_tf32_wgmma",
+    "vgg_b3": "tiled_tf32_wgmma",
+    "vgg_b5": "tiled_tf32_wgmma",
+    "rgb_stem": "tiled_tf32_16w",     # 64 output channels: half of wgmma's 128-channel block
     "alexnet_c1": "tiled_tf32_flat",  # 3 input channels, 11x11 / stride 4
     "lenet_c1": "tiled_tf32_flat",    # 1 input channel, 5x5
-    "batch1": "tiled_tf32",
+    "batch1": "tiled_tf32_wgmma",
 }
 
 
 @pytest.mark.parametrize("case", SUITE, ids=lambda c: c.name)
 def test_automatic_choice_for_the_public_suite(library, variant_names, case):
     assert choose(library, variant_names, case) == EXPECTED_AUTO[case.name]
+
+
+def test_wgmma_only_on_hopper(library, variant_names):
+    case = find_case("default")
+    assert choose(library, variant_names, case, device=A100_LIKE) == "tiled_tf32"
+    wgmma = {name: config for config, name in variant_names.items()}["tiled_tf32_wgmma"]
+    why = unsupported(library, case, wgmma, device=A100_LIKE)
+    assert why is not None and b"9.0" in why
+
+
+def test_wgmma_only_for_the_fast_path_geometry(library, variant_names):
+    wgmma = {name: config for config, name in variant_names.items()}["tiled_tf32_wgmma"]
+    why = unsupported(library, find_case("alexnet_c1"), wgmma)
+    assert why is not None and b"3x3" in why
 
 
 @pytest.mark.parametrize("case", SUITE, ids=lambda c: c.name)
@@ -88,8 +117,7 @@ def test_pool_window_taller_than_the_tile_takes_the_direct_path(library, variant
     case = find_case("pool_9x3_stride_9x3")
     assert choose(library, variant_names, case) == "direct"
     for config, name in variant_names.items():
-        why = library.conv_relu_maxpool_unsupported(ctypes.byref(shape_of(case)), config,
-                                                    H200_SHARED_BYTES)
+        why = unsupported(library, case, config)
         assert (why is None) == (name == "direct"), name
 
 
@@ -99,10 +127,8 @@ def test_explicit_config_is_returned_as_is(library, variant_names):
 
 
 def test_every_variant_supports_the_default_problem_except_flat(library, variant_names):
-    shape = shape_of(find_case("default"))
     for config, name in variant_names.items():
-        why = library.conv_relu_maxpool_unsupported(ctypes.byref(shape), config,
-                                                    H200_SHARED_BYTES)
+        why = unsupported(library, find_case("default"), config)
         if name == "tiled_tf32_flat":  # 64 channels x 9 taps of halo do not fit
             assert why is not None and b"shared memory" in why
         else:

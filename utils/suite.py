@@ -234,6 +234,9 @@ GRID: list[ConvPoolCase] = [
     C("pool_1x1", 2, 8, 16, 17, 19, (3, 3), pool_kernel=(1, 1)),
     C("pool_stride_gt_kernel", 2, 8, 16, 30, 30, (3, 3), pool_kernel=(2, 2),
       pool_stride=(3, 3)),
+    # Small image (VGG block 5's 14 x 14): the wgmma kernel's 16 x 16 tile; 136 output
+    # channels = a full and a partial 128-channel block.
+    C("small_image_14x14", 2, 24, 136, 14, 14, (3, 3), padding=(1, 1)),
     # Many tiles along both spatial axes, with partial tiles at the far edges.
     C("large_spatial_200x300", 1, 8, 16, 200, 300, (3, 3), padding=(1, 1)),
 ]

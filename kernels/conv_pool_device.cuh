@@ -1,0 +1,30 @@
+// Device helpers shared by the fused Conv2d -> ReLU -> MaxPool2d kernels.
+#pragma once
+
+#include <cuda_runtime.h>
+
+// cp.async: global -> shared copies that bypass registers; src-size 0 writes zeros without
+// reading (the padding and the tails).
+__device__ __forceinline__ void cp_async_4(float* smem_dst, const float* global_src, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(global_src),
+               "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_16(float* smem_dst, const float* global_src, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// max that lets NaN win, like PyTorch's max_pool2d.
+__device__ __forceinline__ float max_keeping_nan(float running, float v) {
+  return (v > running || v != v) ? v : running;
+}
+
+// ReLU that keeps NaN, like torch.relu.
+__device__ __forceinline__ float relu_keeping_nan(float v) { return (v > 0.f || v != v) ? v : 0.f; }

@@ -1,0 +1,630 @@
+// Fused Conv2d -> ReLU -> MaxPool2d on Hopper's asynchronous warpgroup tensor-core
+// instructions (wgmma, sm_90a), TF32 inputs, fp32 accumulation: variant `tiled_tf32_wgmma`.
+//
+// Covers the fast-path geometry (fast_path_applies: 3x3 / stride 1 / dilation 1 convolution with
+// any padding, 2x2 / stride 2 max-pool inside the conv output); the other variants in
+// conv_relu_maxpool.cu cover everything else.
+//
+// Implicit GEMM per block tile: M = 256 conv pixels, N = 128 output channels, K = input channels
+// x 9 taps, consumed in chunks of 8 channels. Both operands are read by the tensor cores straight
+// from shared memory through wgmma matrix descriptors (no swizzle), so the staged layouts are
+// "K-major" (the 4 channels of a pixel or of a weight row side by side, 16 bytes):
+//   input halo   [channel quad 2][halo row][halo col][4 channels]
+//   weights      [tap 9][channel quad 2][out channel 128][4 channels]
+// A wgmma core matrix is 8 rows x 16 bytes. For the weights the 8 rows are 8 output channels
+// (contiguous). For the input they are 8 consecutive pixels of one conv row, which are 8
+// consecutive 16-byte halo columns wherever the row starts; so one M = 64 operand is an 8 x 8
+// pixel square (8 core matrices one halo row apart: the descriptor's stride), and a tap (r, q)
+// only moves the descriptor's start address by r halo rows and q columns. No im2col copy.
+//
+// Loading. The weights are re-laid out once per call, at the start of the same launch: every
+// block writes its share of a scratch copy in exactly the staged layout, chunk after chunk, and
+// a grid-wide barrier (cooperative launch) follows; from then on a chunk's weights are one
+// contiguous 36 KB block that moves with coalesced 16-byte cp.async copies. The input halo is
+// transposed on the way in: each thread loads its 4 channels x 4 columns with 16-byte global
+// loads two steps ahead and writes them to shared memory, as 4 pixels x 4 channels, one step
+// ahead. Three shared stages.
+//
+// Block: 2 warpgroups; the tile is four 8 x 8 pixel squares (8 x 32 or 16 x 16 conv pixels,
+// whichever wastes less of the output), two per warpgroup, each a m64n128k8 wgmma per tap: 128
+// accumulators per thread. Persistent: the grid is one block per SM and each block walks its
+// tiles' chunks as one flat sequence, so the next tile's first chunks load under the current
+// tile's last ones. Epilogue per tile: wgmma accumulator rows are pixels, so the 2 x 2 pool is a
+// max of two registers and one shuffle (lane ^ 4); the pooled tile goes through shared memory
+// and out coalesced, with bias and ReLU applied after the max.
+#include <cuda_runtime.h>
+
+#include <cooperative_groups.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "conv_pool_device.cuh"
+#include "conv_relu_maxpool_wgmma.h"
+
+namespace {
+
+constexpr int kThreads = 256;  // two warpgroups
+constexpr int kOutBlock = 128;  // N of every wgmma
+constexpr int kChunk = 8;       // input channels per stage = K of one wgmma
+constexpr int kTaps = 9;
+constexpr int kStages = 3;
+constexpr int kQuadBytes = 16;  // 4 channels of one pixel or weight row
+
+template <int kTileRowsT, int kTileColsT>
+struct WgmmaTile {
+  static constexpr int kTileRows = kTileRowsT, kTileCols = kTileColsT;
+  static constexpr int kSquareCols = kTileCols / 8;  // 8 x 8 pixel squares per tile row
+  static_assert((kTileRows / 8) * kSquareCols == 4, "four 8 x 8 squares, two per warpgroup");
+  // Staged halo: the input rows/cols the tile's 3x3 windows read; each row starts at the
+  // 16-byte aligned column at or left of the first one (col_shift 0..3 extra columns).
+  static constexpr int kHaloRows = kTileRows + 2;
+  static constexpr int kHaloCols = (kTileCols + 2 + 3 + 3) / 4 * 4;
+  static constexpr int kHaloVectors = kHaloCols / 4;
+  static constexpr int kHaloUnits = 2 * kHaloRows * kHaloVectors;  // (quad, row, vector)
+  static_assert(kHaloUnits <= kThreads, "one halo unit per thread");
+  static constexpr int kQuadPlaneBytes = kHaloRows * kHaloCols * kQuadBytes;
+  static constexpr int kHaloBytes = 2 * kQuadPlaneBytes;
+  static constexpr int kWeightTapBytes = 2 * kOutBlock * kQuadBytes;
+  static constexpr int kWeightChunkBytes = kTaps * kWeightTapBytes;
+  static constexpr int kStageBytes = kHaloBytes + kWeightChunkBytes;
+  static constexpr int kPooledRows = kTileRows / 2, kPooledCols = kTileCols / 2;
+  // + 4 floats: the epilogue's stores of one warp (8 channels x 4 columns) hit 32 banks.
+  static constexpr int kPooledPlane = kPooledRows * kPooledCols + 4;
+  static constexpr int kPipelineBytes = kStages * kStageBytes;
+  static constexpr int kPooledBytes = kOutBlock * kPooledPlane * 4;
+  static constexpr int kSmemBytes = kPipelineBytes + kPooledBytes + kOutBlock * 4;  // + bias
+};
+
+using WideTile = WgmmaTile<8, 32>;    // default problem, VGG blocks 2-3
+using SquareTile = WgmmaTile<16, 16>;  // small images (VGG block 5: 14 x 14)
+
+// One chunk's weights in the staged layout: [tap][channel quad][out channel][4 channels].
+constexpr int kWeightChunkFloats = kTaps * 2 * kOutBlock * 4;
+
+struct WgmmaPlan {
+  int tiles_h, tiles_w, channel_blocks, chunks;
+  int tiles;  // < 2^30 / chunks (checked on the host), so steps fit in 32 bits too
+  bool vector_input;    // 16-byte loads of input rows
+  bool vector_weights;  // 16-byte loads of weight rows
+  float* packed;        // the workspace: [channel block][chunk] x kWeightChunkFloats
+};
+
+// Where one tile sits.
+struct TileOrigin {
+  int64_t image;
+  int channel0;
+  int out_row0, out_col0;  // first pooled output
+  int in_row0;             // input row of halo row 0
+  int staged_col0;         // input column of halo column 0 (a multiple of 4)
+  int col_shift;           // halo column of the tile's first input column, 0..3
+};
+
+template <class Tile>
+__device__ __forceinline__ TileOrigin tile_origin(const ConvPoolShape& s, const WgmmaPlan& p,
+                                                  int tile) {
+  TileOrigin o;
+  const int channel_block = tile % p.channel_blocks;
+  tile /= p.channel_blocks;
+  const int tile_col = tile % p.tiles_w;
+  tile /= p.tiles_w;
+  const int tile_row = tile % p.tiles_h;
+  o.image = tile / p.tiles_h;
+  o.channel0 = channel_block * kOutBlock;
+  o.out_row0 = tile_row * Tile::kPooledRows;
+  o.out_col0 = tile_col * Tile::kPooledCols;
+  o.in_row0 = 2 * o.out_row0 - s.pad_h;
+  const int in_col0 = 2 * o.out_col0 - s.pad_w;
+  o.col_shift = ((in_col0 % 4) + 4) % 4;
+  o.staged_col0 = in_col0 - o.col_shift;
+  return o;
+}
+
+// ---------------------------------------------------------------------------
+// wgmma and proxy-fence wrappers (PTX ISA 8.0+, sm_90a).
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Shared-memory matrix descriptor, no swizzle: start address, leading byte offset (between
+// core matrices along K), stride byte offset (between core matrices along M or N), all in
+// 16-byte units.
+__device__ __forceinline__ uint64_t matrix_descriptor(uint32_t address, uint32_t k_stride,
+                                                      uint32_t mn_stride) {
+  return uint64_t((address & 0x3FFFF) >> 4) | (uint64_t(k_stride >> 4) << 16) |
+         (uint64_t(mn_stride >> 4) << 32);
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Ordinary shared-memory stores become visible to the tensor cores' (async proxy) reads.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Keeps the compiler from moving accumulator reads or writes across a wgmma wait.
+__device__ __forceinline__ void fence_registers(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D (64 x 128, fp32) += A (64 x 8, TF32, smem) * B (8 x 128, TF32, smem). Thread t of the
+// warpgroup holds rows 16 * (t / 32) + (t % 32) / 4 (+ 8) and columns 8 j + 2 (t % 4) (+ 1).
+// accumulate = false ignores D's old value (D = A * B).
+__device__ __forceinline__ void wgmma_m64n128k8_tf32(float (&d)[64], uint64_t a, uint64_t b,
+                                                     bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, "
+      "%8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, "
+      "%24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, "
+      "%40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, "
+      "%56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1;\n"
+      "}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
+        "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]),
+        "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+        "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a), "l"(b), "r"(int(accumulate)));
+#endif
+}
+
+// ---------------------------------------------------------------------------
+// Loading one chunk: global -> registers (load), registers -> shared (store).
+
+// Weights -> workspace, once per launch. Work item = (channel block, chunk, channel quad, out
+// channel): 36 consecutive floats of one weight row (4 channels x 9 taps) in, one 16-byte
+// vector per tap out; consecutive threads write consecutive vectors.
+__device__ __forceinline__ void pack_weights(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                             const WgmmaPlan& p) {
+  const int items = p.channel_blocks * p.chunks * 2 * kOutBlock;
+  for (int item = blockIdx.x * kThreads + threadIdx.x; item < items; item += gridDim.x * kThreads) {
+    const int n = item % kOutBlock;
+    const int quad = (item / kOutBlock) % 2;
+    const int block_chunk = item / (2 * kOutBlock);  // channel block * chunks + chunk
+    const int chunk = block_chunk % p.chunks;
+    const int k = (block_chunk / p.chunks) * kOutBlock + n;
+    const int c = chunk * kChunk + 4 * quad;
+    const int valid_floats =
+        k < s.out_channels ? std::min(std::max(s.in_channels - c, 0), 4) * 9 : 0;
+    float w[36];
+    if (p.vector_weights) {
+      // Contiguous (K, C, 3, 3) with C * 9 % 4 == 0, so C % 4 == 0: the 36 floats start
+      // 16-byte aligned and are all valid or all past the last channel (0 or 36).
+      const float4* src =
+          reinterpret_cast<const float4*>(ops.weight + (int64_t(k) * s.in_channels + c) * 9);
+#pragma unroll
+      for (int v = 0; v < 9; ++v) {
+        const float4 f = 4 * v < valid_floats ? __ldg(src + v) : make_float4(0.f, 0.f, 0.f, 0.f);
+        w[4 * v] = f.x;
+        w[4 * v + 1] = f.y;
+        w[4 * v + 2] = f.z;
+        w[4 * v + 3] = f.w;
+      }
+    } else {
+      const float* src = ops.weight + int64_t(k) * ops.weight_stride[0];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int tap = 0; tap < 9; ++tap)
+          w[i * 9 + tap] = i * 9 < valid_floats
+                               ? __ldg(src + int64_t(c + i) * ops.weight_stride[1] +
+                                       (tap / 3) * ops.weight_stride[2] +
+                                       (tap % 3) * ops.weight_stride[3])
+                               : 0.f;
+    }
+    float4* dst = reinterpret_cast<float4*>(p.packed) + int64_t(block_chunk) * (kWeightChunkFloats / 4);
+#pragma unroll
+    for (int tap = 0; tap < 9; ++tap)
+      dst[(tap * 2 + quad) * kOutBlock + n] =
+          make_float4(w[tap], w[9 + tap], w[18 + tap], w[27 + tap]);
+  }
+}
+
+// The input halo of one chunk, one (channel quad, halo row, 4-column vector) unit per thread:
+// 4 channels x 4 columns, loaded as 4 row vectors, stored as 4 pixel vectors.
+struct HaloUnit {
+  float4 channel[4];
+};
+
+template <class Tile>
+__device__ __forceinline__ void store_halo(const HaloUnit& unit, int quad, int row, int vec,
+                                           unsigned char* stage) {
+  float4* dst =
+      reinterpret_cast<float4*>(stage) + (quad * Tile::kHaloRows + row) * Tile::kHaloCols + 4 * vec;
+  const float4* c = unit.channel;
+  dst[0] = make_float4(c[0].x, c[1].x, c[2].x, c[3].x);
+  dst[1] = make_float4(c[0].y, c[1].y, c[2].y, c[3].y);
+  dst[2] = make_float4(c[0].z, c[1].z, c[2].z, c[3].z);
+  dst[3] = make_float4(c[0].w, c[1].w, c[2].w, c[3].w);
+}
+
+// Where one step's loads come from, for this thread, advanced one step at a time: pointer
+// increments inside a tile, the tile's geometry (integer divisions) only when a tile starts.
+template <class Tile>
+struct StepLoader {
+  int quad, row, vec;  // this thread's halo unit (fixed)
+  bool has_unit;       // threads past kHaloUnits load weights only
+  int tile, chunk;     // the step being loaded
+  int h, w0;           // input row and first column of the unit
+  int channel;         // input channel of the unit's first row vector
+  const float* halo;   // (channel, h, w0)
+  const float* weights;  // the chunk's packed weights
+
+  __device__ __forceinline__ StepLoader(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                        const WgmmaPlan& p) {
+    has_unit = threadIdx.x < Tile::kHaloUnits;
+    const int unit = has_unit ? threadIdx.x : 0;
+    quad = unit / (Tile::kHaloRows * Tile::kHaloVectors);
+    const int rest = unit - quad * (Tile::kHaloRows * Tile::kHaloVectors);
+    row = rest / Tile::kHaloVectors;
+    vec = rest - row * Tile::kHaloVectors;
+    tile = blockIdx.x;
+    start_tile(ops, s, p);
+  }
+
+  __device__ __forceinline__ void start_tile(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                             const WgmmaPlan& p) {
+    chunk = 0;
+    const TileOrigin o = tile_origin<Tile>(s, p, tile);
+    h = o.in_row0 + row;
+    w0 = o.staged_col0 + 4 * vec;
+    channel = 4 * quad;
+    halo = ops.x + o.image * ops.x_stride[0] + int64_t(channel) * ops.x_stride[1] +
+           int64_t(h) * ops.x_stride[2] + int64_t(w0) * ops.x_stride[3];
+    weights = p.packed + int64_t(o.channel0 / kOutBlock) * p.chunks * kWeightChunkFloats;
+  }
+
+  __device__ __forceinline__ void advance(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                          const WgmmaPlan& p) {
+    if (++chunk < p.chunks) {
+      halo += kChunk * ops.x_stride[1];
+      channel += kChunk;
+      weights += kWeightChunkFloats;
+    } else {
+      tile += gridDim.x;
+      start_tile(ops, s, p);
+    }
+  }
+
+  // The chunk's packed weights -> the stage: 2304 coalesced 16-byte copies, 9 per thread.
+  __device__ __forceinline__ void copy_weights(unsigned char* stage) const {
+    float* dst = reinterpret_cast<float*>(stage + Tile::kHaloBytes);
+#pragma unroll
+    for (int v = 0; v < kWeightChunkFloats / 4 / kThreads; ++v) {
+      const int offset = 4 * (v * kThreads + int(threadIdx.x));
+      cp_async_16(dst + offset, weights + offset, true);
+    }
+  }
+
+  __device__ __forceinline__ void load_halo(HaloUnit& unit, const ConvPoolOperands& ops,
+                                            const ConvPoolShape& s, const WgmmaPlan& p) const {
+    if (!has_unit) return;
+    const bool row_valid = h >= 0 && h < s.in_height;
+    if (p.vector_input) {
+      // width % 4 == 0 and w0 % 4 == 0: the vector is wholly inside the row or outside.
+      const bool valid = row_valid && w0 >= 0 && w0 < s.in_width;
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        unit.channel[e] = (valid && channel + e < s.in_channels)
+                              ? __ldg(reinterpret_cast<const float4*>(halo + e * ops.x_stride[1]))
+                              : make_float4(0.f, 0.f, 0.f, 0.f);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const bool valid = row_valid && channel + e < s.in_channels;
+        float v[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const bool inside = valid && w0 + j >= 0 && w0 + j < s.in_width;
+          v[j] = inside ? __ldg(halo + e * ops.x_stride[1] + j * ops.x_stride[3]) : 0.f;
+        }
+        unit.channel[e] = make_float4(v[0], v[1], v[2], v[3]);
+      }
+    }
+  }
+
+  __device__ __forceinline__ void store_halo_unit(const HaloUnit& unit, unsigned char* stage) const {
+    if (has_unit) store_halo<Tile>(unit, quad, row, vec, stage);
+  }
+};
+
+// The 18 wgmmas of one chunk for this warpgroup: 9 taps x its two 8 x 8 pixel squares.
+// square_base[m]: shared address of square m's tap (0, 0) operand in stage 0; stage: the
+// stage's byte offset. The first chunk of a tile starts the accumulators from zero.
+template <class Tile>
+__device__ __forceinline__ void mma_chunk(float (&acc)[2][64], const uint32_t (&square_base)[2],
+                                          uint32_t weights_base, uint32_t stage, bool first_chunk) {
+#pragma unroll
+  for (int tap = 0; tap < 9; ++tap) {
+    const int r = tap / 3, q = tap % 3;
+    const uint64_t b = matrix_descriptor(weights_base + stage + tap * Tile::kWeightTapBytes,
+                                         kOutBlock * kQuadBytes, 8 * kQuadBytes);
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      const uint64_t a =
+          matrix_descriptor(square_base[m] + stage + (r * Tile::kHaloCols + q) * kQuadBytes,
+                            Tile::kQuadPlaneBytes, Tile::kHaloCols * kQuadBytes);
+      wgmma_m64n128k8_tf32(acc[m], a, b, !(first_chunk && tap == 0));
+    }
+  }
+}
+
+// 2 x 2 max of the accumulators into pooled[channel][pooled row][pooled col]. Row 16 w + g of
+// a square's M = 64 is pixel (2 w, g), row 16 w + g + 8 is pixel (2 w + 1, g): values v and
+// v + 2 are vertical neighbours, lanes g and g ^ 1 (lane ^ 4) horizontal ones.
+template <class Tile>
+__device__ __forceinline__ void pool_accumulators(const float (&acc)[2][64], float* pooled) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warpgroup = warp / 4, warp_in_group = warp % 4;
+  const int group = lane / 4, thread_in_group = lane % 4;
+  const bool odd = group & 1;
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+    const int square = 2 * warpgroup + m;
+    const int pooled_row = (square / Tile::kSquareCols) * 4 + warp_in_group;
+    const int pooled_col = (square % Tile::kSquareCols) * 4 + group / 2;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      float even_channel = max_keeping_nan(acc[m][4 * j], acc[m][4 * j + 2]);
+      float odd_channel = max_keeping_nan(acc[m][4 * j + 1], acc[m][4 * j + 3]);
+      even_channel = max_keeping_nan(even_channel, __shfl_xor_sync(0xffffffffu, even_channel, 4));
+      odd_channel = max_keeping_nan(odd_channel, __shfl_xor_sync(0xffffffffu, odd_channel, 4));
+      // Both lanes of the pair hold both maxima: the even one stores channel 2t, the odd 2t + 1.
+      const int channel = 8 * j + 2 * thread_in_group + (odd ? 1 : 0);
+      pooled[channel * Tile::kPooledPlane + pooled_row * Tile::kPooledCols + pooled_col] =
+          odd ? odd_channel : even_channel;
+    }
+  }
+}
+
+// The pooled tile -> out, with bias and ReLU. kThreads is a multiple of the pooled tile's
+// size, so each thread keeps one (row, col) and walks the channels.
+template <class Tile>
+__device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                             const TileOrigin& o, const float* pooled,
+                                             const float* bias) {
+  constexpr int kPooledTile = Tile::kPooledRows * Tile::kPooledCols;
+  static_assert(kThreads % kPooledTile == 0, "fixed (row, col) per thread");
+  constexpr int kChannelStep = kThreads / kPooledTile;
+  const int pooled_col = threadIdx.x % Tile::kPooledCols;
+  const int pooled_row = (threadIdx.x / Tile::kPooledCols) % Tile::kPooledRows;
+  const int out_row = o.out_row0 + pooled_row, out_col = o.out_col0 + pooled_col;
+  if (out_row >= s.out_height || out_col >= s.out_width) return;
+  const int k0 = threadIdx.x / kPooledTile;
+  const int64_t plane = int64_t(s.out_height) * s.out_width;
+  float* out = ops.out + (o.image * s.out_channels + o.channel0 + k0) * plane +
+               int64_t(out_row) * s.out_width + out_col;
+  const float* src = pooled + k0 * Tile::kPooledPlane + pooled_row * Tile::kPooledCols + pooled_col;
+  const int channels = min(kOutBlock, s.out_channels - o.channel0);
+#pragma unroll 4
+  for (int k = k0; k < channels; k += kChannelStep) {
+    *out = relu_keeping_nan(*src + bias[k]);
+    out += kChannelStep * plane;
+    src += kChannelStep * Tile::kPooledPlane;
+  }
+}
+
+template <class Tile>
+__global__ void __launch_bounds__(kThreads, 1)
+    conv_pool_wgmma_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const WgmmaPlan p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(128) unsigned char smem[];
+  float* pooled = reinterpret_cast<float*>(smem + Tile::kPipelineBytes);
+  float* bias = reinterpret_cast<float*>(smem + Tile::kPipelineBytes + Tile::kPooledBytes);
+
+  pack_weights(ops, s, p);
+  // Every block's packed weights are written and visible (grid barrier, a gpu-scope fence)
+  // before any block copies them.
+  cooperative_groups::this_grid().sync();
+
+  // This block's tiles are blockIdx.x, blockIdx.x + gridDim.x, ...; its loads run over the
+  // flat sequence of (tile, chunk) steps, ahead of the tensor cores and across tiles.
+  const int my_tiles = (p.tiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x);
+  const int steps = my_tiles * p.chunks;
+  auto next_stage = [](int stage) { return stage == kStages - 1 ? 0 : stage + 1; };
+
+  // Prologue: step 0 complete in stage 0; step 1's weights in flight, its halo in registers.
+  StepLoader<Tile> loader(ops, s, p);
+  HaloUnit halo;
+  loader.copy_weights(smem);
+  loader.load_halo(halo, ops, s, p);
+  loader.store_halo_unit(halo, smem);
+  cp_async_commit();
+  loader.advance(ops, s, p);
+  if (steps > 1) {
+    loader.copy_weights(smem + Tile::kStageBytes);
+    loader.load_halo(halo, ops, s, p);
+  }
+  cp_async_commit();
+  loader.advance(ops, s, p);  // now at step 2
+  cp_async_wait<1>();
+  fence_proxy_async();
+  __syncthreads();
+
+  const uint32_t smem_base = shared_address(smem);
+  const int warpgroup = threadIdx.x / 128;
+  float acc[2][64];  // written by the first wgmma of each tile (accumulate = false)
+  int step = 0, stage = 0;
+  for (int t = 0; t < my_tiles; ++t) {
+    const TileOrigin origin = tile_origin<Tile>(s, p, int(blockIdx.x) + t * int(gridDim.x));
+    uint32_t square_base[2];
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+      const int square = 2 * warpgroup + m;
+      const int square_row = square / Tile::kSquareCols, square_col = square % Tile::kSquareCols;
+      square_base[m] = smem_base + (square_row * 8 * Tile::kHaloCols + square_col * 8 +
+                                    origin.col_shift) * kQuadBytes;
+    }
+    // The accumulators are touched only by wgmmas inside this loop (ordinary instructions
+    // reading them here would make the compiler drain the tensor cores every step).
+    for (int chunk = 0; chunk < p.chunks; ++chunk, ++step) {
+      // Here: `stage` holds this step, complete and visible to the tensor cores; the next
+      // stage has its weights in flight and its halo in `halo`; the wgmmas of step - 1 may
+      // still run, all earlier ones have completed.
+      const int stage1 = next_stage(stage), stage2 = next_stage(stage1);
+      wgmma_fence();
+      mma_chunk<Tile>(acc, square_base, smem_base + Tile::kHaloBytes,
+                      uint32_t(stage * Tile::kStageBytes), chunk == 0);
+      wgmma_commit();
+      if (step + 1 < steps) loader.store_halo_unit(halo, smem + stage1 * Tile::kStageBytes);
+      const bool refill = step + 2 < steps;
+      if (refill) loader.load_halo(halo, ops, s, p);
+      // stage2 = (step - 1) % 3 is free once every warpgroup is past step - 1.
+      wgmma_wait<1>();
+      __syncthreads();
+      if (refill) loader.copy_weights(smem + stage2 * Tile::kStageBytes);
+      cp_async_commit();
+      cp_async_wait<1>();  // step + 1's weights have landed
+      fence_proxy_async();
+      __syncthreads();
+      if (refill) loader.advance(ops, s, p);
+      stage = stage1;
+    }
+    wgmma_wait<0>();
+    fence_registers(acc[0]);
+    fence_registers(acc[1]);
+    pool_accumulators<Tile>(acc, pooled);
+    for (int k = threadIdx.x; k < kOutBlock; k += kThreads) {
+      const int channel = origin.channel0 + k;
+      bias[k] = (ops.bias != nullptr && channel < s.out_channels)
+                    ? __ldg(ops.bias + int64_t(channel) * ops.bias_stride)
+                    : 0.f;
+    }
+    __syncthreads();
+    store_pooled<Tile>(ops, s, origin, pooled, bias);
+    // `pooled` and `bias` are rewritten only after the next tile's chunk barriers.
+  }
+#endif
+}
+
+// ---------------------------------------------------------------------------
+// Host side.
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+template <class Tile>
+WgmmaPlan make_plan(const ConvPoolShape& s) {
+  WgmmaPlan p{};
+  p.tiles_h = (s.out_height + Tile::kPooledRows - 1) / Tile::kPooledRows;
+  p.tiles_w = (s.out_width + Tile::kPooledCols - 1) / Tile::kPooledCols;
+  p.channel_blocks = (s.out_channels + kOutBlock - 1) / kOutBlock;
+  p.chunks = (s.in_channels + kChunk - 1) / kChunk;
+  const int64_t tiles = int64_t(s.batch) * p.tiles_h * p.tiles_w * p.channel_blocks;
+  p.tiles = int(std::min<int64_t>(tiles, INT32_MAX));
+  return p;
+}
+
+// Pooled outputs computed per pooled output needed: the tile shape that wastes less wins.
+template <class Tile>
+double tile_waste(const ConvPoolShape& s) {
+  const WgmmaPlan p = make_plan<Tile>(s);
+  return double(p.tiles_h) * Tile::kPooledRows * p.tiles_w * Tile::kPooledCols /
+         (double(s.out_height) * s.out_width);
+}
+
+bool square_tile_wins(const ConvPoolShape& s) {
+  return tile_waste<SquareTile>(s) < tile_waste<WideTile>(s);
+}
+
+// cudaFuncSetAttribute once per kernel and device: the shared-memory size is a constant.
+template <class Tile>
+cudaError_t allow_shared_memory(int device) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<bool> done[kMaxDevices];
+  if (device >= 0 && device < kMaxDevices && done[device].load(std::memory_order_acquire))
+    return cudaSuccess;
+  const cudaError_t err = cudaFuncSetAttribute(
+      conv_pool_wgmma_kernel<Tile>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
+  if (err == cudaSuccess && device >= 0 && device < kMaxDevices)
+    done[device].store(true, std::memory_order_release);
+  return err;
+}
+
+template <class Tile>
+cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                   const ConvPoolDevice& device, cudaStream_t stream) {
+  WgmmaPlan p = make_plan<Tile>(s);
+  p.vector_input = ops.x_stride[3] == 1 && ops.x_stride[2] % 4 == 0 &&
+                   ops.x_stride[1] % 4 == 0 && ops.x_stride[0] % 4 == 0 &&
+                   s.in_width % 4 == 0 && aligned16(ops.x);
+  p.vector_weights = ops.weight_stride[3] == 1 && ops.weight_stride[2] == 3 &&
+                     ops.weight_stride[1] == 9 && ops.weight_stride[0] == int64_t(s.in_channels) * 9 &&
+                     (s.in_channels * 9) % 4 == 0 && aligned16(ops.weight);
+  int current = -1;
+  cudaError_t err = cudaGetDevice(&current);
+  if (err != cudaSuccess) return err;
+  err = allow_shared_memory<Tile>(current);
+  if (err != cudaSuccess) return err;
+  p.packed = ops.workspace;
+  // Persistent and cooperative (for the grid barrier after the weight packing): one block per
+  // SM, all resident at once.
+  const int blocks = std::min(p.tiles, std::max(device.sm_count, 1));
+  void* args[] = {const_cast<ConvPoolOperands*>(&ops), const_cast<ConvPoolShape*>(&s), &p};
+  return cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(conv_pool_wgmma_kernel<Tile>),
+                                     dim3(blocks), dim3(kThreads), args, Tile::kSmemBytes, stream);
+}
+
+}  // namespace
+
+const char* wgmma_conv_pool_unsupported(const ConvPoolShape& s, const ConvPoolDevice& device) {
+#if !defined(CONV_POOL_WITH_WGMMA)
+  (void)s;
+  (void)device;
+  return "the module was built without sm_90a code (TORCH_CUDA_ARCH_LIST has no 9.0a)";
+#else
+  if (device.compute_capability != 90) return "wgmma needs a compute capability 9.0 GPU (Hopper)";
+  if (!fast_path_applies(s))
+    return "the wgmma kernel covers only a 3x3 / stride 1 / dilation 1 convolution followed by "
+           "a 2x2 / stride 2 pool inside the conv output";
+  const bool square = square_tile_wins(s);
+  const int smem = square ? SquareTile::kSmemBytes : WideTile::kSmemBytes;
+  if (smem > device.max_shared_bytes) return "its pipeline does not fit in shared memory";
+  const WgmmaPlan p = square ? make_plan<SquareTile>(s) : make_plan<WideTile>(s);
+  if (int64_t(p.tiles) * p.chunks >= INT32_MAX / 2)
+    return "more than 2^30 (tile, channel chunk) steps";
+  return nullptr;
+#endif
+}
+
+int64_t wgmma_conv_pool_workspace_bytes(const ConvPoolShape& s) {
+  const int64_t channel_blocks = (s.out_channels + kOutBlock - 1) / kOutBlock;
+  const int64_t chunks = (s.in_channels + kChunk - 1) / kChunk;
+  return channel_blocks * chunks * kWeightChunkFloats * int64_t(sizeof(float));
+}
+
+cudaError_t wgmma_conv_pool_launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                   const ConvPoolDevice& device, cudaStream_t stream) {
+  return square_tile_wins(s) ? launch<SquareTile>(ops, s, device, stream)
+                             : launch<WideTile>(ops, s, device, stream);
+}
