@@ -51,6 +51,7 @@
 
 #include "conv_pool_device.cuh"
 #include "conv_relu_maxpool.h"
+#include "conv_relu_maxpool_small.h"
 #include "conv_relu_maxpool_wgmma.h"
 
 namespace {
@@ -961,6 +962,7 @@ extern "C" const char* conv_relu_maxpool_variant_name(int variant) {
     case kVariantTiledTf32Wide: return "tiled_tf32_16w";
     case kVariantTiledTf32Flat: return "tiled_tf32_flat";
     case kVariantTiledTf32Wgmma: return "tiled_tf32_wgmma";
+    case kVariantSmallFp32: return "small_fp32";
     default: return nullptr;
   }
 }
@@ -969,6 +971,7 @@ extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int
                                                       const ConvPoolDevice* device) {
   if (variant == kVariantDirect) return nullptr;
   if (variant == kVariantTiledTf32Wgmma) return wgmma_conv_pool_unsupported(*s, *device);
+  if (variant == kVariantSmallFp32) return small_conv_pool_unsupported(*s, *device);
   if (!is_tiled(variant)) return "unknown variant";
   if (s->pool_h > kTileRows || s->pool_w > kTileCols)
     return "the pooling window is larger than the 8 x 32 conv tile";
@@ -985,6 +988,9 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   auto runs = [&](int variant) {
     return conv_relu_maxpool_unsupported(s, variant, device) == nullptr;
   };
+  // At most 16 output channels and a short reduction: tensor-core tiles would multiply mostly
+  // padding; the CUDA-core kernel computes every channel of a window per thread, in fp32.
+  if (runs(kVariantSmallFp32)) return kVariantSmallFp32;
   if (!allow_tf32) return runs(kVariantTiled3xTf32) ? kVariantTiled3xTf32 : kVariantDirect;
   // Fewer than 8 input channels off the fast path: the flattened reduction skips the
   // zero channels an 8-channel chunk would multiply, and it fits large kernels
@@ -1012,6 +1018,7 @@ extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
                                                 const ConvPoolDevice* device,
                                                 cudaStream_t stream) {
   if (variant == kVariantTiledTf32Wgmma) return wgmma_conv_pool_launch(*ops, *s, *device, stream);
+  if (variant == kVariantSmallFp32) return small_conv_pool_launch(*ops, *s, stream);
   if (variant == kVariantDirect) {
     const int64_t blocks = (s->output_elements() + kThreads - 1) / kThreads;
     const int64_t max_blocks = int64_t(1) << 20;  // grid-stride beyond this

@@ -19,7 +19,8 @@ enum ConvPoolVariant : int {
   kVariantTiledTf32Wide = 4, // as 2 with 16 warps (warp tile 64 x 32) instead of 8 (64 x 64)
   kVariantTiledTf32Flat = 5, // as 2, reduction over flattened (channel, tap): few input channels
   kVariantTiledTf32Wgmma = 6, // Hopper wgmma (sm_90a), operands from shared memory: 3x3 / 2x2 only
-  kVariantCount = 7,
+  kVariantSmallFp32 = 7,     // CUDA cores, all (<= 16) output channels per thread: tiny layers
+  kVariantCount = 8,
 };
 
 // What the choice of variant needs to know about the GPU (the binding fills it per device).

@@ -26,12 +26,13 @@
 // ahead. Three shared stages.
 //
 // Block: 2 warpgroups; the tile is four 8 x 8 pixel squares (8 x 32 or 16 x 16 conv pixels,
-// whichever wastes less of the output), two per warpgroup, each a m64n128k8 wgmma per tap: 128
-// accumulators per thread. Persistent: the grid is one block per SM and each block walks its
-// tiles' chunks as one flat sequence, so the next tile's first chunks load under the current
-// tile's last ones. Epilogue per tile: wgmma accumulator rows are pixels, so the 2 x 2 pool is a
-// max of two registers and one shuffle (lane ^ 4); the pooled tile goes through shared memory
-// and out coalesced, with bias and ReLU applied after the max.
+// whichever wastes less of the output), two per warpgroup, each a m64nNk8 wgmma per tap, N = 128
+// output channels (64 when the layer has no more): 128 (64) accumulators per thread.
+// Persistent: the grid is as many blocks as fit at once and each block walks its tiles' chunks
+// as one flat sequence, so the next tile's first chunks load under the current tile's last
+// ones. Epilogue per tile: wgmma accumulator rows are pixels, so the 2 x 2 pool is a max of two
+// registers and one shuffle (lane ^ 4) into shared memory, then out coalesced, with bias and
+// ReLU applied after the max.
 #include <cuda_runtime.h>
 
 #include <cooperative_groups.h>
@@ -46,15 +47,16 @@
 namespace {
 
 constexpr int kThreads = 256;  // two warpgroups
-constexpr int kOutBlock = 128;  // N of every wgmma
 constexpr int kChunk = 8;       // input channels per stage = K of one wgmma
 constexpr int kTaps = 9;
 constexpr int kStages = 3;
 constexpr int kQuadBytes = 16;  // 4 channels of one pixel or weight row
 
-template <int kTileRowsT, int kTileColsT>
+template <int kTileRowsT, int kTileColsT, int kNT>
 struct WgmmaTile {
   static constexpr int kTileRows = kTileRowsT, kTileCols = kTileColsT;
+  static constexpr int kN = kNT;          // output channels per block = N of every wgmma
+  static constexpr int kAccs = kN / 2;    // accumulators per thread per 8 x 8 pixel square
   static constexpr int kSquareCols = kTileCols / 8;  // 8 x 8 pixel squares per tile row
   static_assert((kTileRows / 8) * kSquareCols == 4, "four 8 x 8 squares, two per warpgroup");
   // Staged halo: the input rows/cols the tile's 3x3 windows read; each row starts at the
@@ -66,29 +68,36 @@ struct WgmmaTile {
   static_assert(kHaloUnits <= kThreads, "one halo unit per thread");
   static constexpr int kQuadPlaneBytes = kHaloRows * kHaloCols * kQuadBytes;
   static constexpr int kHaloBytes = 2 * kQuadPlaneBytes;
-  static constexpr int kWeightTapBytes = 2 * kOutBlock * kQuadBytes;
+  static constexpr int kWeightTapBytes = 2 * kN * kQuadBytes;
+  // One chunk's weights in the staged layout: [tap][channel quad][out channel][4 channels].
+  static constexpr int kWeightChunkFloats = kTaps * 2 * kN * 4;
   static constexpr int kWeightChunkBytes = kTaps * kWeightTapBytes;
   static constexpr int kStageBytes = kHaloBytes + kWeightChunkBytes;
   static constexpr int kPooledRows = kTileRows / 2, kPooledCols = kTileCols / 2;
   // + 4 floats: the epilogue's stores of one warp (8 channels x 4 columns) hit 32 banks.
   static constexpr int kPooledPlane = kPooledRows * kPooledCols + 4;
   static constexpr int kPipelineBytes = kStages * kStageBytes;
-  static constexpr int kPooledBytes = kOutBlock * kPooledPlane * 4;
-  static constexpr int kSmemBytes = kPipelineBytes + kPooledBytes + kOutBlock * 4;  // + bias
+  static constexpr int kPooledBytes = kN * kPooledPlane * 4;
+  static constexpr int kSmemBytes = kPipelineBytes + kPooledBytes;
+  // N = 64 on the 8 x 32 tile fits two blocks per SM (<= 128 registers, 109 KB of shared
+  // memory each): one block's epilogue then overlaps the other's wgmmas. (The 16 x 16 tile's
+  // halo indexing needs a few more registers than 128.)
+  static constexpr int kMinBlocksPerSm = (kN == 64 && kTileRows == 8) ? 2 : 1;
 };
 
-using WideTile = WgmmaTile<8, 32>;    // default problem, VGG blocks 2-3
-using SquareTile = WgmmaTile<16, 16>;  // small images (VGG block 5: 14 x 14)
-
-// One chunk's weights in the staged layout: [tap][channel quad][out channel][4 channels].
-constexpr int kWeightChunkFloats = kTaps * 2 * kOutBlock * 4;
+// 8 x 32 conv pixels for wide images (the default problem, VGG blocks 2-3), 16 x 16 for small
+// ones (VGG block 5: 14 x 14); 128 output channels per block, or 64 when there are no more.
+template <int kN>
+using WideTile = WgmmaTile<8, 32, kN>;
+template <int kN>
+using SquareTile = WgmmaTile<16, 16, kN>;
 
 struct WgmmaPlan {
   int tiles_h, tiles_w, channel_blocks, chunks;
   int tiles;  // < 2^30 / chunks (checked on the host), so steps fit in 32 bits too
   bool vector_input;    // 16-byte loads of input rows
   bool vector_weights;  // 16-byte loads of weight rows
-  float* packed;        // the workspace: [channel block][chunk] x kWeightChunkFloats
+  float* packed;        // the workspace: [channel block][chunk] x Tile::kWeightChunkFloats
 };
 
 // Where one tile sits.
@@ -111,7 +120,7 @@ __device__ __forceinline__ TileOrigin tile_origin(const ConvPoolShape& s, const 
   tile /= p.tiles_w;
   const int tile_row = tile % p.tiles_h;
   o.image = tile / p.tiles_h;
-  o.channel0 = channel_block * kOutBlock;
+  o.channel0 = channel_block * Tile::kN;
   o.out_row0 = tile_row * Tile::kPooledRows;
   o.out_col0 = tile_col * Tile::kPooledCols;
   o.in_row0 = 2 * o.out_row0 - s.pad_h;
@@ -152,16 +161,17 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 // Keeps the compiler from moving accumulator reads or writes across a wgmma wait.
-__device__ __forceinline__ void fence_registers(float (&d)[64]) {
+template <int kCount>
+__device__ __forceinline__ void fence_registers(float (&d)[kCount]) {
 #pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// D (64 x 128, fp32) += A (64 x 8, TF32, smem) * B (8 x 128, TF32, smem). Thread t of the
-// warpgroup holds rows 16 * (t / 32) + (t % 32) / 4 (+ 8) and columns 8 j + 2 (t % 4) (+ 1).
-// accumulate = false ignores D's old value (D = A * B).
-__device__ __forceinline__ void wgmma_m64n128k8_tf32(float (&d)[64], uint64_t a, uint64_t b,
-                                                     bool accumulate) {
+// D (64 x N, fp32) += A (64 x 8, TF32, smem) * B (8 x N, TF32, smem), N = 128 or 64. Thread t
+// of the warpgroup holds rows 16 * (t / 32) + (t % 32) / 4 (+ 8) and columns 8 j + 2 (t % 4)
+// (+ 1). accumulate = false ignores D's old value (D = A * B).
+__device__ __forceinline__ void wgmma_tf32(float (&d)[64], uint64_t a, uint64_t b,
+                                           bool accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile(
       "{\n"
@@ -199,21 +209,50 @@ __device__ __forceinline__ void wgmma_m64n128k8_tf32(float (&d)[64], uint64_t a,
 #endif
 }
 
+__device__ __forceinline__ void wgmma_tf32(float (&d)[32], uint64_t a, uint64_t b,
+                                           bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, "
+      "%8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, "
+      "%24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1;\n"
+      "}\n"
+      :
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
+        "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(int(accumulate)));
+#endif
+}
+
 // ---------------------------------------------------------------------------
 // Loading one chunk: global -> registers (load), registers -> shared (store).
 
 // Weights -> workspace, once per launch. Work item = (channel block, chunk, channel quad, out
 // channel): 36 consecutive floats of one weight row (4 channels x 9 taps) in, one 16-byte
 // vector per tap out; consecutive threads write consecutive vectors.
+template <class Tile>
 __device__ __forceinline__ void pack_weights(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                              const WgmmaPlan& p) {
-  const int items = p.channel_blocks * p.chunks * 2 * kOutBlock;
+  constexpr int kN = Tile::kN;
+  const int items = p.channel_blocks * p.chunks * 2 * kN;
   for (int item = blockIdx.x * kThreads + threadIdx.x; item < items; item += gridDim.x * kThreads) {
-    const int n = item % kOutBlock;
-    const int quad = (item / kOutBlock) % 2;
-    const int block_chunk = item / (2 * kOutBlock);  // channel block * chunks + chunk
+    const int n = item % kN;
+    const int quad = (item / kN) % 2;
+    const int block_chunk = item / (2 * kN);  // channel block * chunks + chunk
     const int chunk = block_chunk % p.chunks;
-    const int k = (block_chunk / p.chunks) * kOutBlock + n;
+    const int k = (block_chunk / p.chunks) * kN + n;
     const int c = chunk * kChunk + 4 * quad;
     const int valid_floats =
         k < s.out_channels ? std::min(std::max(s.in_channels - c, 0), 4) * 9 : 0;
@@ -243,10 +282,11 @@ __device__ __forceinline__ void pack_weights(const ConvPoolOperands& ops, const 
                                        (tap % 3) * ops.weight_stride[3])
                                : 0.f;
     }
-    float4* dst = reinterpret_cast<float4*>(p.packed) + int64_t(block_chunk) * (kWeightChunkFloats / 4);
+    float4* dst =
+        reinterpret_cast<float4*>(p.packed) + int64_t(block_chunk) * (Tile::kWeightChunkFloats / 4);
 #pragma unroll
     for (int tap = 0; tap < 9; ++tap)
-      dst[(tap * 2 + quad) * kOutBlock + n] =
+      dst[(tap * 2 + quad) * kN + n] =
           make_float4(w[tap], w[9 + tap], w[18 + tap], w[27 + tap]);
   }
 }
@@ -257,11 +297,8 @@ struct HaloUnit {
   float4 channel[4];
 };
 
-template <class Tile>
-__device__ __forceinline__ void store_halo(const HaloUnit& unit, int quad, int row, int vec,
-                                           unsigned char* stage) {
-  float4* dst =
-      reinterpret_cast<float4*>(stage) + (quad * Tile::kHaloRows + row) * Tile::kHaloCols + 4 * vec;
+// dst: the unit's first pixel in the stage.
+__device__ __forceinline__ void store_halo(const HaloUnit& unit, float4* dst) {
   const float4* c = unit.channel;
   dst[0] = make_float4(c[0].x, c[1].x, c[2].x, c[3].x);
   dst[1] = make_float4(c[0].y, c[1].y, c[2].y, c[3].y);
@@ -273,8 +310,9 @@ __device__ __forceinline__ void store_halo(const HaloUnit& unit, int quad, int r
 // increments inside a tile, the tile's geometry (integer divisions) only when a tile starts.
 template <class Tile>
 struct StepLoader {
-  int quad, row, vec;  // this thread's halo unit (fixed)
-  bool has_unit;       // threads past kHaloUnits load weights only
+  int unit;           // this thread's halo unit, or -1: threads past kHaloUnits load
+                       // weights only
+  int halo_offset;     // the unit's first pixel's 16-byte slot in a stage
   int tile, chunk;     // the step being loaded
   int h, w0;           // input row and first column of the unit
   int channel;         // input channel of the unit's first row vector
@@ -283,26 +321,35 @@ struct StepLoader {
 
   __device__ __forceinline__ StepLoader(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                         const WgmmaPlan& p) {
-    has_unit = threadIdx.x < Tile::kHaloUnits;
-    const int unit = has_unit ? threadIdx.x : 0;
-    quad = unit / (Tile::kHaloRows * Tile::kHaloVectors);
-    const int rest = unit - quad * (Tile::kHaloRows * Tile::kHaloVectors);
-    row = rest / Tile::kHaloVectors;
-    vec = rest - row * Tile::kHaloVectors;
+    unit = threadIdx.x < Tile::kHaloUnits ? int(threadIdx.x) : -1;
+    int quad, row, vec;
+    unit_coords(quad, row, vec);
+    halo_offset = (quad * Tile::kHaloRows + row) * Tile::kHaloCols + 4 * vec;
     tile = blockIdx.x;
     start_tile(ops, s, p);
+  }
+
+  // (channel quad, halo row, 4-column vector) of the unit (of unit 0 for threads without one).
+  __device__ __forceinline__ void unit_coords(int& quad, int& row, int& vec) const {
+    const int u = max(unit, 0);
+    quad = u / (Tile::kHaloRows * Tile::kHaloVectors);
+    const int rest = u - quad * (Tile::kHaloRows * Tile::kHaloVectors);
+    row = rest / Tile::kHaloVectors;
+    vec = rest - row * Tile::kHaloVectors;
   }
 
   __device__ __forceinline__ void start_tile(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                              const WgmmaPlan& p) {
     chunk = 0;
+    int quad, row, vec;
+    unit_coords(quad, row, vec);
     const TileOrigin o = tile_origin<Tile>(s, p, tile);
     h = o.in_row0 + row;
     w0 = o.staged_col0 + 4 * vec;
     channel = 4 * quad;
     halo = ops.x + o.image * ops.x_stride[0] + int64_t(channel) * ops.x_stride[1] +
            int64_t(h) * ops.x_stride[2] + int64_t(w0) * ops.x_stride[3];
-    weights = p.packed + int64_t(o.channel0 / kOutBlock) * p.chunks * kWeightChunkFloats;
+    weights = p.packed + int64_t(o.channel0 / Tile::kN) * p.chunks * Tile::kWeightChunkFloats;
   }
 
   __device__ __forceinline__ void advance(const ConvPoolOperands& ops, const ConvPoolShape& s,
@@ -310,33 +357,35 @@ struct StepLoader {
     if (++chunk < p.chunks) {
       halo += kChunk * ops.x_stride[1];
       channel += kChunk;
-      weights += kWeightChunkFloats;
+      weights += Tile::kWeightChunkFloats;
     } else {
       tile += gridDim.x;
       start_tile(ops, s, p);
     }
   }
 
-  // The chunk's packed weights -> the stage: 2304 coalesced 16-byte copies, 9 per thread.
+  // The chunk's packed weights -> the stage: coalesced 16-byte copies (2304 for N = 128).
   __device__ __forceinline__ void copy_weights(unsigned char* stage) const {
+    constexpr int kVectors = Tile::kWeightChunkFloats / 4;
     float* dst = reinterpret_cast<float*>(stage + Tile::kHaloBytes);
 #pragma unroll
-    for (int v = 0; v < kWeightChunkFloats / 4 / kThreads; ++v) {
-      const int offset = 4 * (v * kThreads + int(threadIdx.x));
-      cp_async_16(dst + offset, weights + offset, true);
+    for (int v = 0; v < (kVectors + kThreads - 1) / kThreads; ++v) {
+      const int vector = v * kThreads + int(threadIdx.x);
+      if (kVectors % kThreads == 0 || vector < kVectors)
+        cp_async_16(dst + 4 * vector, weights + 4 * vector, true);
     }
   }
 
-  __device__ __forceinline__ void load_halo(HaloUnit& unit, const ConvPoolOperands& ops,
+  __device__ __forceinline__ void load_halo(HaloUnit& staged, const ConvPoolOperands& ops,
                                             const ConvPoolShape& s, const WgmmaPlan& p) const {
-    if (!has_unit) return;
+    if (unit < 0) return;
     const bool row_valid = h >= 0 && h < s.in_height;
     if (p.vector_input) {
       // width % 4 == 0 and w0 % 4 == 0: the vector is wholly inside the row or outside.
       const bool valid = row_valid && w0 >= 0 && w0 < s.in_width;
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        unit.channel[e] = (valid && channel + e < s.in_channels)
+        staged.channel[e] = (valid && channel + e < s.in_channels)
                               ? __ldg(reinterpret_cast<const float4*>(halo + e * ops.x_stride[1]))
                               : make_float4(0.f, 0.f, 0.f, 0.f);
     } else {
@@ -349,13 +398,14 @@ struct StepLoader {
           const bool inside = valid && w0 + j >= 0 && w0 + j < s.in_width;
           v[j] = inside ? __ldg(halo + e * ops.x_stride[1] + j * ops.x_stride[3]) : 0.f;
         }
-        unit.channel[e] = make_float4(v[0], v[1], v[2], v[3]);
+        staged.channel[e] = make_float4(v[0], v[1], v[2], v[3]);
       }
     }
   }
 
-  __device__ __forceinline__ void store_halo_unit(const HaloUnit& unit, unsigned char* stage) const {
-    if (has_unit) store_halo<Tile>(unit, quad, row, vec, stage);
+  __device__ __forceinline__ void store_halo_unit(const HaloUnit& staged,
+                                                  unsigned char* stage) const {
+    if (unit >= 0) store_halo(staged, reinterpret_cast<float4*>(stage) + halo_offset);
   }
 };
 
@@ -363,19 +413,20 @@ struct StepLoader {
 // square_base[m]: shared address of square m's tap (0, 0) operand in stage 0; stage: the
 // stage's byte offset. The first chunk of a tile starts the accumulators from zero.
 template <class Tile>
-__device__ __forceinline__ void mma_chunk(float (&acc)[2][64], const uint32_t (&square_base)[2],
+__device__ __forceinline__ void mma_chunk(float (&acc)[2][Tile::kAccs],
+                                          const uint32_t (&square_base)[2],
                                           uint32_t weights_base, uint32_t stage, bool first_chunk) {
 #pragma unroll
   for (int tap = 0; tap < 9; ++tap) {
     const int r = tap / 3, q = tap % 3;
     const uint64_t b = matrix_descriptor(weights_base + stage + tap * Tile::kWeightTapBytes,
-                                         kOutBlock * kQuadBytes, 8 * kQuadBytes);
+                                         Tile::kN * kQuadBytes, 8 * kQuadBytes);
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
       const uint64_t a =
           matrix_descriptor(square_base[m] + stage + (r * Tile::kHaloCols + q) * kQuadBytes,
                             Tile::kQuadPlaneBytes, Tile::kHaloCols * kQuadBytes);
-      wgmma_m64n128k8_tf32(acc[m], a, b, !(first_chunk && tap == 0));
+      wgmma_tf32(acc[m], a, b, !(first_chunk && tap == 0));
     }
   }
 }
@@ -384,7 +435,8 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[2][64], const uint32_t (&
 // a square's M = 64 is pixel (2 w, g), row 16 w + g + 8 is pixel (2 w + 1, g): values v and
 // v + 2 are vertical neighbours, lanes g and g ^ 1 (lane ^ 4) horizontal ones.
 template <class Tile>
-__device__ __forceinline__ void pool_accumulators(const float (&acc)[2][64], float* pooled) {
+__device__ __forceinline__ void pool_accumulators(const float (&acc)[2][Tile::kAccs],
+                                                  float* pooled) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int warpgroup = warp / 4, warp_in_group = warp % 4;
   const int group = lane / 4, thread_in_group = lane % 4;
@@ -395,7 +447,7 @@ __device__ __forceinline__ void pool_accumulators(const float (&acc)[2][64], flo
     const int pooled_row = (square / Tile::kSquareCols) * 4 + warp_in_group;
     const int pooled_col = (square % Tile::kSquareCols) * 4 + group / 2;
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+    for (int j = 0; j < Tile::kN / 8; ++j) {
       float even_channel = max_keeping_nan(acc[m][4 * j], acc[m][4 * j + 2]);
       float odd_channel = max_keeping_nan(acc[m][4 * j + 1], acc[m][4 * j + 3]);
       even_channel = max_keeping_nan(even_channel, __shfl_xor_sync(0xffffffffu, even_channel, 4));
@@ -412,8 +464,7 @@ __device__ __forceinline__ void pool_accumulators(const float (&acc)[2][64], flo
 // size, so each thread keeps one (row, col) and walks the channels.
 template <class Tile>
 __device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const ConvPoolShape& s,
-                                             const TileOrigin& o, const float* pooled,
-                                             const float* bias) {
+                                             const TileOrigin& o, const float* pooled) {
   constexpr int kPooledTile = Tile::kPooledRows * Tile::kPooledCols;
   static_assert(kThreads % kPooledTile == 0, "fixed (row, col) per thread");
   constexpr int kChannelStep = kThreads / kPooledTile;
@@ -426,24 +477,25 @@ __device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const 
   float* out = ops.out + (o.image * s.out_channels + o.channel0 + k0) * plane +
                int64_t(out_row) * s.out_width + out_col;
   const float* src = pooled + k0 * Tile::kPooledPlane + pooled_row * Tile::kPooledCols + pooled_col;
-  const int channels = min(kOutBlock, s.out_channels - o.channel0);
+  const int channels = min(Tile::kN, s.out_channels - o.channel0);
 #pragma unroll 4
   for (int k = k0; k < channels; k += kChannelStep) {
-    *out = relu_keeping_nan(*src + bias[k]);
+    const float bias =
+        ops.bias != nullptr ? __ldg(ops.bias + int64_t(o.channel0 + k) * ops.bias_stride) : 0.f;
+    *out = relu_keeping_nan(*src + bias);
     out += kChannelStep * plane;
     src += kChannelStep * Tile::kPooledPlane;
   }
 }
 
 template <class Tile>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
     conv_pool_wgmma_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const WgmmaPlan p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) unsigned char smem[];
   float* pooled = reinterpret_cast<float*>(smem + Tile::kPipelineBytes);
-  float* bias = reinterpret_cast<float*>(smem + Tile::kPipelineBytes + Tile::kPooledBytes);
 
-  pack_weights(ops, s, p);
+  pack_weights<Tile>(ops, s, p);
   // Every block's packed weights are written and visible (grid barrier, a gpu-scope fence)
   // before any block copies them.
   cooperative_groups::this_grid().sync();
@@ -474,7 +526,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const uint32_t smem_base = shared_address(smem);
   const int warpgroup = threadIdx.x / 128;
-  float acc[2][64];  // written by the first wgmma of each tile (accumulate = false)
+  float acc[2][Tile::kAccs];  // written by the first wgmma of each tile (accumulate = false)
   int step = 0, stage = 0;
   for (int t = 0; t < my_tiles; ++t) {
     const TileOrigin origin = tile_origin<Tile>(s, p, int(blockIdx.x) + t * int(gridDim.x));
@@ -515,15 +567,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_registers(acc[0]);
     fence_registers(acc[1]);
     pool_accumulators<Tile>(acc, pooled);
-    for (int k = threadIdx.x; k < kOutBlock; k += kThreads) {
-      const int channel = origin.channel0 + k;
-      bias[k] = (ops.bias != nullptr && channel < s.out_channels)
-                    ? __ldg(ops.bias + int64_t(channel) * ops.bias_stride)
-                    : 0.f;
-    }
     __syncthreads();
-    store_pooled<Tile>(ops, s, origin, pooled, bias);
-    // `pooled` and `bias` are rewritten only after the next tile's chunk barriers.
+    store_pooled<Tile>(ops, s, origin, pooled);
+    // `pooled` is rewritten only after the next tile's chunk barriers.
   }
 #endif
 }
@@ -538,7 +584,7 @@ WgmmaPlan make_plan(const ConvPoolShape& s) {
   WgmmaPlan p{};
   p.tiles_h = (s.out_height + Tile::kPooledRows - 1) / Tile::kPooledRows;
   p.tiles_w = (s.out_width + Tile::kPooledCols - 1) / Tile::kPooledCols;
-  p.channel_blocks = (s.out_channels + kOutBlock - 1) / kOutBlock;
+  p.channel_blocks = (s.out_channels + Tile::kN - 1) / Tile::kN;
   p.chunks = (s.in_channels + kChunk - 1) / kChunk;
   const int64_t tiles = int64_t(s.batch) * p.tiles_h * p.tiles_w * p.channel_blocks;
   p.tiles = int(std::min<int64_t>(tiles, INT32_MAX));
@@ -553,22 +599,37 @@ double tile_waste(const ConvPoolShape& s) {
          (double(s.out_height) * s.out_width);
 }
 
-bool square_tile_wins(const ConvPoolShape& s) {
-  return tile_waste<SquareTile>(s) < tile_waste<WideTile>(s);
+// Calls f(Tile()) with the tile the shape runs with: 64 output channels per block when there
+// are no more, else 128; the square tile when it computes fewer unused pooled outputs.
+template <class F>
+auto with_tile(const ConvPoolShape& s, F&& f) {
+  const bool narrow = s.out_channels <= 64;
+  const bool square = tile_waste<SquareTile<128>>(s) < tile_waste<WideTile<128>>(s);
+  if (narrow) return square ? f(SquareTile<64>()) : f(WideTile<64>());
+  return square ? f(SquareTile<128>()) : f(WideTile<128>());
 }
 
-// cudaFuncSetAttribute once per kernel and device: the shared-memory size is a constant.
+// Once per kernel and device: raise its dynamic shared-memory limit (a constant) and ask how
+// many blocks fit on an SM. Returns that count, or a negative cudaError_t.
 template <class Tile>
-cudaError_t allow_shared_memory(int device) {
+int prepare_kernel(int device) {
   constexpr int kMaxDevices = 64;
-  static std::atomic<bool> done[kMaxDevices];
-  if (device >= 0 && device < kMaxDevices && done[device].load(std::memory_order_acquire))
-    return cudaSuccess;
-  const cudaError_t err = cudaFuncSetAttribute(
+  static std::atomic<int> blocks_per_sm[kMaxDevices];  // 0 = not yet asked
+  if (device >= 0 && device < kMaxDevices) {
+    const int known = blocks_per_sm[device].load(std::memory_order_acquire);
+    if (known > 0) return known;
+  }
+  cudaError_t err = cudaFuncSetAttribute(
       conv_pool_wgmma_kernel<Tile>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
-  if (err == cudaSuccess && device >= 0 && device < kMaxDevices)
-    done[device].store(true, std::memory_order_release);
-  return err;
+  int blocks = 0;
+  if (err == cudaSuccess)
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, conv_pool_wgmma_kernel<Tile>,
+                                                        kThreads, Tile::kSmemBytes);
+  if (err != cudaSuccess) return -int(err);
+  if (blocks < 1) return -int(cudaErrorInvalidConfiguration);
+  if (device >= 0 && device < kMaxDevices)
+    blocks_per_sm[device].store(blocks, std::memory_order_release);
+  return blocks;
 }
 
 template <class Tile>
@@ -582,14 +643,14 @@ cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
                      ops.weight_stride[1] == 9 && ops.weight_stride[0] == int64_t(s.in_channels) * 9 &&
                      (s.in_channels * 9) % 4 == 0 && aligned16(ops.weight);
   int current = -1;
-  cudaError_t err = cudaGetDevice(&current);
+  const cudaError_t err = cudaGetDevice(&current);
   if (err != cudaSuccess) return err;
-  err = allow_shared_memory<Tile>(current);
-  if (err != cudaSuccess) return err;
+  const int blocks_per_sm = prepare_kernel<Tile>(current);
+  if (blocks_per_sm < 0) return cudaError_t(-blocks_per_sm);
   p.packed = ops.workspace;
-  // Persistent and cooperative (for the grid barrier after the weight packing): one block per
-  // SM, all resident at once.
-  const int blocks = std::min(p.tiles, std::max(device.sm_count, 1));
+  // Persistent and cooperative (for the grid barrier after the weight packing): as many
+  // blocks as are resident at once.
+  const int blocks = std::min(p.tiles, blocks_per_sm * std::max(device.sm_count, 1));
   void* args[] = {const_cast<ConvPoolOperands*>(&ops), const_cast<ConvPoolShape*>(&s), &p};
   return cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(conv_pool_wgmma_kernel<Tile>),
                                      dim3(blocks), dim3(kThreads), args, Tile::kSmemBytes, stream);
@@ -607,24 +668,28 @@ const char* wgmma_conv_pool_unsupported(const ConvPoolShape& s, const ConvPoolDe
   if (!fast_path_applies(s))
     return "the wgmma kernel covers only a 3x3 / stride 1 / dilation 1 convolution followed by "
            "a 2x2 / stride 2 pool inside the conv output";
-  const bool square = square_tile_wins(s);
-  const int smem = square ? SquareTile::kSmemBytes : WideTile::kSmemBytes;
-  if (smem > device.max_shared_bytes) return "its pipeline does not fit in shared memory";
-  const WgmmaPlan p = square ? make_plan<SquareTile>(s) : make_plan<WideTile>(s);
-  if (int64_t(p.tiles) * p.chunks >= INT32_MAX / 2)
-    return "more than 2^30 (tile, channel chunk) steps";
-  return nullptr;
+  return with_tile(s, [&](auto tile) -> const char* {
+    using Tile = decltype(tile);
+    if (Tile::kSmemBytes > device.max_shared_bytes) return "its pipeline does not fit in shared memory";
+    const WgmmaPlan p = make_plan<Tile>(s);
+    if (int64_t(p.tiles) * p.chunks >= INT32_MAX / 2)
+      return "more than 2^30 (tile, channel chunk) steps";
+    return nullptr;
+  });
 #endif
 }
 
 int64_t wgmma_conv_pool_workspace_bytes(const ConvPoolShape& s) {
-  const int64_t channel_blocks = (s.out_channels + kOutBlock - 1) / kOutBlock;
-  const int64_t chunks = (s.in_channels + kChunk - 1) / kChunk;
-  return channel_blocks * chunks * kWeightChunkFloats * int64_t(sizeof(float));
+  return with_tile(s, [&](auto tile) {
+    using Tile = decltype(tile);
+    const WgmmaPlan p = make_plan<Tile>(s);
+    return int64_t(p.channel_blocks) * p.chunks * Tile::kWeightChunkFloats * int64_t(sizeof(float));
+  });
 }
 
 cudaError_t wgmma_conv_pool_launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                    const ConvPoolDevice& device, cudaStream_t stream) {
-  return square_tile_wins(s) ? launch<SquareTile>(ops, s, device, stream)
-                             : launch<WideTile>(ops, s, device, stream);
+  return with_tile(s, [&](auto tile) {
+    return launch<decltype(tile)>(ops, s, device, stream);
+  });
 }

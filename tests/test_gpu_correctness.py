@@ -18,7 +18,7 @@ from utils.suite import GRID, SUITE, ConvPoolCase, find_case
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
-FP32_VARIANTS = ("direct", "tiled_fp32", "tiled_3xtf32")
+FP32_VARIANTS = ("direct", "tiled_fp32", "tiled_3xtf32", "small_fp32")
 TF32_TOLERANCE = dict(atol=1e-2, rtol=1e-2)
 FP32_TOLERANCE = dict(atol=1e-4, rtol=1e-4)
 

@@ -6,6 +6,7 @@ built like the binding builds it: no GPU needed. This pins which variant each pu
 runs, the precision switch (torch.backends.cudnn.allow_tf32), and the fallbacks.
 """
 import ctypes
+from dataclasses import replace
 
 import pytest
 
@@ -80,7 +81,7 @@ EXPECTED_AUTO = {
     "vgg_b5": "tiled_tf32_wgmma",
     "rgb_stem": "tiled_tf32_16w",     # 64 output channels: half of wgmma's 128-channel block
     "alexnet_c1": "tiled_tf32_flat",  # 3 input channels, 11x11 / stride 4
-    "lenet_c1": "tiled_tf32_flat",    # 1 input channel, 5x5
+    "lenet_c1": "small_fp32",         # 6 output channels, 1 x 5 x 5 reduction
     "batch1": "tiled_tf32_wgmma",
 }
 
@@ -105,20 +106,25 @@ def test_wgmma_only_for_the_fast_path_geometry(library, variant_names):
 
 
 @pytest.mark.parametrize("case", SUITE, ids=lambda c: c.name)
-def test_tf32_off_takes_the_3xtf32_path(library, variant_names, case):
-    assert choose(library, variant_names, case, allow_tf32=False) in ("tiled_3xtf32", "direct")
+def test_tf32_off_takes_an_fp32_accurate_path(library, variant_names, case):
+    assert choose(library, variant_names, case, allow_tf32=False) in (
+        "tiled_3xtf32", "small_fp32", "direct")
 
 
 def test_tf32_off_falls_back_to_direct_where_no_tile_fits(library, variant_names):
     assert choose(library, variant_names, find_case("alexnet_c1"), allow_tf32=False) == "direct"
 
 
-def test_pool_window_taller_than_the_tile_takes_the_direct_path(library, variant_names):
+def test_pool_window_taller_than_the_tile_takes_a_generic_path(library, variant_names):
     case = find_case("pool_9x3_stride_9x3")
-    assert choose(library, variant_names, case) == "direct"
     for config, name in variant_names.items():
         why = unsupported(library, case, config)
-        assert (why is None) == (name == "direct"), name
+        assert (why is None) == (name in ("direct", "small_fp32")), name
+    # 8 output channels: the CUDA-core kernel, which takes any pooling window.
+    assert choose(library, variant_names, case) == "small_fp32"
+    # With 17 output channels only the direct kernel is left.
+    wide = replace(case, out_channels=17)
+    assert choose(library, variant_names, wide) == "direct"
 
 
 def test_explicit_config_is_returned_as_is(library, variant_names):
@@ -126,10 +132,13 @@ def test_explicit_config_is_returned_as_is(library, variant_names):
         assert choose(library, variant_names, find_case("default"), config=config) == name
 
 
-def test_every_variant_supports_the_default_problem_except_flat(library, variant_names):
+def test_every_variant_supports_the_default_problem_except_flat_and_small(library,
+                                                                          variant_names):
     for config, name in variant_names.items():
         why = unsupported(library, find_case("default"), config)
         if name == "tiled_tf32_flat":  # 64 channels x 9 taps of halo do not fit
             assert why is not None and b"shared memory" in why
+        elif name == "small_fp32":  # 128 output channels
+            assert why is not None and b"16 output channels" in why
         else:
             assert why is None, (name, why)

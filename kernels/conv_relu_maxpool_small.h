@@ -1,0 +1,14 @@
+// The CUDA-core variant for few output channels (conv_relu_maxpool_small.cu), as used by the
+// launcher in conv_relu_maxpool.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "conv_relu_maxpool.h"
+
+// Why the small variant cannot run `shape` on `device`, or nullptr when it can.
+const char* small_conv_pool_unsupported(const ConvPoolShape& shape, const ConvPoolDevice& device);
+
+// Launches it (the caller checked small_conv_pool_unsupported first).
+cudaError_t small_conv_pool_launch(const ConvPoolOperands& operands, const ConvPoolShape& shape,
+                                   cudaStream_t stream);
