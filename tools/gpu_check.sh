@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# One device call: build, test, verify, sanitize and time, logs under $OUT, short table last.
+# One device call: build, test, verify, time, sanitize, logs under $OUT, short table last.
 #
-#   bash tools/gpu_check.sh [STAGE ...]     stages: env build test verify profile suite
-#                                           sanitize bench (default: env build test verify profile)
-# Meant for the lent H200 (see docs/PERF.md); each stage's log lands in $OUT/<stage>.log.
+#   bash tools/gpu_check.sh [STAGE[:SECONDS] ...]
+#
+# Stages: env build test verify profile suite layouts bench vgg16 distributed notebook
+# sanitize (default: env build test verify profile). SECONDS caps one stage (timeout), so a
+# long stage cannot eat the others' device time. Each stage's log lands in $OUT/<stage>.log;
+# the suite also writes $OUT/suite.json and $OUT/suite.png, vgg16 $OUT/vgg16.json, notebook
+# $OUT/quickstart.ipynb (executed copy). The notebook stage installs the Jupyter wheels in .whl/
+# (carried to the device; see docs/PERF.md) into /tmp/site first.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
@@ -12,36 +17,54 @@ stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(env build test verify profile)
 summary=()
 
-run_stage() {  # name, command...
-  local name=$1; shift
+run_stage() {  # name, seconds (0 = no cap), command...
+  local name=$1 seconds=$2; shift 2
   local start=$SECONDS
   echo "=== $name: $*"
-  "$@" > "$OUT/$name.log" 2>&1
+  if (( seconds > 0 )); then
+    timeout "$seconds" "$@" > "$OUT/$name.log" 2>&1
+  else
+    "$@" > "$OUT/$name.log" 2>&1
+  fi
   local rc=$?
   tail -n 25 "$OUT/$name.log"
-  summary+=("$(printf '%-10s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - start))" "$(tail -n 1 "$OUT/$name.log" | cut -c1-110)")")
+  summary+=("$(printf '%-13s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - start))" "$(tail -n 1 "$OUT/$name.log" | cut -c1-100)")")
   return $rc
 }
 
 sanitize() {
   local cs=compute-sanitizer
   command -v $cs >/dev/null || cs=/usr/local/cuda/bin/compute-sanitizer
-  $cs --tool memcheck --error-exitcode 9 python tools/sanitize_cases.py default_small_batch &&
-  $cs --tool memcheck --error-exitcode 9 python tools/sanitize_cases.py padded_odd &&
-  $cs --tool memcheck --error-exitcode 9 python tools/sanitize_cases.py few_channels_large_kernel &&
-  $cs --tool racecheck --error-exitcode 9 python tools/sanitize_cases.py default_small_batch
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py default_small_batch &&
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py padded_odd &&
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py few_channels_large_kernel &&
+  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py default_small_batch
 }
 
-for stage in "${stages[@]}"; do
+notebook() {
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || return 2
+  PYTHONPATH=/tmp/site QUICKSTART_SKIP_BUILD=1 python3 tools/run_notebook.py \
+    --output "$OUT/quickstart.ipynb"
+}
+
+for entry in "${stages[@]}"; do
+  stage=${entry%%:*}
+  seconds=0
+  [[ "$entry" == *:* ]] && seconds=${entry#*:}
   case $stage in
-    env) run_stage env bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used --format=csv; python3 -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.backends.cudnn.version())"; nvcc --version | tail -n 2' ;;
-    build) run_stage build bash utils/compile.sh || break ;;
-    test) run_stage test python3 -m pytest -q -p no:cacheprovider tests ;;
-    verify) run_stage verify python3 -m utils.verification ;;
-    profile) run_stage profile python3 -m utils.profiling ;;
-    suite) run_stage suite python3 -m utils.profiling --suite --json "$OUT/suite.json" --plot "$OUT/suite.png" ;;
-    sanitize) run_stage sanitize sanitize ;;
-    bench) run_stage bench python3 tools/bench_variants.py ;;
+    env) run_stage env "$seconds" bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used --format=csv; python3 -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.backends.cudnn.version())"; nvcc --version | tail -n 2' ;;
+    build) run_stage build "$seconds" bash utils/compile.sh || break ;;
+    test) run_stage test "$seconds" python3 -m pytest -q -p no:cacheprovider tests ;;
+    verify) run_stage verify "$seconds" python3 -m utils.verification ;;
+    profile) run_stage profile "$seconds" python3 -m utils.profiling ;;
+    suite) run_stage suite "$seconds" python3 -m utils.profiling --suite --json "$OUT/suite.json" --plot "$OUT/suite.png" ;;
+    layouts) run_stage layouts "$seconds" python3 tools/bench_layouts.py ;;
+    bench) run_stage bench "$seconds" python3 tools/bench_variants.py ;;
+    vgg16) run_stage vgg16 "$seconds" python3 tools/bench_vgg16.py --json "$OUT/vgg16.json" ;;
+    distributed) run_stage distributed "$seconds" python3 tools/check_distributed.py ;;
+    notebook) run_stage notebook "$seconds" notebook ;;
+    sanitize) run_stage sanitize "$seconds" sanitize ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
