@@ -112,9 +112,12 @@ def test_tf32_disallowed_selects_fp32_accurate_path(ext):
                                **FP32_TOLERANCE)
 
 
-@pytest.mark.parametrize("config_name", ["auto", "direct", "tiled_tf32", "tiled_tf32_16w", "tiled_3xtf32"])
-def test_nan_and_inf_propagate_like_pytorch(ext, config_name):
-    case = find_case("padding1")
+@pytest.mark.parametrize("config_name,case_name", [
+    ("auto", "padding1"), ("direct", "padding1"), ("tiled_tf32", "padding1"),
+    ("tiled_tf32_16w", "padding1"), ("tiled_3xtf32", "padding1"),
+    ("tiled_tf32_wgmma", "padding1"), ("small_fp32", "kernel5")])
+def test_nan_and_inf_propagate_like_pytorch(ext, config_name, case_name):
+    case = find_case(case_name)
     x, weight, bias = make_operands(case, seed=random.randrange(2**31))
     x[0, 3, 5, 7] = float("nan")
     x[1, 0, 10, 2] = float("inf")

@@ -38,6 +38,8 @@ sanitize() {
   $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py default_small_batch &&
   $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py padded_odd &&
   $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py few_channels_large_kernel &&
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py rgb_like &&
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py tiny_layer &&
   $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py default_small_batch
 }
 

@@ -21,6 +21,10 @@ CASES = {
     "padded_odd": ConvPoolCase("padded_odd", 3, 13, 37, 45, 51, (3, 3), padding=(1, 1),
                                pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1),
                                ceil_mode=True),
+    # 64 output channels, 3 input channels, padded 3x3: the wgmma kernel's N = 64 instance.
+    "rgb_like": ConvPoolCase("rgb_like", 2, 3, 64, 40, 44, (3, 3), padding=(1, 1)),
+    # 6 output channels, 1 input channel, 5x5: the CUDA-core small_fp32 kernel (lenet-like).
+    "tiny_layer": ConvPoolCase("tiny_layer", 4, 1, 6, 32, 32, (5, 5)),
     # Few channels, large strided kernel, overlapping pool: the flat-K path (alexnet_c1-like).
     "few_channels_large_kernel": ConvPoolCase("few_channels_large_kernel", 2, 3, 20, 67, 71,
                                               (11, 11), stride=(4, 4), padding=(2, 2),
