@@ -79,7 +79,7 @@ EXPECTED_AUTO = {
     "vgg_b2": "tiled_tf32_wgmma",
     "vgg_b3": "tiled_tf32_wgmma",
     "vgg_b5": "tiled_tf32_wgmma",
-    "rgb_stem": "tiled_tf32_16w",     # 64 output channels: half of wgmma's 128-channel block
+    "rgb_stem": "tiled_tf32_wgmma",   # 64 output channels: the wgmma kernel's N = 64 blocks
     "alexnet_c1": "tiled_tf32_flat",  # 3 input channels, 11x11 / stride 4
     "lenet_c1": "small_fp32",         # 6 output channels, 1 x 5 x 5 reduction
     "batch1": "tiled_tf32_wgmma",
@@ -94,6 +94,8 @@ def test_automatic_choice_for_the_public_suite(library, variant_names, case):
 def test_wgmma_only_on_hopper(library, variant_names):
     case = find_case("default")
     assert choose(library, variant_names, case, device=A100_LIKE) == "tiled_tf32"
+    # 64 output channels elsewhere: the 16-warp mma.sync kernel.
+    assert choose(library, variant_names, find_case("rgb_stem"), device=A100_LIKE) == "tiled_tf32_16w"
     wgmma = {name: config for config, name in variant_names.items()}["tiled_tf32_wgmma"]
     why = unsupported(library, case, wgmma, device=A100_LIKE)
     assert why is not None and b"9.0" in why

@@ -65,11 +65,14 @@ for entry in "${stages[@]}"; do
     bench) run_stage bench "$seconds" python3 tools/bench_variants.py ;;
     vgg16) run_stage vgg16 "$seconds" python3 tools/bench_vgg16.py --json "$OUT/vgg16.json" ;;
     distributed) run_stage distributed "$seconds" python3 tools/check_distributed.py ;;
-    notebook) run_stage notebook "$seconds" notebook ;;
-    sanitize) run_stage sanitize "$seconds" sanitize ;;
+    # Shell functions run through bash -c: timeout executes programs, not functions.
+    notebook) run_stage notebook "$seconds" bash -c "OUT='$OUT'; $(declare -f notebook); notebook" ;;
+    sanitize) run_stage sanitize "$seconds" bash -c "$(declare -f sanitize); sanitize" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
 echo
 echo "=== summary"
 printf '%s\n' "${summary[@]}"
+# The device tool brings back only a few files: everything else travels as one archive.
+tar -czf "$OUT/logs.tgz" -C "$OUT" --exclude logs.tgz . 2>/dev/null || true
