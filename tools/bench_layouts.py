@@ -9,31 +9,16 @@ reads the strides as they are: no copy), and an explicit .contiguous() of the ch
 input followed by ModelNew (what a copy would cost). Checks both outputs against eager first.
 """
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from bench_variants import time_ms  # noqa: E402  (tools/ is sys.path[0] when run as a script)
 from model import Model  # noqa: E402
 from model_new import ModelNew  # noqa: E402
 from utils.suite import find_case  # noqa: E402
-
-
-def median_ms(fn, iters: int, flush: torch.Tensor) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(iters):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def main() -> int:
@@ -54,9 +39,9 @@ def main() -> int:
         for name, value in (("nchw", fused(x)), ("channels_last", fused(x_cl))):
             torch.testing.assert_close(value, expected, atol=1e-2, rtol=1e-2, msg=name)
         rows = {
-            "ModelNew, NCHW input": median_ms(lambda: fused(x), args.iters, flush),
-            "ModelNew, channels-last input": median_ms(lambda: fused(x_cl), args.iters, flush),
-            "x.contiguous() + ModelNew": median_ms(lambda: fused(x_cl.contiguous()), args.iters,
+            "ModelNew, NCHW input": time_ms(lambda: fused(x), args.iters, flush),
+            "ModelNew, channels-last input": time_ms(lambda: fused(x_cl), args.iters, flush),
+            "x.contiguous() + ModelNew": time_ms(lambda: fused(x_cl.contiguous()), args.iters,
                                                    flush),
         }
     print(f"{case.label()}: both layouts match eager (atol = rtol = 1e-2)")
