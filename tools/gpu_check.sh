@@ -8,7 +8,17 @@
 # long stage cannot eat the others' device time. Each stage's log lands in $OUT/<stage>.log;
 # the suite also writes $OUT/suite.json and $OUT/suite.png, vgg16 $OUT/vgg16.json, notebook
 # $OUT/quickstart.ipynb (executed copy). The notebook stage installs the Jupyter wheels in .whl/
-# (carried to the device; see docs/PERF.md) into /tmp/site first.
+# into /tmp/site first (the device image has no Jupyter). Fetch them here (x86-64, CPython 3.12),
+# list .whl in the device call's `carry`, and keep .whl/ out of git (.git/info/exclude):
+#   for p in nbclient nbformat ipykernel jupyter_client jupyter_core traitlets tornado pyzmq \
+#       fastjsonschema jsonschema jsonschema-specifications referencing rpds-py comm debugpy \
+#       ipython ipython_pygments_lexers decorator jedi parso matplotlib-inline pexpect \
+#       ptyprocess prompt_toolkit wcwidth stack_data asttokens executing pure_eval \
+#       nest_asyncio platformdirs; do
+#     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+#       --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+#       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+#       --platform manylinux1_x86_64 -d .whl "$p"; done
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
