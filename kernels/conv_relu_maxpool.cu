@@ -50,6 +50,7 @@
 #include <cstdint>
 
 #include "conv_pool_device.cuh"
+#include "conv_pool_operands.h"
 #include "conv_relu_maxpool.h"
 #include "conv_relu_maxpool_small.h"
 #include "conv_relu_maxpool_wgmma.h"
@@ -927,22 +928,6 @@ TilePlan plan_for(const ConvPoolShape& s, int variant) {
   const int out_block = tiled_choice(variant, s.out_channels, false).out_block;
   if (variant == kVariantTiledTf32Flat) return make_flat_plan(s, out_block);
   return make_tile_plan(s, out_block, variant != kVariantTiledFp32);
-}
-
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-
-// 16-byte copies of input rows: unit column stride, every row start 16-byte aligned.
-bool vectorizable_input(const ConvPoolOperands& ops, const ConvPoolShape& s) {
-  return ops.x_stride[3] == 1 && ops.x_stride[2] % 4 == 0 && ops.x_stride[1] % 4 == 0 &&
-         ops.x_stride[0] % 4 == 0 && s.in_width % 4 == 0 && aligned16(ops.x);
-}
-
-// 16-byte copies of weight rows: a contiguous (K, C, 3, 3) weight with C * 9 % 4 == 0.
-bool vectorizable_weights(const ConvPoolOperands& ops, const ConvPoolShape& s) {
-  const int64_t taps = s.taps();
-  return ops.weight_stride[3] == 1 && ops.weight_stride[2] == s.kernel_w &&
-         ops.weight_stride[1] == taps && ops.weight_stride[0] == s.in_channels * taps &&
-         (s.in_channels * taps) % 4 == 0 && aligned16(ops.weight);
 }
 
 bool is_tiled(int variant) {

@@ -42,6 +42,7 @@
 #include <cstdint>
 
 #include "conv_pool_device.cuh"
+#include "conv_pool_operands.h"
 #include "conv_relu_maxpool_wgmma.h"
 
 namespace {
@@ -589,8 +590,6 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
 // ---------------------------------------------------------------------------
 // Host side.
 
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-
 template <class Tile>
 WgmmaPlan make_plan(const ConvPoolShape& s) {
   WgmmaPlan p{};
@@ -648,12 +647,8 @@ template <class Tile>
 cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
                    const ConvPoolDevice& device, cudaStream_t stream) {
   WgmmaPlan p = make_plan<Tile>(s);
-  p.vector_input = ops.x_stride[3] == 1 && ops.x_stride[2] % 4 == 0 &&
-                   ops.x_stride[1] % 4 == 0 && ops.x_stride[0] % 4 == 0 &&
-                   s.in_width % 4 == 0 && aligned16(ops.x);
-  p.vector_weights = ops.weight_stride[3] == 1 && ops.weight_stride[2] == 3 &&
-                     ops.weight_stride[1] == 9 && ops.weight_stride[0] == int64_t(s.in_channels) * 9 &&
-                     (s.in_channels * 9) % 4 == 0 && aligned16(ops.weight);
+  p.vector_input = vectorizable_input(ops, s);
+  p.vector_weights = vectorizable_weights(ops, s);  // 3x3 here: C * 9 % 4 == 0
   int current = -1;
   const cudaError_t err = cudaGetDevice(&current);
   if (err != cudaSuccess) return err;
