@@ -3,13 +3,20 @@
 //
 // For problems like LeNet's first layer (1 input channel, 6 output channels, 5x5) a tensor-core
 // tile multiplies mostly padding: at most 16 output channels are real, and the whole reduction
-// (input channels x taps) is a few dozen products. Here a block owns a 16 x 16 tile of pooled
-// outputs of one image, for all output channels: it stages the input region those windows read
-// (every channel, zero outside the image) and all weights in shared memory, then each thread
-// computes the conv pixels of one pooling window for all output channels at once (the weights
-// of one (channel, tap) are a 16-byte broadcast load per 4 output channels), takes their max,
-// and stores relu(max) for every channel. Any convolution and pooling geometry; exact fp32
-// (no TF32), so it also serves allow_tf32 = False.
+// (input channels x taps) is a few dozen products. Here a block owns a tile of up to 16 x 16
+// pooled outputs of one image, for all output channels: it stages the input region those windows
+// read (every channel, zero outside the image) and all weights in shared memory, then each
+// thread computes the conv pixels of one pooling window for all output channels at once, takes
+// their max, and stores relu(max) for every channel. Any convolution and pooling geometry; exact
+// fp32 (no TF32), so it also serves allow_tf32 = False.
+//
+// Two inner loops, picked per launch:
+//  * patch: a stride-1, dilation-1, 3x3 or 5x5 convolution under 2x2 pooling windows (LeNet).
+//    The four conv pixels of a window read one (k+1) x (k+1) input patch per channel; the patch
+//    is loaded into registers once and every weight load (16-byte broadcasts, one per 4 output
+//    channels) feeds the four pixels. Per tap and output channel that is 4 FFMA against 1/4 of
+//    a weight load; the FFMAs set the pace, not shared memory.
+//  * generic: any geometry; one conv pixel of the window at a time, runtime loops.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -21,146 +28,324 @@
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kTile = 16;  // pooled outputs per tile side: one per thread
+constexpr int kMaxThreads = 256;
+constexpr int kMaxTile = 16;  // pooled outputs per tile side: one per thread
 constexpr int kMaxOutChannels = 16;
 constexpr int kMaxReduction = 256;  // in_channels * taps
 
 struct SmallPlan {
+  int tile_h, tile_w;    // pooled outputs per tile, one per thread
+  int threads;           // tile_h * tile_w rounded up to whole warps
   int tiles_h, tiles_w;
   int in_rows, in_cols;  // staged input region per channel
-  int out_block;         // output channels rounded up to 4, 8 or 16 (the kernel's kOut)
+  int out_block;         // output channels rounded up to 2, 4, 6, 8, 12 or 16 (the kernel's kOut)
+  int patch_kernel;      // 3 or 5: the patch loop applies (see the top); 0: the generic loop
+  int buffers;           // input regions staged: 2 (the next tile's copy overlaps this one) or 1
+  int64_t tiles;         // batch * tiles_h * tiles_w
   int smem_bytes;
 };
 
+constexpr int weight_row(int out_block) { return (out_block + 3) / 4 * 4; }  // floats per (c, tap)
+
 SmallPlan make_plan(const ConvPoolShape& s) {
   SmallPlan p{};
-  p.tiles_h = (s.out_height + kTile - 1) / kTile;
-  p.tiles_w = (s.out_width + kTile - 1) / kTile;
-  const int conv_rows = (kTile - 1) * s.pool_stride_h + s.pool_h;
-  const int conv_cols = (kTile - 1) * s.pool_stride_w + s.pool_w;
+  // A tile no larger than the output, so that a 14 x 14 LeNet image leaves 28 of 224 threads
+  // idle instead of 60 of 256.
+  p.tile_h = std::min(kMaxTile, s.out_height);
+  p.tile_w = std::min(kMaxTile, s.out_width);
+  p.threads = (p.tile_h * p.tile_w + 31) / 32 * 32;
+  p.tiles_h = (s.out_height + p.tile_h - 1) / p.tile_h;
+  p.tiles_w = (s.out_width + p.tile_w - 1) / p.tile_w;
+  const int conv_rows = (p.tile_h - 1) * s.pool_stride_h + s.pool_h;
+  const int conv_cols = (p.tile_w - 1) * s.pool_stride_w + s.pool_w;
   p.in_rows = (conv_rows - 1) * s.stride_h + (s.kernel_h - 1) * s.dilation_h + 1;
   p.in_cols = (conv_cols - 1) * s.stride_w + (s.kernel_w - 1) * s.dilation_w + 1;
-  p.out_block = s.out_channels <= 4 ? 4 : s.out_channels <= 8 ? 8 : kMaxOutChannels;
-  const int64_t floats = int64_t(s.in_channels) * s.taps() * p.out_block + p.out_block +
-                         int64_t(s.in_channels) * p.in_rows * p.in_cols;
-  p.smem_bytes = int(std::min<int64_t>(4 * floats, INT32_MAX));
+  const int k = s.out_channels;
+  p.out_block = k <= 2 ? 2 : k <= 4 ? 4 : k <= 6 ? 6 : k <= 8 ? 8 : k <= 12 ? 12 : kMaxOutChannels;
+  const bool patch_geometry = s.stride_h == 1 && s.stride_w == 1 && s.dilation_h == 1 &&
+                              s.dilation_w == 1 && s.kernel_h == s.kernel_w &&
+                              (s.kernel_h == 3 || s.kernel_h == 5) && s.pool_h == 2 &&
+                              s.pool_w == 2;
+  // 4 x kOut accumulators and the patch fit 128 registers without spills up to 8 channels.
+  p.patch_kernel = patch_geometry && p.out_block <= 8 ? s.kernel_h : 0;
+  p.tiles = int64_t(s.batch) * p.tiles_h * p.tiles_w;
+  const int64_t weight_floats = int64_t(s.in_channels) * s.taps() * weight_row(p.out_block) +
+                                weight_row(p.out_block);
+  const int64_t region_floats = int64_t(s.in_channels) * p.in_rows * p.in_cols;
+  // Double-buffer the input region while that stays within the 48 KB every GPU gives a block
+  // (LeNet: 2 x 4 KB); larger regions are staged and consumed one tile at a time.
+  p.buffers = 4 * (weight_floats + 2 * region_floats) <= 48 * 1024 ? 2 : 1;
+  p.smem_bytes = int(std::min<int64_t>(4 * (weight_floats + p.buffers * region_floats), INT32_MAX));
   return p;
 }
 
-// Several blocks of 256 threads per SM (3 while <= 85 registers fit the accumulators): a block
-// is short, the others hide its staging.
-template <int kOut>  // output channels, rounded up to 4
-__global__ void __launch_bounds__(kThreads, kOut <= 8 ? 3 : 2)
-    conv_pool_small_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const SmallPlan p) {
-  extern __shared__ __align__(16) float smem[];
-  const int reduction = s.in_channels * s.taps();
-  float* weights = smem;                   // [channel * taps + tap][kOut]
-  float* bias = weights + reduction * kOut;  // [kOut]
-  float* input = bias + kOut;              // [channel][in_rows][in_cols]
+// kOut accumulators for output channels, from the weights of one (channel, tap): a row of
+// weight_row(kOut) floats in shared memory, read as 16-byte broadcasts.
+template <int kOut>
+struct TapWeights {
+  float w[weight_row(kOut)];
+  __device__ __forceinline__ void load(const float* row) {
+#pragma unroll
+    for (int k4 = 0; k4 < weight_row(kOut) / 4; ++k4) {
+      const float4 v = reinterpret_cast<const float4*>(row)[k4];  // same address in every lane
+      w[4 * k4] = v.x;
+      w[4 * k4 + 1] = v.y;
+      w[4 * k4 + 2] = v.z;
+      w[4 * k4 + 3] = v.w;
+    }
+  }
+  __device__ __forceinline__ void accumulate(float v, float (&acc)[kOut]) const {
+#pragma unroll
+    for (int k = 0; k < kOut; ++k) acc[k] = fmaf(v, w[k], acc[k]);
+  }
+};
 
-  int tile = blockIdx.x;
-  const int tile_col = tile % p.tiles_w;
+// Where tile `tile` (image, tile row, tile col) starts: its first pooled output, and the conv
+// pixel and input pixel at its staged region's origin (may be negative: padding).
+struct SmallTile {
+  int64_t image;
+  int out_row0, out_col0;
+  int conv_row0, conv_col0;
+  int in_row0, in_col0;
+};
+
+__device__ __forceinline__ SmallTile locate_tile(const ConvPoolShape& s, const SmallPlan& p,
+                                                 int64_t tile) {
+  SmallTile t;
+  const int tile_col = int(tile % p.tiles_w);
   tile /= p.tiles_w;
-  const int tile_row = tile % p.tiles_h;
-  const int64_t image = tile / p.tiles_h;
-  const int out_row0 = tile_row * kTile, out_col0 = tile_col * kTile;
-  // Conv pixel and input pixel at the region's origin (may be negative: padding).
-  const int conv_row0 = out_row0 * s.pool_stride_h - s.pool_pad_h;
-  const int conv_col0 = out_col0 * s.pool_stride_w - s.pool_pad_w;
-  const int in_row0 = conv_row0 * s.stride_h - s.pad_h;
-  const int in_col0 = conv_col0 * s.stride_w - s.pad_w;
+  const int tile_row = int(tile % p.tiles_h);
+  t.image = tile / p.tiles_h;
+  t.out_row0 = tile_row * p.tile_h;
+  t.out_col0 = tile_col * p.tile_w;
+  t.conv_row0 = t.out_row0 * s.pool_stride_h - s.pool_pad_h;
+  t.conv_col0 = t.out_col0 * s.pool_stride_w - s.pool_pad_w;
+  t.in_row0 = t.conv_row0 * s.stride_h - s.pad_h;
+  t.in_col0 = t.conv_col0 * s.stride_w - s.pad_w;
+  return t;
+}
 
-  for (int i = threadIdx.x; i < reduction * kOut; i += kThreads) {
-    const int k = i % kOut, e = i / kOut;
-    const int c = e / s.taps(), tap = e % s.taps();
-    const int r = tap / s.kernel_w, q = tap % s.kernel_w;
-    weights[i] = k < s.out_channels ? __ldg(ops.weight + k * ops.weight_stride[0] +
-                                            c * ops.weight_stride[1] + r * ops.weight_stride[2] +
-                                            q * ops.weight_stride[3])
-                                    : 0.f;
+// Issues the cp.async copies of a tile's input region (every channel; zeros outside the image)
+// into `region`: one row per warp and step, lanes along the row, no division per element.
+__device__ __forceinline__ void stage_region(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                             const SmallPlan& p, int64_t tile, float* region) {
+  const SmallTile t = locate_tile(s, p, tile);
+  const float* x = ops.x + t.image * ops.x_stride[0];
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  for (int row = warp; row < s.in_channels * p.in_rows; row += int(blockDim.x) / 32) {
+    const int c = row / p.in_rows, h = t.in_row0 + row % p.in_rows;
+    const bool row_inside = h >= 0 && h < s.in_height;
+    const float* src = x + c * ops.x_stride[1] + int64_t(h) * ops.x_stride[2];
+    float* dst = region + row * p.in_cols;
+    for (int col = lane; col < p.in_cols; col += 32) {
+      const int w = t.in_col0 + col;
+      const bool inside = row_inside && w >= 0 && w < s.in_width;
+      cp_async_4(dst + col, inside ? src + int64_t(w) * ops.x_stride[3] : ops.x, inside);
+    }
   }
-  for (int k = threadIdx.x; k < kOut; k += kThreads)
-    bias[k] = (ops.bias != nullptr && k < s.out_channels) ? __ldg(ops.bias + k * ops.bias_stride)
-                                                          : 0.f;
-  const float* x = ops.x + image * ops.x_stride[0];
+}
+
+// One tile from its staged region: each thread computes one pooling window for all channels.
+template <int kOut, int kPatch>
+__device__ __forceinline__ void compute_tile(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                             const SmallPlan& p, int64_t tile,
+                                             const float* weights, const float* input) {
+  constexpr int kRow = weight_row(kOut);
+  const float* bias = weights + s.in_channels * s.taps() * kRow;
   const int plane = p.in_rows * p.in_cols;
-  for (int i = threadIdx.x; i < s.in_channels * plane; i += kThreads) {
-    const int c = i / plane, rest = i % plane;
-    const int h = in_row0 + rest / p.in_cols, w = in_col0 + rest % p.in_cols;
-    const bool inside = h >= 0 && h < s.in_height && w >= 0 && w < s.in_width;
-    input[i] = inside ? __ldg(x + c * ops.x_stride[1] + int64_t(h) * ops.x_stride[2] +
-                              int64_t(w) * ops.x_stride[3])
-                      : 0.f;
-  }
-  __syncthreads();
-
-  const int out_row = out_row0 + int(threadIdx.x) / kTile;
-  const int out_col = out_col0 + int(threadIdx.x) % kTile;
-  if (out_row >= s.out_height || out_col >= s.out_width) return;
-  // The window's conv pixels, clipped to the conv output (pool padding is never a maximum).
-  const int row_begin = max(out_row * s.pool_stride_h - s.pool_pad_h, 0);
-  const int row_end = min(out_row * s.pool_stride_h - s.pool_pad_h + s.pool_h, s.conv_height);
-  const int col_begin = max(out_col * s.pool_stride_w - s.pool_pad_w, 0);
-  const int col_end = min(out_col * s.pool_stride_w - s.pool_pad_w + s.pool_w, s.conv_width);
+  const SmallTile t = locate_tile(s, p, tile);
+  const int conv_row0 = t.conv_row0, conv_col0 = t.conv_col0;
+  const int local_row = int(threadIdx.x) / p.tile_w, local_col = int(threadIdx.x) % p.tile_w;
+  const int out_row = t.out_row0 + local_row, out_col = t.out_col0 + local_col;
+  if (local_row >= p.tile_h || out_row >= s.out_height || out_col >= s.out_width) return;
+  const int window_row = out_row * s.pool_stride_h - s.pool_pad_h;  // conv pixel, may be < 0
+  const int window_col = out_col * s.pool_stride_w - s.pool_pad_w;
 
   float best[kOut];
 #pragma unroll
   for (int k = 0; k < kOut; ++k) best[k] = -INFINITY;
-  for (int conv_row = row_begin; conv_row < row_end; ++conv_row) {
-    for (int conv_col = col_begin; conv_col < col_end; ++conv_col) {
-      float acc[kOut];
+  if constexpr (kPatch > 0) {
+    // Stride 1, dilation 1, kPatch x kPatch kernel, 2x2 window: the region row/col of conv
+    // pixel (window_row + i, window_col + j) and tap (r, q) is (.. + i + r, .. + j + q).
+    float acc[4][kOut];
 #pragma unroll
-      for (int k = 0; k < kOut; ++k) acc[k] = bias[k];
-      const float* in = input + ((conv_row - conv_row0) * s.stride_h) * p.in_cols +
-                        (conv_col - conv_col0) * s.stride_w;
-      const float4* w = reinterpret_cast<const float4*>(weights);
-      for (int c = 0; c < s.in_channels; ++c, in += plane) {
-        for (int r = 0; r < s.kernel_h; ++r) {
-          const float* in_row = in + r * s.dilation_h * p.in_cols;
-          for (int q = 0; q < s.kernel_w; ++q, w += kOut / 4) {
-            const float v = in_row[q * s.dilation_w];
+    for (int px = 0; px < 4; ++px)
 #pragma unroll
-            for (int k4 = 0; k4 < kOut / 4; ++k4) {
-              const float4 w4 = w[k4];  // same address in every lane: a broadcast
-              acc[4 * k4] = fmaf(v, w4.x, acc[4 * k4]);
-              acc[4 * k4 + 1] = fmaf(v, w4.y, acc[4 * k4 + 1]);
-              acc[4 * k4 + 2] = fmaf(v, w4.z, acc[4 * k4 + 2]);
-              acc[4 * k4 + 3] = fmaf(v, w4.w, acc[4 * k4 + 3]);
+      for (int k = 0; k < kOut; ++k) acc[px][k] = bias[k];
+    const float* in = input + (window_row - conv_row0) * p.in_cols + (window_col - conv_col0);
+    const float* w = weights;
+    for (int c = 0; c < s.in_channels; ++c, in += plane, w += kPatch * kPatch * kRow) {
+      float patch[kPatch + 1][kPatch + 1];
+#pragma unroll
+      for (int i = 0; i <= kPatch; ++i)
+#pragma unroll
+        for (int j = 0; j <= kPatch; ++j) patch[i][j] = in[i * p.in_cols + j];
+#pragma unroll
+      for (int r = 0; r < kPatch; ++r) {
+#pragma unroll
+        for (int q = 0; q < kPatch; ++q) {
+          TapWeights<kOut> tap;
+          tap.load(w + (r * kPatch + q) * kRow);
+#pragma unroll
+          for (int px = 0; px < 4; ++px) tap.accumulate(patch[r + px / 2][q + px % 2], acc[px]);
+        }
+      }
+    }
+    // Window pixels outside the conv output (pool padding, ceil mode) are no candidates.
+#pragma unroll
+    for (int px = 0; px < 4; ++px) {
+      const int conv_row = window_row + px / 2, conv_col = window_col + px % 2;
+      if (conv_row >= 0 && conv_row < s.conv_height && conv_col >= 0 && conv_col < s.conv_width)
+#pragma unroll
+        for (int k = 0; k < kOut; ++k) best[k] = max_keeping_nan(best[k], acc[px][k]);
+    }
+  } else {
+    // The window's conv pixels, clipped to the conv output (pool padding is never a maximum).
+    const int row_begin = max(window_row, 0);
+    const int row_end = min(window_row + s.pool_h, s.conv_height);
+    const int col_begin = max(window_col, 0);
+    const int col_end = min(window_col + s.pool_w, s.conv_width);
+    for (int conv_row = row_begin; conv_row < row_end; ++conv_row) {
+      for (int conv_col = col_begin; conv_col < col_end; ++conv_col) {
+        float acc[kOut];
+#pragma unroll
+        for (int k = 0; k < kOut; ++k) acc[k] = bias[k];
+        const float* in = input + ((conv_row - conv_row0) * s.stride_h) * p.in_cols +
+                          (conv_col - conv_col0) * s.stride_w;
+        const float* w = weights;
+        for (int c = 0; c < s.in_channels; ++c, in += plane) {
+          for (int r = 0; r < s.kernel_h; ++r) {
+            const float* in_row = in + r * s.dilation_h * p.in_cols;
+            for (int q = 0; q < s.kernel_w; ++q, w += kRow) {
+              TapWeights<kOut> tap;
+              tap.load(w);
+              tap.accumulate(in_row[q * s.dilation_w], acc);
             }
           }
         }
-      }
 #pragma unroll
-      for (int k = 0; k < kOut; ++k) best[k] = max_keeping_nan(best[k], acc[k]);
+        for (int k = 0; k < kOut; ++k) best[k] = max_keeping_nan(best[k], acc[k]);
+      }
     }
   }
   const int64_t plane_out = int64_t(s.out_height) * s.out_width;
-  float* out = ops.out + image * s.out_channels * plane_out + int64_t(out_row) * s.out_width +
+  float* out = ops.out + t.image * s.out_channels * plane_out + int64_t(out_row) * s.out_width +
                out_col;
 #pragma unroll
   for (int k = 0; k < kOut; ++k)
     if (k < s.out_channels) out[k * plane_out] = relu_keeping_nan(best[k]);
 }
 
-template <int kOut>
+// Several blocks per SM (3 while <= 85 registers fit the accumulators), persistent: the launch
+// starts as many as fit at once and each loops over tiles.
+template <int kOut, int kPatch>  // kOut: output channels rounded up; kPatch: 3, 5 or 0 (generic)
+__global__ void __launch_bounds__(kMaxThreads, kOut <= 8 ? 3 : 2)
+    conv_pool_small_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const SmallPlan p) {
+  constexpr int kRow = weight_row(kOut);
+  extern __shared__ __align__(16) float smem[];
+  const int reduction = s.in_channels * s.taps();
+  float* weights = smem;  // [channel * taps + tap][kRow], then the bias: [kRow]
+  float* input = weights + (reduction + 1) * kRow;  // buffers x [channel][in_rows][in_cols]
+
+  // Weights and bias: staged once per block, for every tile it computes.
+  for (int i = threadIdx.x; i < (reduction + 1) * kRow; i += blockDim.x) {
+    const int k = i % kRow, e = i / kRow;  // e == reduction: the bias row
+    float value = 0.f;
+    if (k < s.out_channels) {
+      if (e < reduction) {
+        const int c = e / s.taps(), tap = e % s.taps();
+        const int r = tap / s.kernel_w, q = tap % s.kernel_w;
+        value = __ldg(ops.weight + k * ops.weight_stride[0] + c * ops.weight_stride[1] +
+                      r * ops.weight_stride[2] + q * ops.weight_stride[3]);
+      } else if (ops.bias != nullptr) {
+        value = __ldg(ops.bias + k * ops.bias_stride);
+      }
+    }
+    weights[i] = value;  // bias directly follows the weights
+  }
+
+  // Persistent blocks: tiles blockIdx.x, + gridDim.x, ...; with two buffers the next tile's
+  // input region is copied (cp.async) while this one is computed.
+  const int region = s.in_channels * p.in_rows * p.in_cols;
+  int64_t tile = blockIdx.x;
+  if (tile < p.tiles) stage_region(ops, s, p, tile, input);
+  cp_async_commit();
+  for (int step = 0; tile < p.tiles; tile += gridDim.x, ++step) {
+    float* current = input + (p.buffers == 2 ? (step % 2) * region : 0);
+    const int64_t next = tile + gridDim.x;
+    if (p.buffers == 2) {
+      if (next < p.tiles) stage_region(ops, s, p, next, input + ((step + 1) % 2) * region);
+      cp_async_commit();  // possibly empty: keeps "all but the newest group" = this tile
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    compute_tile<kOut, kPatch>(ops, s, p, tile, weights, current);
+    __syncthreads();  // the region is read by all before it is overwritten
+    if (p.buffers == 1 && next < p.tiles) {
+      stage_region(ops, s, p, next, input);
+      cp_async_commit();
+    }
+  }
+}
+
+template <int kOut, int kPatch>
 cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s, const SmallPlan& p,
                    cudaStream_t stream) {
   constexpr int kMaxDevices = 64;
-  static std::atomic<int> allowed[kMaxDevices];  // dynamic shared-memory limit already set
+  // Per device: the dynamic shared-memory limit already set, the SM count, and the resident
+  // blocks per SM for the last (threads, shared memory) launched: the host work of a launch
+  // stays a few loads once a shape has run.
+  static std::atomic<int> allowed[kMaxDevices];
+  static std::atomic<int> sm_count[kMaxDevices];
+  static std::atomic<int64_t> resident_key[kMaxDevices], resident[kMaxDevices];
+  auto kernel = conv_pool_small_kernel<kOut, kPatch>;
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
+  const bool cached = device < kMaxDevices;
   if (p.smem_bytes > 48 * 1024 &&
-      (device >= kMaxDevices || allowed[device].load(std::memory_order_acquire) < p.smem_bytes)) {
-    err = cudaFuncSetAttribute(conv_pool_small_kernel<kOut>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, p.smem_bytes);
+      (!cached || allowed[device].load(std::memory_order_acquire) < p.smem_bytes)) {
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, p.smem_bytes);
     if (err != cudaSuccess) return err;
-    if (device < kMaxDevices) allowed[device].store(p.smem_bytes, std::memory_order_release);
+    if (cached) allowed[device].store(p.smem_bytes, std::memory_order_release);
   }
-  const int64_t blocks = int64_t(s.batch) * p.tiles_h * p.tiles_w;
-  conv_pool_small_kernel<kOut><<<unsigned(blocks), kThreads, p.smem_bytes, stream>>>(ops, s, p);
+  int sms = cached ? sm_count[device].load(std::memory_order_relaxed) : 0;
+  if (sms == 0) {
+    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (err != cudaSuccess) return err;
+    if (cached) sm_count[device].store(sms, std::memory_order_relaxed);
+  }
+  const int64_t key = (int64_t(p.threads) << 32) | p.smem_bytes;
+  int per_sm = 0;
+  if (cached && resident_key[device].load(std::memory_order_acquire) == key) {
+    per_sm = int(resident[device].load(std::memory_order_relaxed));
+  } else {
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, p.threads, p.smem_bytes);
+    if (err != cudaSuccess) return err;
+    if (cached) {
+      resident[device].store(per_sm, std::memory_order_relaxed);
+      resident_key[device].store(key, std::memory_order_release);
+    }
+  }
+  const int64_t blocks = std::min<int64_t>(p.tiles, int64_t(std::max(per_sm, 1)) * sms);
+  kernel<<<unsigned(blocks), p.threads, p.smem_bytes, stream>>>(ops, s, p);
   return cudaGetLastError();
+}
+
+template <int kOut>
+cudaError_t launch_for_kernel(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                              const SmallPlan& p, cudaStream_t stream) {
+  if constexpr (kOut > 8) {
+    return launch<kOut, 0>(ops, s, p, stream);  // no patch loop (see make_plan)
+  } else {
+    switch (p.patch_kernel) {
+      case 3: return launch<kOut, 3>(ops, s, p, stream);
+      case 5: return launch<kOut, 5>(ops, s, p, stream);
+      default: return launch<kOut, 0>(ops, s, p, stream);
+    }
+  }
 }
 
 }  // namespace
@@ -172,7 +357,7 @@ const char* small_conv_pool_unsupported(const ConvPoolShape& s, const ConvPoolDe
   const SmallPlan p = make_plan(s);
   if (p.smem_bytes > device.max_shared_bytes)
     return "the input region and weights of a 16 x 16 pooled tile do not fit in shared memory";
-  if (int64_t(s.batch) * p.tiles_h * p.tiles_w > INT32_MAX) return "more than 2^31 - 1 tiles";
+  if (p.tiles > INT32_MAX) return "more than 2^31 - 1 tiles";
   return nullptr;
 }
 
@@ -180,8 +365,11 @@ cudaError_t small_conv_pool_launch(const ConvPoolOperands& ops, const ConvPoolSh
                                    cudaStream_t stream) {
   const SmallPlan p = make_plan(s);
   switch (p.out_block) {
-    case 4: return launch<4>(ops, s, p, stream);
-    case 8: return launch<8>(ops, s, p, stream);
-    default: return launch<kMaxOutChannels>(ops, s, p, stream);
+    case 2: return launch_for_kernel<2>(ops, s, p, stream);
+    case 4: return launch_for_kernel<4>(ops, s, p, stream);
+    case 6: return launch_for_kernel<6>(ops, s, p, stream);
+    case 8: return launch_for_kernel<8>(ops, s, p, stream);
+    case 12: return launch_for_kernel<12>(ops, s, p, stream);
+    default: return launch_for_kernel<kMaxOutChannels>(ops, s, p, stream);
   }
 }

@@ -204,6 +204,17 @@ def test_repeated_calls_are_bitwise_equal(ext):
     assert torch.equal(run_op(ext, case, x, weight, bias), run_op(ext, case, x, weight, bias))
 
 
+def test_small_fp32_blocks_that_loop_over_several_tiles_match_reference(ext):
+    """small_fp32 launches only the blocks that fit at once; with 1500 LeNet images (one tile
+    each) every block computes several tiles, prefetching the next one's input meanwhile."""
+    case = ConvPoolCase("lenet_many_tiles", 1500, 1, 6, 32, 32, (5, 5))
+    x, weight, bias = make_operands(case, seed=random.randrange(2**31))
+    config = ext.conv2d_relu_maxpool_variants()["small_fp32"]
+    out = run_op(ext, case, x, weight, bias, config)
+    torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias),
+                               **FP32_TOLERANCE)
+
+
 def test_empty_batch_returns_empty_output(ext):
     case = find_case("padding1")
     x, weight, bias = make_operands(case, seed=0)

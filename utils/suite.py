@@ -239,6 +239,12 @@ GRID: list[ConvPoolCase] = [
     C("small_image_14x14", 2, 24, 136, 14, 14, (3, 3), padding=(1, 1)),
     # Many tiles along both spatial axes, with partial tiles at the far edges.
     C("large_spatial_200x300", 1, 8, 16, 200, 300, (3, 3), padding=(1, 1)),
+    # small_fp32's patch loop (stride 1, 3x3 / 5x5, 2x2 windows): windows cut by pool padding
+    # and ceil mode; an input region too large to double-buffer (one buffer, > 48 KB of shared
+    # memory). tests/test_gpu_correctness.py adds a batch with more tiles than resident blocks.
+    C("patch3_pool_pad_ceil", 2, 3, 8, 23, 21, (3, 3), padding=(1, 1), pool_kernel=(2, 2),
+      pool_stride=(2, 2), pool_padding=(1, 1), ceil_mode=True),
+    C("patch3_single_buffer", 3, 16, 8, 64, 64, (3, 3), padding=(1, 1)),
 ]
 
 del C
