@@ -93,6 +93,10 @@ struct TilePlan {
   bool vector_weights;  // weight contiguous, in_channels * 9 % 4 == 0, 16-byte aligned
   // Flat-K variant: the reduction (channel, tap) flattened and padded to a multiple of 8.
   int k_padded;
+  // Flat-K: the epilogue tile has its own shared memory (so the next tile's input planes can be
+  // copied during this one's epilogue) and blocks loop over tiles; else the epilogue reuses
+  // the input planes and every block computes one tile.
+  bool flat_persistent;
 };
 
 // The fast path's staged geometry. The input halo row is staged from the 16-byte
@@ -149,23 +153,32 @@ TilePlan make_tile_plan(const ConvPoolShape& s, int out_block, bool allow_fast) 
   return p;
 }
 
-// Flat-K tiling (tiled_tf32_flat): the same tiles, but every input channel's halo
-// and the whole (channel, tap) reduction are staged once, with one extra zero plane
-// that the padded reduction steps read. Fits only when in_channels * taps is small,
-// which is exactly where the 8-channel chunks of the other variants waste most work.
-TilePlan make_flat_plan(const ConvPoolShape& s, int out_block) {
+// Flat-K tiling (tiled_tf32_flat): the same tiles, but the whole (channel, tap) reduction
+// is staged once per block and every input channel's halo once per tile. Fits only when
+// in_channels * taps is small, which is exactly where the 8-channel chunks of the other
+// variants waste most work. Shared memory, in floats:
+//   weights [out_block][weight_row] | halo [in_channels][halo_plane] |
+//   epilogue tile [out_block][kEpilogueRow] (persistent; else it reuses the halo) |
+//   k_offset [k_padded] (ints) | weight_gather [reduction] (ints) | bias [out_block].
+TilePlan make_flat_plan(const ConvPoolShape& s, int out_block, int max_shared_bytes) {
   TilePlan p = make_tile_plan(s, out_block, false);
   const int64_t reduction = int64_t(s.in_channels) * s.taps();
   p.k_padded = int((reduction + 7) / 8 * 8);
   p.channel_chunks = 1;
   // B fragment loads (row g, column k + t) hit 32 banks when the row is 4 (mod 8).
   p.weight_row = round_up_to_residue(p.k_padded, 8, 4);
-  p.stage_floats = (s.in_channels + 1) * p.halo_plane + out_block * p.weight_row;
-  const int64_t staged = std::max<int64_t>(int64_t(s.in_channels + 1) * p.halo_plane +
-                                               int64_t(out_block) * p.weight_row,
-                                           int64_t(out_block) * kEpilogueRow);
-  // + offsets of the padded reduction (A), weight gather offsets, bias.
-  const int64_t bytes = 4 * (staged + p.k_padded + reduction + out_block);
+  const int64_t weights = int64_t(out_block) * p.weight_row;
+  const int64_t halo = int64_t(s.in_channels) * p.halo_plane;
+  const int64_t epilogue = int64_t(out_block) * kEpilogueRow;
+  const int64_t tables = p.k_padded + reduction + out_block;
+  const int64_t persistent_bytes = 4 * (weights + halo + epilogue + tables);
+  // Blocks loop over tiles only when they all share one output-channel block (the weights
+  // are staged once per block).
+  p.flat_persistent = p.channel_blocks == 1 && persistent_bytes <= max_shared_bytes;
+  const int64_t bytes = p.flat_persistent
+                            ? persistent_bytes
+                            : 4 * (weights + std::max(halo, epilogue) + tables);
+  p.stage_floats = int(std::min<int64_t>(weights + halo, INT32_MAX));
   p.smem_bytes = bytes > INT32_MAX ? INT32_MAX : int(bytes);
   return p;
 }
@@ -214,8 +227,8 @@ struct TileCoords {
 };
 
 template <bool kFast>
-__device__ __forceinline__ TileCoords tile_coords(const ConvPoolShape& s, const TilePlan& p) {
-  int64_t linear = blockIdx.x;
+__device__ __forceinline__ TileCoords tile_coords(const ConvPoolShape& s, const TilePlan& p,
+                                                  int64_t linear = blockIdx.x) {
   TileCoords t;
   const int channel_block = int(linear % p.channel_blocks);
   linear /= p.channel_blocks;
@@ -706,6 +719,7 @@ __global__ void __launch_bounds__(Mainloop::kThreads, 1)
 // Flat-K tensor-core mainloop: the TF32 mainloop's warp layout and accumulators,
 // but each mma K step covers 8 consecutive (channel, tap) pairs of the flattened
 // reduction, located through a per-k offset table into the staged halo planes.
+// Entries past the reduction (the last step's padding) have offset -1 and read as 0.
 template <int kOutBlockT>
 struct FlatTensorCoreMainloop : TensorCoreMainloop<kOutBlockT, false> {
   using Base = TensorCoreMainloop<kOutBlockT, false>;
@@ -714,9 +728,11 @@ struct FlatTensorCoreMainloop : TensorCoreMainloop<kOutBlockT, false> {
   using Base::kNTiles;
   using Base::kWarpChannels;
 
-  __device__ __forceinline__ void compute_all(const float* halo, const float* weights,
-                                              const int* k_offset, const ConvPoolShape& s,
-                                              const TilePlan& p) {
+  // Reduction steps [step_begin, step_end) (8 k each); kPadded: the steps may hold padding.
+  template <bool kPadded>
+  __device__ __forceinline__ void compute_steps(const float* halo, const float* weights,
+                                                const int* k_offset, const ConvPoolShape& s,
+                                                const TilePlan& p, int step_begin, int step_end) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int warp_m = warp % 4, warp_n = warp / 4;
     const int group = lane / 4, thread_in_group = lane % 4;
@@ -734,16 +750,23 @@ struct FlatTensorCoreMainloop : TensorCoreMainloop<kOutBlockT, false> {
       b_offset[j] = (warp_n * kWarpChannels + j * 8 + group) * p.weight_row + thread_in_group;
 
 #pragma unroll 2
-    for (int k = 0; k < p.k_padded; k += 8) {
+    for (int k = 8 * step_begin; k < 8 * step_end; k += 8) {
       const int low = k_offset[k + thread_in_group], high = k_offset[k + thread_in_group + 4];
       uint32_t a[kMTiles][4], b[kNTiles][2];
 #pragma unroll
       for (int i = 0; i < kMTiles; ++i) {
         const float* src = halo + a_offset[i];
-        a[i][0] = __float_as_uint(src[low]);
-        a[i][1] = __float_as_uint(src[low + a_next8_pixels]);
-        a[i][2] = __float_as_uint(src[high]);
-        a[i][3] = __float_as_uint(src[high + a_next8_pixels]);
+        if (kPadded) {
+          a[i][0] = low < 0 ? 0u : __float_as_uint(src[low]);
+          a[i][1] = low < 0 ? 0u : __float_as_uint(src[low + a_next8_pixels]);
+          a[i][2] = high < 0 ? 0u : __float_as_uint(src[high]);
+          a[i][3] = high < 0 ? 0u : __float_as_uint(src[high + a_next8_pixels]);
+        } else {
+          a[i][0] = __float_as_uint(src[low]);
+          a[i][1] = __float_as_uint(src[low + a_next8_pixels]);
+          a[i][2] = __float_as_uint(src[high]);
+          a[i][3] = __float_as_uint(src[high + a_next8_pixels]);
+        }
       }
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j) {
@@ -758,33 +781,89 @@ struct FlatTensorCoreMainloop : TensorCoreMainloop<kOutBlockT, false> {
   }
 };
 
-// Two blocks per SM where the accumulators allow (<= 128 registers): these shapes
-// are short per block, so a second block hides the first one's staging latency.
+// cp.async.wait_group with a run-time count (the instruction takes an immediate): waits until
+// at most `pending` of this thread's newest copy groups are still in flight.
+__device__ __forceinline__ void cp_async_wait_at_most(int pending) {
+  switch (pending) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    case 3: cp_async_wait<3>(); break;
+    case 4: cp_async_wait<4>(); break;
+    case 5: cp_async_wait<5>(); break;
+    case 6: cp_async_wait<6>(); break;
+    default: cp_async_wait<0>(); break;  // in_channels < 8: never more than 6 pending
+  }
+}
+
+// The reduction steps whose last k lies in input channel `c` ("group c"): they need planes
+// <= c. A plane is read for the last time by the group of the step holding its last k.
+struct FlatSchedule {
+  int taps, reduction, steps;
+  __device__ __forceinline__ int group_begin(int c) const {  // first step of group c
+    return c * taps / 8;  // the step holding k = c * taps
+  }
+  __device__ __forceinline__ int last_group(int plane) const {  // group that reads it last
+    const int step = ((plane + 1) * taps - 1) / 8;
+    return min(8 * step + 7, reduction - 1) / taps;
+  }
+};
+
+// Issues the copies of input plane `c` of tile `tc` (zeros outside the image) as 4-byte
+// cp.async, one halo row per warp and step.
+template <int kBlockThreads>
+__device__ __forceinline__ void stage_flat_plane(const ConvPoolOperands& ops,
+                                                 const ConvPoolShape& s, const TilePlan& p,
+                                                 const TileCoords& tc, int c, float* plane) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const float* src_plane = ops.x + tc.image * ops.x_stride[0] + int64_t(c) * ops.x_stride[1];
+  for (int halo_row = warp; halo_row < p.halo_rows; halo_row += kBlockThreads / 32) {
+    const int h = tc.in_row0 + halo_row;
+    const bool row_valid = h >= 0 && h < s.in_height;
+    const float* src_row = src_plane + int64_t(h) * ops.x_stride[2];
+    float* dst_row = plane + halo_row * p.halo_cols;
+    for (int col = lane; col < p.halo_cols; col += 32) {
+      const int w = tc.in_col0 + col;
+      const bool valid = row_valid && w >= 0 && w < s.in_width;
+      cp_async_4(dst_row + col, valid ? src_row + int64_t(w) * ops.x_stride[3] : ops.x, valid);
+    }
+  }
+}
+
+// Two blocks per SM where the accumulators and shared memory allow (<= 128 registers).
+// Persistent plan (p.flat_persistent): the block stages the weights once and loops over tiles
+// blockIdx.x, + gridDim.x, ...; input plane c of the next tile is copied as soon as the last
+// reduction step reading plane c of this tile is done, so the copies run under the rest of this
+// tile's steps and its epilogue. Otherwise one tile per block, the epilogue reusing the halo.
 template <class Mainloop>
 __global__ void __launch_bounds__(Mainloop::kThreads, Mainloop::kOutBlock <= 64 ? 2 : 1)
     conv_pool_flat_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const TilePlan p) {
   constexpr int kBlockThreads = Mainloop::kThreads;
   extern __shared__ __align__(16) float smem[];
-  const TileCoords tc = tile_coords<false>(s, p);
   const int taps = s.taps();
   const int reduction = s.in_channels * taps;
-  float* halo = smem;  // in_channels + 1 planes; the last stays zero
-  float* weights = halo + (s.in_channels + 1) * p.halo_plane;
-  const int staged = max((s.in_channels + 1) * p.halo_plane + p.out_block * p.weight_row,
-                         p.out_block * kEpilogueRow);
-  int* k_offset = reinterpret_cast<int*>(smem + staged);  // k_padded entries
-  int* weight_gather = k_offset + p.k_padded;               // reduction entries
+  float* weights = smem;
+  float* halo = weights + p.out_block * p.weight_row;
+  const int halo_floats = s.in_channels * p.halo_plane;
+  const int epilogue_floats = p.out_block * kEpilogueRow;
+  float* tile = p.flat_persistent ? halo + halo_floats : halo;
+  int* k_offset = reinterpret_cast<int*>(
+      p.flat_persistent ? tile + epilogue_floats : halo + max(halo_floats, epilogue_floats));
+  int* weight_gather = k_offset + p.k_padded;  // reduction entries
   float* bias = reinterpret_cast<float*>(weight_gather + reduction);
+  const FlatSchedule schedule{taps, reduction, p.k_padded / 8};
+  const int64_t tiles = p.blocks;
 
+  int64_t linear = blockIdx.x;
+  TileCoords tc = tile_coords<false>(s, p, linear);
   for (int k = threadIdx.x; k < p.k_padded; k += kBlockThreads) {
-    int offset = s.in_channels * p.halo_plane;  // padded steps read the zero plane
-    int gather = 0;
+    int offset = -1;  // padding: reads as 0
     if (k < reduction) {
       const int c = k / taps, tap = k - c * taps;
       const int r = tap / s.kernel_w, q = tap - r * s.kernel_w;
       offset = c * p.halo_plane + r * s.dilation_h * p.halo_cols + q * s.dilation_w;
-      gather = int(c * ops.weight_stride[1] + r * ops.weight_stride[2] + q * ops.weight_stride[3]);
-      weight_gather[k] = gather;
+      weight_gather[k] = int(c * ops.weight_stride[1] + r * ops.weight_stride[2] +
+                             q * ops.weight_stride[3]);
     }
     k_offset[k] = offset;
   }
@@ -793,25 +872,11 @@ __global__ void __launch_bounds__(Mainloop::kThreads, Mainloop::kOutBlock <= 64 
     bias[k] = (ops.bias != nullptr && channel < s.out_channels) ? ops.bias[channel * ops.bias_stride]
                                                                 : 0.f;
   }
-  for (int i = threadIdx.x; i < p.halo_plane; i += kBlockThreads)
-    halo[s.in_channels * p.halo_plane + i] = 0.f;
   __syncthreads();  // gather table ready
 
+  // Copy groups, oldest first: {weights, plane 0}, plane 1, ..., plane C-1 of the first tile;
+  // then, during each tile, the next tile's planes in the order they are released.
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float* image = ops.x + tc.image * ops.x_stride[0];
-  for (int row = warp; row < s.in_channels * p.halo_rows; row += kBlockThreads / 32) {
-    const int c = row / p.halo_rows;
-    const int halo_row = row - c * p.halo_rows;
-    const int h = tc.in_row0 + halo_row;
-    const bool row_valid = h >= 0 && h < s.in_height;
-    const float* src_row = image + int64_t(c) * ops.x_stride[1] + int64_t(h) * ops.x_stride[2];
-    float* dst_row = halo + c * p.halo_plane + halo_row * p.halo_cols;
-    for (int col = lane; col < p.halo_cols; col += 32) {
-      const int w = tc.in_col0 + col;
-      const bool valid = row_valid && w >= 0 && w < s.in_width;
-      cp_async_4(dst_row + col, valid ? src_row + int64_t(w) * ops.x_stride[3] : ops.x, valid);
-    }
-  }
   for (int k = warp; k < p.out_block; k += kBlockThreads / 32) {
     const bool k_valid = tc.channel0 + k < s.out_channels;
     const float* src = ops.weight + int64_t(tc.channel0 + k) * ops.weight_stride[0];
@@ -821,18 +886,47 @@ __global__ void __launch_bounds__(Mainloop::kThreads, Mainloop::kOutBlock <= 64 
       cp_async_4(dst + e, valid ? src + weight_gather[e] : ops.weight, valid);
     }
   }
-  cp_async_commit();
+  for (int c = 0; c < s.in_channels; ++c) {
+    stage_flat_plane<kBlockThreads>(ops, s, p, tc, c, halo + c * p.halo_plane);
+    cp_async_commit();
+  }
+
+  const int64_t stride = p.flat_persistent ? gridDim.x : tiles;
+  for (; linear < tiles; linear += stride) {
+    const int64_t next_linear = linear + stride;
+    const bool has_next = next_linear < tiles;
+    const TileCoords next = tile_coords<false>(s, p, has_next ? next_linear : linear);
+    int released = 0;  // planes of the next tile issued so far
+    Mainloop mainloop;
+    for (int c = 0; c < s.in_channels; ++c) {
+      // Planes > c of this tile and the `released` ones of the next may still be in flight.
+      cp_async_wait_at_most(s.in_channels - 1 - c + released);
+      __syncthreads();
+      const int begin = schedule.group_begin(c);
+      const int end = c + 1 < s.in_channels ? schedule.group_begin(c + 1) : schedule.steps;
+      if (c + 1 < s.in_channels || reduction % 8 == 0) {
+        mainloop.template compute_steps<false>(halo, weights, k_offset, s, p, begin, end);
+      } else {  // the last group ends with the padded step
+        mainloop.template compute_steps<false>(halo, weights, k_offset, s, p, begin, end - 1);
+        mainloop.template compute_steps<true>(halo, weights, k_offset, s, p, end - 1, end);
+      }
+      if (has_next && released < s.in_channels && schedule.last_group(released) <= c) {
+        __syncthreads();  // every warp is done with the planes released here
+        while (released < s.in_channels && schedule.last_group(released) <= c) {
+          stage_flat_plane<kBlockThreads>(ops, s, p, next, released,
+                                          halo + released * p.halo_plane);
+          cp_async_commit();
+          ++released;
+        }
+      }
+    }
+    if (!p.flat_persistent) __syncthreads();  // the epilogue tile reuses the halo
+    mainloop.store(tile, bias);
+    __syncthreads();
+    pool_and_store<kBlockThreads>(ops, s, p, tc, tile);
+    tc = next;
+  }
   cp_async_wait<0>();
-  __syncthreads();
-
-  Mainloop mainloop;
-  mainloop.compute_all(halo, weights, k_offset, s, p);
-  __syncthreads();  // all warps done with the halo: reuse it as the epilogue tile
-
-  float* tile = smem;
-  mainloop.store(tile, bias);
-  __syncthreads();
-  pool_and_store<kBlockThreads>(ops, s, p, tc, tile);
 }
 
 __global__ void conv_pool_direct_kernel(const ConvPoolOperands ops, const ConvPoolShape s) {
@@ -924,9 +1018,10 @@ TiledChoice tiled_choice(int variant, int out_channels, bool fast) {
 }
 
 // The tiling a tiled variant runs with (the fast geometry is not built for FFMA).
-TilePlan plan_for(const ConvPoolShape& s, int variant) {
+TilePlan plan_for(const ConvPoolShape& s, int variant, const ConvPoolDevice& device) {
   const int out_block = tiled_choice(variant, s.out_channels, false).out_block;
-  if (variant == kVariantTiledTf32Flat) return make_flat_plan(s, out_block);
+  if (variant == kVariantTiledTf32Flat)
+    return make_flat_plan(s, out_block, device.max_shared_bytes);
   return make_tile_plan(s, out_block, variant != kVariantTiledFp32);
 }
 
@@ -960,7 +1055,7 @@ extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int
   if (!is_tiled(variant)) return "unknown variant";
   if (s->pool_h > kTileRows || s->pool_w > kTileCols)
     return "the pooling window is larger than the 8 x 32 conv tile";
-  const TilePlan plan = plan_for(*s, variant);
+  const TilePlan plan = plan_for(*s, variant, *device);
   if (plan.smem_bytes > device->max_shared_bytes)
     return "the input halo and weights of one stage do not fit in shared memory";
   if (plan.blocks > INT32_MAX) return "the grid has more than 2^31 - 1 tiles";
@@ -1013,7 +1108,7 @@ extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
     return cudaGetLastError();
   }
   if (!is_tiled(variant)) return cudaErrorInvalidValue;
-  TilePlan plan = plan_for(*s, variant);
+  TilePlan plan = plan_for(*s, variant, *device);
   plan.vector_input = plan.fast && vectorizable_input(*ops, *s);
   plan.vector_weights = plan.fast && vectorizable_weights(*ops, *s);
   const TiledChoice choice = tiled_choice(variant, s->out_channels, plan.fast);
@@ -1021,6 +1116,14 @@ extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          plan.smem_bytes);
   if (err != cudaSuccess) return err;
-  kernel<<<unsigned(plan.blocks), choice.threads, plan.smem_bytes, stream>>>(*ops, *s, plan);
+  int64_t grid = plan.blocks;
+  if (plan.flat_persistent) {  // as many blocks as are resident at once; each loops over tiles
+    int per_sm = 0;
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, choice.threads,
+                                                        plan.smem_bytes);
+    if (err != cudaSuccess) return err;
+    grid = std::min<int64_t>(grid, int64_t(std::max(per_sm, 1)) * device->sm_count);
+  }
+  kernel<<<unsigned(grid), choice.threads, plan.smem_bytes, stream>>>(*ops, *s, plan);
   return cudaGetLastError();
 }
