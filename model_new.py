@@ -119,7 +119,8 @@ def _shape_string(t: torch.Tensor) -> str:
     return "[" + ", ".join(str(size) for size in t.shape) + "]"
 
 
-# c10's names of dtypes, as the binding prints them ("x must be float32, got Double").
+# c10's names of dtypes, as the binding prints them ("x must be float32, float16 or bfloat16, got
+# Double").
 C10_DTYPE_NAMES = {
     torch.float64: "Double", torch.float32: "Float", torch.float16: "Half",
     torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int", torch.int16: "Short",
@@ -132,6 +133,12 @@ def _dtype_string(dtype: torch.dtype) -> str:
     return C10_DTYPE_NAMES.get(dtype, str(dtype))
 
 
+# The dtypes the kernels take (x decides; weight and bias must match it), as the binding names
+# them in its messages ("weight must be float16 like x, got Float").
+KERNEL_DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16",
+                      torch.bfloat16: "bfloat16"}
+
+
 def _conv2d_relu_maxpool_fake(x: torch.Tensor, weight: torch.Tensor,
                               bias: Optional[torch.Tensor], stride: List[int],
                               padding: List[int], dilation: List[int], pool_kernel: List[int],
@@ -139,10 +146,14 @@ def _conv2d_relu_maxpool_fake(x: torch.Tensor, weight: torch.Tensor,
                               config: int = AUTO_CONFIG) -> torch.Tensor:
     """Output shape (and the binding's checks that need no data): used by torch.compile,
     torch.export and meta tensors. Messages are the binding's."""
+    if x.dtype not in KERNEL_DTYPE_NAMES:
+        raise RuntimeError("x must be float32, float16 or bfloat16, got "
+                           f"{_dtype_string(x.dtype)}")
     for tensor, name, layout in ((x, "x", "(N, C, H, W)"),
                                  (weight, "weight", "(out_channels, in_channels, kH, kW)")):
-        if tensor.dtype != torch.float32:
-            raise RuntimeError(f"{name} must be float32, got {_dtype_string(tensor.dtype)}")
+        if tensor.dtype != x.dtype:
+            raise RuntimeError(f"{name} must be {KERNEL_DTYPE_NAMES[x.dtype]} like x, got "
+                               f"{_dtype_string(tensor.dtype)}")
         if tensor.dim() != 4:
             raise RuntimeError(f"{name} must be 4-D {layout}, got {tensor.dim()}-D with shape "
                                f"{_shape_string(tensor)}")
@@ -158,8 +169,9 @@ def _conv2d_relu_maxpool_fake(x: torch.Tensor, weight: torch.Tensor,
                  f"{weight_in_channels} (weight shape {_shape_string(weight)}); groups other "
                  "than 1 are not supported")
     if bias is not None:
-        if bias.dtype != torch.float32:
-            raise RuntimeError(f"bias must be float32, got {_dtype_string(bias.dtype)}")
+        if bias.dtype != x.dtype:
+            raise RuntimeError(f"bias must be {KERNEL_DTYPE_NAMES[x.dtype]} like x, got "
+                               f"{_dtype_string(bias.dtype)}")
         torch._check(bias.dim() == 1 and bias.shape[0] == out_channels,
                      lambda: f"bias must be 1-D with out_channels = {out_channels} elements, "
                      f"got shape {_shape_string(bias)}")
@@ -209,7 +221,7 @@ def _conv2d_relu_maxpool_fake(x: torch.Tensor, weight: torch.Tensor,
         raise RuntimeError(f"weight must be on x's device {x.device}, got {weight.device}")
     if bias is not None and bias.device != x.device:
         raise RuntimeError(f"bias must be on x's device {x.device}, got {bias.device}")
-    # The binding allocates a contiguous NCHW output whatever x's layout.
+    # The binding allocates a contiguous NCHW output in x's dtype, whatever x's layout.
     return x.new_empty((batch, out_channels, out_h, out_w))
 
 
@@ -339,8 +351,8 @@ def _fusable_conv(conv: nn.Module) -> bool:
         return False
     if conv.groups != 1 or conv.padding_mode != "zeros" or _conv_padding(conv) is None:
         return False
-    float32 = conv.weight.dtype == torch.float32
-    return float32 and (conv.bias is None or conv.bias.dtype == torch.float32)
+    dtype = conv.weight.dtype
+    return dtype in KERNEL_DTYPE_NAMES and (conv.bias is None or conv.bias.dtype == dtype)
 
 
 def _fusable_relu(relu: nn.Module) -> bool:
@@ -395,9 +407,9 @@ def fuse_conv_relu_maxpool(module: nn.Module) -> nn.Module:
     from `features.0.weight` to `features.0.conv.weight`: load a state dict before fusing.
 
     Fused only what the kernel computes exactly: an nn.Conv2d (exact type) with groups=1,
-    padding_mode='zeros', numeric, 'valid' or evenly splitting 'same' padding, float32
-    weight and bias; an nn.ReLU (inplace or not); an nn.MaxPool2d with dilation 1 and
-    return_indices=False; none of the three with hooks. Sequential subclasses that override
+    padding_mode='zeros', numeric, 'valid' or evenly splitting 'same' padding, weight and
+    bias both float32, float16 or bfloat16; an nn.ReLU (inplace or not); an nn.MaxPool2d
+    with dilation 1 and return_indices=False; none of the three with hooks. Sequential subclasses that override
     forward are left alone. Everything else is untouched. The fused modules run on CUDA
     only, and forward only (see ModelNew).
     """

@@ -13,6 +13,14 @@
 #define CONV_POOL_HD
 #endif
 
+// Element type of x, weight, bias and the output (all four share it). 0 is float32, so a
+// zero-initialised shape is a float32 one.
+enum ConvPoolElement : int {
+  kElementFloat32 = 0,
+  kElementFloat16 = 1,   // IEEE half (__half)
+  kElementBFloat16 = 2,  // bfloat16 (__nv_bfloat16)
+};
+
 struct ConvPoolShape {
   // Input x: [batch, in_channels, in_height, in_width], NCHW contiguous.
   int batch, in_channels, in_height, in_width;
@@ -26,6 +34,7 @@ struct ConvPoolShape {
   // Output: [batch, out_channels, out_height, out_width], NCHW contiguous.
   int out_height, out_width;
   bool has_bias;
+  ConvPoolElement element;
 
   CONV_POOL_HD int64_t input_elements() const {
     return int64_t(batch) * in_channels * in_height * in_width;

@@ -52,6 +52,7 @@
 #include "conv_pool_device.cuh"
 #include "conv_pool_operands.h"
 #include "conv_relu_maxpool.h"
+#include "conv_relu_maxpool_half.h"
 #include "conv_relu_maxpool_small.h"
 #include "conv_relu_maxpool_wgmma.h"
 
@@ -1043,12 +1044,18 @@ extern "C" const char* conv_relu_maxpool_variant_name(int variant) {
     case kVariantTiledTf32Flat: return "tiled_tf32_flat";
     case kVariantTiledTf32Wgmma: return "tiled_tf32_wgmma";
     case kVariantSmallFp32: return "small_fp32";
+    case kVariantDirect16: return "direct_16bit";
+    case kVariantTiled16Mma: return "tiled_16bit_mma";
     default: return nullptr;
   }
 }
 
 extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int variant,
                                                       const ConvPoolDevice* device) {
+  if (variant == kVariantDirect16 || variant == kVariantTiled16Mma)
+    return half_conv_pool_unsupported(*s, variant, *device);
+  if (s->element != kElementFloat32 && variant >= 0 && variant < kVariantCount)
+    return "needs float32 input";
   if (variant == kVariantDirect) return nullptr;
   if (variant == kVariantTiledTf32Wgmma) return wgmma_conv_pool_unsupported(*s, *device);
   if (variant == kVariantSmallFp32) return small_conv_pool_unsupported(*s, *device);
@@ -1068,6 +1075,10 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   auto runs = [&](int variant) {
     return conv_relu_maxpool_unsupported(s, variant, device) == nullptr;
   };
+  // float16 / bfloat16: the tensor-core kernel wherever it fits, else the direct one
+  // (allow_tf32 does not apply: the products are exact in fp32 either way).
+  if (s->element != kElementFloat32)
+    return runs(kVariantTiled16Mma) ? kVariantTiled16Mma : kVariantDirect16;
   // At most 16 output channels and a short reduction: tensor-core tiles would multiply mostly
   // padding; the CUDA-core kernel computes every channel of a window per thread, in fp32.
   if (runs(kVariantSmallFp32)) return kVariantSmallFp32;
@@ -1091,6 +1102,7 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
 }
 
 extern "C" int64_t conv_relu_maxpool_workspace_bytes(const ConvPoolShape* s, int variant) {
+  if (variant == kVariantTiled16Mma) return half_conv_pool_workspace_bytes(*s, variant);
   return variant == kVariantTiledTf32Wgmma ? wgmma_conv_pool_workspace_bytes(*s) : 0;
 }
 
@@ -1098,6 +1110,8 @@ extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
                                                 const ConvPoolShape* s, int variant,
                                                 const ConvPoolDevice* device,
                                                 cudaStream_t stream) {
+  if (variant == kVariantDirect16 || variant == kVariantTiled16Mma)
+    return half_conv_pool_launch(*ops, *s, variant, stream);
   if (variant == kVariantTiledTf32Wgmma) return wgmma_conv_pool_launch(*ops, *s, *device, stream);
   if (variant == kVariantSmallFp32) return small_conv_pool_launch(*ops, *s, stream);
   if (variant == kVariantDirect) {

@@ -20,7 +20,10 @@ enum ConvPoolVariant : int {
   kVariantTiledTf32Flat = 5, // as 2, reduction over flattened (channel, tap): few input channels
   kVariantTiledTf32Wgmma = 6, // Hopper wgmma (sm_90a), operands from shared memory: 3x3 / 2x2 only
   kVariantSmallFp32 = 7,     // CUDA cores, all (<= 16) output channels per thread: tiny layers
-  kVariantCount = 8,
+  // float16 / bfloat16 inputs (conv_relu_maxpool_half.cu); the variants above take float32 only.
+  kVariantDirect16 = 8,      // one thread per pooled output, fp32 accumulation, any shape
+  kVariantTiled16Mma = 9,    // implicit GEMM, mma.sync m16n8k16 f16/bf16, fp32 accumulation
+  kVariantCount = 10,
 };
 
 // What the choice of variant needs to know about the GPU (the binding fills it per device).
@@ -47,20 +50,24 @@ int conv_relu_maxpool_choose(const ConvPoolShape* shape, int config, bool allow_
 
 // Device pointers and element strides of the op's tensors. x and weight may
 // have any strides (channels-last included); out is NCHW contiguous.
+// The pointers are set through the member that shape.element names: the float ones for
+// float32, the 16-bit ones (raw __half / __nv_bfloat16 words, as the element says) otherwise.
 struct ConvPoolOperands {
-  const float* x;
+  union { const float* x; const uint16_t* x16; };
   int64_t x_stride[4];       // n, c, h, w
-  const float* weight;
+  union { const float* weight; const uint16_t* weight16; };
   int64_t weight_stride[4];  // k, c, r, s
-  const float* bias;         // nullptr when the convolution has no bias
+  union { const float* bias; const uint16_t* bias16; };  // nullptr when there is no bias
   int64_t bias_stride;
-  float* out;
+  union { float* out; uint16_t* out16; };
   // Device scratch of conv_relu_maxpool_workspace_bytes() bytes, 16-byte aligned (nullptr
-  // when that is 0): the wgmma variant re-lays the weights out there.
+  // when that is 0): the wgmma variant re-lays the weights out there, tiled_16bit_mma the
+  // weights and (unless x already is channels-last) the input.
   float* workspace;
 };
 
-// Bytes of device scratch `variant` needs for `shape` (0 for all but the wgmma variant).
+// Bytes of device scratch `variant` needs for `shape` (0 for all but the wgmma and the
+// tiled_16bit_mma variants).
 int64_t conv_relu_maxpool_workspace_bytes(const ConvPoolShape* shape, int variant);
 
 // Launches `variant` (not kVariantAuto) on `stream`; returns the launch's error code.

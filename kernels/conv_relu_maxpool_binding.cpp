@@ -59,12 +59,30 @@ std::pair<int64_t, int64_t> as_pair(const IntPair& value, const char* name) {
                            : std::make_pair(value[0], value[1]);
 }
 
-void check_float_tensor(const torch::Tensor& t, const char* name, int64_t dims,
-                        const char* layout) {
-  TORCH_CHECK(t.scalar_type() == torch::kFloat32,
-              message(name, " must be float32, got ", t.scalar_type()));
+// The element types the kernels take; x decides, weight and bias must match it.
+bool kernel_dtype(c10::ScalarType type) {
+  return type == torch::kFloat32 || type == torch::kFloat16 || type == torch::kBFloat16;
+}
+
+ConvPoolElement element_of(c10::ScalarType type) {
+  return type == torch::kFloat16    ? kElementFloat16
+         : type == torch::kBFloat16 ? kElementBFloat16
+                                    : kElementFloat32;
+}
+
+const char* dtype_name(c10::ScalarType type) {
+  return type == torch::kFloat16 ? "float16" : type == torch::kBFloat16 ? "bfloat16" : "float32";
+}
+
+void check_rank(const torch::Tensor& t, const char* name, int64_t dims, const char* layout) {
   TORCH_CHECK(t.dim() == dims, message(name, " must be ", dims, "-D ", layout, ", got ", t.dim(),
                                        "-D with shape ", shape_string(t)));
+}
+
+// weight and bias must have x's dtype (already checked to be one the kernels take).
+void check_same_dtype_as_x(const torch::Tensor& t, const char* name, c10::ScalarType x_type) {
+  TORCH_CHECK(t.scalar_type() == x_type,
+              message(name, " must be ", dtype_name(x_type), " like x, got ", t.scalar_type()));
 }
 
 void check_int_range(int64_t value, const char* what) {
@@ -81,8 +99,11 @@ Checked check_and_plan(const torch::Tensor& x, const torch::Tensor& weight,
                        const IntPair& padding, const IntPair& dilation, const IntPair& pool_kernel,
                        const IntPair& pool_stride, const IntPair& pool_padding, bool ceil_mode,
                        int64_t config) {
-  check_float_tensor(x, "x", 4, "(N, C, H, W)");
-  check_float_tensor(weight, "weight", 4, "(out_channels, in_channels, kH, kW)");
+  TORCH_CHECK(kernel_dtype(x.scalar_type()),
+              message("x must be float32, float16 or bfloat16, got ", x.scalar_type()));
+  check_rank(x, "x", 4, "(N, C, H, W)");
+  check_same_dtype_as_x(weight, "weight", x.scalar_type());
+  check_rank(weight, "weight", 4, "(out_channels, in_channels, kH, kW)");
   const int64_t in_channels = x.size(1);
   const int64_t weight_in_channels = weight.size(1);
   TORCH_CHECK(in_channels >= 1,
@@ -101,8 +122,7 @@ Checked check_and_plan(const torch::Tensor& x, const torch::Tensor& weight,
   }
   const int64_t out_channels = weight.size(0);
   if (bias.has_value()) {
-    TORCH_CHECK(bias->scalar_type() == torch::kFloat32,
-                message("bias must be float32, got ", bias->scalar_type()));
+    check_same_dtype_as_x(*bias, "bias", x.scalar_type());
     TORCH_CHECK(bias->dim() == 1 && bias->size(0) == out_channels,
                 message("bias must be 1-D with out_channels = ", out_channels,
                         " elements, got shape ", shape_string(*bias)));
@@ -194,6 +214,7 @@ Checked check_and_plan(const torch::Tensor& x, const torch::Tensor& weight,
   s.out_height = int(out_h);
   s.out_width = int(out_w);
   s.has_bias = bias.has_value();
+  s.element = element_of(x.scalar_type());
   return {s, x.size(0) == 0};
 }
 
@@ -254,21 +275,29 @@ torch::Tensor conv2d_relu_maxpool_forward(const torch::Tensor& x, const torch::T
   if (plan.empty) return out;
 
   ConvPoolOperands operands{};
-  operands.x = x.data_ptr<float>();
-  operands.weight = weight.data_ptr<float>();
+  if (shape.element == kElementFloat32) {
+    operands.x = x.data_ptr<float>();
+    operands.weight = weight.data_ptr<float>();
+    operands.bias = bias.has_value() ? bias->data_ptr<float>() : nullptr;
+    operands.out = out.data_ptr<float>();
+  } else {  // float16 / bfloat16: the kernels read the 16-bit words
+    operands.x16 = static_cast<const uint16_t*>(x.data_ptr());
+    operands.weight16 = static_cast<const uint16_t*>(weight.data_ptr());
+    operands.bias16 = bias.has_value() ? static_cast<const uint16_t*>(bias->data_ptr()) : nullptr;
+    operands.out16 = static_cast<uint16_t*>(out.data_ptr());
+  }
   for (int d = 0; d < 4; ++d) {
     operands.x_stride[d] = x.stride(d);
     operands.weight_stride[d] = weight.stride(d);
   }
-  operands.bias = bias.has_value() ? bias->data_ptr<float>() : nullptr;
   operands.bias_stride = bias.has_value() ? bias->stride(0) : 0;
-  operands.out = out.data_ptr<float>();
-  // Scratch for the variants that need it (the wgmma variant's re-laid-out weights): from
-  // the caching allocator, on this stream, freed when the op returns (stream-ordered reuse).
+  // Scratch for the variants that need it (re-laid-out weights, tiled_16bit_mma's packed
+  // input): from the caching allocator, on this stream, freed when the op returns
+  // (stream-ordered reuse). Counted in floats whatever x's dtype.
   torch::Tensor workspace;
   const int64_t workspace_bytes = conv_relu_maxpool_workspace_bytes(&shape, variant);
   if (workspace_bytes > 0) {
-    workspace = torch::empty({(workspace_bytes + 3) / 4}, x.options());
+    workspace = torch::empty({(workspace_bytes + 3) / 4}, x.options().dtype(torch::kFloat32));
     operands.workspace = workspace.data_ptr<float>();
   }
 
@@ -301,7 +330,8 @@ void register_conv_relu_maxpool(pybind11::module& m) {
   const char* doc =
       "Fused F.max_pool2d(F.relu(F.conv2d(x, weight, bias, stride, padding, dilation)),\n"
       "pool_kernel, pool_stride, pool_padding, 1, ceil_mode) in one kernel launch.\n"
-      "x: float32 CUDA (N, C, H, W); weight: (K, C, kH, kW); bias: (K,) or None;\n"
+      "x: float32, float16 or bfloat16 CUDA (N, C, H, W); weight: (K, C, kH, kW) and\n"
+      "bias: (K,) or None, both in x's dtype; the output has x's dtype;\n"
       "each spatial argument an (h, w) pair; pool_stride=[] means pool_kernel;\n"
       "config: -1 picks a variant automatically (see conv2d_relu_maxpool_variants()).";
   m.def("conv2d_relu_maxpool_forward", &conv2d_relu_maxpool_forward, doc, py::arg("x"),

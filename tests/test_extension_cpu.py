@@ -88,12 +88,52 @@ def test_strided_input_passes_the_checks(op, layout):
 
 # --- tensors: dtype, rank, channels, bias -------------------------------------------------------
 
-@pytest.mark.parametrize("dtype,shown", [(torch.float64, "Double"), (torch.float16, "Half"),
-                                         (torch.bfloat16, "BFloat16"), (torch.int32, "Int")])
-def test_x_not_float32_names_its_dtype(op, dtype, shown):
+@pytest.mark.parametrize("dtype,shown", [(torch.float64, "Double"), (torch.int32, "Int"),
+                                         (torch.float8_e4m3fn, "Float8_e4m3fn")])
+def test_x_of_an_unsupported_dtype_names_its_dtype(op, dtype, shown):
     x = torch.randn(2, 3, 12, 12).mul(4).to(dtype)
-    with raises(f"x must be float32, got {shown}"):
+    with raises(f"x must be float32, float16 or bfloat16, got {shown}"):
         op(**valid_args(x=x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_16_bit_and_float32_inputs_pass_the_checks(op, dtype):
+    args = valid_args()
+    for name in ("x", "weight", "bias"):
+        args[name] = args[name].to(dtype)
+    with raises(NOT_CUDA):
+        op(**args)
+
+
+def test_16_bit_input_without_bias_passes_the_checks(op):
+    with raises(NOT_CUDA):
+        op(**valid_args(x=torch.randn(2, 3, 12, 12).half(),
+                        weight=torch.randn(8, 3, 3, 3).half(), bias=None))
+
+
+@pytest.mark.parametrize("x_dtype,weight_dtype,expected,shown", [
+    (torch.float16, torch.float32, "float16", "Float"),
+    (torch.bfloat16, torch.float16, "bfloat16", "Half"),
+    (torch.float32, torch.bfloat16, "float32", "BFloat16"),
+    (torch.float32, torch.float64, "float32", "Double"),
+])
+def test_weight_of_another_dtype_than_x_names_both(op, x_dtype, weight_dtype, expected, shown):
+    with raises(f"weight must be {expected} like x, got {shown}"):
+        op(**valid_args(x=torch.randn(2, 3, 12, 12).to(x_dtype),
+                        weight=torch.randn(8, 3, 3, 3).to(weight_dtype),
+                        bias=torch.randn(8).to(x_dtype)))
+
+
+@pytest.mark.parametrize("x_dtype,bias_dtype,expected,shown", [
+    (torch.float16, torch.float32, "float16", "Float"),
+    (torch.bfloat16, torch.float16, "bfloat16", "Half"),
+    (torch.float32, torch.float16, "float32", "Half"),
+])
+def test_bias_of_another_dtype_than_x_names_both(op, x_dtype, bias_dtype, expected, shown):
+    with raises(f"bias must be {expected} like x, got {shown}"):
+        op(**valid_args(x=torch.randn(2, 3, 12, 12).to(x_dtype),
+                        weight=torch.randn(8, 3, 3, 3).to(x_dtype),
+                        bias=torch.randn(8).to(bias_dtype)))
 
 
 @pytest.mark.parametrize("shape", [(3, 12, 12), (2, 3, 1, 12, 12), (12,)])
@@ -112,7 +152,7 @@ def test_weight_not_4d_names_its_shape(op, shape):
 
 @pytest.mark.parametrize("dtype,shown", [(torch.float64, "Double"), (torch.float16, "Half")])
 def test_weight_not_float32_names_its_dtype(op, dtype, shown):
-    with raises(f"weight must be float32, got {shown}"):
+    with raises(f"weight must be float32 like x, got {shown}"):
         op(**valid_args(weight=torch.randn(8, 3, 3, 3, dtype=dtype)))
 
 
@@ -150,7 +190,7 @@ def test_bias_of_wrong_shape_names_out_channels(op, shape):
 
 @pytest.mark.parametrize("dtype,shown", [(torch.float64, "Double"), (torch.float16, "Half")])
 def test_bias_not_float32_names_its_dtype(op, dtype, shown):
-    with raises(f"bias must be float32, got {shown}"):
+    with raises(f"bias must be float32 like x, got {shown}"):
         op(**valid_args(bias=torch.randn(8, dtype=dtype)))
 
 

@@ -5,7 +5,10 @@ every kernel variant that supports it. References:
   * TF32 variants (and the automatic choice under PyTorch's default allow_tf32)
     against the float64 result at the workspace tolerance, atol = rtol = 1e-2;
   * FP32-accurate variants (direct, tiled_fp32, tiled_3xtf32) against float64 at
-    atol = rtol = 1e-4, far tighter than TF32 could pass.
+    atol = rtol = 1e-4, far tighter than TF32 could pass;
+  * float16 / bfloat16 inputs (direct_16bit, tiled_16bit_mma, the automatic choice, ModelNew
+    after .half() / .bfloat16(), torch.compile) against float64 and PyTorch's own 16-bit ops,
+    at the tolerances explained above SIXTEEN_BIT_TOLERANCE.
 Skipped without a GPU.
 """
 import random
@@ -253,3 +256,259 @@ def test_input_over_2_pow_31_elements(ext):
     torch.testing.assert_close(out, expected, **TF32_TOLERANCE)
     # The last image's last rows are where 32-bit offsets would have wrapped.
     torch.testing.assert_close(out[-1, :, -8:], expected[-1, :, -8:], **TF32_TOLERANCE)
+
+
+# ---- float16 / bfloat16 -------------------------------------------------------------------
+#
+# References are computed from the very 16-bit values the kernel reads (random fp32 data
+# rounded to the 16-bit type first), so input rounding is not an error source. Our kernels
+# multiply 16-bit operands exactly in fp32 and accumulate in fp32: for these reductions
+# (at most a few thousand terms of size ~1) that adds ~1e-6 absolute error, far below the one
+# rounding of the result to 16 bits, which is at most half a unit in the last place: relative
+# 2^-11 = 4.9e-4 for float16 and 2^-8 = 3.9e-3 for bfloat16 (8 significant bits). PyTorch's
+# own 16-bit conv (cuDNN, fp32 accumulation) rounds its conv output once too, so it differs
+# from ours by at most about two such roundings. The tolerances leave about 10x (float16) and
+# 5x (bfloat16) over that per-value rounding bound; outputs here are O(1), so atol equals rtol
+# (a fragment-layout or indexing bug gives O(1) errors, far outside either).
+SIXTEEN_BIT_DTYPES = [torch.float16, torch.bfloat16]
+SIXTEEN_BIT_VARIANTS = ("direct_16bit", "tiled_16bit_mma")
+SIXTEEN_BIT_TOLERANCE = {torch.float16: dict(atol=1e-2, rtol=1e-2),
+                         torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}
+DTYPE_IDS = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+
+def make_operands_16bit(case: ConvPoolCase, seed: int, dtype: torch.dtype):
+    """make_operands rounded to `dtype`: the references then see exactly the kernel's input."""
+    x, weight, bias = make_operands(case, seed)
+    return x.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype)
+
+
+def pytorch_16bit(case: ConvPoolCase, x, weight, bias):
+    """PyTorch's own Conv2d -> ReLU -> MaxPool2d in the 16-bit dtype, on the GPU."""
+    conv = F.conv2d(x, weight, bias, case.stride, case.padding, case.dilation)
+    return F.max_pool2d(F.relu(conv), case.pool_kernel, case.effective_pool_stride,
+                        case.pool_padding, 1, case.ceil_mode)
+
+
+def check_16bit(out, x, case, weight, bias, dtype, what=""):
+    assert out.dtype == dtype, f"{what}: output dtype {out.dtype}, expected {dtype}"
+    expected = reference(case, x, weight, bias)
+    assert out.shape == expected.shape
+    torch.testing.assert_close(out.double().cpu(), expected, **SIXTEEN_BIT_TOLERANCE[dtype],
+                               msg=lambda m: f"{what} vs float64: {m}")
+    torch.testing.assert_close(out, pytorch_16bit(case, x, weight, bias),
+                               **SIXTEEN_BIT_TOLERANCE[dtype],
+                               msg=lambda m: f"{what} vs PyTorch {dtype}: {m}")
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT_DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("case", GRID, ids=lambda c: c.name)
+def test_16bit_every_variant_matches_float64_and_pytorch(ext, case, dtype):
+    x, weight, bias = make_operands_16bit(case, random.randrange(2**31), dtype)
+    chosen = ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args())
+    fits_tile = case.pool_kernel[0] <= 8 and case.pool_kernel[1] <= 32
+    assert chosen == ("tiled_16bit_mma" if fits_tile else "direct_16bit")
+    check_16bit(run_op(ext, case, x, weight, bias), x, case, weight, bias, dtype, "auto")
+    ran = []
+    for name, config in ext.conv2d_relu_maxpool_variants().items():
+        if not variant_runs(ext, case, x, weight, bias, name):
+            if name == "tiled_16bit_mma":  # only a pooling window beyond the tile stops it
+                assert not fits_tile
+            continue
+        check_16bit(run_op(ext, case, x, weight, bias, config), x, case, weight, bias, dtype,
+                    name)
+        ran.append(name)
+    # Only the 16-bit variants take 16-bit inputs, and the direct one takes every shape.
+    assert set(ran) <= set(SIXTEEN_BIT_VARIANTS) and "direct_16bit" in ran
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT_DTYPES, ids=DTYPE_IDS.get)
+def test_16bit_float32_variant_is_refused_by_name(ext, dtype):
+    case = find_case("padding1")
+    x, weight, bias = make_operands_16bit(case, 0, dtype)
+    config = ext.conv2d_relu_maxpool_variants()["tiled_tf32"]
+    with pytest.raises(RuntimeError, match=r"config 2 \(tiled_tf32\) cannot run this shape: "
+                                           r"needs float32 input"):
+        run_op(ext, case, x, weight, bias, config)
+
+
+def test_16bit_variant_refuses_float32_input(ext):
+    case = find_case("padding1")
+    x, weight, bias = make_operands(case, 0)
+    config = ext.conv2d_relu_maxpool_variants()["tiled_16bit_mma"]
+    with pytest.raises(RuntimeError, match="needs float16 or bfloat16 input"):
+        run_op(ext, case, x, weight, bias, config)
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT_DTYPES, ids=DTYPE_IDS.get)
+def test_16bit_random_configurations(ext, dtype):
+    from utils.suite import random_cases
+    seed = random.randrange(2**31)
+    for case in random_cases(random.Random(seed), 12):
+        x, weight, bias = make_operands_16bit(case, seed, dtype)
+        for name in SIXTEEN_BIT_VARIANTS:
+            if not variant_runs(ext, case, x, weight, bias, name):
+                continue
+            config = ext.conv2d_relu_maxpool_variants()[name]
+            check_16bit(run_op(ext, case, x, weight, bias, config), x, case, weight, bias, dtype,
+                        f"seed {seed} {case} {name}")
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT_DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("variant", SIXTEEN_BIT_VARIANTS)
+@pytest.mark.parametrize("layout", ["channels_last", "sliced", "transposed_hw"])
+def test_16bit_non_contiguous_inputs_are_handled(ext, layout, variant, dtype):
+    case = find_case("c13_k19_unaligned")
+    x, weight, bias = make_operands_16bit(case, random.randrange(2**31), dtype)
+    if layout == "channels_last":
+        x = x.to(memory_format=torch.channels_last)
+        weight = weight.to(memory_format=torch.channels_last)
+    elif layout == "sliced":
+        wide = torch.randn(case.batch, case.in_channels, case.height, 2 * case.width,
+                           device="cuda").to(dtype)
+        x = wide[:, :, :, ::2]
+    else:
+        x = x.transpose(2, 3).contiguous().transpose(2, 3)
+    assert not x.is_contiguous()
+    config = ext.conv2d_relu_maxpool_variants()[variant]
+    check_16bit(run_op(ext, case, x, weight, bias, config), x, case, weight, bias, dtype,
+                f"{layout} {variant}")
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT_DTYPES, ids=DTYPE_IDS.get)
+def test_16bit_channels_last_default_channels(ext, dtype):
+    # 64 input channels (4 chunks of 16), 128 output channels: the 128-channel block.
+    case = find_case("default_small")
+    x, weight, bias = make_operands_16bit(case, random.randrange(2**31), dtype)
+    x = x.to(memory_format=torch.channels_last)
+    check_16bit(run_op(ext, case, x, weight, bias), x, case, weight, bias, dtype, "auto")
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT_DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("config_name,case_name", [
+    ("auto", "padding1"), ("direct_16bit", "padding1"), ("tiled_16bit_mma", "padding1"),
+    ("tiled_16bit_mma", "kernel5"), ("tiled_16bit_mma", "c13_k19_unaligned")])
+def test_16bit_nan_and_inf_propagate_like_pytorch(ext, config_name, case_name, dtype):
+    case = find_case(case_name)
+    x, weight, bias = make_operands_16bit(case, random.randrange(2**31), dtype)
+    x[0, 3, 5, 7] = float("nan")
+    x[1, 0, 10, 2] = float("inf")
+    x[1, 5, 2, 15] = float("-inf")
+    x[0, 1, 17, 17] = float("inf")
+    x[0, 2, 17, 18] = float("-inf")  # next to +inf: some sums are inf - inf = NaN
+    expected = reference(case, x, weight, bias)
+    assert expected.isnan().any() and expected.isinf().any()
+    config = -1 if config_name == "auto" else ext.conv2d_relu_maxpool_variants()[config_name]
+    out = run_op(ext, case, x, weight, bias, config)
+    assert out.dtype == dtype
+    out = out.double().cpu()
+    assert torch.equal(out.isnan(), expected.isnan())
+    assert torch.equal(out.isinf(), expected.isinf())
+    finite = expected.isfinite()
+    torch.testing.assert_close(out[finite], expected[finite], **SIXTEEN_BIT_TOLERANCE[dtype])
+    # Not compared with cuDNN's 16-bit result: its algorithm (e.g. Winograd) may spread a NaN
+    # or an infinity to neighbouring outputs; the float64 CPU result is the definition.
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT_DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("variant", SIXTEEN_BIT_VARIANTS)
+def test_16bit_all_negative_preactivations_give_zeros(ext, variant, dtype):
+    case = find_case("padding1")
+    x, weight, bias = make_operands_16bit(case, random.randrange(2**31), dtype)
+    x = x.abs() + 0.1
+    weight = -weight.abs()
+    bias = -bias.abs() - 0.1
+    out = run_op(ext, case, x, weight, bias, ext.conv2d_relu_maxpool_variants()[variant])
+    assert torch.equal(out, torch.zeros_like(out)) and out.dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT_DTYPES, ids=DTYPE_IDS.get)
+def test_16bit_large_magnitudes(ext, dtype):
+    # x * 100: outputs up to a few thousand, still far from float16's 65504.
+    case = find_case("c132_long_reduction")
+    x, weight, bias = make_operands_16bit(case, random.randrange(2**31), dtype)
+    x = x * 100
+    expected = reference(case, x, weight, bias)
+    out = run_op(ext, case, x, weight, bias)
+    scale = expected.abs().max().item()
+    tolerance = SIXTEEN_BIT_TOLERANCE[dtype]
+    torch.testing.assert_close(out.double().cpu(), expected, atol=tolerance["atol"] * scale,
+                               rtol=tolerance["rtol"])
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT_DTYPES, ids=DTYPE_IDS.get)
+def test_16bit_repeated_calls_are_bitwise_equal_and_empty_batch_works(ext, dtype):
+    case = find_case("default_small")
+    x, weight, bias = make_operands_16bit(case, random.randrange(2**31), dtype)
+    assert torch.equal(run_op(ext, case, x, weight, bias), run_op(ext, case, x, weight, bias))
+    empty = run_op(ext, case, x[:0], weight, bias)
+    assert empty.shape == (0, case.out_channels, *case.pooled_out()) and empty.dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT_DTYPES, ids=DTYPE_IDS.get)
+def test_16bit_mixed_dtypes_give_a_clear_error_on_the_gpu(ext, dtype):
+    case = find_case("padding1")
+    x, weight, bias = make_operands_16bit(case, 0, dtype)
+    name = DTYPE_IDS[dtype]
+    with pytest.raises(RuntimeError, match=f"weight must be {name} like x, got Float"):
+        run_op(ext, case, x, weight.float(), bias)
+    with pytest.raises(RuntimeError, match=f"bias must be {name} like x, got Float"):
+        run_op(ext, case, x, weight, bias.float())
+    with pytest.raises(RuntimeError, match="x must be float32, float16 or bfloat16, got Double"):
+        run_op(ext, case, x.double(), weight.double(), bias.double())
+
+
+@pytest.mark.parametrize("move", ["half", "bfloat16"])
+def test_16bit_model_new_matches_model_after_half_or_bfloat16(move):
+    from model import Model
+    from model_new import ModelNew
+    torch.manual_seed(random.randrange(2**31))
+    args = (32, 64, 3, 2)
+    model = getattr(Model(*args).cuda(), move)()
+    fused = getattr(ModelNew(*args).cuda(), move)()
+    fused.load_state_dict(model.state_dict())
+    dtype = model.conv.weight.dtype
+    x = torch.randn(4, 32, 40, 40, device="cuda").to(dtype)
+    with torch.no_grad():
+        out = fused(x)
+        expected = model(x)
+    assert out.dtype == dtype == expected.dtype
+    torch.testing.assert_close(out, expected, **SIXTEEN_BIT_TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT_DTYPES, ids=DTYPE_IDS.get)
+def test_16bit_torch_compile_of_model_new(dtype):
+    from model import Model
+    from model_new import ModelNew
+    torch._dynamo.reset()
+    torch.manual_seed(random.randrange(2**31))
+    args = (16, 24, 3, 2)
+    model = Model(*args).cuda().to(dtype)
+    fused = ModelNew(*args).cuda().to(dtype)
+    fused.load_state_dict(model.state_dict())
+    compiled = torch.compile(fused, fullgraph=True)
+    x = torch.randn(2, 16, 30, 30, device="cuda").to(dtype)
+    with torch.no_grad():
+        out = compiled(x)
+        assert out.dtype == dtype
+        assert torch.equal(out, fused(x))  # the same kernel as eager
+        torch.testing.assert_close(out, model(x), **SIXTEEN_BIT_TOLERANCE[dtype])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or
+                    torch.cuda.get_device_properties(0).total_memory < 60 * 2**30,
+                    reason="needs a GPU with >= 60 GiB")
+def test_16bit_input_over_2_pow_31_elements(ext):
+    """64-bit indexing in the packing and main kernels: x has 2.15e9 float16 elements."""
+    case = ConvPoolCase("huge16", 2, 16, 8, 8192, 8200, (3, 3), padding=(1, 1))
+    assert case.input_elements() > 2**31
+    torch.manual_seed(random.randrange(2**31))
+    x = torch.randn(case.input_shape(), device="cuda", dtype=torch.float16)
+    weight = (torch.randn(case.weight_shape(), device="cuda") / 12).half()
+    bias = torch.randn(case.out_channels, device="cuda").half()
+    out = run_op(ext, case, x, weight, bias)
+    expected = pytorch_16bit(case, x, weight, bias)
+    tolerance = SIXTEEN_BIT_TOLERANCE[torch.float16]
+    torch.testing.assert_close(out, expected, **tolerance)
+    # The last image's last rows are where 32-bit offsets would have wrapped.
+    torch.testing.assert_close(out[-1, :, -8:], expected[-1, :, -8:], **tolerance)

@@ -125,7 +125,27 @@ def test_forward_on_cpu_tensor_raises_must_be_cuda(ModelNew):
 
 def test_forward_after_a_float64_move_names_the_weight_dtype(ModelNew):
     fused = ModelNew(3, 8, 3, 2).to(torch.float64)
-    with pytest.raises(RuntimeError, match="weight must be float32, got Double"):
+    with pytest.raises(RuntimeError, match="weight must be float32 like x, got Double"):
+        fused(torch.randn(2, 3, 16, 16))
+
+
+def test_float64_input_is_refused_with_its_dtype(ModelNew):
+    fused = ModelNew(3, 8, 3, 2).to(torch.float64)
+    with pytest.raises(RuntimeError, match="x must be float32, float16 or bfloat16, got Double"):
+        fused(torch.randn(2, 3, 16, 16, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("move", ["half", "bfloat16"])
+def test_16_bit_model_passes_the_dtype_checks(ModelNew, move):
+    fused = getattr(ModelNew(3, 8, 3, 2), move)()
+    x = torch.randn(2, 3, 16, 16).to(fused.conv.weight.dtype)
+    with pytest.raises(RuntimeError, match="x must be a CUDA tensor"):  # the last check
+        fused(x)
+
+
+def test_half_model_with_a_float32_input_names_the_mismatch(ModelNew):
+    fused = ModelNew(3, 8, 3, 2).half()
+    with pytest.raises(RuntimeError, match="weight must be float32 like x, got Half"):
         fused(torch.randn(2, 3, 16, 16))
 
 

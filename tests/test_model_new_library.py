@@ -135,7 +135,7 @@ def test_cpu_input_gets_the_bindings_device_error(model_new, op):
         op(*op_args_for(SHAPE_CASES[0], "cpu"))
     # Argument errors come first, as from the pybind function.
     x, weight, bias, *settings = op_args_for(SHAPE_CASES[0], "cpu")
-    with pytest.raises(RuntimeError, match="weight must be float32, got Double"):
+    with pytest.raises(RuntimeError, match="weight must be float32 like x, got Double"):
         op(x, weight.double(), bias, *settings)
 
 
@@ -186,6 +186,14 @@ def test_fake_shape_matches_model_on_meta_tensors(model_new, case):
     assert out.is_contiguous() and out.dtype == torch.float32
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_fake_output_has_the_dtype_of_x(model_new, dtype):
+    fused = model_new.ModelNew(3, 8, 3, 2).to("meta", dtype)
+    with torch.no_grad():
+        out = fused(torch.empty(2, 3, 16, 16, device="meta", dtype=dtype))
+    assert out.dtype == dtype and out.shape == (2, 8, 7, 7)
+
+
 @pytest.mark.parametrize("case", SHAPE_CASES[:10], ids=lambda case: case.name)
 def test_fake_shape_matches_model_under_fake_tensor_mode(op, case):
     with FakeTensorMode():
@@ -219,13 +227,17 @@ def test_fake_accepts_and_refuses_exactly_what_pytorch_does_on_random_configurat
 
 
 REFUSALS = [  # (change to valid arguments, the binding's message)
-    (lambda a: {"x": a["x"].double()}, "x must be float32, got Double"),
+    (lambda a: {"x": a["x"].double()}, "x must be float32, float16 or bfloat16, got Double"),
+    (lambda a: {"weight": a["weight"].half()}, "weight must be float32 like x, got Half"),
+    (lambda a: {"x": a["x"].half()}, "weight must be float16 like x, got Float"),
+    (lambda a: {"x": a["x"].bfloat16(), "weight": a["weight"].bfloat16()},
+     "bias must be bfloat16 like x, got Float"),
     (lambda a: {"weight": a["weight"][0]}, "weight must be 4-D"),
     (lambda a: {"weight": torch.empty(8, 2, 3, 3, device=a["x"].device)},
      "channel mismatch: x has 3 channels but weight expects 2"),
     (lambda a: {"bias": torch.empty(7, device=a["x"].device)},
      "bias must be 1-D with out_channels = 8 elements, got shape [7]"),
-    (lambda a: {"bias": a["bias"].half()}, "bias must be float32, got Half"),
+    (lambda a: {"bias": a["bias"].half()}, "bias must be float32 like x, got Half"),
     (lambda a: {"stride": [0, 1]}, "stride must be positive, got (0, 1)"),
     (lambda a: {"padding": [1, 1, 1]}, "padding must be an int pair (h, w), got 3 values"),
     (lambda a: {"pool_padding": [2, 0]}, "pool_padding must be at most half of pool_kernel"),
@@ -247,6 +259,19 @@ def test_fake_refuses_what_the_binding_refuses_with_its_message(op, change, mess
     args.update(change(args))
     with pytest.raises(RuntimeError, match=re.escape(message)):
         op(**args)
+
+
+@pytest.mark.parametrize("change,message", REFUSALS,
+                         ids=[message.split(":")[0].split(",")[0] for _, message in REFUSALS])
+def test_binding_refuses_cpu_tensors_with_the_same_message_as_the_fake(extension, change,
+                                                                       message):
+    args = dict(x=torch.randn(2, 3, 12, 12), weight=torch.randn(8, 3, 3, 3),
+                bias=torch.randn(8), stride=[1, 1], padding=[0, 0],
+                dilation=[1, 1], pool_kernel=[2, 2], pool_stride=[2, 2], pool_padding=[0, 0],
+                ceil_mode=False, config=-1)
+    args.update(change(args))
+    with pytest.raises(RuntimeError, match=re.escape(message)):
+        extension.conv2d_relu_maxpool_forward(**args)
 
 
 @pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.device_count() < 2,
@@ -448,6 +473,14 @@ def test_fuse_leaves_float64_and_hooked_layers_and_sequential_subclasses_alone(m
         before = list(network)
         model_new.fuse_conv_relu_maxpool(network)
         assert list(network) == before
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_fuse_fuses_16_bit_layers(model_new, dtype):
+    network = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2)).to(dtype)
+    model_new.fuse_conv_relu_maxpool(network)
+    assert isinstance(network[0], model_new.ModelNew)
+    assert network[0].conv.weight.dtype == dtype
 
 
 def test_fuse_keeps_the_training_flag_and_a_fused_model_still_fuses_nothing_more(model_new):

@@ -6,6 +6,8 @@ report in tests/test_build.py; here we check what the disassembly shows:
   * every mma.sync tensor-core kernel (TF32, 3xTF32, 16-warp and flat-K mainloops, fast and
     generic geometry) contains HMMA instructions, the wgmma kernels contain Hopper's HGMMA (the
     asynchronous warpgroup instruction), and the FFMA and direct kernels contain neither;
+  * the 16-bit tensor-core kernels (tiled_16bit_mma) issue HMMA.16816.F32 (float16) and
+    HMMA.16816.F32.BF16 (bfloat16): m16n8k16 with fp32 accumulators, nothing narrower;
   * no kernel touches local memory (LDL/STL): register arrays stayed in registers;
   * the fast-path instantiations (compile-time 3x3 / 2x2 geometry) exist;
   * the code is built for Hopper (sm_90a), as compile.sh does on CI and on the H200.
@@ -53,6 +55,14 @@ def is_wgmma_kernel(name: str) -> bool:
     return "wgmma_kernel" in name
 
 
+def is_16bit_mma_kernel(name: str) -> bool:
+    return "conv_pool_mma16_kernel" in name
+
+
+def is_packing_kernel(name: str) -> bool:
+    return "pack_input_kernel" in name or "pack_weights_kernel" in name  # copies only
+
+
 def test_tensor_core_kernels_issue_hmma(sass):
     tensor_core = {name: code for name, code in sass.items() if is_tensor_core_kernel(name)}
     assert len(tensor_core) >= 10, sorted(sass)
@@ -71,14 +81,35 @@ def test_wgmma_kernels_issue_hgmma(sass):
         assert "HMMA" not in code, name
 
 
+def test_16bit_tensor_core_kernels_issue_m16n8k16_with_fp32_accumulators(sass):
+    kernels = {name: code for name, code in sass.items() if is_16bit_mma_kernel(name)}
+    # float16 and bfloat16, each with 32, 64 and 128 output channels per block.
+    assert len(kernels) == 6, sorted(sass)
+    for name, code in kernels.items():
+        bf16 = "BFloat16" in name
+        block = int(re.search(r"ELi(\d+)EE", name).group(1))
+        # One K step: 4 m-tiles x (block / 16) n-tiles per warp, unrolled.
+        expected = 4 * block // 16
+        float16 = re.findall(r"HMMA\.16816\.F32(?![.\w])", code)
+        bfloat16 = re.findall(r"HMMA\.16816\.F32\.BF16\b", code)
+        assert len(bfloat16 if bf16 else float16) == expected, name
+        assert not (float16 if bf16 else bfloat16), name
+        # Every HMMA is an m16n8k16 with fp32 accumulators (no fp16 accumulation).
+        assert len(re.findall(r"\bHMMA\.", code)) == expected, name
+        assert "HGMMA" not in code, name
+
+
 def test_cuda_core_kernels_have_no_hmma(sass):
     others = {name: code for name, code in sass.items()
-              if not is_tensor_core_kernel(name) and not is_wgmma_kernel(name)}
+              if not is_tensor_core_kernel(name) and not is_wgmma_kernel(name)
+              and not is_16bit_mma_kernel(name)}
     assert any("CudaCoreMainloop" in name for name in others)
     assert any("direct_kernel" in name for name in others)
+    assert sum("direct16_kernel" in name for name in others) == 2  # float16, bfloat16
     for name, code in others.items():
         assert "HMMA" not in code and "HGMMA" not in code, name
-        assert "FFMA" in code, f"{name} does no fp32 FMA at all?"
+        if not is_packing_kernel(name):
+            assert "FFMA" in code, f"{name} does no fp32 FMA at all?"
 
 
 def test_no_kernel_uses_local_memory(sass):

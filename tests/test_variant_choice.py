@@ -3,16 +3,20 @@
 conv_relu_maxpool_choose / _unsupported are plain host functions exported by the built module
 (kernels/conv_relu_maxpool.h), so they are called here through ctypes with a ConvPoolShape
 built like the binding builds it: no GPU needed. This pins which variant each public-suite shape
-runs, the precision switch (torch.backends.cudnn.allow_tf32), and the fallbacks.
+runs, the precision switch (torch.backends.cudnn.allow_tf32), the fallbacks, and the dtype
+dispatch (float32 variants refuse 16-bit shapes and the other way round).
 """
 import ctypes
 from dataclasses import replace
 
 import pytest
 
-from utils.suite import SUITE, ConvPoolCase, find_case
+from utils.suite import GRID, SUITE, ConvPoolCase, find_case
 
 AUTO = -1
+# ConvPoolElement (kernels/conv_pool_shape.h).
+FLOAT32, FLOAT16, BFLOAT16 = 0, 1, 2
+SIXTEEN_BIT_VARIANTS = ("direct_16bit", "tiled_16bit_mma")
 
 
 class ConvPoolShape(ctypes.Structure):
@@ -21,7 +25,8 @@ class ConvPoolShape(ctypes.Structure):
         "batch", "in_channels", "in_height", "in_width", "out_channels", "kernel_h", "kernel_w",
         "stride_h", "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w", "conv_height",
         "conv_width", "pool_h", "pool_w", "pool_stride_h", "pool_stride_w", "pool_pad_h",
-        "pool_pad_w", "out_height", "out_width")] + [("has_bias", ctypes.c_bool)]
+        "pool_pad_w", "out_height", "out_width")] + [("has_bias", ctypes.c_bool),
+                                                     ("element", ctypes.c_int)]
 
 
 class ConvPoolDevice(ctypes.Structure):
@@ -52,25 +57,26 @@ def variant_names(extension) -> dict:
     return {config: name for name, config in extension.conv2d_relu_maxpool_variants().items()}
 
 
-def shape_of(case: ConvPoolCase) -> ConvPoolShape:
+def shape_of(case: ConvPoolCase, element: int = FLOAT32) -> ConvPoolShape:
     conv_h, conv_w = case.conv_out()
     out_h, out_w = case.pooled_out()
     pool_stride = case.effective_pool_stride
     return ConvPoolShape(
         case.batch, case.in_channels, case.height, case.width, case.out_channels,
         *case.kernel_size, *case.stride, *case.padding, *case.dilation, conv_h, conv_w,
-        *case.pool_kernel, *pool_stride, *case.pool_padding, out_h, out_w, case.bias)
+        *case.pool_kernel, *pool_stride, *case.pool_padding, out_h, out_w, case.bias, element)
 
 
-def choose(library, variant_names, case, allow_tf32=True, config=AUTO, device=H200) -> str:
-    shape = shape_of(case)
+def choose(library, variant_names, case, allow_tf32=True, config=AUTO, device=H200,
+           element=FLOAT32) -> str:
+    shape = shape_of(case, element)
     chosen = library.conv_relu_maxpool_choose(ctypes.byref(shape), config, allow_tf32,
                                               ctypes.byref(device))
     return variant_names[chosen]
 
 
-def unsupported(library, case, config, device=H200):
-    return library.conv_relu_maxpool_unsupported(ctypes.byref(shape_of(case)), config,
+def unsupported(library, case, config, device=H200, element=FLOAT32):
+    return library.conv_relu_maxpool_unsupported(ctypes.byref(shape_of(case, element)), config,
                                                  ctypes.byref(device))
 
 
@@ -122,6 +128,8 @@ def test_pool_window_taller_than_the_tile_takes_a_generic_path(library, variant_
     for config, name in variant_names.items():
         why = unsupported(library, case, config)
         assert (why is None) == (name in ("direct", "small_fp32")), name
+        why_16 = unsupported(library, case, config, element=FLOAT16)
+        assert (why_16 is None) == (name == "direct_16bit"), name
     # 8 output channels: the CUDA-core kernel, which takes any pooling window.
     assert choose(library, variant_names, case) == "small_fp32"
     # With 17 output channels only the direct kernel is left.
@@ -138,9 +146,105 @@ def test_every_variant_supports_the_default_problem_except_flat_and_small(librar
                                                                           variant_names):
     for config, name in variant_names.items():
         why = unsupported(library, find_case("default"), config)
-        if name == "tiled_tf32_flat":  # 64 channels x 9 taps of halo do not fit
+        if name in SIXTEEN_BIT_VARIANTS:  # a float32 shape
+            assert why == b"needs float16 or bfloat16 input", name
+        elif name == "tiled_tf32_flat":  # 64 channels x 9 taps of halo do not fit
             assert why is not None and b"shared memory" in why
         elif name == "small_fp32":  # 128 output channels
             assert why is not None and b"16 output channels" in why
         else:
             assert why is None, (name, why)
+
+
+# ---- float16 / bfloat16 -------------------------------------------------------------------
+
+@pytest.mark.parametrize("element", [FLOAT16, BFLOAT16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("case", SUITE, ids=lambda c: c.name)
+def test_16_bit_suite_shapes_take_the_tensor_core_kernel(library, variant_names, case, element):
+    # Any conv geometry: the implicit GEMM stages one tap x 16 channels per step, so only the
+    # 8 x 32 pooling tile and shared memory limit it; every suite shape fits.
+    for allow_tf32 in (True, False):  # irrelevant for 16-bit inputs
+        assert choose(library, variant_names, case, allow_tf32=allow_tf32,
+                      element=element) == "tiled_16bit_mma"
+    assert choose(library, variant_names, case, device=A100_LIKE,
+                  element=element) == "tiled_16bit_mma"
+
+
+@pytest.mark.parametrize("case", GRID, ids=lambda c: c.name)
+def test_16_bit_automatic_choice_is_always_a_16_bit_variant(library, variant_names, case):
+    # The tensor-core kernel unless the pooling window outgrows its 8 x 32 conv tile.
+    fits = case.pool_kernel[0] <= 8 and case.pool_kernel[1] <= 32
+    expected = "tiled_16bit_mma" if fits else "direct_16bit"
+    assert choose(library, variant_names, case, element=BFLOAT16) == expected
+
+
+def test_16_bit_pool_window_taller_than_the_tile_falls_back_to_direct_16bit(library,
+                                                                            variant_names):
+    case = find_case("pool_9x3_stride_9x3")
+    assert choose(library, variant_names, case, element=FLOAT16) == "direct_16bit"
+    why = unsupported(library, case, variant_names_to_ids(variant_names)["tiled_16bit_mma"],
+                      element=FLOAT16)
+    assert why is not None and b"8 x 32" in why
+
+
+def test_16_bit_tensor_core_kernel_needs_ampere(library, variant_names):
+    volta = ConvPoolDevice(98304, 80, 70)
+    case = find_case("default")
+    assert choose(library, variant_names, case, device=volta, element=FLOAT16) == "direct_16bit"
+    why = unsupported(library, case, variant_names_to_ids(variant_names)["tiled_16bit_mma"],
+                      device=volta, element=FLOAT16)
+    assert why is not None and b"8.0" in why
+
+
+def test_16_bit_tensor_core_kernel_falls_back_when_shared_memory_is_small(library,
+                                                                          variant_names):
+    # 128-channel blocks need 133 KB (the fp32 epilogue tile); a 99 KB device cannot run them.
+    small = ConvPoolDevice(101376, 84, 86)
+    assert choose(library, variant_names, find_case("default"), device=small,
+                  element=FLOAT16) == "direct_16bit"
+    # 64 output channels: 64-channel blocks, 67 KB.
+    assert choose(library, variant_names, find_case("rgb_stem"), device=small,
+                  element=FLOAT16) == "tiled_16bit_mma"
+
+
+@pytest.mark.parametrize("element", [FLOAT16, BFLOAT16], ids=["float16", "bfloat16"])
+def test_float32_variants_refuse_16_bit_shapes(library, variant_names, element):
+    for config, name in variant_names.items():
+        why = unsupported(library, find_case("default"), config, element=element)
+        if name in SIXTEEN_BIT_VARIANTS:
+            assert why is None, (name, why)
+        else:
+            assert why == b"needs float32 input", (name, why)
+
+
+def test_16_bit_variants_refuse_float32_shapes(library, variant_names):
+    for name in SIXTEEN_BIT_VARIANTS:
+        config = variant_names_to_ids(variant_names)[name]
+        assert unsupported(library, find_case("padding1"), config) == (
+            b"needs float16 or bfloat16 input")
+
+
+def test_16_bit_variants_have_the_next_ids(variant_names):
+    assert variant_names[8] == "direct_16bit" and variant_names[9] == "tiled_16bit_mma"
+
+
+def test_workspace_of_the_16_bit_tensor_core_kernel(library, variant_names):
+    library.conv_relu_maxpool_workspace_bytes.restype = ctypes.c_int64
+    library.conv_relu_maxpool_workspace_bytes.argtypes = [ctypes.POINTER(ConvPoolShape),
+                                                          ctypes.c_int]
+    ids = variant_names_to_ids(variant_names)
+    case = find_case("c13_k19_unaligned")  # 13 channels -> 16, 19 output channels, 3x3
+    shape = shape_of(case, FLOAT16)
+    weight_bytes = (19 * 9 * 16 * 2 + 255) // 256 * 256
+    input_bytes = case.batch * case.height * case.width * 16 * 2
+    assert library.conv_relu_maxpool_workspace_bytes(
+        ctypes.byref(shape), ids["tiled_16bit_mma"]) == weight_bytes + input_bytes
+    assert library.conv_relu_maxpool_workspace_bytes(ctypes.byref(shape),
+                                                     ids["direct_16bit"]) == 0
+    # A float32 shape never asks the 16-bit kernel for scratch.
+    assert library.conv_relu_maxpool_workspace_bytes(
+        ctypes.byref(shape_of(case)), ids["tiled_16bit_mma"]) == 0
+
+
+def variant_names_to_ids(variant_names: dict) -> dict:
+    return {name: config for config, name in variant_names.items()}
