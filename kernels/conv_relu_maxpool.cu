@@ -163,6 +163,11 @@ TilePlan make_tile_plan(const ConvPoolShape& s, int out_block, bool allow_fast) 
 //   k_offset [k_padded] (ints) | weight_gather [reduction] (ints) | bias [out_block].
 TilePlan make_flat_plan(const ConvPoolShape& s, int out_block, int max_shared_bytes) {
   TilePlan p = make_tile_plan(s, out_block, false);
+  // Halo rows start at the 16-byte aligned column at or left of the first one (up to 3 extra
+  // columns) and hold whole 4-column vectors, so they can move as 16-byte copies
+  // (p.vector_input, decided at launch).
+  p.halo_cols = (p.halo_cols + 3 + 3) / 4 * 4;
+  p.halo_plane = round_up_to_residue(p.halo_rows * p.halo_cols, 32, 8);
   const int64_t reduction = int64_t(s.in_channels) * s.taps();
   p.k_padded = int((reduction + 7) / 8 * 8);
   p.channel_chunks = 1;
@@ -629,8 +634,18 @@ __device__ __forceinline__ void pool_and_store(const ConvPoolOperands& ops,
     const int col_end = min(pooled_col * s.pool_stride_w + s.pool_w, s.conv_width - tc.conv_col0);
     const float* plane = tile + k * kEpilogueRow;
     float best = -INFINITY;
-    for (int r = row_begin; r < row_end; ++r)
-      for (int c = col_begin; c < col_end; ++c) best = max_keeping_nan(best, plane[r * kTileCols + c]);
+    if (s.pool_h == 3 && s.pool_w == 3 && row_end - row_begin == 3 && col_end - col_begin == 3) {
+      // A whole 3 x 3 window (AlexNet's pool): unrolled, no loop branches.
+      const float* window = plane + row_begin * kTileCols + col_begin;
+#pragma unroll
+      for (int r = 0; r < 3; ++r)
+#pragma unroll
+        for (int c = 0; c < 3; ++c) best = max_keeping_nan(best, window[r * kTileCols + c]);
+    } else {
+      for (int r = row_begin; r < row_end; ++r)
+        for (int c = col_begin; c < col_end; ++c)
+          best = max_keeping_nan(best, plane[r * kTileCols + c]);
+    }
     const int64_t out_index =
         ((tc.image * s.out_channels + channel) * s.out_height + out_row) * int64_t(s.out_width) +
         out_col;
@@ -721,9 +736,9 @@ __global__ void __launch_bounds__(Mainloop::kThreads, 1)
 // but each mma K step covers 8 consecutive (channel, tap) pairs of the flattened
 // reduction, located through a per-k offset table into the staged halo planes.
 // Entries past the reduction (the last step's padding) have offset -1 and read as 0.
-template <int kOutBlockT>
-struct FlatTensorCoreMainloop : TensorCoreMainloop<kOutBlockT, false> {
-  using Base = TensorCoreMainloop<kOutBlockT, false>;
+template <int kOutBlockT, int kWarpsNT = 2>
+struct FlatTensorCoreMainloop : TensorCoreMainloop<kOutBlockT, false, kWarpsNT> {
+  using Base = TensorCoreMainloop<kOutBlockT, false, kWarpsNT>;
   using Base::acc;
   using Base::kMTiles;
   using Base::kNTiles;
@@ -733,7 +748,8 @@ struct FlatTensorCoreMainloop : TensorCoreMainloop<kOutBlockT, false> {
   template <bool kPadded>
   __device__ __forceinline__ void compute_steps(const float* halo, const float* weights,
                                                 const int* k_offset, const ConvPoolShape& s,
-                                                const TilePlan& p, int step_begin, int step_end) {
+                                                const TilePlan& p, int col_shift, int step_begin,
+                                                int step_end) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int warp_m = warp % 4, warp_n = warp / 4;
     const int group = lane / 4, thread_in_group = lane % 4;
@@ -742,7 +758,7 @@ struct FlatTensorCoreMainloop : TensorCoreMainloop<kOutBlockT, false> {
     for (int i = 0; i < kMTiles; ++i) {
       const int tile_row = 2 * warp_m + i / 2;
       const int tile_col = (i % 2) * 16 + group;
-      a_offset[i] = tile_row * s.stride_h * p.halo_cols + tile_col * s.stride_w;
+      a_offset[i] = tile_row * s.stride_h * p.halo_cols + tile_col * s.stride_w + col_shift;
     }
     const int a_next8_pixels = 8 * s.stride_w;
     int b_offset[kNTiles];
@@ -810,6 +826,12 @@ struct FlatSchedule {
   }
 };
 
+// Halo column of the tile's first input column: rows are staged from the 16-byte aligned
+// column at or left of it when they move as 16-byte copies.
+__device__ __forceinline__ int flat_col_shift(const TilePlan& p, const TileCoords& tc) {
+  return p.vector_input ? ((tc.in_col0 % 4) + 4) % 4 : 0;
+}
+
 // Issues the copies of input plane `c` of tile `tc` (zeros outside the image) as 4-byte
 // cp.async, one halo row per warp and step.
 template <int kBlockThreads>
@@ -818,15 +840,25 @@ __device__ __forceinline__ void stage_flat_plane(const ConvPoolOperands& ops,
                                                  const TileCoords& tc, int c, float* plane) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const float* src_plane = ops.x + tc.image * ops.x_stride[0] + int64_t(c) * ops.x_stride[1];
+  const int staged_col0 = tc.in_col0 - flat_col_shift(p, tc);
   for (int halo_row = warp; halo_row < p.halo_rows; halo_row += kBlockThreads / 32) {
     const int h = tc.in_row0 + halo_row;
     const bool row_valid = h >= 0 && h < s.in_height;
     const float* src_row = src_plane + int64_t(h) * ops.x_stride[2];
     float* dst_row = plane + halo_row * p.halo_cols;
-    for (int col = lane; col < p.halo_cols; col += 32) {
-      const int w = tc.in_col0 + col;
-      const bool valid = row_valid && w >= 0 && w < s.in_width;
-      cp_async_4(dst_row + col, valid ? src_row + int64_t(w) * ops.x_stride[3] : ops.x, valid);
+    if (p.vector_input) {
+      // Unit column stride, width % 4 == 0, aligned rows: a vector is wholly in or out.
+      for (int col = 4 * lane; col < p.halo_cols; col += 4 * 32) {
+        const int w = staged_col0 + col;
+        const bool valid = row_valid && w >= 0 && w < s.in_width;
+        cp_async_16(dst_row + col, valid ? src_row + w : ops.x, valid);
+      }
+    } else {
+      for (int col = lane; col < p.halo_cols; col += 32) {
+        const int w = staged_col0 + col;
+        const bool valid = row_valid && w >= 0 && w < s.in_width;
+        cp_async_4(dst_row + col, valid ? src_row + int64_t(w) * ops.x_stride[3] : ops.x, valid);
+      }
     }
   }
 }
@@ -837,7 +869,8 @@ __device__ __forceinline__ void stage_flat_plane(const ConvPoolOperands& ops,
 // reduction step reading plane c of this tile is done, so the copies run under the rest of this
 // tile's steps and its epilogue. Otherwise one tile per block, the epilogue reusing the halo.
 template <class Mainloop>
-__global__ void __launch_bounds__(Mainloop::kThreads, Mainloop::kOutBlock <= 64 ? 2 : 1)
+__global__ void __launch_bounds__(Mainloop::kThreads,
+                                  Mainloop::kOutBlock <= 64 && Mainloop::kThreads == 256 ? 2 : 1)
     conv_pool_flat_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const TilePlan p) {
   constexpr int kBlockThreads = Mainloop::kThreads;
   extern __shared__ __align__(16) float smem[];
@@ -898,6 +931,7 @@ __global__ void __launch_bounds__(Mainloop::kThreads, Mainloop::kOutBlock <= 64 
     const bool has_next = next_linear < tiles;
     const TileCoords next = tile_coords<false>(s, p, has_next ? next_linear : linear);
     int released = 0;  // planes of the next tile issued so far
+    const int col_shift = flat_col_shift(p, tc);
     Mainloop mainloop;
     for (int c = 0; c < s.in_channels; ++c) {
       // Planes > c of this tile and the `released` ones of the next may still be in flight.
@@ -906,10 +940,13 @@ __global__ void __launch_bounds__(Mainloop::kThreads, Mainloop::kOutBlock <= 64 
       const int begin = schedule.group_begin(c);
       const int end = c + 1 < s.in_channels ? schedule.group_begin(c + 1) : schedule.steps;
       if (c + 1 < s.in_channels || reduction % 8 == 0) {
-        mainloop.template compute_steps<false>(halo, weights, k_offset, s, p, begin, end);
+        mainloop.template compute_steps<false>(halo, weights, k_offset, s, p, col_shift, begin,
+                                                end);
       } else {  // the last group ends with the padded step
-        mainloop.template compute_steps<false>(halo, weights, k_offset, s, p, begin, end - 1);
-        mainloop.template compute_steps<true>(halo, weights, k_offset, s, p, end - 1, end);
+        mainloop.template compute_steps<false>(halo, weights, k_offset, s, p, col_shift, begin,
+                                                end - 1);
+        mainloop.template compute_steps<true>(halo, weights, k_offset, s, p, col_shift, end - 1,
+                                               end);
       }
       if (has_next && released < s.in_channels && schedule.last_group(released) <= c) {
         __syncthreads();  // every warp is done with the planes released here
@@ -1008,7 +1045,7 @@ TiledChoice tiled_choice(int variant, int out_channels, bool fast) {
       return pick<TensorCoreMainloop<64, false, 4>>(fast);
     case kVariantTiledTf32Flat:
       if (out_channels > 64) return flat<FlatTensorCoreMainloop<128>>();
-      if (out_channels > 32) return flat<FlatTensorCoreMainloop<64>>();
+      if (out_channels > 32) return flat<FlatTensorCoreMainloop<64, 4>>();
       return flat<FlatTensorCoreMainloop<32>>();
     case kVariantTiled3xTf32:
       if (out_channels > 32) return pick<TensorCoreMainloop<64, true>>(fast);
@@ -1123,7 +1160,8 @@ extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
   }
   if (!is_tiled(variant)) return cudaErrorInvalidValue;
   TilePlan plan = plan_for(*s, variant, *device);
-  plan.vector_input = plan.fast && vectorizable_input(*ops, *s);
+  plan.vector_input =
+      (plan.fast || variant == kVariantTiledTf32Flat) && vectorizable_input(*ops, *s);
   plan.vector_weights = plan.fast && vectorizable_weights(*ops, *s);
   const TiledChoice choice = tiled_choice(variant, s->out_channels, plan.fast);
   const TiledKernel kernel = choice.kernel;
