@@ -45,11 +45,19 @@ run_stage() {  # name, seconds (0 = no cap), command...
 sanitize() {
   local cs=compute-sanitizer
   command -v $cs >/dev/null || cs=/usr/local/cuda/bin/compute-sanitizer
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py default_small_batch &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py padded_odd &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py few_channels_large_kernel &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py rgb_like &&
+  # The kernels changed last first, so that a time cap cuts the ones checked before.
   $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py tiny_layer &&
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py lenet_persistent small_fp32 &&
+  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py lenet_persistent small_fp32 &&
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py few_channels_large_kernel &&
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py alexnet_persistent auto &&
+  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py alexnet_persistent auto &&
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py padded_odd all float16 &&
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py default_small_batch tiled_16bit_mma bfloat16 &&
+  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py padded_odd tiled_16bit_mma float16 &&
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py padded_odd &&
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py rgb_like &&
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py default_small_batch &&
   $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py default_small_batch
 }
 
