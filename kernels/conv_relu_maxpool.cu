@@ -23,9 +23,11 @@
 //                     fp32 accuracy on tensor cores, for allow_tf32=False.
 //   4 tiled_tf32_16w  As 2 with 16 warps of 64 x 32 (<= 128 registers each).
 //   5 tiled_tf32_flat As 2, but the reduction runs over flattened (channel, tap)
-//                     pairs, all staged once: for fewer than 8 input channels (no
-//                     zero channels multiplied) and kernels whose 8-channel halo
-//                     would not fit.
+//                     pairs: for fewer than 8 input channels (no zero channels
+//                     multiplied) and kernels whose 8-channel halo would not fit.
+//                     All weights and every input channel's halo are staged;
+//                     persistent blocks keep the weights and copy the next tile's
+//                     planes while this tile computes (conv_pool_flat_kernel).
 //
 // Chunked tiled variants (1-4), per block of 256 (or 512) threads:
 //   * Tile scheduler: blockIdx.x -> (image, tile row, tile col, output-channel

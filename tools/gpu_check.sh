@@ -19,6 +19,9 @@
 #       --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
 #       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #       --platform manylinux1_x86_64 -d .whl "$p"; done
+#
+# The device machine's copy of the tree may carry an older .git; to record the commit the files
+# came from in the JSON outputs, start it as `SOURCE_COMMIT=<hash> bash tools/gpu_check.sh ...`.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"

@@ -28,6 +28,7 @@ import copy
 import datetime
 import json
 import math
+import os
 import platform
 import subprocess
 import sys
@@ -228,7 +229,10 @@ def environment_info() -> dict:
         power_limit_w=smi["power.limit"], temperature_c=smi["temperature.gpu"],
         torch=torch.__version__, cuda=torch.version.cuda,
         cudnn=torch.backends.cudnn.version(), python=platform.python_version(),
-        git_commit=commit["commit"], git_dirty=commit["dirty"])
+        git_commit=commit["commit"], git_dirty=commit["dirty"],
+        # The commit the files came from, when the caller knows better than this tree's .git
+        # (a copied working tree can carry an older .git: then git_dirty is True).
+        source_commit=os.environ.get("SOURCE_COMMIT"))
 
 
 # ---- timing on the GPU ------------------------------------------------------------------
@@ -597,7 +601,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     print(f"{environment['gpu']}, driver {environment['driver']}, SM clock "
           f"{environment['clocks']['sm_mhz']} MHz, torch {environment['torch']}, "
           f"CUDA {environment['cuda']}, cuDNN {environment['cudnn']}, "
-          f"commit {(environment['git_commit'] or '?')[:10]}", flush=True)
+          f"commit {(environment['source_commit'] or environment['git_commit'] or '?')[:10]}",
+          flush=True)
     if args.measure_ceilings:
         ceilings = measure_ceilings()
     elif (args.tf32_tflops, args.hbm_tbps) != (DEFAULT_TF32_TFLOPS, DEFAULT_HBM_TBPS):
