@@ -55,6 +55,7 @@
 #include <tuple>
 
 #include "conv_pool_device.cuh"
+#include "conv_pool_epilogue.cuh"
 #include "conv_pool_operands.h"
 #include "conv_relu_maxpool.h"
 #include "conv_relu_maxpool_half.h"
@@ -69,9 +70,11 @@ constexpr int kTileCols = 32;  // conv cols per block tile: two m16 fragments pe
 constexpr int kTilePixels = kTileRows * kTileCols;
 constexpr int kChannelChunk = 8;  // input channels per pipeline stage = mma K
 constexpr int kStages = 3;
-// Row length of the epilogue tile: 260 = 4 (mod 32) makes the accumulator stores
-// of one warp (8 pixels x 4 channel pairs) hit 32 different banks.
-constexpr int kEpilogueRow = kTilePixels + 4;
+// Row length of the epilogue tile (conv_pool_epilogue.cuh): 260 = 4 (mod 32).
+constexpr int kEpilogueRow = conv_pool_epilogue::kRow;
+static_assert(kTileRows == conv_pool_epilogue::kTileRows &&
+                  kTileCols == conv_pool_epilogue::kTileCols,
+              "the shared epilogue tile is the block tile");
 // Fast path: a channel's pooled 4 x 16 tile; 68 = 4 (mod 32) keeps the stores of one
 // warp (8 columns x 4 channel pairs) on 32 different banks.
 constexpr int kPooledRow = (kTileRows / 2) * (kTileCols / 2) + 4;
@@ -543,20 +546,7 @@ struct TensorCoreMainloop {
 
   // Accumulator (pixel, channel) -> tile[channel][pixel], adding the bias.
   __device__ __forceinline__ void store(float* tile, const float* bias) const {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int warp_m = warp % 4, warp_n = warp / 4;
-    const int group = lane / 4, thread_in_group = lane % 4;
-#pragma unroll
-    for (int i = 0; i < kMTiles; ++i)
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-        const int pixel = warp_m * 64 + i * 16 + group;
-        const int channel = warp_n * kWarpChannels + j * 8 + 2 * thread_in_group;
-        tile[channel * kEpilogueRow + pixel] = acc[i][j][0] + bias[channel];
-        tile[(channel + 1) * kEpilogueRow + pixel] = acc[i][j][1] + bias[channel + 1];
-        tile[channel * kEpilogueRow + pixel + 8] = acc[i][j][2] + bias[channel];
-        tile[(channel + 1) * kEpilogueRow + pixel + 8] = acc[i][j][3] + bias[channel + 1];
-      }
+    conv_pool_epilogue::store_mma_accumulators<kMTiles, kNTiles, kWarpChannels>(acc, tile, bias);
   }
 };
 
@@ -623,39 +613,11 @@ template <int kBlockThreads>
 __device__ __forceinline__ void pool_and_store(const ConvPoolOperands& ops,
                                                const ConvPoolShape& s, const TilePlan& p,
                                                const TileCoords& tc, const float* tile) {
-  const int outputs = p.out_block * p.pooled_rows * p.pooled_cols;
-  for (int idx = threadIdx.x; idx < outputs; idx += kBlockThreads) {
-    const int pooled_col = idx % p.pooled_cols;
-    const int rest = idx / p.pooled_cols;
-    const int pooled_row = rest % p.pooled_rows;
-    const int k = rest / p.pooled_rows;
-    const int out_row = tc.out_row0 + pooled_row, out_col = tc.out_col0 + pooled_col;
-    const int channel = tc.channel0 + k;
-    if (out_row >= s.out_height || out_col >= s.out_width || channel >= s.out_channels) continue;
-    // Window rows/cols in tile coordinates, clipped to the conv output.
-    const int row_begin = max(pooled_row * s.pool_stride_h, -tc.conv_row0);
-    const int row_end = min(pooled_row * s.pool_stride_h + s.pool_h, s.conv_height - tc.conv_row0);
-    const int col_begin = max(pooled_col * s.pool_stride_w, -tc.conv_col0);
-    const int col_end = min(pooled_col * s.pool_stride_w + s.pool_w, s.conv_width - tc.conv_col0);
-    const float* plane = tile + k * kEpilogueRow;
-    float best = -INFINITY;
-    if (s.pool_h == 3 && s.pool_w == 3 && row_end - row_begin == 3 && col_end - col_begin == 3) {
-      // A whole 3 x 3 window (AlexNet's pool): unrolled, no loop branches.
-      const float* window = plane + row_begin * kTileCols + col_begin;
-#pragma unroll
-      for (int r = 0; r < 3; ++r)
-#pragma unroll
-        for (int c = 0; c < 3; ++c) best = max_keeping_nan(best, window[r * kTileCols + c]);
-    } else {
-      for (int r = row_begin; r < row_end; ++r)
-        for (int c = col_begin; c < col_end; ++c)
-          best = max_keeping_nan(best, plane[r * kTileCols + c]);
-    }
-    const int64_t out_index =
-        ((tc.image * s.out_channels + channel) * s.out_height + out_row) * int64_t(s.out_width) +
-        out_col;
-    ops.out[out_index] = relu_keeping_nan(best);
-  }
+  const conv_pool_epilogue::PooledTile t{tc.image,     tc.channel0,   tc.out_row0,
+                                         tc.out_col0,  tc.conv_row0,  tc.conv_col0,
+                                         p.out_block,  p.pooled_rows, p.pooled_cols};
+  conv_pool_epilogue::pool_tile<kBlockThreads>(
+      s, t, tile, [&](int64_t index, float value) { ops.out[index] = value; });
 }
 
 // Fast-path epilogue, second half: the pooled tile (store_pooled_2x2) to global
@@ -973,42 +935,19 @@ __global__ void __launch_bounds__(Mainloop::kThreads,
 }
 
 __global__ void conv_pool_direct_kernel(const ConvPoolOperands ops, const ConvPoolShape s) {
+  const auto x = [&](int64_t n, int c, int64_t h, int64_t w) {
+    return __ldg(ops.x + n * ops.x_stride[0] + c * ops.x_stride[1] + h * ops.x_stride[2] +
+                 w * ops.x_stride[3]);
+  };
+  const auto weight = [&](int k, int c, int r, int q) {
+    return __ldg(ops.weight + k * ops.weight_stride[0] + c * ops.weight_stride[1] +
+                 r * ops.weight_stride[2] + q * ops.weight_stride[3]);
+  };
+  const auto bias = [&](int k) { return ops.bias ? ops.bias[k * ops.bias_stride] : 0.f; };
   const int64_t total = s.output_elements();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t rest = i;
-    const int out_col = int(rest % s.out_width);
-    rest /= s.out_width;
-    const int out_row = int(rest % s.out_height);
-    rest /= s.out_height;
-    const int k = int(rest % s.out_channels);
-    const int64_t n = rest / s.out_channels;
-    const float bias = ops.bias ? ops.bias[k * ops.bias_stride] : 0.f;
-    const float* x = ops.x + n * ops.x_stride[0];
-    const float* w = ops.weight + k * ops.weight_stride[0];
-    const int row0 = out_row * s.pool_stride_h - s.pool_pad_h;
-    const int col0 = out_col * s.pool_stride_w - s.pool_pad_w;
-    float best = -INFINITY;
-    for (int conv_row = max(row0, 0); conv_row < min(row0 + s.pool_h, s.conv_height); ++conv_row)
-      for (int conv_col = max(col0, 0); conv_col < min(col0 + s.pool_w, s.conv_width); ++conv_col) {
-        float acc = bias;
-        for (int c = 0; c < s.in_channels; ++c)
-          for (int r = 0; r < s.kernel_h; ++r) {
-            const int h = conv_row * s.stride_h - s.pad_h + r * s.dilation_h;
-            if (h < 0 || h >= s.in_height) continue;
-            for (int q = 0; q < s.kernel_w; ++q) {
-              const int wi = conv_col * s.stride_w - s.pad_w + q * s.dilation_w;
-              if (wi < 0 || wi >= s.in_width) continue;
-              acc = fmaf(__ldg(x + c * ops.x_stride[1] + h * ops.x_stride[2] + wi * ops.x_stride[3]),
-                         __ldg(w + c * ops.weight_stride[1] + r * ops.weight_stride[2] +
-                               q * ops.weight_stride[3]),
-                         acc);
-            }
-          }
-        best = max_keeping_nan(best, acc);
-      }
-    ops.out[i] = relu_keeping_nan(best);
-  }
+       i += int64_t(gridDim.x) * blockDim.x)
+    ops.out[i] = conv_pool_epilogue::direct_pooled_output(s, i, x, weight, bias);
 }
 
 // ---------------------------------------------------------------------------

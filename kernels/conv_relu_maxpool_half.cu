@@ -46,6 +46,7 @@
 #include <cstdint>
 
 #include "conv_pool_device.cuh"
+#include "conv_pool_epilogue.cuh"
 #include "conv_relu_maxpool_half.h"
 
 namespace {
@@ -60,7 +61,10 @@ constexpr int kRowWords = kRowHalves / 2;
 constexpr int kStages = 4;
 // Epilogue tile row: 260 = 4 (mod 32): a warp's accumulator stores (8 pixels x 4 channel
 // pairs) hit 32 different banks.
-constexpr int kEpilogueRow = kTilePixels + 4;
+constexpr int kEpilogueRow = conv_pool_epilogue::kRow;
+static_assert(kTileRows == conv_pool_epilogue::kTileRows &&
+                  kTileCols == conv_pool_epilogue::kTileCols,
+              "the shared epilogue tile is the block tile");
 // pack_input's transpose tile: 32 pixels of one input row x 32 channels.
 constexpr int kPackTile = 32;
 static_assert(kTilePixels == kThreads, "the A loader gives each thread one pixel");
@@ -125,45 +129,21 @@ __device__ __forceinline__ void copy_16_bytes_async(void* smem_dst, const void* 
 template <class E>
 __global__ void __launch_bounds__(kThreads)
     conv_pool_direct16_kernel(const ConvPoolOperands ops, const ConvPoolShape s) {
+  const auto x = [&](int64_t n, int c, int64_t h, int64_t w) {
+    return E::to_float(ops.x16[n * ops.x_stride[0] + c * ops.x_stride[1] + h * ops.x_stride[2] +
+                               w * ops.x_stride[3]]);
+  };
+  const auto weight = [&](int k, int c, int r, int q) {
+    return E::to_float(ops.weight16[k * ops.weight_stride[0] + c * ops.weight_stride[1] +
+                                    r * ops.weight_stride[2] + q * ops.weight_stride[3]]);
+  };
+  const auto bias = [&](int k) {
+    return ops.bias16 ? E::to_float(ops.bias16[k * ops.bias_stride]) : 0.f;
+  };
   const int64_t total = s.output_elements();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t rest = i;
-    const int out_col = int(rest % s.out_width);
-    rest /= s.out_width;
-    const int out_row = int(rest % s.out_height);
-    rest /= s.out_height;
-    const int k = int(rest % s.out_channels);
-    const int64_t n = rest / s.out_channels;
-    const float bias = ops.bias16 ? E::to_float(ops.bias16[k * ops.bias_stride]) : 0.f;
-    const uint16_t* x = ops.x16 + n * ops.x_stride[0];
-    const uint16_t* w = ops.weight16 + k * ops.weight_stride[0];
-    const int64_t row0 = int64_t(out_row) * s.pool_stride_h - s.pool_pad_h;
-    const int64_t col0 = int64_t(out_col) * s.pool_stride_w - s.pool_pad_w;
-    float best = -INFINITY;
-    for (int64_t conv_row = max(row0, int64_t(0));
-         conv_row < min(row0 + s.pool_h, int64_t(s.conv_height)); ++conv_row)
-      for (int64_t conv_col = max(col0, int64_t(0));
-           conv_col < min(col0 + s.pool_w, int64_t(s.conv_width)); ++conv_col) {
-        float acc = bias;
-        for (int c = 0; c < s.in_channels; ++c)
-          for (int r = 0; r < s.kernel_h; ++r) {
-            const int64_t h = conv_row * s.stride_h - s.pad_h + int64_t(r) * s.dilation_h;
-            if (h < 0 || h >= s.in_height) continue;
-            for (int q = 0; q < s.kernel_w; ++q) {
-              const int64_t wi = conv_col * s.stride_w - s.pad_w + int64_t(q) * s.dilation_w;
-              if (wi < 0 || wi >= s.in_width) continue;
-              const float xv =
-                  E::to_float(x[c * ops.x_stride[1] + h * ops.x_stride[2] + wi * ops.x_stride[3]]);
-              const float wv = E::to_float(w[c * ops.weight_stride[1] + r * ops.weight_stride[2] +
-                                             q * ops.weight_stride[3]]);
-              acc = fmaf(xv, wv, acc);
-            }
-          }
-        best = max_keeping_nan(best, acc);
-      }
-    ops.out16[i] = E::from_float(relu_keeping_nan(best));
-  }
+       i += int64_t(gridDim.x) * blockDim.x)
+    ops.out16[i] = E::from_float(conv_pool_epilogue::direct_pooled_output(s, i, x, weight, bias));
 }
 
 // ---------------------------------------------------------------------------
@@ -323,20 +303,7 @@ struct Mma16Mainloop {
 
   // Accumulator (pixel, channel) + bias -> tile[channel][pixel], fp32.
   __device__ __forceinline__ void store(float* tile, const float* bias) const {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int warp_m = warp % 4, warp_n = warp / 4;
-    const int group = lane / 4, thread_in_group = lane % 4;
-#pragma unroll
-    for (int i = 0; i < kMTiles; ++i)
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-        const int pixel = warp_m * 64 + i * 16 + group;
-        const int channel = warp_n * kWarpChannels + j * 8 + 2 * thread_in_group;
-        tile[channel * kEpilogueRow + pixel] = acc[i][j][0] + bias[channel];
-        tile[(channel + 1) * kEpilogueRow + pixel] = acc[i][j][1] + bias[channel + 1];
-        tile[channel * kEpilogueRow + pixel + 8] = acc[i][j][2] + bias[channel];
-        tile[(channel + 1) * kEpilogueRow + pixel + 8] = acc[i][j][3] + bias[channel + 1];
-      }
+    conv_pool_epilogue::store_mma_accumulators<kMTiles, kNTiles, kWarpChannels>(acc, tile, bias);
   }
 };
 
@@ -430,30 +397,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   // Each pooled output: relu(max over its window's conv pixels inside the conv output).
-  const int outputs = kOutBlock * p.pooled_rows * p.pooled_cols;
-  for (int idx = threadIdx.x; idx < outputs; idx += kThreads) {
-    const int pooled_col = idx % p.pooled_cols;
-    const int rest = idx / p.pooled_cols;
-    const int pooled_row = rest % p.pooled_rows;
-    const int k = rest / p.pooled_rows;
-    const int out_row = out_row0 + pooled_row, out_col = out_col0 + pooled_col;
-    const int channel = channel0 + k;
-    if (out_row >= s.out_height || out_col >= s.out_width || channel >= s.out_channels) continue;
-    // Window rows / cols in tile coordinates, clipped to the conv output.
-    const int row_begin = max(pooled_row * s.pool_stride_h, -conv_row0);
-    const int row_end = min(pooled_row * s.pool_stride_h + s.pool_h, s.conv_height - conv_row0);
-    const int col_begin = max(pooled_col * s.pool_stride_w, -conv_col0);
-    const int col_end = min(pooled_col * s.pool_stride_w + s.pool_w, s.conv_width - conv_col0);
-    const float* plane = tile + k * kEpilogueRow;
-    float best = -INFINITY;
-    for (int r = row_begin; r < row_end; ++r)
-      for (int c = col_begin; c < col_end; ++c)
-        best = max_keeping_nan(best, plane[r * kTileCols + c]);
-    const int64_t out_index =
-        ((image * s.out_channels + channel) * s.out_height + out_row) * int64_t(s.out_width) +
-        out_col;
-    ops.out16[out_index] = E::from_float(relu_keeping_nan(best));
-  }
+  const conv_pool_epilogue::PooledTile t{image,     channel0,      out_row0,
+                                         out_col0,  conv_row0,     conv_col0,
+                                         kOutBlock, p.pooled_rows, p.pooled_cols};
+  conv_pool_epilogue::pool_tile<kThreads>(s, t, tile, [&](int64_t index, float value) {
+    ops.out16[index] = E::from_float(value);
+  });
 }
 
 // ---------------------------------------------------------------------------

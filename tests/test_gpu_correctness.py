@@ -51,6 +51,15 @@ def reference(case: ConvPoolCase, x, weight, bias):
                         case.pool_padding, 1, case.ceil_mode)
 
 
+def inject_nan_and_inf(x: torch.Tensor) -> None:
+    """A NaN, +-inf, and a +inf next to a -inf (some window sums become inf - inf = NaN)."""
+    x[0, 3, 5, 7] = float("nan")
+    x[1, 0, 10, 2] = float("inf")
+    x[1, 5, 2, 15] = float("-inf")
+    x[0, 1, 17, 17] = float("inf")
+    x[0, 2, 17, 18] = float("-inf")
+
+
 def run_op(ext, case: ConvPoolCase, x, weight, bias, config: int = -1):
     return ext.conv2d_relu_maxpool_forward(x, weight, bias, *case.op_args(), config)
 
@@ -122,11 +131,7 @@ def test_tf32_disallowed_selects_fp32_accurate_path(ext):
 def test_nan_and_inf_propagate_like_pytorch(ext, config_name, case_name):
     case = find_case(case_name)
     x, weight, bias = make_operands(case, seed=random.randrange(2**31))
-    x[0, 3, 5, 7] = float("nan")
-    x[1, 0, 10, 2] = float("inf")
-    x[1, 5, 2, 15] = float("-inf")
-    x[0, 1, 17, 17] = float("inf")
-    x[0, 2, 17, 18] = float("-inf")  # next to +inf: some sums are inf - inf = NaN
+    inject_nan_and_inf(x)
     expected = reference(case, x, weight, bias)
     assert expected.isnan().any() and expected.isinf().any()
     config = -1 if config_name == "auto" else ext.conv2d_relu_maxpool_variants()[config_name]
@@ -391,11 +396,7 @@ def test_16bit_channels_last_default_channels(ext, dtype):
 def test_16bit_nan_and_inf_propagate_like_pytorch(ext, config_name, case_name, dtype):
     case = find_case(case_name)
     x, weight, bias = make_operands_16bit(case, random.randrange(2**31), dtype)
-    x[0, 3, 5, 7] = float("nan")
-    x[1, 0, 10, 2] = float("inf")
-    x[1, 5, 2, 15] = float("-inf")
-    x[0, 1, 17, 17] = float("inf")
-    x[0, 2, 17, 18] = float("-inf")  # next to +inf: some sums are inf - inf = NaN
+    inject_nan_and_inf(x)
     expected = reference(case, x, weight, bias)
     assert expected.isnan().any() and expected.isinf().any()
     config = -1 if config_name == "auto" else ext.conv2d_relu_maxpool_variants()[config_name]
