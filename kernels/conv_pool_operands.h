@@ -1,5 +1,5 @@
 // Host-side checks on the operands that decide whether a kernel may move input rows and weight
-// rows with 16-byte copies. Shared by the launchers in conv_relu_maxpool.cu and
+// rows with vector copies. Shared by the launchers in conv_relu_maxpool.cu and
 // conv_relu_maxpool_wgmma.cu.
 #pragma once
 
@@ -7,18 +7,34 @@
 
 #include "conv_relu_maxpool.h"
 
-inline bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+inline bool aligned(const void* ptr, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
+}
+inline bool aligned16(const void* ptr) { return aligned(ptr, 16); }
 
-// 16-byte copies of input rows: unit column stride, every row start 16-byte aligned.
-inline bool vectorizable_input(const ConvPoolOperands& ops, const ConvPoolShape& s) {
+// Input rows that split into runs of 4 consecutive elements: unit column stride, every row start
+// a multiple of 4 elements from x, a width that is a multiple of 4.
+inline bool input_rows_in_runs_of_4(const ConvPoolOperands& ops, const ConvPoolShape& s) {
   return ops.x_stride[3] == 1 && ops.x_stride[2] % 4 == 0 && ops.x_stride[1] % 4 == 0 &&
-         ops.x_stride[0] % 4 == 0 && s.in_width % 4 == 0 && aligned16(ops.x);
+         ops.x_stride[0] % 4 == 0 && s.in_width % 4 == 0;
 }
 
-// 16-byte copies of weight rows: a contiguous (K, C, kH, kW) weight with C * kH * kW % 4 == 0.
-inline bool vectorizable_weights(const ConvPoolOperands& ops, const ConvPoolShape& s) {
+// 16-byte copies of float32 input rows (4 elements each).
+inline bool vectorizable_input(const ConvPoolOperands& ops, const ConvPoolShape& s) {
+  return input_rows_in_runs_of_4(ops, s) && aligned16(ops.x);
+}
+
+// 8-byte loads of float16 / bfloat16 input rows (4 elements each).
+inline bool vectorizable_input_16bit(const ConvPoolOperands& ops, const ConvPoolShape& s) {
+  return input_rows_in_runs_of_4(ops, s) && aligned(ops.x16, 8);
+}
+
+// 16-byte copies of weight rows: a contiguous (K, C, kH, kW) weight with C * kH * kW a multiple
+// of the elements in 16 bytes (4 float32, 8 float16 / bfloat16).
+inline bool vectorizable_weights(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                 int elements_per_16_bytes = 4) {
   const int64_t taps = s.taps();
   return ops.weight_stride[3] == 1 && ops.weight_stride[2] == s.kernel_w &&
          ops.weight_stride[1] == taps && ops.weight_stride[0] == s.in_channels * taps &&
-         (s.in_channels * taps) % 4 == 0 && aligned16(ops.weight);
+         (s.in_channels * taps) % elements_per_16_bytes == 0 && aligned16(ops.weight);
 }

@@ -1057,6 +1057,7 @@ extern "C" const char* conv_relu_maxpool_variant_name(int variant) {
     case kVariantSmallFp32: return "small_fp32";
     case kVariantDirect16: return "direct_16bit";
     case kVariantTiled16Mma: return "tiled_16bit_mma";
+    case kVariantTiled16Wgmma: return "tiled_16bit_wgmma";
     default: return nullptr;
   }
 }
@@ -1065,6 +1066,9 @@ extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int
                                                       const ConvPoolDevice* device) {
   if (variant == kVariantDirect16 || variant == kVariantTiled16Mma)
     return half_conv_pool_unsupported(*s, variant, *device);
+  if (variant == kVariantTiled16Wgmma)
+    return s->element == kElementFloat32 ? "needs float16 or bfloat16 input"
+                                         : wgmma_conv_pool_unsupported(*s, *device);
   if (s->element != kElementFloat32 && variant >= 0 && variant < kVariantCount)
     return "needs float32 input";
   if (variant == kVariantDirect) return nullptr;
@@ -1086,10 +1090,14 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   auto runs = [&](int variant) {
     return conv_relu_maxpool_unsupported(s, variant, device) == nullptr;
   };
-  // float16 / bfloat16: the tensor-core kernel wherever it fits, else the direct one
+  // float16 / bfloat16: on Hopper the wgmma kernel for the fast-path geometry (any channel
+  // counts: with at most 32 output channels its N = 64 blocks multiply zeros, not measured
+  // against tiled_16bit_mma), else the mma.sync kernel wherever it fits, else the direct one
   // (allow_tf32 does not apply: the products are exact in fp32 either way).
-  if (s->element != kElementFloat32)
+  if (s->element != kElementFloat32) {
+    if (runs(kVariantTiled16Wgmma)) return kVariantTiled16Wgmma;
     return runs(kVariantTiled16Mma) ? kVariantTiled16Mma : kVariantDirect16;
+  }
   // At most 16 output channels and a short reduction: tensor-core tiles would multiply mostly
   // padding; the CUDA-core kernel computes every channel of a window per thread, in fp32.
   if (runs(kVariantSmallFp32)) return kVariantSmallFp32;
@@ -1114,7 +1122,12 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
 
 extern "C" int64_t conv_relu_maxpool_workspace_bytes(const ConvPoolShape* s, int variant) {
   if (variant == kVariantTiled16Mma) return half_conv_pool_workspace_bytes(*s, variant);
-  return variant == kVariantTiledTf32Wgmma ? wgmma_conv_pool_workspace_bytes(*s) : 0;
+  // Each wgmma variant only for its own element types (the launcher never pairs them else).
+  const bool float32 = s->element == kElementFloat32;
+  if ((variant == kVariantTiledTf32Wgmma && float32) ||
+      (variant == kVariantTiled16Wgmma && !float32))
+    return wgmma_conv_pool_workspace_bytes(*s);
+  return 0;
 }
 
 extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
@@ -1123,7 +1136,8 @@ extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
                                                 cudaStream_t stream) {
   if (variant == kVariantDirect16 || variant == kVariantTiled16Mma)
     return half_conv_pool_launch(*ops, *s, variant, stream);
-  if (variant == kVariantTiledTf32Wgmma) return wgmma_conv_pool_launch(*ops, *s, *device, stream);
+  if (variant == kVariantTiledTf32Wgmma || variant == kVariantTiled16Wgmma)
+    return wgmma_conv_pool_launch(*ops, *s, *device, stream);
   if (variant == kVariantSmallFp32) return small_conv_pool_launch(*ops, *s, stream);
   if (variant == kVariantDirect) {
     const int64_t blocks = (s->output_elements() + kThreads - 1) / kThreads;

@@ -23,7 +23,8 @@ enum ConvPoolVariant : int {
   // float16 / bfloat16 inputs (conv_relu_maxpool_half.cu); the variants above take float32 only.
   kVariantDirect16 = 8,      // one thread per pooled output, fp32 accumulation, any shape
   kVariantTiled16Mma = 9,    // implicit GEMM, mma.sync m16n8k16 f16/bf16, fp32 accumulation
-  kVariantCount = 10,
+  kVariantTiled16Wgmma = 10, // as 6 with f16/bf16 operands (wgmma m64nNk16): 3x3 / 2x2 only
+  kVariantCount = 11,
 };
 
 // What the choice of variant needs to know about the GPU (the binding fills it per device).
@@ -61,13 +62,13 @@ struct ConvPoolOperands {
   int64_t bias_stride;
   union { float* out; uint16_t* out16; };
   // Device scratch of conv_relu_maxpool_workspace_bytes() bytes, 16-byte aligned (nullptr
-  // when that is 0): the wgmma variant re-lays the weights out there, tiled_16bit_mma the
+  // when that is 0): the wgmma variants re-lay the weights out there, tiled_16bit_mma the
   // weights and (unless x already is channels-last) the input.
   float* workspace;
 };
 
-// Bytes of device scratch `variant` needs for `shape` (0 for all but the wgmma and the
-// tiled_16bit_mma variants).
+// Bytes of device scratch `variant` needs for `shape` (0 for all but the two wgmma variants and
+// tiled_16bit_mma).
 int64_t conv_relu_maxpool_workspace_bytes(const ConvPoolShape* shape, int variant);
 
 // Launches `variant` (not kVariantAuto) on `stream`; returns the launch's error code.

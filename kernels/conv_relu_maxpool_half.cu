@@ -38,13 +38,12 @@
 //   C/D (16 x 8, fp32):     c0, c1 = (row g, cols 2t, 2t+1), c2, c3 = (row g + 8, same cols)
 // With A rows = pixels and K = channels stored contiguously per pixel, every A or B register is
 // one aligned 32-bit shared-memory load.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 
+#include "conv_pool_16bit.cuh"
 #include "conv_pool_device.cuh"
 #include "conv_pool_epilogue.cuh"
 #include "conv_relu_maxpool_half.h"
@@ -68,29 +67,6 @@ static_assert(kTileRows == conv_pool_epilogue::kTileRows &&
 // pack_input's transpose tile: 32 pixels of one input row x 32 channels.
 constexpr int kPackTile = 32;
 static_assert(kTilePixels == kThreads, "the A loader gives each thread one pixel");
-
-// ---------------------------------------------------------------------------
-// Element types.
-
-struct Float16 {
-  using T = __half;
-  static __device__ __forceinline__ float to_float(uint16_t bits) {
-    return __half2float(__ushort_as_half(bits));
-  }
-  static __device__ __forceinline__ uint16_t from_float(float v) {
-    return __half_as_ushort(__float2half_rn(v));
-  }
-};
-
-struct BFloat16 {
-  using T = __nv_bfloat16;
-  static __device__ __forceinline__ float to_float(uint16_t bits) {
-    return __bfloat162float(__ushort_as_bfloat16(bits));
-  }
-  static __device__ __forceinline__ uint16_t from_float(float v) {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-  }
-};
 
 // D += A * B, m16n8k16, 16-bit inputs (two per register), fp32 accumulators.
 template <class E>

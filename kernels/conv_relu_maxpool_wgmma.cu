@@ -1,16 +1,25 @@
 // Fused Conv2d -> ReLU -> MaxPool2d on Hopper's asynchronous warpgroup tensor-core
-// instructions (wgmma, sm_90a), TF32 inputs, fp32 accumulation: variant `tiled_tf32_wgmma`.
+// instructions (wgmma, sm_90a), fp32 accumulation. One kernel template, two variants:
+//   tiled_tf32_wgmma   float32 tensors, TF32 operands (m64nNk8 .tf32);
+//   tiled_16bit_wgmma  float16 / bfloat16 tensors, 16-bit operands (m64nNk16 .f16 / .bf16), the
+//                      result rounded to the 16-bit type once, at the store.
+// What differs between them lives in an operand-traits type (Tf32Operands, HalfOperands<E>):
+// the element type, the channels per chunk, the weight packing, the halo loads, the instruction
+// and the bias / output conversions. Everything else is shared.
 //
 // Covers the fast-path geometry (fast_path_applies: 3x3 / stride 1 / dilation 1 convolution with
 // any padding, 2x2 / stride 2 max-pool inside the conv output); the other variants in
-// conv_relu_maxpool.cu cover everything else.
+// conv_relu_maxpool.cu and conv_relu_maxpool_half.cu cover everything else.
 //
 // Implicit GEMM per block tile: M = 256 conv pixels, N = 128 output channels, K = input channels
-// x 9 taps, consumed in chunks of 8 channels. Both operands are read by the tensor cores straight
-// from shared memory through wgmma matrix descriptors (no swizzle), so the staged layouts are
-// "K-major" (the 4 channels of a pixel or of a weight row side by side, 16 bytes):
-//   input halo   [channel quad 2][halo row][halo col][4 channels]
-//   weights      [tap 9][channel quad 2][out channel 128][4 channels]
+// x 9 taps, consumed in chunks of 8 (TF32) or 16 (16-bit) channels: one wgmma K per tap. Both
+// operands are read by the tensor cores straight from shared memory through wgmma matrix
+// descriptors (no swizzle), so the staged layouts are "K-major": the channels of a pixel or of a
+// weight row side by side in 16-byte units, a "channel slice" of 4 fp32 or 8 16-bit channels.
+// A chunk is two slices (the two core matrices of one wgmma's K), so the staged bytes are the
+// same for both element types:
+//   input halo   [channel slice 2][halo row][halo col][16 bytes]
+//   weights      [tap 9][channel slice 2][out channel 128][16 bytes]
 // A wgmma core matrix is 8 rows x 16 bytes. For the weights the 8 rows are 8 output channels
 // (contiguous). For the input they are 8 consecutive pixels of one conv row, which are 8
 // consecutive 16-byte halo columns wherever the row starts; so one M = 64 operand is an 8 x 8
@@ -21,18 +30,21 @@
 // block writes its share of a scratch copy in exactly the staged layout, chunk after chunk, and
 // a grid-wide barrier (cooperative launch) follows; from then on a chunk's weights are one
 // contiguous 36 KB block that moves with coalesced 16-byte cp.async copies. The input halo is
-// transposed on the way in: each thread loads its 4 channels x 4 columns with 16-byte global
-// loads two steps ahead and writes them to shared memory, as 4 pixels x 4 channels, one step
-// ahead. Three shared stages.
+// transposed on the way in: each thread loads one slice's channels x 4 columns two steps ahead
+// (TF32: 4 channels as 16-byte row loads; 16-bit: 8 channels as 8-byte row loads, so the halo's
+// geometry, its thread mapping and the 16 staging registers stay those of the TF32 kernel) and
+// writes them to shared memory, as 4 pixels x one slice, one step ahead. Three shared stages.
 //
 // Block: 2 warpgroups; the tile is four 8 x 8 pixel squares (8 x 32 or 16 x 16 conv pixels,
-// whichever wastes less of the output), two per warpgroup, each a m64nNk8 wgmma per tap, N = 128
-// output channels (64 when the layer has no more): 128 (64) accumulators per thread.
+// whichever wastes less of the output), two per warpgroup, each one wgmma per tap, N = 128
+// output channels (64 when the layer has no more): 128 (64) fp32 accumulators per thread; their
+// layout is the same for k8 TF32 and k16 16-bit wgmmas.
 // Persistent: the grid is as many blocks as fit at once and each block walks its tiles' chunks
 // as one flat sequence, so the next tile's first chunks load under the current tile's last
 // ones. Epilogue per tile: wgmma accumulator rows are pixels, so the 2 x 2 pool is a max of two
 // registers and one shuffle (lane ^ 4) into shared memory, then out coalesced, with bias and
-// ReLU applied after the max.
+// ReLU applied after the max (and, for 16-bit outputs, the one rounding: rounding is monotonic,
+// so the rounded maximum is the maximum of the rounded values).
 #include <cuda_runtime.h>
 
 #include <cooperative_groups.h>
@@ -41,6 +53,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "conv_pool_16bit.cuh"
 #include "conv_pool_device.cuh"
 #include "conv_pool_operands.h"
 #include "conv_relu_maxpool_wgmma.h"
@@ -48,30 +61,32 @@
 namespace {
 
 constexpr int kThreads = 256;  // two warpgroups
-constexpr int kChunk = 8;       // input channels per stage = K of one wgmma
 constexpr int kTaps = 9;
 constexpr int kStages = 3;
-constexpr int kQuadBytes = 16;  // 4 channels of one pixel or weight row
+constexpr int kSliceBytes = 16;  // one channel slice of one pixel or weight row
 
-template <int kTileRowsT, int kTileColsT, int kNT>
+template <class OperandsT, int kTileRowsT, int kTileColsT, int kNT>
 struct WgmmaTile {
+  using Operands = OperandsT;             // Tf32Operands or HalfOperands<E>
   static constexpr int kTileRows = kTileRowsT, kTileCols = kTileColsT;
   static constexpr int kN = kNT;          // output channels per block = N of every wgmma
   static constexpr int kAccs = kN / 2;    // accumulators per thread per 8 x 8 pixel square
   static constexpr int kSquareCols = kTileCols / 8;  // 8 x 8 pixel squares per tile row
   static_assert((kTileRows / 8) * kSquareCols == 4, "four 8 x 8 squares, two per warpgroup");
   // Staged halo: the input rows/cols the tile's 3x3 windows read; each row starts at the
-  // 16-byte aligned column at or left of the first one (col_shift 0..3 extra columns).
+  // 4-column aligned column at or left of the first one (col_shift 0..3 extra columns), so
+  // that 4 columns of one channel are one 16-byte (fp32) or 8-byte (16-bit) load.
   static constexpr int kHaloRows = kTileRows + 2;
   static constexpr int kHaloCols = (kTileCols + 2 + 3 + 3) / 4 * 4;
   static constexpr int kHaloVectors = kHaloCols / 4;
-  static constexpr int kHaloUnits = 2 * kHaloRows * kHaloVectors;  // (quad, row, vector)
+  static constexpr int kHaloUnits = 2 * kHaloRows * kHaloVectors;  // (slice, row, vector)
   static_assert(kHaloUnits <= kThreads, "one halo unit per thread");
-  static constexpr int kQuadPlaneBytes = kHaloRows * kHaloCols * kQuadBytes;
-  static constexpr int kHaloBytes = 2 * kQuadPlaneBytes;
-  static constexpr int kWeightTapBytes = 2 * kN * kQuadBytes;
-  // One chunk's weights in the staged layout: [tap][channel quad][out channel][4 channels].
-  static constexpr int kWeightChunkFloats = kTaps * 2 * kN * 4;
+  static constexpr int kSlicePlaneBytes = kHaloRows * kHaloCols * kSliceBytes;
+  static constexpr int kHaloBytes = 2 * kSlicePlaneBytes;
+  static constexpr int kWeightTapBytes = 2 * kN * kSliceBytes;
+  // One chunk's weights in the staged layout, [tap][channel slice][out channel][16 bytes], in
+  // 4-byte words (the workspace's unit).
+  static constexpr int kWeightChunkWords = kTaps * 2 * kN * 4;
   static constexpr int kWeightChunkBytes = kTaps * kWeightTapBytes;
   static constexpr int kStageBytes = kHaloBytes + kWeightChunkBytes;
   static constexpr int kPooledRows = kTileRows / 2, kPooledCols = kTileCols / 2;
@@ -82,23 +97,25 @@ struct WgmmaTile {
   static constexpr int kSmemBytes = kPipelineBytes + kPooledBytes + kN * 4;  // + bias
   // N = 64 on the 8 x 32 tile fits two blocks per SM (<= 128 registers, 109 KB of shared
   // memory each): one block's epilogue then overlaps the other's wgmmas. (The 16 x 16 tile's
-  // halo indexing needs a few more registers than 128.)
-  static constexpr int kMinBlocksPerSm = (kN == 64 && kTileRows == 8) ? 2 : 1;
+  // halo indexing needs a few more registers than 128, and so does the 16-bit halo loader's
+  // strided fallback: 32 scalar loads in flight, which spilled at 128.)
+  static constexpr int kMinBlocksPerSm =
+      (kN == 64 && kTileRows == 8 && Operands::kChunk == 8) ? 2 : 1;
 };
 
 // 8 x 32 conv pixels for wide images (the default problem, VGG blocks 2-3), 16 x 16 for small
 // ones (VGG block 5: 14 x 14); 128 output channels per block, or 64 when there are no more.
-template <int kN>
-using WideTile = WgmmaTile<8, 32, kN>;
-template <int kN>
-using SquareTile = WgmmaTile<16, 16, kN>;
+template <class Operands, int kN>
+using WideTile = WgmmaTile<Operands, 8, 32, kN>;
+template <class Operands, int kN>
+using SquareTile = WgmmaTile<Operands, 16, 16, kN>;
 
 struct WgmmaPlan {
   int tiles_h, tiles_w, channel_blocks, chunks;
   int tiles;  // < 2^30 / chunks (checked on the host), so steps fit in 32 bits too
-  bool vector_input;    // 16-byte loads of input rows
+  bool vector_input;    // 4-column loads of input rows (16 bytes fp32, 8 bytes 16-bit)
   bool vector_weights;  // 16-byte loads of weight rows
-  float* packed;        // the workspace: [channel block][chunk] x Tile::kWeightChunkFloats
+  float* packed;        // the workspace: [channel block][chunk] x Tile::kWeightChunkWords
 };
 
 // Where one tile sits.
@@ -168,173 +185,343 @@ __device__ __forceinline__ void fence_registers(float (&d)[kCount]) {
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// D (64 x N, fp32) += A (64 x 8, TF32, smem) * B (8 x N, TF32, smem), N = 128 or 64. Thread t
-// of the warpgroup holds rows 16 * (t / 32) + (t % 32) / 4 (+ 8) and columns 8 j + 2 (t % 4)
-// (+ 1). accumulate = false ignores D's old value (D = A * B).
-__device__ __forceinline__ void wgmma_tf32(float (&d)[64], uint64_t a, uint64_t b,
-                                           bool accumulate) {
+// D (64 x N, fp32) += A (64 x K, smem) * B (K x N, smem), N = 128 (64 accumulators per thread)
+// or 64 (32), K = 8 TF32 or 16 16-bit elements: 32 bytes of K either way, two core matrices.
+// Thread t of the warpgroup holds rows 16 * (t / 32) + (t % 32) / 4 (+ 8) and columns
+// 8 j + 2 (t % 4) (+ 1), for every K. accumulate = false ignores D's old value (D = A * B).
+// The operands after the descriptors: scale-d (the predicate), imm-scale-a, imm-scale-b (1: no
+// negation) and, for .f16 / .bf16 only, imm-trans-a, imm-trans-b (0: K-major, no transpose).
+#define WGMMA_N128_ASM(INSTRUCTION, IMMEDIATES)             \
+  asm volatile(                                             \
+      "{\n"                                                 \
+      ".reg .pred p;\n"                                     \
+      "setp.ne.b32 p, %66, 0;\n"                            \
+      INSTRUCTION " "                                       \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, "                   \
+      "%8, %9, %10, %11, %12, %13, %14, %15, "              \
+      "%16, %17, %18, %19, %20, %21, %22, %23, "            \
+      "%24, %25, %26, %27, %28, %29, %30, %31, "            \
+      "%32, %33, %34, %35, %36, %37, %38, %39, "            \
+      "%40, %41, %42, %43, %44, %45, %46, %47, "            \
+      "%48, %49, %50, %51, %52, %53, %54, %55, "            \
+      "%56, %57, %58, %59, %60, %61, %62, %63}, "           \
+      "%64, %65, p, " IMMEDIATES ";\n"                      \
+      "}\n"                                                 \
+      :                                                     \
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),     \
+        "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),     \
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),   \
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), \
+        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), \
+        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), \
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), \
+        "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), \
+        "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])  \
+      : "l"(a), "l"(b), "r"(int(accumulate)))
+
+#define WGMMA_N64_ASM(INSTRUCTION, IMMEDIATES)              \
+  asm volatile(                                             \
+      "{\n"                                                 \
+      ".reg .pred p;\n"                                     \
+      "setp.ne.b32 p, %34, 0;\n"                            \
+      INSTRUCTION " "                                       \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, "                   \
+      "%8, %9, %10, %11, %12, %13, %14, %15, "              \
+      "%16, %17, %18, %19, %20, %21, %22, %23, "            \
+      "%24, %25, %26, %27, %28, %29, %30, %31}, "           \
+      "%32, %33, p, " IMMEDIATES ";\n"                      \
+      "}\n"                                                 \
+      :                                                     \
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),     \
+        "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),     \
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),   \
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), \
+        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])  \
+      : "l"(a), "l"(b), "r"(int(accumulate)))
+
+// ---------------------------------------------------------------------------
+// Operand traits: what the TF32 and the 16-bit kernels do differently.
+//   Element        x, weight, bias and out in global memory (float, or the raw 16-bit word)
+//   kChunk         input channels per stage = K of one wgmma = 2 slices
+//   kSliceChannels channels per 16-byte slice
+//   RowVector      4 consecutive columns of one channel (one halo load)
+//   Pixel          one staged 16-byte slice of a pixel or a weight row
+
+struct Tf32Operands {
+  using Element = float;
+  static constexpr int kChunk = 8;
+  static constexpr int kSliceChannels = 4;
+  using RowVector = float4;
+  using Pixel = float4;
+
+  static bool vector_input(const ConvPoolOperands& ops, const ConvPoolShape& s) {
+    return vectorizable_input(ops, s);
+  }
+  static __device__ __forceinline__ const float* input(const ConvPoolOperands& ops) {
+    return ops.x;
+  }
+  static __device__ __forceinline__ const float* weight(const ConvPoolOperands& ops) {
+    return ops.weight;
+  }
+  static __device__ __forceinline__ float* output(const ConvPoolOperands& ops) { return ops.out; }
+  static __device__ __forceinline__ float bias(const ConvPoolOperands& ops, int channel) {
+    return __ldg(ops.bias + int64_t(channel) * ops.bias_stride);
+  }
+  static __device__ __forceinline__ float to_output(float v) { return v; }
+  static __device__ __forceinline__ float load(const float* p) { return __ldg(p); }
+  static __device__ __forceinline__ float4 load_row(const float* p) {
+    return __ldg(reinterpret_cast<const float4*>(p));
+  }
+  static __device__ __forceinline__ float4 zero_row() { return make_float4(0.f, 0.f, 0.f, 0.f); }
+  static __device__ __forceinline__ float4 make_row(const float (&v)[4]) {
+    return make_float4(v[0], v[1], v[2], v[3]);
+  }
+  // pack_weights' row: element f (= channel i * 9 + tap) of a weight row's slice is word f.
+  static __device__ __forceinline__ void put(uint32_t (&row)[36], int f, float v) {
+    row[f] = __float_as_uint(v);
+  }
+  // The slice's channels under `tap` -> the tap's staged 16 bytes.
+  static __device__ __forceinline__ float4 weight_slice(const uint32_t (&row)[36], int tap) {
+    return make_float4(__uint_as_float(row[tap]), __uint_as_float(row[9 + tap]),
+                       __uint_as_float(row[18 + tap]), __uint_as_float(row[27 + tap]));
+  }
+  // 4 channels x 4 columns (one row vector per channel) -> 4 pixels x 4 channels at dst.
+  static __device__ __forceinline__ void store_pixels(const float4 (&c)[4], float4* dst) {
+    dst[0] = make_float4(c[0].x, c[1].x, c[2].x, c[3].x);
+    dst[1] = make_float4(c[0].y, c[1].y, c[2].y, c[3].y);
+    dst[2] = make_float4(c[0].z, c[1].z, c[2].z, c[3].z);
+    dst[3] = make_float4(c[0].w, c[1].w, c[2].w, c[3].w);
+  }
+  static __device__ __forceinline__ void mma(float (&d)[64], uint64_t a, uint64_t b,
+                                             bool accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, "
-      "%8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, "
-      "%24, %25, %26, %27, %28, %29, %30, %31, "
-      "%32, %33, %34, %35, %36, %37, %38, %39, "
-      "%40, %41, %42, %43, %44, %45, %46, %47, "
-      "%48, %49, %50, %51, %52, %53, %54, %55, "
-      "%56, %57, %58, %59, %60, %61, %62, %63}, "
-      "%64, %65, p, 1, 1;\n"
-      "}\n"
-      :
-        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
-        "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
-        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]),
-        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]),
-        "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-        "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(a), "l"(b), "r"(int(accumulate)));
+    WGMMA_N128_ASM("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", "1, 1");
 #endif
+  }
+  static __device__ __forceinline__ void mma(float (&d)[32], uint64_t a, uint64_t b,
+                                             bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    WGMMA_N64_ASM("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", "1, 1");
+#endif
+  }
+};
+
+// m64nNk16 with fp32 accumulators, 16-bit operands of type E (Float16 or BFloat16).
+template <class E>
+struct Wgmma16;
+
+template <>
+struct Wgmma16<Float16> {
+  static __device__ __forceinline__ void mma(float (&d)[64], uint64_t a, uint64_t b,
+                                             bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    WGMMA_N128_ASM("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", "1, 1, 0, 0");
+#endif
+  }
+  static __device__ __forceinline__ void mma(float (&d)[32], uint64_t a, uint64_t b,
+                                             bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    WGMMA_N64_ASM("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", "1, 1, 0, 0");
+#endif
+  }
+};
+
+template <>
+struct Wgmma16<BFloat16> {
+  static __device__ __forceinline__ void mma(float (&d)[64], uint64_t a, uint64_t b,
+                                             bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    WGMMA_N128_ASM("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "1, 1, 0, 0");
+#endif
+  }
+  static __device__ __forceinline__ void mma(float (&d)[32], uint64_t a, uint64_t b,
+                                             bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    WGMMA_N64_ASM("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", "1, 1, 0, 0");
+#endif
+  }
+};
+
+// Two 16-bit values in one 32-bit word, `low` at the lower address (little endian).
+__device__ __forceinline__ uint32_t pair(uint16_t low, uint16_t high) {
+  return uint32_t(low) | (uint32_t(high) << 16);
 }
 
-__device__ __forceinline__ void wgmma_tf32(float (&d)[32], uint64_t a, uint64_t b,
-                                           bool accumulate) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, "
-      "%8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, "
-      "%24, %25, %26, %27, %28, %29, %30, %31}, "
-      "%32, %33, p, 1, 1;\n"
-      "}\n"
-      :
-        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),
-        "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
-        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(a), "l"(b), "r"(int(accumulate)));
-#endif
-}
+template <class E>
+struct HalfOperands : Wgmma16<E> {
+  using Element = uint16_t;
+  static constexpr int kChunk = 16;
+  static constexpr int kSliceChannels = 8;
+  using RowVector = uint2;  // columns 0, 1 in x (low, high half), 2, 3 in y
+  using Pixel = uint4;      // channels 2i, 2i + 1 in word i (low, high half)
+
+  static bool vector_input(const ConvPoolOperands& ops, const ConvPoolShape& s) {
+    return vectorizable_input_16bit(ops, s);
+  }
+  static __device__ __forceinline__ const uint16_t* input(const ConvPoolOperands& ops) {
+    return ops.x16;
+  }
+  static __device__ __forceinline__ const uint16_t* weight(const ConvPoolOperands& ops) {
+    return ops.weight16;
+  }
+  static __device__ __forceinline__ uint16_t* output(const ConvPoolOperands& ops) {
+    return ops.out16;
+  }
+  static __device__ __forceinline__ float bias(const ConvPoolOperands& ops, int channel) {
+    return E::to_float(__ldg(ops.bias16 + int64_t(channel) * ops.bias_stride));
+  }
+  static __device__ __forceinline__ uint16_t to_output(float v) { return E::from_float(v); }
+  static __device__ __forceinline__ uint16_t load(const uint16_t* p) { return __ldg(p); }
+  static __device__ __forceinline__ uint2 load_row(const uint16_t* p) {
+    return __ldg(reinterpret_cast<const uint2*>(p));
+  }
+  static __device__ __forceinline__ uint2 zero_row() { return make_uint2(0u, 0u); }  // +0.0
+  static __device__ __forceinline__ uint2 make_row(const uint16_t (&v)[4]) {
+    return make_uint2(pair(v[0], v[1]), pair(v[2], v[3]));
+  }
+  // pack_weights' row: element f (= channel i * 9 + tap) is half f % 2 of word f / 2, as in
+  // memory. Called for f = 0, 1, 2, ... in order.
+  static __device__ __forceinline__ void put(uint32_t (&row)[36], int f, uint16_t v) {
+    row[f / 2] = f % 2 == 0 ? uint32_t(v) : row[f / 2] | (uint32_t(v) << 16);
+  }
+  // The slice's channels under `tap` -> the tap's staged 16 bytes: word j pairs channels 2 j
+  // and 2 j + 1, elements f = 18 j + tap and f + 9 (opposite halves of their words).
+  static __device__ __forceinline__ uint4 weight_slice(const uint32_t (&row)[36], int tap) {
+    uint32_t word[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int f = 18 * j + tap;
+      // __byte_perm selectors: low half of the first word + high half of the second, or the
+      // high half of the first + the low half of the second.
+      word[j] = __byte_perm(row[f / 2], row[(f + 9) / 2], f % 2 == 0 ? 0x7610 : 0x5432);
+    }
+    return make_uint4(word[0], word[1], word[2], word[3]);
+  }
+  // 8 channels x 4 columns -> 4 pixels x 8 channels at dst. Pixel j's word i pairs column j of
+  // channels 2i and 2i + 1: the low (j even) or high (j odd) halves of the x (j < 2) or y words.
+  static __device__ __forceinline__ void store_pixels(const uint2 (&c)[8], uint4* dst) {
+    constexpr uint32_t kLowHalves = 0x5410, kHighHalves = 0x7632;  // __byte_perm selectors
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t selector = j % 2 == 0 ? kLowHalves : kHighHalves;
+      uint32_t word[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        word[i] = j < 2 ? __byte_perm(c[2 * i].x, c[2 * i + 1].x, selector)
+                        : __byte_perm(c[2 * i].y, c[2 * i + 1].y, selector);
+      dst[j] = make_uint4(word[0], word[1], word[2], word[3]);
+    }
+  }
+};
 
 // ---------------------------------------------------------------------------
 // Loading one chunk: global -> registers (load), registers -> shared (store).
 
-// Weights -> workspace, once per launch. Work item = (channel block, chunk, channel quad, out
-// channel): 36 consecutive floats of one weight row (4 channels x 9 taps) in, one 16-byte
-// vector per tap out; consecutive threads write consecutive vectors.
+// Weights -> workspace, once per launch. Work item = (channel block, chunk, channel slice, out
+// channel): one weight row's slice channels x 9 taps (36 fp32 or 72 16-bit values) in, one
+// 16-byte vector per tap out; consecutive threads write consecutive vectors.
 template <class Tile>
 __device__ __forceinline__ void pack_weights(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                              const WgmmaPlan& p) {
+  using Operands = typename Tile::Operands;
+  using Element = typename Operands::Element;
   constexpr int kN = Tile::kN;
+  constexpr int kSliceChannels = Operands::kSliceChannels;
+  constexpr int kRowElements = kSliceChannels * 9;  // 36 fp32 or 72 16-bit: 144 bytes
   const int items = p.channel_blocks * p.chunks * 2 * kN;
   for (int item = blockIdx.x * kThreads + threadIdx.x; item < items; item += gridDim.x * kThreads) {
     const int n = item % kN;
-    const int quad = (item / kN) % 2;
+    const int slice = (item / kN) % 2;
     const int block_chunk = item / (2 * kN);  // channel block * chunks + chunk
     const int chunk = block_chunk % p.chunks;
     const int k = (block_chunk / p.chunks) * kN + n;
-    const int c = chunk * kChunk + 4 * quad;
-    const int valid_floats =
-        k < s.out_channels ? std::min(std::max(s.in_channels - c, 0), 4) * 9 : 0;
-    float w[36];
+    const int c = chunk * Operands::kChunk + kSliceChannels * slice;
+    const int valid_channels =
+        k < s.out_channels ? std::min(std::max(s.in_channels - c, 0), kSliceChannels) : 0;
+    // Element i * 9 + tap (channel c + i under tap) of the row, in memory order, as 36 words.
+    uint32_t row[36];
     if (p.vector_weights) {
-      // Contiguous (K, C, 3, 3) with C * 9 % 4 == 0, so C % 4 == 0: the 36 floats start
-      // 16-byte aligned and are all valid or all past the last channel (0 or 36).
-      const float4* src =
-          reinterpret_cast<const float4*>(ops.weight + (int64_t(k) * s.in_channels + c) * 9);
+      // Contiguous (K, C, 3, 3) with C * 9 a multiple of kSliceChannels, so C is one too: the
+      // row's values start 16-byte aligned and are all valid or all past the last channel.
+      const uint4* src = reinterpret_cast<const uint4*>(Operands::weight(ops) +
+                                                        (int64_t(k) * s.in_channels + c) * 9);
 #pragma unroll
       for (int v = 0; v < 9; ++v) {
-        const float4 f = 4 * v < valid_floats ? __ldg(src + v) : make_float4(0.f, 0.f, 0.f, 0.f);
-        w[4 * v] = f.x;
-        w[4 * v + 1] = f.y;
-        w[4 * v + 2] = f.z;
-        w[4 * v + 3] = f.w;
+        const uint4 u = valid_channels > 0 ? __ldg(src + v) : make_uint4(0u, 0u, 0u, 0u);
+        row[4 * v] = u.x;
+        row[4 * v + 1] = u.y;
+        row[4 * v + 2] = u.z;
+        row[4 * v + 3] = u.w;
       }
     } else {
-      const float* src = ops.weight + int64_t(k) * ops.weight_stride[0];
+      const Element* src = Operands::weight(ops) + int64_t(k) * ops.weight_stride[0];
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int tap = 0; tap < 9; ++tap)
-          w[i * 9 + tap] = i * 9 < valid_floats
-                               ? __ldg(src + int64_t(c + i) * ops.weight_stride[1] +
-                                       (tap / 3) * ops.weight_stride[2] +
-                                       (tap % 3) * ops.weight_stride[3])
-                               : 0.f;
+      for (int f = 0; f < kRowElements; ++f) {
+        const int i = f / 9, tap = f % 9;
+        Operands::put(row, f,
+                      i < valid_channels
+                          ? Operands::load(src + int64_t(c + i) * ops.weight_stride[1] +
+                                           (tap / 3) * ops.weight_stride[2] +
+                                           (tap % 3) * ops.weight_stride[3])
+                          : Element(0));
+      }
     }
-    float4* dst =
-        reinterpret_cast<float4*>(p.packed) + int64_t(block_chunk) * (Tile::kWeightChunkFloats / 4);
+    using Pixel = typename Operands::Pixel;
+    Pixel* dst = reinterpret_cast<Pixel*>(p.packed) +
+                 int64_t(block_chunk) * (Tile::kWeightChunkWords / 4);
 #pragma unroll
     for (int tap = 0; tap < 9; ++tap)
-      dst[(tap * 2 + quad) * kN + n] =
-          make_float4(w[tap], w[9 + tap], w[18 + tap], w[27 + tap]);
+      dst[(tap * 2 + slice) * kN + n] = Operands::weight_slice(row, tap);
   }
 }
 
-// The input halo of one chunk, one (channel quad, halo row, 4-column vector) unit per thread:
-// 4 channels x 4 columns, loaded as 4 row vectors, stored as 4 pixel vectors.
+// The input halo of one chunk, one (channel slice, halo row, 4-column vector) unit per thread:
+// the slice's channels x 4 columns, loaded as one row vector per channel, stored as 4 pixels.
+template <class Operands>
 struct HaloUnit {
-  float4 channel[4];
+  typename Operands::RowVector channel[Operands::kSliceChannels];
 };
-
-// dst: the unit's first pixel in the stage.
-__device__ __forceinline__ void store_halo(const HaloUnit& unit, float4* dst) {
-  const float4* c = unit.channel;
-  dst[0] = make_float4(c[0].x, c[1].x, c[2].x, c[3].x);
-  dst[1] = make_float4(c[0].y, c[1].y, c[2].y, c[3].y);
-  dst[2] = make_float4(c[0].z, c[1].z, c[2].z, c[3].z);
-  dst[3] = make_float4(c[0].w, c[1].w, c[2].w, c[3].w);
-}
 
 // Where one step's loads come from, for this thread, advanced one step at a time: pointer
 // increments inside a tile, the tile's geometry (integer divisions) only when a tile starts.
 template <class Tile>
 struct StepLoader {
+  using Operands = typename Tile::Operands;
+  using Element = typename Operands::Element;
   int unit;           // this thread's halo unit, or -1: threads past kHaloUnits load
                        // weights only
   int halo_offset;     // the unit's first pixel's 16-byte slot in a stage
   int tile, chunk;     // the step being loaded
   int h, w0;           // input row and first column of the unit
   int channel;         // input channel of the unit's first row vector
-  const float* halo;   // (channel, h, w0)
+  const Element* halo;   // (channel, h, w0)
   const float* weights;  // the chunk's packed weights
 
   __device__ __forceinline__ StepLoader(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                         const WgmmaPlan& p) {
     unit = threadIdx.x < Tile::kHaloUnits ? int(threadIdx.x) : -1;
-    int quad, row, vec;
-    unit_coords(quad, row, vec);
-    halo_offset = (quad * Tile::kHaloRows + row) * Tile::kHaloCols + 4 * vec;
+    int slice, row, vec;
+    unit_coords(slice, row, vec);
+    halo_offset = (slice * Tile::kHaloRows + row) * Tile::kHaloCols + 4 * vec;
     tile = blockIdx.x;
     start_tile(ops, s, p);
   }
 
-  // (channel quad, halo row, 4-column vector) of the unit (of unit 0 for threads without one).
-  __device__ __forceinline__ void unit_coords(int& quad, int& row, int& vec) const {
+  // (channel slice, halo row, 4-column vector) of the unit (of unit 0 for threads without one).
+  __device__ __forceinline__ void unit_coords(int& slice, int& row, int& vec) const {
     const int u = max(unit, 0);
-    quad = u / (Tile::kHaloRows * Tile::kHaloVectors);
-    const int rest = u - quad * (Tile::kHaloRows * Tile::kHaloVectors);
+    slice = u / (Tile::kHaloRows * Tile::kHaloVectors);
+    const int rest = u - slice * (Tile::kHaloRows * Tile::kHaloVectors);
     row = rest / Tile::kHaloVectors;
     vec = rest - row * Tile::kHaloVectors;
   }
@@ -342,23 +529,23 @@ struct StepLoader {
   __device__ __forceinline__ void start_tile(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                              const WgmmaPlan& p) {
     chunk = 0;
-    int quad, row, vec;
-    unit_coords(quad, row, vec);
+    int slice, row, vec;
+    unit_coords(slice, row, vec);
     const TileOrigin o = tile_origin<Tile>(s, p, tile);
     h = o.in_row0 + row;
     w0 = o.staged_col0 + 4 * vec;
-    channel = 4 * quad;
-    halo = ops.x + o.image * ops.x_stride[0] + int64_t(channel) * ops.x_stride[1] +
+    channel = Operands::kSliceChannels * slice;
+    halo = Operands::input(ops) + o.image * ops.x_stride[0] + int64_t(channel) * ops.x_stride[1] +
            int64_t(h) * ops.x_stride[2] + int64_t(w0) * ops.x_stride[3];
-    weights = p.packed + int64_t(o.channel0 / Tile::kN) * p.chunks * Tile::kWeightChunkFloats;
+    weights = p.packed + int64_t(o.channel0 / Tile::kN) * p.chunks * Tile::kWeightChunkWords;
   }
 
   __device__ __forceinline__ void advance(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                           const WgmmaPlan& p) {
     if (++chunk < p.chunks) {
-      halo += kChunk * ops.x_stride[1];
-      channel += kChunk;
-      weights += Tile::kWeightChunkFloats;
+      halo += Operands::kChunk * ops.x_stride[1];
+      channel += Operands::kChunk;
+      weights += Tile::kWeightChunkWords;
     } else {
       tile += gridDim.x;
       start_tile(ops, s, p);
@@ -367,7 +554,7 @@ struct StepLoader {
 
   // The chunk's packed weights -> the stage: coalesced 16-byte copies (2304 for N = 128).
   __device__ __forceinline__ void copy_weights(unsigned char* stage) const {
-    constexpr int kVectors = Tile::kWeightChunkFloats / 4;
+    constexpr int kVectors = Tile::kWeightChunkWords / 4;
     float* dst = reinterpret_cast<float*>(stage + Tile::kHaloBytes);
 #pragma unroll
     for (int v = 0; v < (kVectors + kThreads - 1) / kThreads; ++v) {
@@ -377,36 +564,40 @@ struct StepLoader {
     }
   }
 
-  __device__ __forceinline__ void load_halo(HaloUnit& staged, const ConvPoolOperands& ops,
-                                            const ConvPoolShape& s, const WgmmaPlan& p) const {
+  __device__ __forceinline__ void load_halo(HaloUnit<Operands>& staged,
+                                            const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                            const WgmmaPlan& p) const {
     if (unit < 0) return;
     const bool row_valid = h >= 0 && h < s.in_height;
     if (p.vector_input) {
       // width % 4 == 0 and w0 % 4 == 0: the vector is wholly inside the row or outside.
       const bool valid = row_valid && w0 >= 0 && w0 < s.in_width;
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
+      for (int e = 0; e < Operands::kSliceChannels; ++e)
         staged.channel[e] = (valid && channel + e < s.in_channels)
-                              ? __ldg(reinterpret_cast<const float4*>(halo + e * ops.x_stride[1]))
-                              : make_float4(0.f, 0.f, 0.f, 0.f);
+                                ? Operands::load_row(halo + e * ops.x_stride[1])
+                                : Operands::zero_row();
     } else {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
+      for (int e = 0; e < Operands::kSliceChannels; ++e) {
         const bool valid = row_valid && channel + e < s.in_channels;
-        float v[4];
+        Element v[4];
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const bool inside = valid && w0 + j >= 0 && w0 + j < s.in_width;
-          v[j] = inside ? __ldg(halo + e * ops.x_stride[1] + j * ops.x_stride[3]) : 0.f;
+          v[j] = inside ? Operands::load(halo + e * ops.x_stride[1] + j * ops.x_stride[3])
+                        : Element(0);
         }
-        staged.channel[e] = make_float4(v[0], v[1], v[2], v[3]);
+        staged.channel[e] = Operands::make_row(v);
       }
     }
   }
 
-  __device__ __forceinline__ void store_halo_unit(const HaloUnit& staged,
+  __device__ __forceinline__ void store_halo_unit(const HaloUnit<Operands>& staged,
                                                   unsigned char* stage) const {
-    if (unit >= 0) store_halo(staged, reinterpret_cast<float4*>(stage) + halo_offset);
+    if (unit >= 0)
+      Operands::store_pixels(staged.channel,
+                             reinterpret_cast<typename Operands::Pixel*>(stage) + halo_offset);
   }
 };
 
@@ -419,19 +610,21 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[2][Tile::kAccs],
                                           uint32_t weights_base, uint32_t stage, bool first_chunk) {
   // Descriptors of tap (0, 0) once; a tap only adds a constant to the start address field
   // (16-byte units; the sum stays inside shared memory, so the field cannot overflow).
-  const uint64_t b0 = matrix_descriptor(weights_base + stage, Tile::kN * kQuadBytes, 8 * kQuadBytes);
+  const uint64_t b0 =
+      matrix_descriptor(weights_base + stage, Tile::kN * kSliceBytes, 8 * kSliceBytes);
   uint64_t a0[2];
 #pragma unroll
   for (int m = 0; m < 2; ++m)
-    a0[m] = matrix_descriptor(square_base[m] + stage, Tile::kQuadPlaneBytes,
-                              Tile::kHaloCols * kQuadBytes);
+    a0[m] = matrix_descriptor(square_base[m] + stage, Tile::kSlicePlaneBytes,
+                              Tile::kHaloCols * kSliceBytes);
 #pragma unroll
   for (int tap = 0; tap < 9; ++tap) {
     const int r = tap / 3, q = tap % 3;
-    const uint64_t b = b0 + uint64_t(tap * Tile::kWeightTapBytes / kQuadBytes);
+    const uint64_t b = b0 + uint64_t(tap * Tile::kWeightTapBytes / kSliceBytes);
 #pragma unroll
     for (int m = 0; m < 2; ++m)
-      wgmma_tf32(acc[m], a0[m] + uint64_t(r * Tile::kHaloCols + q), b, !(first_chunk && tap == 0));
+      Tile::Operands::mma(acc[m], a0[m] + uint64_t(r * Tile::kHaloCols + q), b,
+                          !(first_chunk && tap == 0));
   }
 }
 
@@ -479,13 +672,15 @@ __device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const 
   if (out_row >= s.out_height || out_col >= s.out_width) return;
   const int k0 = threadIdx.x / kPooledTile;
   const int64_t plane = int64_t(s.out_height) * s.out_width;
-  float* out = ops.out + (o.image * s.out_channels + o.channel0 + k0) * plane +
+  using Operands = typename Tile::Operands;
+  typename Operands::Element* out =
+      Operands::output(ops) + (o.image * s.out_channels + o.channel0 + k0) * plane +
                int64_t(out_row) * s.out_width + out_col;
   const float* src = pooled + k0 * Tile::kPooledPlane + pooled_row * Tile::kPooledCols + pooled_col;
   const int channels = min(Tile::kN, s.out_channels - o.channel0);
 #pragma unroll 4
   for (int k = k0; k < channels; k += kChannelStep) {
-    *out = relu_keeping_nan(*src + bias[k]);
+    *out = Operands::to_output(relu_keeping_nan(*src + bias[k]));
     out += kChannelStep * plane;
     src += kChannelStep * Tile::kPooledPlane;
   }
@@ -512,7 +707,7 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
 
   // Prologue: step 0 complete in stage 0; step 1's weights in flight, its halo in registers.
   StepLoader<Tile> loader(ops, s, p);
-  HaloUnit halo;
+  HaloUnit<typename Tile::Operands> halo;
   loader.copy_weights(smem);
   loader.load_halo(halo, ops, s, p);
   loader.store_halo_unit(halo, smem);
@@ -540,7 +735,7 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
       const int square = 2 * warpgroup + m;
       const int square_row = square / Tile::kSquareCols, square_col = square % Tile::kSquareCols;
       square_base[m] = smem_base + (square_row * 8 * Tile::kHaloCols + square_col * 8 +
-                                    origin.col_shift) * kQuadBytes;
+                                    origin.col_shift) * kSliceBytes;
     }
     // The accumulators are touched only by wgmmas inside this loop (ordinary instructions
     // reading them here would make the compiler drain the tensor cores every step).
@@ -576,7 +771,7 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
     const int bias_channel = origin.channel0 + int(threadIdx.x);
     const float tile_bias = (threadIdx.x < Tile::kN && ops.bias != nullptr &&
                              bias_channel < s.out_channels)
-                                ? __ldg(ops.bias + int64_t(bias_channel) * ops.bias_stride)
+                                ? Tile::Operands::bias(ops, bias_channel)
                                 : 0.f;
     pool_accumulators<Tile>(acc, pooled);
     if (threadIdx.x < Tile::kN) bias[threadIdx.x] = tile_bias;
@@ -596,7 +791,7 @@ WgmmaPlan make_plan(const ConvPoolShape& s) {
   p.tiles_h = (s.out_height + Tile::kPooledRows - 1) / Tile::kPooledRows;
   p.tiles_w = (s.out_width + Tile::kPooledCols - 1) / Tile::kPooledCols;
   p.channel_blocks = (s.out_channels + Tile::kN - 1) / Tile::kN;
-  p.chunks = (s.in_channels + kChunk - 1) / kChunk;
+  p.chunks = (s.in_channels + Tile::Operands::kChunk - 1) / Tile::Operands::kChunk;
   const int64_t tiles = int64_t(s.batch) * p.tiles_h * p.tiles_w * p.channel_blocks;
   p.tiles = int(std::min<int64_t>(tiles, INT32_MAX));
   return p;
@@ -610,14 +805,23 @@ double tile_waste(const ConvPoolShape& s) {
          (double(s.out_height) * s.out_width);
 }
 
-// Calls f(Tile()) with the tile the shape runs with: 64 output channels per block when there
-// are no more, else 128; the square tile when it computes fewer unused pooled outputs.
+// Calls f(Tile()) with the tile the shape runs with: the operands of the shape's element type;
+// 64 output channels per block when there are no more, else 128; the square tile when it
+// computes fewer unused pooled outputs (a geometric choice, the same for every element type).
+template <class Operands, class F>
+auto with_operand_tile(const ConvPoolShape& s, F&& f) {
+  const bool narrow = s.out_channels <= 64;
+  const bool square =
+      tile_waste<SquareTile<Operands, 128>>(s) < tile_waste<WideTile<Operands, 128>>(s);
+  if (narrow) return square ? f(SquareTile<Operands, 64>()) : f(WideTile<Operands, 64>());
+  return square ? f(SquareTile<Operands, 128>()) : f(WideTile<Operands, 128>());
+}
+
 template <class F>
 auto with_tile(const ConvPoolShape& s, F&& f) {
-  const bool narrow = s.out_channels <= 64;
-  const bool square = tile_waste<SquareTile<128>>(s) < tile_waste<WideTile<128>>(s);
-  if (narrow) return square ? f(SquareTile<64>()) : f(WideTile<64>());
-  return square ? f(SquareTile<128>()) : f(WideTile<128>());
+  if (s.element == kElementFloat16) return with_operand_tile<HalfOperands<Float16>>(s, f);
+  if (s.element == kElementBFloat16) return with_operand_tile<HalfOperands<BFloat16>>(s, f);
+  return with_operand_tile<Tf32Operands>(s, f);
 }
 
 // Once per kernel and device: raise its dynamic shared-memory limit (a constant) and ask how
@@ -647,8 +851,10 @@ template <class Tile>
 cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
                    const ConvPoolDevice& device, cudaStream_t stream) {
   WgmmaPlan p = make_plan<Tile>(s);
-  p.vector_input = vectorizable_input(ops, s);
-  p.vector_weights = vectorizable_weights(ops, s);  // 3x3 here: C * 9 % 4 == 0
+  using Operands = typename Tile::Operands;
+  p.vector_input = Operands::vector_input(ops, s);
+  // 3x3 here: C * 9 % 4 == 0 (fp32) or % 8 == 0 (16-bit).
+  p.vector_weights = vectorizable_weights(ops, s, Operands::kSliceChannels);
   int current = -1;
   const cudaError_t err = cudaGetDevice(&current);
   if (err != cudaSuccess) return err;
@@ -690,7 +896,7 @@ int64_t wgmma_conv_pool_workspace_bytes(const ConvPoolShape& s) {
   return with_tile(s, [&](auto tile) {
     using Tile = decltype(tile);
     const WgmmaPlan p = make_plan<Tile>(s);
-    return int64_t(p.channel_blocks) * p.chunks * Tile::kWeightChunkFloats * int64_t(sizeof(float));
+    return int64_t(p.channel_blocks) * p.chunks * Tile::kWeightChunkWords * int64_t(sizeof(float));
   });
 }
 
