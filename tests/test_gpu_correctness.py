@@ -6,9 +6,9 @@ every kernel variant that supports it. References:
     against the float64 result at the workspace tolerance, atol = rtol = 1e-2;
   * FP32-accurate variants (direct, tiled_fp32, tiled_3xtf32) against float64 at
     atol = rtol = 1e-4, far tighter than TF32 could pass;
-  * float16 / bfloat16 inputs (direct_16bit, tiled_16bit_mma, the automatic choice, ModelNew
-    after .half() / .bfloat16(), torch.compile) against float64 and PyTorch's own 16-bit ops,
-    at the tolerances explained above SIXTEEN_BIT_TOLERANCE.
+  * float16 / bfloat16 inputs (direct_16bit, tiled_16bit_mma, tiled_16bit_wgmma on Hopper, the
+    automatic choice, ModelNew after .half() / .bfloat16(), torch.compile) against float64 and
+    PyTorch's own 16-bit ops, at the tolerances explained above SIXTEEN_BIT_TOLERANCE.
 Skipped without a GPU.
 """
 import random
@@ -276,10 +276,27 @@ def test_input_over_2_pow_31_elements(ext):
 # 5x (bfloat16) over that per-value rounding bound; outputs here are O(1), so atol equals rtol
 # (a fragment-layout or indexing bug gives O(1) errors, far outside either).
 SIXTEEN_BIT_DTYPES = [torch.float16, torch.bfloat16]
-SIXTEEN_BIT_VARIANTS = ("direct_16bit", "tiled_16bit_mma")
+SIXTEEN_BIT_VARIANTS = ("direct_16bit", "tiled_16bit_mma", "tiled_16bit_wgmma")
 SIXTEEN_BIT_TOLERANCE = {torch.float16: dict(atol=1e-2, rtol=1e-2),
                          torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}
 DTYPE_IDS = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+
+def on_hopper() -> bool:
+    return torch.cuda.get_device_capability() == (9, 0)
+
+
+def fast_path(case: ConvPoolCase) -> bool:
+    """fast_path_applies (kernels/conv_pool_shape.h): the wgmma kernels' geometry."""
+    (conv_h, conv_w), (out_h, out_w) = case.conv_out(), case.pooled_out()
+    return (case.kernel_size == (3, 3) and case.stride == (1, 1) and case.dilation == (1, 1)
+            and case.pool_kernel == (2, 2) and case.effective_pool_stride == (2, 2)
+            and case.pool_padding == (0, 0) and 2 * out_h <= conv_h and 2 * out_w <= conv_w)
+
+
+def skip_unless_runs(ext, case, x, weight, bias, name: str) -> None:
+    if not variant_runs(ext, case, x, weight, bias, name):
+        pytest.skip(f"{name} does not run {case.name} on this GPU")
 
 
 def make_operands_16bit(case: ConvPoolCase, seed: int, dtype: torch.dtype):
@@ -312,13 +329,17 @@ def test_16bit_every_variant_matches_float64_and_pytorch(ext, case, dtype):
     x, weight, bias = make_operands_16bit(case, random.randrange(2**31), dtype)
     chosen = ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args())
     fits_tile = case.pool_kernel[0] <= 8 and case.pool_kernel[1] <= 32
-    assert chosen == ("tiled_16bit_mma" if fits_tile else "direct_16bit")
+    wgmma = on_hopper() and fast_path(case)
+    assert chosen == ("tiled_16bit_wgmma" if wgmma else
+                      "tiled_16bit_mma" if fits_tile else "direct_16bit")
     check_16bit(run_op(ext, case, x, weight, bias), x, case, weight, bias, dtype, "auto")
     ran = []
     for name, config in ext.conv2d_relu_maxpool_variants().items():
         if not variant_runs(ext, case, x, weight, bias, name):
             if name == "tiled_16bit_mma":  # only a pooling window beyond the tile stops it
                 assert not fits_tile
+            if name == "tiled_16bit_wgmma":  # Hopper and the 3x3 / 2x2 geometry
+                assert not wgmma
             continue
         check_16bit(run_op(ext, case, x, weight, bias, config), x, case, weight, bias, dtype,
                     name)
@@ -375,6 +396,7 @@ def test_16bit_non_contiguous_inputs_are_handled(ext, layout, variant, dtype):
     else:
         x = x.transpose(2, 3).contiguous().transpose(2, 3)
     assert not x.is_contiguous()
+    skip_unless_runs(ext, case, x, weight, bias, variant)
     config = ext.conv2d_relu_maxpool_variants()[variant]
     check_16bit(run_op(ext, case, x, weight, bias, config), x, case, weight, bias, dtype,
                 f"{layout} {variant}")
@@ -392,10 +414,14 @@ def test_16bit_channels_last_default_channels(ext, dtype):
 @pytest.mark.parametrize("dtype", SIXTEEN_BIT_DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("config_name,case_name", [
     ("auto", "padding1"), ("direct_16bit", "padding1"), ("tiled_16bit_mma", "padding1"),
-    ("tiled_16bit_mma", "kernel5"), ("tiled_16bit_mma", "c13_k19_unaligned")])
+    ("tiled_16bit_mma", "kernel5"), ("tiled_16bit_mma", "c13_k19_unaligned"),
+    # wgmma: 8-byte row loads (width 20) and the strided fallback (width 23, 13 channels).
+    ("tiled_16bit_wgmma", "padding1"), ("tiled_16bit_wgmma", "c13_k19_unaligned")])
 def test_16bit_nan_and_inf_propagate_like_pytorch(ext, config_name, case_name, dtype):
     case = find_case(case_name)
     x, weight, bias = make_operands_16bit(case, random.randrange(2**31), dtype)
+    if config_name != "auto":
+        skip_unless_runs(ext, case, x, weight, bias, config_name)
     inject_nan_and_inf(x)
     expected = reference(case, x, weight, bias)
     assert expected.isnan().any() and expected.isinf().any()
@@ -419,6 +445,7 @@ def test_16bit_all_negative_preactivations_give_zeros(ext, variant, dtype):
     x = x.abs() + 0.1
     weight = -weight.abs()
     bias = -bias.abs() - 0.1
+    skip_unless_runs(ext, case, x, weight, bias, variant)
     out = run_op(ext, case, x, weight, bias, ext.conv2d_relu_maxpool_variants()[variant])
     assert torch.equal(out, torch.zeros_like(out)) and out.dtype == dtype
 
@@ -457,6 +484,23 @@ def test_16bit_mixed_dtypes_give_a_clear_error_on_the_gpu(ext, dtype):
         run_op(ext, case, x, weight, bias.float())
     with pytest.raises(RuntimeError, match="x must be float32, float16 or bfloat16, got Double"):
         run_op(ext, case, x.double(), weight.double(), bias.double())
+
+
+@pytest.mark.parametrize("dtype", SIXTEEN_BIT_DTYPES, ids=DTYPE_IDS.get)
+def test_16bit_default_problem_matches_pytorch_and_uses_wgmma_on_hopper(ext, dtype):
+    # The default problem at batch 8: 4 chunks of 16 channels, persistent blocks with several
+    # tiles each (1024 tiles), 8-byte halo loads (width 128).
+    case = SUITE[0]
+    generator = torch.Generator(device="cpu").manual_seed(random.randrange(2**31))
+    x = torch.randn(8, *case.input_shape()[1:], generator=generator).to("cuda", dtype)
+    weight = (torch.randn(case.weight_shape(), generator=generator) / 24).to("cuda", dtype)
+    bias = torch.randn(case.out_channels, generator=generator).to("cuda", dtype)
+    chosen = ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args())
+    assert chosen == ("tiled_16bit_wgmma" if on_hopper() else "tiled_16bit_mma")
+    out = run_op(ext, case, x, weight, bias)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out, pytorch_16bit(case, x, weight, bias),
+                               **SIXTEEN_BIT_TOLERANCE[dtype])
 
 
 @pytest.mark.parametrize("move", ["half", "bfloat16"])

@@ -6,6 +6,10 @@ report in tests/test_build.py; here we check what the disassembly shows:
   * every mma.sync tensor-core kernel (TF32, 3xTF32, 16-warp and flat-K mainloops, fast and
     generic geometry) contains HMMA instructions, the wgmma kernels contain Hopper's HGMMA (the
     asynchronous warpgroup instruction), and the FFMA and direct kernels contain neither;
+  * the wgmma kernel's instances: TF32 (tiled_tf32_wgmma) issue HGMMA.64xNx8.F32.TF32, the
+    16-bit ones (tiled_16bit_wgmma) HGMMA.64xNx16.F32 (float16) and HGMMA.64xNx16.F32.BF16
+    (bfloat16), 18 per chunk (9 taps x 2 squares), with the same two waits (WARPGROUP.DEPBAR)
+    and one WARPGROUP.ARRIVE in every instance: no drain added inside the chunk loop;
   * the 16-bit tensor-core kernels (tiled_16bit_mma) issue HMMA.16816.F32 (float16) and
     HMMA.16816.F32.BF16 (bfloat16): m16n8k16 with fp32 accumulators, nothing narrower;
   * no kernel touches local memory (LDL/STL): register arrays stayed in registers;
@@ -70,15 +74,33 @@ def test_tensor_core_kernels_issue_hmma(sass):
     assert not missing, f"tensor-core kernels without HMMA: {missing}"
 
 
+# The HGMMA each operand type's wgmma kernels issue (m64nNk8 TF32, m64nNk16 f16 / bf16, all
+# with fp32 accumulators), as cuobjdump spells it.
+HGMMA_BY_OPERANDS = {"Tf32Operands": r"HGMMA\.64x{n}x8\.F32\.TF32",
+                     "HalfOperandsI7Float16": r"HGMMA\.64x{n}x16\.F32(?![.\w])",
+                     "HalfOperandsI8BFloat16": r"HGMMA\.64x{n}x16\.F32\.BF16\b"}
+
+
 def test_wgmma_kernels_issue_hgmma(sass):
     wgmma = {name: code for name, code in sass.items() if is_wgmma_kernel(name)}
-    # 8 x 32 and 16 x 16 pixel tiles, each with 128 and 64 output channels per block.
-    assert len(wgmma) == 4, sorted(sass)
-    for name, code in wgmma.items():
-        n = 128 if "ELi128EEE" in name else 64
-        # 9 taps x 2 pixel squares per warpgroup, unrolled: 18 per chunk.
-        assert len(re.findall(rf"HGMMA\.64x{n}x8\.F32\.TF32", code)) >= 18, name
-        assert "HMMA" not in code, name
+    # TF32, float16 and bfloat16 operands; 8 x 32 and 16 x 16 pixel tiles, each with 128 and
+    # 64 output channels per block.
+    assert len(wgmma) == 12, sorted(sass)
+    for operands, pattern in HGMMA_BY_OPERANDS.items():
+        instances = {name: code for name, code in wgmma.items() if operands in name}
+        assert len(instances) == 4, (operands, sorted(wgmma))
+        for name, code in instances.items():
+            n = 128 if "ELi128EEE" in name else 64
+            # 9 taps x 2 pixel squares per warpgroup, unrolled: 18 per chunk, and no other
+            # kind of HGMMA.
+            assert len(re.findall(pattern.format(n=n), code)) == 18, name
+            assert len(re.findall(r"\bHGMMA\.", code)) == 18, name
+            assert "HMMA" not in code, name
+            # One warpgroup arrive before the chunk's wgmmas, one wait inside the chunk loop
+            # (wait_group 1) and one after it (wait_group 0): the same in every instance, so
+            # the 16-bit loader added no drain (ptxas notes C7512 / C7517 / C7519).
+            assert len(re.findall(r"WARPGROUP\.ARRIVE", code)) == 1, name
+            assert re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x\d)", code) == ["0x1", "0x0"], name
 
 
 def test_16bit_tensor_core_kernels_issue_m16n8k16_with_fp32_accumulators(sass):
@@ -87,7 +109,7 @@ def test_16bit_tensor_core_kernels_issue_m16n8k16_with_fp32_accumulators(sass):
     assert len(kernels) == 6, sorted(sass)
     for name, code in kernels.items():
         bf16 = "BFloat16" in name
-        block = int(re.search(r"ELi(\d+)EE", name).group(1))
+        block = int(re.search(r"Li(\d+)EE", name).group(1))
         # One K step: 4 m-tiles x (block / 16) n-tiles per warp, unrolled.
         expected = 4 * block // 16
         float16 = re.findall(r"HMMA\.16816\.F32(?![.\w])", code)

@@ -16,7 +16,7 @@ from utils.suite import GRID, SUITE, ConvPoolCase, find_case
 AUTO = -1
 # ConvPoolElement (kernels/conv_pool_shape.h).
 FLOAT32, FLOAT16, BFLOAT16 = 0, 1, 2
-SIXTEEN_BIT_VARIANTS = ("direct_16bit", "tiled_16bit_mma")
+SIXTEEN_BIT_VARIANTS = ("direct_16bit", "tiled_16bit_mma", "tiled_16bit_wgmma")
 
 
 class ConvPoolShape(ctypes.Structure):
@@ -55,6 +55,14 @@ def library(extension):
 @pytest.fixture(scope="module")
 def variant_names(extension) -> dict:
     return {config: name for name, config in extension.conv2d_relu_maxpool_variants().items()}
+
+
+def fast_path(case: ConvPoolCase) -> bool:
+    """fast_path_applies (kernels/conv_pool_shape.h): the wgmma kernels' geometry."""
+    (conv_h, conv_w), (out_h, out_w) = case.conv_out(), case.pooled_out()
+    return (case.kernel_size == (3, 3) and case.stride == (1, 1) and case.dilation == (1, 1)
+            and case.pool_kernel == (2, 2) and case.effective_pool_stride == (2, 2)
+            and case.pool_padding == (0, 0) and 2 * out_h <= conv_h and 2 * out_w <= conv_w)
 
 
 def shape_of(case: ConvPoolCase, element: int = FLOAT32) -> ConvPoolShape:
@@ -158,24 +166,59 @@ def test_every_variant_supports_the_default_problem_except_flat_and_small(librar
 
 # ---- float16 / bfloat16 -------------------------------------------------------------------
 
+EXPECTED_AUTO_16_BIT = {
+    "default": "tiled_16bit_wgmma",
+    "vgg_b2": "tiled_16bit_wgmma",
+    "vgg_b3": "tiled_16bit_wgmma",
+    "vgg_b5": "tiled_16bit_wgmma",
+    "rgb_stem": "tiled_16bit_wgmma",    # 64 output channels: N = 64 blocks
+    "alexnet_c1": "tiled_16bit_mma",    # 11x11 / stride 4: not the wgmma geometry
+    "lenet_c1": "tiled_16bit_mma",      # 5x5
+    "batch1": "tiled_16bit_wgmma",
+}
+
+
 @pytest.mark.parametrize("element", [FLOAT16, BFLOAT16], ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("case", SUITE, ids=lambda c: c.name)
-def test_16_bit_suite_shapes_take_the_tensor_core_kernel(library, variant_names, case, element):
-    # Any conv geometry: the implicit GEMM stages one tap x 16 channels per step, so only the
-    # 8 x 32 pooling tile and shared memory limit it; every suite shape fits.
+def test_16_bit_suite_shapes_take_a_tensor_core_kernel(library, variant_names, case, element):
+    # On Hopper the wgmma kernel for the 3x3 / 2x2 fast path, the mma.sync implicit GEMM (any
+    # geometry, limited only by its 8 x 32 pooling tile and shared memory) for the rest.
     for allow_tf32 in (True, False):  # irrelevant for 16-bit inputs
         assert choose(library, variant_names, case, allow_tf32=allow_tf32,
-                      element=element) == "tiled_16bit_mma"
+                      element=element) == EXPECTED_AUTO_16_BIT[case.name]
+    # Without wgmma (Ampere) every suite shape takes the mma.sync kernel.
     assert choose(library, variant_names, case, device=A100_LIKE,
                   element=element) == "tiled_16bit_mma"
 
 
 @pytest.mark.parametrize("case", GRID, ids=lambda c: c.name)
 def test_16_bit_automatic_choice_is_always_a_16_bit_variant(library, variant_names, case):
-    # The tensor-core kernel unless the pooling window outgrows its 8 x 32 conv tile.
+    # The wgmma kernel on the fast path (any channel counts), else the mma.sync kernel unless
+    # the pooling window outgrows its 8 x 32 conv tile, else the direct one.
     fits = case.pool_kernel[0] <= 8 and case.pool_kernel[1] <= 32
-    expected = "tiled_16bit_mma" if fits else "direct_16bit"
+    expected = ("tiled_16bit_wgmma" if fast_path(case) else
+                "tiled_16bit_mma" if fits else "direct_16bit")
     assert choose(library, variant_names, case, element=BFLOAT16) == expected
+    ampere = "tiled_16bit_mma" if fits else "direct_16bit"
+    assert choose(library, variant_names, case, device=A100_LIKE, element=FLOAT16) == ampere
+
+
+def test_16_bit_wgmma_only_on_hopper_and_for_the_fast_path_geometry(library, variant_names):
+    wgmma = variant_names_to_ids(variant_names)["tiled_16bit_wgmma"]
+    why = unsupported(library, find_case("default"), wgmma, device=A100_LIKE, element=FLOAT16)
+    assert why is not None and b"9.0" in why
+    why = unsupported(library, find_case("kernel5"), wgmma, element=BFLOAT16)
+    assert why is not None and b"3x3" in why
+    assert unsupported(library, find_case("default"), wgmma, element=BFLOAT16) is None
+
+
+def test_16_bit_wgmma_refuses_float32_and_tf32_wgmma_refuses_16_bit(library, variant_names):
+    ids = variant_names_to_ids(variant_names)
+    case = find_case("default")
+    assert unsupported(library, case, ids["tiled_16bit_wgmma"]) == (
+        b"needs float16 or bfloat16 input")
+    assert unsupported(library, case, ids["tiled_tf32_wgmma"], element=FLOAT16) == (
+        b"needs float32 input")
 
 
 def test_16_bit_pool_window_taller_than_the_tile_falls_back_to_direct_16bit(library,
@@ -226,6 +269,7 @@ def test_16_bit_variants_refuse_float32_shapes(library, variant_names):
 
 def test_16_bit_variants_have_the_next_ids(variant_names):
     assert variant_names[8] == "direct_16bit" and variant_names[9] == "tiled_16bit_mma"
+    assert variant_names[10] == "tiled_16bit_wgmma" and len(variant_names) == 11
 
 
 def test_workspace_of_the_16_bit_tensor_core_kernel(library, variant_names):
@@ -244,6 +288,31 @@ def test_workspace_of_the_16_bit_tensor_core_kernel(library, variant_names):
     # A float32 shape never asks the 16-bit kernel for scratch.
     assert library.conv_relu_maxpool_workspace_bytes(
         ctypes.byref(shape_of(case)), ids["tiled_16bit_mma"]) == 0
+
+
+@pytest.mark.parametrize("element", [FLOAT16, BFLOAT16], ids=["float16", "bfloat16"])
+def test_workspace_of_the_wgmma_kernels_covers_their_staged_weights(library, variant_names,
+                                                                    element):
+    library.conv_relu_maxpool_workspace_bytes.restype = ctypes.c_int64
+    library.conv_relu_maxpool_workspace_bytes.argtypes = [ctypes.POINTER(ConvPoolShape),
+                                                          ctypes.c_int]
+    ids = variant_names_to_ids(variant_names)
+
+    def workspace(case, variant, element):
+        return library.conv_relu_maxpool_workspace_bytes(ctypes.byref(shape_of(case, element)),
+                                                         ids[variant])
+
+    # [channel block][chunk][tap 9][slice 2][N][16 bytes]: chunks of 8 fp32 or 16 16-bit
+    # channels, the same 16-byte slices, so 16-bit needs half the chunks.
+    for name, blocks, n in (("default", 1, 128), ("k136_channel_tail", 2, 128),
+                            ("c13_k19_unaligned", 1, 64), ("c132_long_reduction", 1, 64)):
+        case = find_case(name)
+        chunks_16, chunks_32 = -(-case.in_channels // 16), -(-case.in_channels // 8)
+        assert workspace(case, "tiled_16bit_wgmma", element) == blocks * chunks_16 * 9 * 2 * n * 16
+        assert workspace(case, "tiled_tf32_wgmma", FLOAT32) == blocks * chunks_32 * 9 * 2 * n * 16
+    # Each wgmma variant asks for scratch only for its own element types.
+    assert workspace(find_case("default"), "tiled_tf32_wgmma", element) == 0
+    assert workspace(find_case("default"), "tiled_16bit_wgmma", FLOAT32) == 0
 
 
 def variant_names_to_ids(variant_names: dict) -> dict:

@@ -3,6 +3,7 @@
     compute-sanitizer --tool memcheck python tools/sanitize_cases.py padded_odd
     compute-sanitizer --tool racecheck python tools/sanitize_cases.py alexnet_persistent auto
     compute-sanitizer --tool memcheck python tools/sanitize_cases.py padded_odd all float16
+    compute-sanitizer --tool racecheck python tools/sanitize_cases.py wgmma_tails tiled_16bit_wgmma float16
 Each case runs the automatic choice and every variant that supports the shape once (or the
 comma-separated variants of the second argument; "all" = every one), in float32 or the dtype
 of the third argument, and checks the result against PyTorch so a clean report also means a
@@ -27,6 +28,10 @@ CASES = {
                                ceil_mode=True),
     # 64 output channels, 3 input channels, padded 3x3: the wgmma kernel's N = 64 instance.
     "rgb_like": ConvPoolCase("rgb_like", 2, 3, 64, 40, 44, (3, 3), padding=(1, 1)),
+    # The wgmma kernel's fast path with tails: 21 input channels (a full and a partial 16-channel
+    # chunk), 72 output channels (a partial N = 128 block), width 38 (not a multiple of 4: the
+    # strided halo fallback of tiled_16bit_wgmma, and of the TF32 instance).
+    "wgmma_tails": ConvPoolCase("wgmma_tails", 2, 21, 72, 30, 38, (3, 3), padding=(1, 1)),
     # 6 output channels, 1 input channel, 5x5: the CUDA-core small_fp32 kernel (lenet-like).
     "tiny_layer": ConvPoolCase("tiny_layer", 4, 1, 6, 32, 32, (5, 5)),
     # LeNet at batch 1100: more tiles than resident small_fp32 blocks, so blocks loop and copy
