@@ -1007,35 +1007,33 @@ TilePlan plan_for(const ConvPoolShape& s, int variant, const ConvPoolDevice& dev
   return make_tile_plan(s, out_block, variant != kVariantTiledFp32);
 }
 
-// Host work of a tiled launch, done once: the kernel's dynamic shared-memory limit is raised
-// (never lowered: a later, smaller launch of the same kernel must not shrink it under a larger
-// one's feet) once per (device, kernel) and size, and the blocks that fit on an SM are asked
-// once per (device, kernel, threads, shared memory). Repeated launches only look both up.
+// Once per (device, kernel, threads, dynamic shared memory): raise the kernel's shared-memory
+// limit and ask how many blocks fit on an SM. Later launches of the same combination only look
+// the answer up (the attribute call and the occupancy query cost host time on every launch).
 cudaError_t prepare_tiled_kernel(TiledKernel kernel, int threads, int smem_bytes,
                                  int* blocks_per_sm) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, uintptr_t>, int> smem_limit;
-  static std::map<std::tuple<int, uintptr_t, int, int>, int> resident;
+  static std::map<std::tuple<int, uintptr_t, int, int>, int> prepared;
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
-  const uintptr_t id = reinterpret_cast<uintptr_t>(kernel);
-  std::lock_guard<std::mutex> lock(mutex);
-  int& limit = smem_limit[std::make_tuple(device, id)];  // 0 when new
-  if (smem_bytes > limit) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-    if (err != cudaSuccess) return err;
-    limit = smem_bytes;
+  const auto key =
+      std::make_tuple(device, reinterpret_cast<uintptr_t>(kernel), threads, smem_bytes);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto found = prepared.find(key);
+    if (found != prepared.end()) {
+      *blocks_per_sm = found->second;
+      return cudaSuccess;
+    }
   }
-  const auto key = std::make_tuple(device, id, threads, smem_bytes);
-  const auto found = resident.find(key);
-  if (found != resident.end()) {
-    *blocks_per_sm = found->second;
-    return cudaSuccess;
-  }
-  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, kernel, threads, smem_bytes);
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (err == cudaSuccess)
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, kernel, threads,
+                                                        smem_bytes);
   if (err != cudaSuccess) return err;
-  resident[key] = *blocks_per_sm;
+  std::lock_guard<std::mutex> lock(mutex);
+  prepared[key] = *blocks_per_sm;
   return cudaSuccess;
 }
 
