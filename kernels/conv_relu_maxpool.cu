@@ -50,9 +50,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
-#include <mutex>
-#include <tuple>
 
 #include "conv_pool_device.cuh"
 #include "conv_pool_epilogue.cuh"
@@ -1007,36 +1004,6 @@ TilePlan plan_for(const ConvPoolShape& s, int variant, const ConvPoolDevice& dev
   return make_tile_plan(s, out_block, variant != kVariantTiledFp32);
 }
 
-// Once per (device, kernel, threads, dynamic shared memory): raise the kernel's shared-memory
-// limit and ask how many blocks fit on an SM. Later launches of the same combination only look
-// the answer up (the attribute call and the occupancy query cost host time on every launch).
-cudaError_t prepare_tiled_kernel(TiledKernel kernel, int threads, int smem_bytes,
-                                 int* blocks_per_sm) {
-  static std::mutex mutex;
-  static std::map<std::tuple<int, uintptr_t, int, int>, int> prepared;
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  const auto key =
-      std::make_tuple(device, reinterpret_cast<uintptr_t>(kernel), threads, smem_bytes);
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    const auto found = prepared.find(key);
-    if (found != prepared.end()) {
-      *blocks_per_sm = found->second;
-      return cudaSuccess;
-    }
-  }
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-  if (err == cudaSuccess)
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, kernel, threads,
-                                                        smem_bytes);
-  if (err != cudaSuccess) return err;
-  std::lock_guard<std::mutex> lock(mutex);
-  prepared[key] = *blocks_per_sm;
-  return cudaSuccess;
-}
-
 bool is_tiled(int variant) {
   return variant == kVariantTiledFp32 || variant == kVariantTiledTf32 ||
          variant == kVariantTiled3xTf32 || variant == kVariantTiledTf32Wide ||
@@ -1153,13 +1120,17 @@ extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
   plan.vector_weights = plan.fast && vectorizable_weights(*ops, *s);
   const TiledChoice choice = tiled_choice(variant, s->out_channels, plan.fast);
   const TiledKernel kernel = choice.kernel;
-  int per_sm = 0;
-  const cudaError_t err = prepare_tiled_kernel(kernel, choice.threads, plan.smem_bytes, &per_sm);
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         plan.smem_bytes);
   if (err != cudaSuccess) return err;
   int64_t grid = plan.blocks;
-  // Persistent flat-K plan: as many blocks as are resident at once; each loops over tiles.
-  if (plan.flat_persistent)
+  if (plan.flat_persistent) {  // as many blocks as are resident at once; each loops over tiles
+    int per_sm = 0;
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, choice.threads,
+                                                        plan.smem_bytes);
+    if (err != cudaSuccess) return err;
     grid = std::min<int64_t>(grid, int64_t(std::max(per_sm, 1)) * device->sm_count);
+  }
   kernel<<<unsigned(grid), choice.threads, plan.smem_bytes, stream>>>(*ops, *s, plan);
   return cudaGetLastError();
 }
