@@ -20,6 +20,17 @@ constexpr int kTileCols = 32;   // conv cols of a block tile
 // stores of one warp (8 pixels x 4 channel pairs) hit 32 different banks.
 constexpr int kRow = kTileRows * kTileCols + 4;
 
+// Zeroes the m16n8 accumulators of a warp tile (a mainloop's starting state).
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void zero_mma_accumulators(float (&acc)[kMTiles][kNTiles][4]) {
+#pragma unroll
+  for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+      for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
+}
+
 // m16n8 accumulators (rows = pixels, cols = channels; warps 4 along the pixels, the rest
 // along the channels) + bias -> tile[channel][pixel].
 template <int kMTiles, int kNTiles, int kWarpChannels>

@@ -405,14 +405,7 @@ struct TensorCoreMainloop {
   static constexpr int kNTiles = kWarpChannels / 8;
   float acc[kMTiles][kNTiles][4];
 
-  __device__ __forceinline__ TensorCoreMainloop() {
-#pragma unroll
-    for (int i = 0; i < kMTiles; ++i)
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j)
-#pragma unroll
-        for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
-  }
+  __device__ __forceinline__ TensorCoreMainloop() { conv_pool_epilogue::zero_mma_accumulators(acc); }
 
   template <class Geometry>
   __device__ __forceinline__ void compute(const float* stage, const Geometry& g) {

@@ -239,14 +239,7 @@ struct Mma16Mainloop {
   static constexpr int kStageHalves = (kTilePixels + kOutBlock) * kRowHalves;
   float acc[kMTiles][kNTiles][4];
 
-  __device__ __forceinline__ Mma16Mainloop() {
-#pragma unroll
-    for (int i = 0; i < kMTiles; ++i)
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j)
-#pragma unroll
-        for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
-  }
+  __device__ __forceinline__ Mma16Mainloop() { conv_pool_epilogue::zero_mma_accumulators(acc); }
 
   // One K step: A = stage[pixel][24 halves], B = stage + 256 rows: [channel][24 halves].
   __device__ __forceinline__ void compute(const uint16_t* stage) {
