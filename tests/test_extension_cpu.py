@@ -111,29 +111,22 @@ def test_16_bit_input_without_bias_passes_the_checks(op):
                         weight=torch.randn(8, 3, 3, 3).half(), bias=None))
 
 
-@pytest.mark.parametrize("x_dtype,weight_dtype,expected,shown", [
-    (torch.float16, torch.float32, "float16", "Float"),
-    (torch.bfloat16, torch.float16, "bfloat16", "Half"),
-    (torch.float32, torch.bfloat16, "float32", "BFloat16"),
-    (torch.float32, torch.float64, "float32", "Double"),
+@pytest.mark.parametrize("argument,x_dtype,other_dtype,expected,shown", [
+    ("weight", torch.float16, torch.float32, "float16", "Float"),
+    ("weight", torch.bfloat16, torch.float16, "bfloat16", "Half"),
+    ("weight", torch.float32, torch.bfloat16, "float32", "BFloat16"),
+    ("weight", torch.float32, torch.float64, "float32", "Double"),
+    ("bias", torch.float16, torch.float32, "float16", "Float"),
+    ("bias", torch.bfloat16, torch.float16, "bfloat16", "Half"),
+    ("bias", torch.float32, torch.float16, "float32", "Half"),
 ])
-def test_weight_of_another_dtype_than_x_names_both(op, x_dtype, weight_dtype, expected, shown):
-    with raises(f"weight must be {expected} like x, got {shown}"):
-        op(**valid_args(x=torch.randn(2, 3, 12, 12).to(x_dtype),
-                        weight=torch.randn(8, 3, 3, 3).to(weight_dtype),
-                        bias=torch.randn(8).to(x_dtype)))
-
-
-@pytest.mark.parametrize("x_dtype,bias_dtype,expected,shown", [
-    (torch.float16, torch.float32, "float16", "Float"),
-    (torch.bfloat16, torch.float16, "bfloat16", "Half"),
-    (torch.float32, torch.float16, "float32", "Half"),
-])
-def test_bias_of_another_dtype_than_x_names_both(op, x_dtype, bias_dtype, expected, shown):
-    with raises(f"bias must be {expected} like x, got {shown}"):
-        op(**valid_args(x=torch.randn(2, 3, 12, 12).to(x_dtype),
-                        weight=torch.randn(8, 3, 3, 3).to(x_dtype),
-                        bias=torch.randn(8).to(bias_dtype)))
+def test_weight_or_bias_of_another_dtype_than_x_names_both(op, argument, x_dtype, other_dtype,
+                                                           expected, shown):
+    tensors = dict(x=torch.randn(2, 3, 12, 12).to(x_dtype),
+                   weight=torch.randn(8, 3, 3, 3).to(x_dtype), bias=torch.randn(8).to(x_dtype))
+    tensors[argument] = tensors[argument].to(other_dtype)
+    with raises(f"{argument} must be {expected} like x, got {shown}"):
+        op(**valid_args(**tensors))
 
 
 @pytest.mark.parametrize("shape", [(3, 12, 12), (2, 3, 1, 12, 12), (12,)])
