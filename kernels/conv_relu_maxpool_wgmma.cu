@@ -29,11 +29,17 @@
 // Loading. The weights are re-laid out once per call, at the start of the same launch: every
 // block writes its share of a scratch copy in exactly the staged layout, chunk after chunk, and
 // a grid-wide barrier (cooperative launch) follows; from then on a chunk's weights are one
-// contiguous 36 KB block that moves with coalesced 16-byte cp.async copies. The input halo is
+// contiguous 36 KB block that thread 0 moves with one bulk copy (cp.async.bulk), which
+// completes a per-stage mbarrier that every thread waits on before the stage's wgmmas (per-thread
+// 16-byte cp.async copies cost 3-13% more: the H200 runs of 2026-11-29). The input halo is
 // transposed on the way in: each thread loads one slice's channels x 4 columns two steps ahead
 // (TF32: 4 channels as 16-byte row loads; 16-bit: 8 channels as 8-byte row loads, so the halo's
 // geometry, its thread mapping and the 16 staging registers stay those of the TF32 kernel) and
 // writes them to shared memory, as 4 pixels x one slice, one step ahead. Three shared stages.
+// Three ways to load those 4 columns (HaloLoad): one vector per channel when input rows split
+// into aligned runs of 4; for a tile that covers whole images (VGG block 5's 14 x 14), one vector
+// of 4 consecutive pixels of the contiguous image plane, which may wrap to the next row (the
+// halo's border then holds zeros written once, at kernel start); else 4 predicated scalars.
 //
 // Block: 2 warpgroups; the tile is four 8 x 8 pixel squares (8 x 32 or 16 x 16 conv pixels,
 // whichever wastes less of the output), two per warpgroup, each one wgmma per tap, N = 128
@@ -81,6 +87,8 @@ struct WgmmaTile {
   static constexpr int kHaloVectors = kHaloCols / 4;
   static constexpr int kHaloUnits = 2 * kHaloRows * kHaloVectors;  // (slice, row, vector)
   static_assert(kHaloUnits <= kThreads, "one halo unit per thread");
+  // Plane loads: units (slice, 4 consecutive pixels of the image plane).
+  static constexpr int kMaxPlaneVectors = kThreads / 2;
   static constexpr int kSlicePlaneBytes = kHaloRows * kHaloCols * kSliceBytes;
   static constexpr int kHaloBytes = 2 * kSlicePlaneBytes;
   static constexpr int kWeightTapBytes = 2 * kN * kSliceBytes;
@@ -94,7 +102,12 @@ struct WgmmaTile {
   static constexpr int kPooledPlane = kPooledRows * kPooledCols + 4;
   static constexpr int kPipelineBytes = kStages * kStageBytes;
   static constexpr int kPooledBytes = kN * kPooledPlane * 4;
-  static constexpr int kSmemBytes = kPipelineBytes + kPooledBytes + kN * 4;  // + bias
+  static constexpr int kBiasBytes = kN * 4;
+  // + one "weights landed" mbarrier per stage
+  static constexpr int kBarrierOffset = kPipelineBytes + kPooledBytes + kBiasBytes;
+  static constexpr int kSmemBytes = kBarrierOffset + kStages * 8;
+  static_assert(kBarrierOffset % 8 == 0, "aligned mbarriers");
+  static_assert(kWeightChunkBytes % 16 == 0 && kHaloBytes % 16 == 0, "bulk-copy sizes");
   // N = 64 on the 8 x 32 tile fits two blocks per SM (<= 128 registers, 109 KB of shared
   // memory each): one block's epilogue then overlaps the other's wgmmas. (The 16 x 16 tile's
   // halo indexing needs a few more registers than 128, and so does the 16-bit halo loader's
@@ -110,10 +123,19 @@ using WideTile = WgmmaTile<Operands, 8, 32, kN>;
 template <class Operands, int kN>
 using SquareTile = WgmmaTile<Operands, 16, 16, kN>;
 
+// How a halo unit's 4 pixels are read (4 elements: 16 bytes fp32, 8 bytes 16-bit).
+enum HaloLoad : int {
+  kHaloScalars = 0,       // 4 predicated element loads per channel: any strides
+  kHaloRowVectors = 1,    // one vector per channel: rows in aligned runs of 4 (width % 4 == 0)
+  kHaloPlaneVectors = 2,  // one vector per channel of 4 consecutive pixels of a contiguous
+                          // image plane: one tile per image (plane_vectors_apply)
+};
+
 struct WgmmaPlan {
   int tiles_h, tiles_w, channel_blocks, chunks;
   int tiles;  // < 2^30 / chunks (checked on the host), so steps fit in 32 bits too
-  bool vector_input;    // 4-column loads of input rows (16 bytes fp32, 8 bytes 16-bit)
+  HaloLoad halo_load;
+  int plane_vectors;    // kHaloPlaneVectors: height * width / 4
   bool vector_weights;  // 16-byte loads of weight rows
   float* packed;        // the workspace: [channel block][chunk] x Tile::kWeightChunkWords
 };
@@ -129,8 +151,8 @@ struct TileOrigin {
 };
 
 template <class Tile>
-__device__ __forceinline__ TileOrigin tile_origin(const ConvPoolShape& s, const WgmmaPlan& p,
-                                                  int tile) {
+__host__ __device__ __forceinline__ TileOrigin tile_origin(const ConvPoolShape& s,
+                                                           const WgmmaPlan& p, int tile) {
   TileOrigin o;
   const int channel_block = tile % p.channel_blocks;
   tile /= p.channel_blocks;
@@ -178,6 +200,50 @@ __device__ __forceinline__ void wgmma_wait() {
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+// Generic-proxy global writes become visible to later async-proxy (bulk copy) reads.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
+// mbarrier (shared memory, this CTA) and the 1D bulk copy engine (cp.async.bulk, PTX 8.0+).
+__device__ __forceinline__ void mbarrier_init(uint64_t* barrier, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(barrier)),
+               "r"(arrivals)
+               : "memory");
+}
+// The initialised barriers become visible to the async proxy (the bulk copies complete them).
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival that also expects `bytes` more of transactions in the current phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* barrier, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                   shared_address(barrier)),
+               "r"(bytes)
+               : "memory");
+}
+// Returns once the phase with the given parity has completed.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* barrier, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(shared_address(barrier)),
+      "r"(parity)
+      : "memory");
+}
+// bytes (a multiple of 16, both addresses 16-byte aligned) global -> shared; the copy engine
+// counts them against `barrier`'s expected transactions.
+__device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, uint32_t bytes,
+                                                    uint64_t* barrier) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+      ::"r"(shared_address(dst)), "l"(src), "r"(bytes), "r"(shared_address(barrier))
+      : "memory");
+}
+
 // Keeps the compiler from moving accumulator reads or writes across a wgmma wait.
 template <int kCount>
 __device__ __forceinline__ void fence_registers(float (&d)[kCount]) {
@@ -257,6 +323,14 @@ __device__ __forceinline__ void fence_registers(float (&d)[kCount]) {
 //   RowVector      4 consecutive columns of one channel (one halo load)
 //   Pixel          one staged 16-byte slice of a pixel or a weight row
 
+// Where pixel j (0..3) of a halo unit goes, in 16-byte slots from the unit's first: j, plus
+// `skip` for the pixels from `first_wrapped` on (a plane vector that crosses into the next image
+// row continues at the next halo row). Row and scalar units never wrap (first_wrapped = 4).
+struct PixelWrap {
+  int first_wrapped, skip;
+  __device__ __forceinline__ int slot(int j) const { return j >= first_wrapped ? j + skip : j; }
+};
+
 struct Tf32Operands {
   using Element = float;
   static constexpr int kChunk = 8;
@@ -295,12 +369,14 @@ struct Tf32Operands {
     return make_float4(__uint_as_float(row[tap]), __uint_as_float(row[9 + tap]),
                        __uint_as_float(row[18 + tap]), __uint_as_float(row[27 + tap]));
   }
-  // 4 channels x 4 columns (one row vector per channel) -> 4 pixels x 4 channels at dst.
-  static __device__ __forceinline__ void store_pixels(const float4 (&c)[4], float4* dst) {
-    dst[0] = make_float4(c[0].x, c[1].x, c[2].x, c[3].x);
-    dst[1] = make_float4(c[0].y, c[1].y, c[2].y, c[3].y);
-    dst[2] = make_float4(c[0].z, c[1].z, c[2].z, c[3].z);
-    dst[3] = make_float4(c[0].w, c[1].w, c[2].w, c[3].w);
+  // 4 channels x 4 columns (one row vector per channel) -> 4 pixels x 4 channels, pixel j at
+  // dst[wrap.slot(j)].
+  static __device__ __forceinline__ void store_pixels(const float4 (&c)[4], float4* dst,
+                                                      const PixelWrap& wrap) {
+    dst[wrap.slot(0)] = make_float4(c[0].x, c[1].x, c[2].x, c[3].x);
+    dst[wrap.slot(1)] = make_float4(c[0].y, c[1].y, c[2].y, c[3].y);
+    dst[wrap.slot(2)] = make_float4(c[0].z, c[1].z, c[2].z, c[3].z);
+    dst[wrap.slot(3)] = make_float4(c[0].w, c[1].w, c[2].w, c[3].w);
   }
   static __device__ __forceinline__ void mma(float (&d)[64], uint64_t a, uint64_t b,
                                              bool accumulate) {
@@ -407,9 +483,11 @@ struct HalfOperands : Wgmma16<E> {
     }
     return make_uint4(word[0], word[1], word[2], word[3]);
   }
-  // 8 channels x 4 columns -> 4 pixels x 8 channels at dst. Pixel j's word i pairs column j of
-  // channels 2i and 2i + 1: the low (j even) or high (j odd) halves of the x (j < 2) or y words.
-  static __device__ __forceinline__ void store_pixels(const uint2 (&c)[8], uint4* dst) {
+  // 8 channels x 4 columns -> 4 pixels x 8 channels, pixel j at dst[wrap.slot(j)]. Pixel j's
+  // word i pairs column j of channels 2i and 2i + 1: the low (j even) or high (j odd) halves of
+  // the x (j < 2) or y words.
+  static __device__ __forceinline__ void store_pixels(const uint2 (&c)[8], uint4* dst,
+                                                      const PixelWrap& wrap) {
     constexpr uint32_t kLowHalves = 0x5410, kHighHalves = 0x7632;  // __byte_perm selectors
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -419,7 +497,7 @@ struct HalfOperands : Wgmma16<E> {
       for (int i = 0; i < 4; ++i)
         word[i] = j < 2 ? __byte_perm(c[2 * i].x, c[2 * i + 1].x, selector)
                         : __byte_perm(c[2 * i].y, c[2 * i + 1].y, selector);
-      dst[j] = make_uint4(word[0], word[1], word[2], word[3]);
+      dst[wrap.slot(j)] = make_uint4(word[0], word[1], word[2], word[3]);
     }
   }
 };
@@ -485,8 +563,8 @@ __device__ __forceinline__ void pack_weights(const ConvPoolOperands& ops, const 
   }
 }
 
-// The input halo of one chunk, one (channel slice, halo row, 4-column vector) unit per thread:
-// the slice's channels x 4 columns, loaded as one row vector per channel, stored as 4 pixels.
+// The input halo of one chunk, one unit per thread: the slice's channels x 4 pixels, loaded
+// as one row vector per channel, stored as 4 pixels.
 template <class Operands>
 struct HaloUnit {
   typename Operands::RowVector channel[Operands::kSliceChannels];
@@ -498,9 +576,10 @@ template <class Tile>
 struct StepLoader {
   using Operands = typename Tile::Operands;
   using Element = typename Operands::Element;
-  int unit;           // this thread's halo unit, or -1: threads past kHaloUnits load
-                       // weights only
+  int unit;            // this thread's halo unit, or -1: threads past the units load weights
+                       // only
   int halo_offset;     // the unit's first pixel's 16-byte slot in a stage
+  PixelWrap wrap;      // where its other pixels go
   int tile, chunk;     // the step being loaded
   int h, w0;           // input row and first column of the unit
   int channel;         // input channel of the unit's first row vector
@@ -509,31 +588,40 @@ struct StepLoader {
 
   __device__ __forceinline__ StepLoader(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                         const WgmmaPlan& p) {
-    unit = threadIdx.x < Tile::kHaloUnits ? int(threadIdx.x) : -1;
-    int slice, row, vec;
-    unit_coords(slice, row, vec);
-    halo_offset = (slice * Tile::kHaloRows + row) * Tile::kHaloCols + 4 * vec;
+    const int units =
+        p.halo_load == kHaloPlaneVectors ? 2 * p.plane_vectors : Tile::kHaloUnits;
+    unit = int(threadIdx.x) < units ? int(threadIdx.x) : -1;
     tile = blockIdx.x;
     start_tile(ops, s, p);
-  }
-
-  // (channel slice, halo row, 4-column vector) of the unit (of unit 0 for threads without one).
-  __device__ __forceinline__ void unit_coords(int& slice, int& row, int& vec) const {
-    const int u = max(unit, 0);
-    slice = u / (Tile::kHaloRows * Tile::kHaloVectors);
-    const int rest = u - slice * (Tile::kHaloRows * Tile::kHaloVectors);
-    row = rest / Tile::kHaloVectors;
-    vec = rest - row * Tile::kHaloVectors;
   }
 
   __device__ __forceinline__ void start_tile(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                              const WgmmaPlan& p) {
     chunk = 0;
-    int slice, row, vec;
-    unit_coords(slice, row, vec);
     const TileOrigin o = tile_origin<Tile>(s, p, tile);
-    h = o.in_row0 + row;
-    w0 = o.staged_col0 + 4 * vec;
+    const int u = max(unit, 0);  // threads without a unit compute unit 0's (unused) geometry
+    int slice, halo_row, halo_col;
+    if (p.halo_load == kHaloPlaneVectors) {
+      // Unit = (slice, 4 consecutive pixels of the plane); the first at input (h, w0). Every
+      // pixel of the image has a halo slot (plane_vectors_apply).
+      slice = u / p.plane_vectors;
+      const int pixel = 4 * (u - slice * p.plane_vectors);
+      h = pixel / s.in_width;
+      w0 = pixel - h * s.in_width;
+      halo_row = h - o.in_row0;
+      halo_col = w0 - o.staged_col0;
+      wrap = PixelWrap{s.in_width - w0, Tile::kHaloCols - s.in_width};
+    } else {
+      // Unit = (slice, halo row, 4-column vector).
+      slice = u / (Tile::kHaloRows * Tile::kHaloVectors);
+      const int rest = u - slice * (Tile::kHaloRows * Tile::kHaloVectors);
+      halo_row = rest / Tile::kHaloVectors;
+      halo_col = 4 * (rest - halo_row * Tile::kHaloVectors);
+      h = o.in_row0 + halo_row;
+      w0 = o.staged_col0 + halo_col;
+      wrap = PixelWrap{4, 0};
+    }
+    halo_offset = (slice * Tile::kHaloRows + halo_row) * Tile::kHaloCols + halo_col;
     channel = Operands::kSliceChannels * slice;
     halo = Operands::input(ops) + o.image * ops.x_stride[0] + int64_t(channel) * ops.x_stride[1] +
            int64_t(h) * ops.x_stride[2] + int64_t(w0) * ops.x_stride[3];
@@ -552,15 +640,12 @@ struct StepLoader {
     }
   }
 
-  // The chunk's packed weights -> the stage: coalesced 16-byte copies (2304 for N = 128).
-  __device__ __forceinline__ void copy_weights(unsigned char* stage) const {
-    constexpr int kVectors = Tile::kWeightChunkWords / 4;
-    float* dst = reinterpret_cast<float*>(stage + Tile::kHaloBytes);
-#pragma unroll
-    for (int v = 0; v < (kVectors + kThreads - 1) / kThreads; ++v) {
-      const int vector = v * kThreads + int(threadIdx.x);
-      if (kVectors % kThreads == 0 || vector < kVectors)
-        cp_async_16(dst + 4 * vector, weights + 4 * vector, true);
+  // The chunk's packed weights (one contiguous block) -> the stage: one bulk copy, issued by
+  // thread 0; `landed` completes its phase when the bytes are in shared memory.
+  __device__ __forceinline__ void copy_weights(unsigned char* stage, uint64_t* landed) const {
+    if (threadIdx.x == 0) {
+      mbarrier_arrive_expect_tx(landed, Tile::kWeightChunkBytes);
+      bulk_copy_to_shared(stage + Tile::kHaloBytes, weights, Tile::kWeightChunkBytes, landed);
     }
   }
 
@@ -569,8 +654,9 @@ struct StepLoader {
                                             const WgmmaPlan& p) const {
     if (unit < 0) return;
     const bool row_valid = h >= 0 && h < s.in_height;
-    if (p.vector_input) {
-      // width % 4 == 0 and w0 % 4 == 0: the vector is wholly inside the row or outside.
+    if (p.halo_load != kHaloScalars) {
+      // Row vectors: width % 4 == 0 and w0 % 4 == 0, so the vector is wholly inside the row or
+      // outside. Plane vectors: (h, w0) is inside the image.
       const bool valid = row_valid && w0 >= 0 && w0 < s.in_width;
 #pragma unroll
       for (int e = 0; e < Operands::kSliceChannels; ++e)
@@ -597,7 +683,8 @@ struct StepLoader {
                                                   unsigned char* stage) const {
     if (unit >= 0)
       Operands::store_pixels(staged.channel,
-                             reinterpret_cast<typename Operands::Pixel*>(stage) + halo_offset);
+                             reinterpret_cast<typename Operands::Pixel*>(stage) + halo_offset,
+                             wrap);
   }
 };
 
@@ -693,10 +780,27 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
   extern __shared__ __align__(128) unsigned char smem[];
   float* pooled = reinterpret_cast<float*>(smem + Tile::kPipelineBytes);
   float* bias = reinterpret_cast<float*>(smem + Tile::kPipelineBytes + Tile::kPooledBytes);
+  // weights_landed[stage]: one phase per step that stage holds, completed by its bulk copy.
+  uint64_t* weights_landed = reinterpret_cast<uint64_t*>(smem + Tile::kBarrierOffset);
+  if (threadIdx.x == 0) {
+    for (int stage = 0; stage < kStages; ++stage) mbarrier_init(weights_landed + stage, 1);
+    fence_mbarrier_init();
+  }
 
+  if (p.halo_load == kHaloPlaneVectors) {
+    // Plane loads write only the image's pixels: the halo's border (the padding, the columns
+    // left of the image) holds the zeros written here, in every stage, for the whole kernel.
+    for (int stage = 0; stage < kStages; ++stage) {
+      uint4* halo = reinterpret_cast<uint4*>(smem + stage * Tile::kStageBytes);
+      for (int i = threadIdx.x; i < Tile::kHaloBytes / kSliceBytes; i += kThreads)
+        halo[i] = make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
   pack_weights<Tile>(ops, s, p);
-  // Every block's packed weights are written and visible (grid barrier, a gpu-scope fence)
-  // before any block copies them.
+  // Every block's packed weights are written and visible to the bulk copies (a proxy fence,
+  // then the grid barrier, a gpu-scope fence) before any block copies them. The barrier also
+  // orders the zeros and the mbarrier initialisation above before their use below.
+  fence_proxy_async_global();
   cooperative_groups::this_grid().sync();
 
   // This block's tiles are blockIdx.x, blockIdx.x + gridDim.x, ...; its loads run over the
@@ -705,23 +809,21 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
   const int steps = my_tiles * p.chunks;
   auto next_stage = [](int stage) { return stage == kStages - 1 ? 0 : stage + 1; };
 
-  // Prologue: step 0 complete in stage 0; step 1's weights in flight, its halo in registers.
+  // Prologue: step 0's halo in stage 0, step 1's in registers; the weights of both in flight.
   StepLoader<Tile> loader(ops, s, p);
   HaloUnit<typename Tile::Operands> halo;
-  loader.copy_weights(smem);
+  loader.copy_weights(smem, weights_landed);
   loader.load_halo(halo, ops, s, p);
   loader.store_halo_unit(halo, smem);
-  cp_async_commit();
   loader.advance(ops, s, p);
   if (steps > 1) {
-    loader.copy_weights(smem + Tile::kStageBytes);
+    loader.copy_weights(smem + Tile::kStageBytes, weights_landed + 1);
     loader.load_halo(halo, ops, s, p);
   }
-  cp_async_commit();
   loader.advance(ops, s, p);  // now at step 2
-  cp_async_wait<1>();
   fence_proxy_async();
   __syncthreads();
+  uint32_t phases = 0;  // bit `stage`: parity of the next phase of weights_landed[stage]
 
   const uint32_t smem_base = shared_address(smem);
   const int warpgroup = threadIdx.x / 128;
@@ -740,10 +842,12 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
     // The accumulators are touched only by wgmmas inside this loop (ordinary instructions
     // reading them here would make the compiler drain the tensor cores every step).
     for (int chunk = 0; chunk < p.chunks; ++chunk, ++step) {
-      // Here: `stage` holds this step, complete and visible to the tensor cores; the next
-      // stage has its weights in flight and its halo in `halo`; the wgmmas of step - 1 may
-      // still run, all earlier ones have completed.
+      // Here: `stage` holds this step's halo, visible to the tensor cores, and its weights
+      // landed or in flight; the next stage has its weights in flight and its halo in `halo`;
+      // the wgmmas of step - 1 may still run, all earlier ones have completed.
       const int stage1 = next_stage(stage), stage2 = next_stage(stage1);
+      mbarrier_wait(weights_landed + stage, (phases >> stage) & 1u);
+      phases ^= 1u << stage;
       wgmma_fence();
       mma_chunk<Tile>(acc, square_base, smem_base + Tile::kHaloBytes,
                       uint32_t(stage * Tile::kStageBytes), chunk == 0);
@@ -754,9 +858,8 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
       // stage2 = (step - 1) % 3 is free once every warpgroup is past step - 1.
       wgmma_wait<1>();
       __syncthreads();
-      if (refill) loader.copy_weights(smem + stage2 * Tile::kStageBytes);
-      cp_async_commit();
-      cp_async_wait<1>();  // step + 1's weights have landed
+      if (refill) loader.copy_weights(smem + stage2 * Tile::kStageBytes, weights_landed + stage2);
+      // step + 1's halo stores become visible to the tensor cores.
       fence_proxy_async();
       __syncthreads();
       if (refill) loader.advance(ops, s, p);
@@ -795,6 +898,25 @@ WgmmaPlan make_plan(const ConvPoolShape& s) {
   const int64_t tiles = int64_t(s.batch) * p.tiles_h * p.tiles_w * p.channel_blocks;
   p.tiles = int(std::min<int64_t>(tiles, INT32_MAX));
   return p;
+}
+
+// kHaloPlaneVectors applies: one tile per image, a contiguous image plane of whole 4-pixel
+// vectors (aligned, at least 4 wide so that a vector wraps into the next row at most once),
+// every pixel inside the tile's halo, and one unit per thread.
+template <class Tile>
+bool plane_vectors_apply(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                         const WgmmaPlan& p) {
+  const int64_t plane = int64_t(s.in_height) * s.in_width;
+  if (p.tiles_h != 1 || p.tiles_w != 1 || s.in_width < 4 || plane % 4 != 0 ||
+      plane / 4 > Tile::kMaxPlaneVectors)
+    return false;
+  if (ops.x_stride[3] != 1 || ops.x_stride[2] != s.in_width || ops.x_stride[1] % 4 != 0 ||
+      ops.x_stride[0] % 4 != 0 ||
+      !aligned(ops.x, sizeof(typename Tile::Operands::RowVector)))
+    return false;
+  const TileOrigin o = tile_origin<Tile>(s, p, 0);
+  return s.in_height - o.in_row0 <= Tile::kHaloRows &&
+         s.in_width - o.staged_col0 <= Tile::kHaloCols;
 }
 
 // Pooled outputs computed per pooled output needed: the tile shape that wastes less wins.
@@ -852,7 +974,12 @@ cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
                    const ConvPoolDevice& device, cudaStream_t stream) {
   WgmmaPlan p = make_plan<Tile>(s);
   using Operands = typename Tile::Operands;
-  p.vector_input = Operands::vector_input(ops, s);
+  if (plane_vectors_apply<Tile>(ops, s, p)) {
+    p.halo_load = kHaloPlaneVectors;
+    p.plane_vectors = int(int64_t(s.in_height) * s.in_width / 4);
+  } else {
+    p.halo_load = Operands::vector_input(ops, s) ? kHaloRowVectors : kHaloScalars;
+  }
   // 3x3 here: C * 9 % 4 == 0 (fp32) or % 8 == 0 (16-bit).
   p.vector_weights = vectorizable_weights(ops, s, Operands::kSliceChannels);
   int current = -1;

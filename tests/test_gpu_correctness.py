@@ -323,6 +323,29 @@ def check_16bit(out, x, case, weight, bias, dtype, what=""):
                                msg=lambda m: f"{what} vs PyTorch {dtype}: {m}")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, *SIXTEEN_BIT_DTYPES],
+                         ids=["float32", "float16", "bfloat16"])
+def test_wgmma_whole_image_tiles_over_many_images(ext, dtype):
+    """VGG block 5's geometry (one 14 x 14 image per tile, read as whole-plane 4-pixel vectors)
+    with more tiles than resident blocks, so each block computes several images; every other
+    image of a larger batch (an image stride that is not C * H * W); channel tails."""
+    if not on_hopper():
+        pytest.skip("the wgmma kernels need a Hopper GPU")
+    case = ConvPoolCase("small_images_many", 300, 20, 72, 14, 14, (3, 3), padding=(1, 1))
+    seed = random.randrange(2**31)
+    wide = ConvPoolCase("wide", 600, 20, 72, 14, 14, (3, 3), padding=(1, 1))
+    x, weight, bias = make_operands(wide, seed)
+    x = x[::2]
+    if dtype == torch.float32:
+        name, tolerance = "tiled_tf32_wgmma", TF32_TOLERANCE
+    else:
+        x, weight, bias = x.to(dtype), weight.to(dtype), bias.to(dtype)
+        name, tolerance = "tiled_16bit_wgmma", SIXTEEN_BIT_TOLERANCE[dtype]
+    assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
+    out = run_op(ext, case, x, weight, bias)
+    torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias), **tolerance)
+
+
 @pytest.mark.parametrize("dtype", SIXTEEN_BIT_DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("case", GRID, ids=lambda c: c.name)
 def test_16bit_every_variant_matches_float64_and_pytorch(ext, case, dtype):

@@ -101,6 +101,10 @@ def test_wgmma_kernels_issue_hgmma(sass):
             # the 16-bit loader added no drain (ptxas notes C7512 / C7517 / C7519).
             assert len(re.findall(r"WARPGROUP\.ARRIVE", code)) == 1, name
             assert re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x\d)", code) == ["0x1", "0x0"], name
+            # The weights move with the bulk copy engine (two prologue copies, one per step),
+            # completing mbarriers; no per-thread cp.async is left.
+            assert len(re.findall(r"\bUBLKCP\.S\.G\b", code)) == 3, name
+            assert "SYNCS.PHASECHK" in code and "LDGSTS" not in code, name
 
 
 def test_16bit_tensor_core_kernels_issue_m16n8k16_with_fp32_accumulators(sass):

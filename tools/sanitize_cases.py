@@ -32,6 +32,9 @@ CASES = {
     # chunk), 72 output channels (a partial N = 128 block), width 38 (not a multiple of 4: the
     # strided halo fallback of tiled_16bit_wgmma, and of the TF32 instance).
     "wgmma_tails": ConvPoolCase("wgmma_tails", 2, 21, 72, 30, 38, (3, 3), padding=(1, 1)),
+    # VGG block 5's 14 x 14 images with channel tails and more tiles (300 images) than resident
+    # wgmma blocks: whole-image tiles read as plane vectors, several per block.
+    "small_images": ConvPoolCase("small_images", 300, 20, 72, 14, 14, (3, 3), padding=(1, 1)),
     # 6 output channels, 1 input channel, 5x5: the CUDA-core small_fp32 kernel (lenet-like).
     "tiny_layer": ConvPoolCase("tiny_layer", 4, 1, 6, 32, 32, (5, 5)),
     # LeNet at batch 1100: more tiles than resident small_fp32 blocks, so blocks loop and copy

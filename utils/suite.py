@@ -237,6 +237,14 @@ GRID: list[ConvPoolCase] = [
     # Small image (VGG block 5's 14 x 14): the wgmma kernel's 16 x 16 tile; 136 output
     # channels = a full and a partial 128-channel block.
     C("small_image_14x14", 2, 24, 136, 14, 14, (3, 3), padding=(1, 1)),
+    # One tile per image: the wgmma kernel reads whole image planes as 4-pixel vectors that wrap
+    # into the next row. Square tile, width % 4 == 0, N = 64 (40 channels: a 16-bit tail);
+    # no padding, the image filling the halo (a 2-channel last output block); the 8 x 32 tile
+    # on an 8 x 30 image. 7 x 7 has no whole vectors (49 pixels): the scalar loads.
+    C("whole_image_16x16", 2, 40, 64, 16, 16, (3, 3), padding=(1, 1)),
+    C("whole_image_pad0_18x18", 2, 20, 130, 18, 18, (3, 3)),
+    C("whole_image_wide_8x30", 2, 12, 24, 8, 30, (3, 3), padding=(1, 1)),
+    C("small_image_7x7", 2, 16, 32, 7, 7, (3, 3), padding=(1, 1)),
     # Many tiles along both spatial axes, with partial tiles at the far edges.
     C("large_spatial_200x300", 1, 8, 16, 200, 300, (3, 3), padding=(1, 1)),
     # small_fp32's patch loop (stride 1, 3x3 / 5x5, 2x2 windows): windows cut by pool padding
