@@ -96,10 +96,11 @@ def test_wgmma_kernels_issue_hgmma(sass):
             assert len(re.findall(pattern.format(n=n), code)) == 18, name
             assert len(re.findall(r"\bHGMMA\.", code)) == 18, name
             assert "HMMA" not in code, name
-            # One warpgroup arrive before the chunk's wgmmas, one wait inside the chunk loop
-            # (wait_group 1) and one after it (wait_group 0): the same in every instance, so
-            # the 16-bit loader added no drain (ptxas notes C7512 / C7517 / C7519).
-            assert len(re.findall(r"WARPGROUP\.ARRIVE", code)) == 1, name
+            # One warpgroup arrive before each of the chunk's two runs of wgmmas (the halo
+            # loads sit between them), one wait inside the chunk loop (wait_group 1) and one
+            # after it (wait_group 0): the same in every instance, so the 16-bit loader added
+            # no drain (ptxas notes C7512 / C7517 / C7519).
+            assert len(re.findall(r"WARPGROUP\.ARRIVE", code)) == 2, name
             assert re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x\d)", code) == ["0x1", "0x0"], name
             # The weights move with the bulk copy engine (two prologue copies, one per step),
             # completing mbarriers; no per-thread cp.async is left.
