@@ -346,6 +346,31 @@ def test_wgmma_whole_image_tiles_over_many_images(ext, dtype):
     torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias), **tolerance)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, *SIXTEEN_BIT_DTYPES],
+                         ids=["float32", "float16", "bfloat16"])
+def test_wgmma_random_small_images(ext, dtype):
+    """Random small images through the wgmma kernels' three halo loaders: whole-image plane
+    vectors (tests/test_wgmma_plane_halo_cpu.py models which geometries get them), row
+    vectors and scalar loads, with random channel counts and padding."""
+    if not on_hopper():
+        pytest.skip("the wgmma kernels need a Hopper GPU")
+    seed = random.randrange(2**31)
+    rng = random.Random(seed)
+    name = "tiled_tf32_wgmma" if dtype == torch.float32 else "tiled_16bit_wgmma"
+    tolerance = TF32_TOLERANCE if dtype == torch.float32 else SIXTEEN_BIT_TOLERANCE[dtype]
+    for i in range(12):
+        pad = rng.choice([0, 1])
+        case = ConvPoolCase(f"small_{i}", rng.randint(1, 3), rng.choice([1, 3, 8, 13, 16, 24, 40]),
+                            rng.choice([1, 8, 24, 64, 72, 130]), rng.randint(4 - 2 * pad, 18),
+                            rng.randint(4 - 2 * pad, 34), (3, 3), padding=(pad, pad))
+        x, weight, bias = make_operands(case, seed + i)
+        if dtype != torch.float32:
+            x, weight, bias = x.to(dtype), weight.to(dtype), bias.to(dtype)
+        out = run_op(ext, case, x, weight, bias, ext.conv2d_relu_maxpool_variants()[name])
+        torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias),
+                                   **tolerance, msg=lambda m: f"seed {seed} {case}: {m}")
+
+
 @pytest.mark.parametrize("dtype", SIXTEEN_BIT_DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("case", GRID, ids=lambda c: c.name)
 def test_16bit_every_variant_matches_float64_and_pytorch(ext, case, dtype):

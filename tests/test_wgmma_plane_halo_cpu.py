@@ -1,0 +1,110 @@
+"""A CPU model of the wgmma kernel's whole-image halo loads (kHaloPlaneVectors).
+
+When one tile covers a whole image, kernels/conv_relu_maxpool_wgmma.cu reads the image plane as
+4-pixel vectors of the flat plane; a vector may cross into the next image row, and its pixels
+then continue at the next halo row (StepLoader::start_tile's PixelWrap). The halo's border is
+only zeroed, once. Here that mapping is replayed for every geometry the kernel accepts it for
+(plane_vectors_apply) and compared, slot by slot, with the halo the definition asks for: slot
+(r, c) holds input pixel (in_row0 + r, staged_col0 + c), or zero outside the image. Every
+image pixel must be written exactly once, and nothing else.
+
+The constants mirror WgmmaTile / tile_origin / with_operand_tile; if they change there, change
+them here.
+"""
+THREADS = 256
+
+
+class Tile:
+    def __init__(self, rows: int, cols: int):
+        self.rows, self.cols = rows, cols
+        self.halo_rows = rows + 2
+        self.halo_cols = (cols + 2 + 3 + 3) // 4 * 4
+        self.pooled_rows, self.pooled_cols = rows // 2, cols // 2
+        self.max_plane_vectors = THREADS // 2
+
+
+WIDE, SQUARE = Tile(8, 32), Tile(16, 16)
+
+
+def pooled(size: int, pad: int) -> int:
+    """2 x 2 / stride 2 pooling of a 3 x 3 / stride 1 convolution's output (floor mode)."""
+    return (size + 2 * pad - 2) // 2
+
+
+def tiles(tile: Tile, out_h: int, out_w: int):
+    return -(-out_h // tile.pooled_rows), -(-out_w // tile.pooled_cols)
+
+
+def chosen_tile(out_h: int, out_w: int) -> Tile:
+    """with_operand_tile: the square tile when it computes fewer unused pooled outputs."""
+    def waste(tile):
+        th, tw = tiles(tile, out_h, out_w)
+        return th * tile.pooled_rows * tw * tile.pooled_cols / (out_h * out_w)
+    return SQUARE if waste(SQUARE) < waste(WIDE) else WIDE
+
+
+def origin(pad: int):
+    """tile_origin for the tile at pooled (0, 0): in_row0, staged_col0."""
+    in_col0 = -pad
+    col_shift = in_col0 % 4
+    return -pad, in_col0 - col_shift
+
+
+def plane_vectors_apply(tile: Tile, height: int, width: int, pad: int) -> bool:
+    out_h, out_w = pooled(height, pad), pooled(width, pad)
+    plane = height * width
+    if tiles(tile, out_h, out_w) != (1, 1) or width < 4 or plane % 4 or \
+            plane // 4 > tile.max_plane_vectors:
+        return False
+    in_row0, staged_col0 = origin(pad)
+    return height - in_row0 <= tile.halo_rows and width - staged_col0 <= tile.halo_cols
+
+
+def plane_halo(tile: Tile, height: int, width: int, pad: int):
+    """The halo of one channel as the plane units write it: pixel index per slot, -1 = zero."""
+    in_row0, staged_col0 = origin(pad)
+    halo = [-1] * (tile.halo_rows * tile.halo_cols)
+    for vector in range(height * width // 4):
+        pixel = 4 * vector
+        h, w0 = divmod(pixel, width)
+        halo_offset = (h - in_row0) * tile.halo_cols + (w0 - staged_col0)
+        first_wrapped, skip = width - w0, tile.halo_cols - width  # PixelWrap
+        for j in range(4):
+            slot = halo_offset + (j + skip if j >= first_wrapped else j)
+            assert 0 <= slot < len(halo) and halo[slot] == -1, (vector, j, slot)
+            halo[slot] = pixel + j
+    return halo
+
+
+def defined_halo(tile: Tile, height: int, width: int, pad: int):
+    in_row0, staged_col0 = origin(pad)
+    halo = []
+    for r in range(tile.halo_rows):
+        for c in range(tile.halo_cols):
+            h, w = in_row0 + r, staged_col0 + c
+            halo.append(h * width + w if 0 <= h < height and 0 <= w < width else -1)
+    return halo
+
+
+GEOMETRIES = [(h, w, pad) for pad in (0, 1) for h in range(1, 40) for w in range(1, 70)
+              if pooled(h, pad) >= 1 and pooled(w, pad) >= 1]
+PLANE = [g for g in GEOMETRIES if plane_vectors_apply(chosen_tile(pooled(g[0], g[2]),
+                                                                  pooled(g[1], g[2])), *g)]
+
+
+def test_plane_loads_apply_to_vgg_block5_and_small_images_of_both_tiles():
+    assert (14, 14, 1) in PLANE  # VGG-16 block 5
+    assert (7, 7, 1) not in PLANE  # 49 pixels: no whole 4-pixel vectors
+    assert any(chosen_tile(pooled(h, p), pooled(w, p)) is WIDE for h, w, p in PLANE)
+    assert any(chosen_tile(pooled(h, p), pooled(w, p)) is SQUARE for h, w, p in PLANE)
+    assert any(w % 4 for h, w, p in PLANE)  # vectors that wrap into the next row
+    assert len(PLANE) > 50
+
+
+def test_plane_units_fill_the_halo_the_definition_asks_for():
+    for height, width, pad in PLANE:
+        tile = chosen_tile(pooled(height, pad), pooled(width, pad))
+        # One unit per thread: 2 slices x height * width / 4 vectors.
+        assert 2 * (height * width // 4) <= THREADS
+        assert plane_halo(tile, height, width, pad) == defined_halo(tile, height, width, pad), \
+            (height, width, pad)
