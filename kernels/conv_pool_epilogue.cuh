@@ -115,8 +115,8 @@ __device__ __forceinline__ float direct_pooled_output(const ConvPoolShape& s, in
   const int k = int(rest % s.out_channels);
   const int64_t n = rest / s.out_channels;
   const float b = bias(k);
-  const int row0 = out_row * s.pool_stride_h - s.pool_pad_h;
-  const int col0 = out_col * s.pool_stride_w - s.pool_pad_w;
+  const int row0 = s.window_row0(out_row);
+  const int col0 = s.window_col0(out_col);
   float best = -INFINITY;
   for (int conv_row = max(row0, 0); conv_row < min(row0 + s.pool_h, s.conv_height); ++conv_row)
     for (int conv_col = max(col0, 0); conv_col < min(col0 + s.pool_w, s.conv_width); ++conv_col) {

@@ -43,6 +43,13 @@ struct ConvPoolShape {
     return int64_t(batch) * out_channels * out_height * out_width;
   }
   CONV_POOL_HD int taps() const { return kernel_h * kernel_w; }
+  // First conv row / column of the pooling window of pooled output row / column `out` (< 0 in
+  // the pool padding).
+  CONV_POOL_HD int window_row0(int out) const { return out * pool_stride_h - pool_pad_h; }
+  CONV_POOL_HD int window_col0(int out) const { return out * pool_stride_w - pool_pad_w; }
+  // Input row / column under tap (0, 0) of conv row / column `conv` (< 0 in the padding).
+  CONV_POOL_HD int input_row0(int conv) const { return conv * stride_h - pad_h; }
+  CONV_POOL_HD int input_col0(int conv) const { return conv * stride_w - pad_w; }
 };
 
 // Output length of one pooling dimension, exactly as PyTorch's pooling_output_shape:

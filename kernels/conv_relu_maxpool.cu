@@ -250,10 +250,10 @@ __device__ __forceinline__ TileCoords tile_coords(const ConvPoolShape& s, const 
   t.channel0 = channel_block * p.out_block;
   t.out_row0 = tile_row * p.pooled_rows;
   t.out_col0 = tile_col * p.pooled_cols;
-  t.conv_row0 = t.out_row0 * s.pool_stride_h - s.pool_pad_h;
-  t.conv_col0 = t.out_col0 * s.pool_stride_w - s.pool_pad_w;
-  t.in_row0 = t.conv_row0 * s.stride_h - s.pad_h;
-  t.in_col0 = t.conv_col0 * s.stride_w - s.pad_w;
+  t.conv_row0 = s.window_row0(t.out_row0);
+  t.conv_col0 = s.window_col0(t.out_col0);
+  t.in_row0 = s.input_row0(t.conv_row0);
+  t.in_col0 = s.input_col0(t.conv_col0);
   // The fast path stages rows from a 16-byte aligned column, for 16-byte copies.
   t.col_shift = kFast ? ((t.in_col0 % 4) + 4) % 4 : 0;
   t.staged_col0 = t.in_col0 - t.col_shift;

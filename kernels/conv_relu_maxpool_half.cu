@@ -298,8 +298,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int channel0 = channel_block * kOutBlock;
   const int out_row0 = tile_row * p.pooled_rows, out_col0 = tile_col * p.pooled_cols;
   // Conv pixel at tile position (0, 0); negative with pool padding.
-  const int conv_row0 = out_row0 * s.pool_stride_h - s.pool_pad_h;
-  const int conv_col0 = out_col0 * s.pool_stride_w - s.pool_pad_w;
+  const int conv_row0 = s.window_row0(out_row0);
+  const int conv_col0 = s.window_col0(out_col0);
 
   for (int k = threadIdx.x; k < kOutBlock; k += kThreads) {
     const int channel = channel0 + k;

@@ -118,10 +118,10 @@ __device__ __forceinline__ SmallTile locate_tile(const ConvPoolShape& s, const S
   t.image = tile / p.tiles_h;
   t.out_row0 = tile_row * p.tile_h;
   t.out_col0 = tile_col * p.tile_w;
-  t.conv_row0 = t.out_row0 * s.pool_stride_h - s.pool_pad_h;
-  t.conv_col0 = t.out_col0 * s.pool_stride_w - s.pool_pad_w;
-  t.in_row0 = t.conv_row0 * s.stride_h - s.pad_h;
-  t.in_col0 = t.conv_col0 * s.stride_w - s.pad_w;
+  t.conv_row0 = s.window_row0(t.out_row0);
+  t.conv_col0 = s.window_col0(t.out_col0);
+  t.in_row0 = s.input_row0(t.conv_row0);
+  t.in_col0 = s.input_col0(t.conv_col0);
   return t;
 }
 
@@ -158,8 +158,8 @@ __device__ __forceinline__ void compute_tile(const ConvPoolOperands& ops, const 
   const int local_row = int(threadIdx.x) / p.tile_w, local_col = int(threadIdx.x) % p.tile_w;
   const int out_row = t.out_row0 + local_row, out_col = t.out_col0 + local_col;
   if (local_row >= p.tile_h || out_row >= s.out_height || out_col >= s.out_width) return;
-  const int window_row = out_row * s.pool_stride_h - s.pool_pad_h;  // conv pixel, may be < 0
-  const int window_col = out_col * s.pool_stride_w - s.pool_pad_w;
+  const int window_row = s.window_row0(out_row);  // conv pixel, may be < 0
+  const int window_col = s.window_col0(out_col);
 
   float best[kOut];
 #pragma unroll
