@@ -25,6 +25,11 @@ FP32_VARIANTS = ("direct", "tiled_fp32", "tiled_3xtf32", "small_fp32")
 TF32_TOLERANCE = dict(atol=1e-2, rtol=1e-2)
 FP32_TOLERANCE = dict(atol=1e-4, rtol=1e-4)
 
+# The tests that move an input of more than 2^31 elements.
+needs_60_gib = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_properties(0).total_memory < 60 * 2**30,
+    reason="needs a GPU with >= 60 GiB")
+
 
 @pytest.fixture(scope="module")
 def ext():
@@ -240,9 +245,7 @@ def test_random_configurations(ext):
                                    **TF32_TOLERANCE, msg=lambda m: f"seed {seed} {case}: {m}")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or
-                    torch.cuda.get_device_properties(0).total_memory < 60 * 2**30,
-                    reason="needs a GPU with >= 60 GiB")
+@needs_60_gib
 def test_input_over_2_pow_31_elements(ext):
     """64-bit indexing: x has 2.15e9 elements; image 1's channels start past 2^31."""
     case = ConvPoolCase("huge", 2, 4, 8, 16384, 16400, (3, 3), padding=(1, 1))
@@ -323,49 +326,47 @@ def check_16bit(out, x, case, weight, bias, dtype, what=""):
                                msg=lambda m: f"{what} vs PyTorch {dtype}: {m}")
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, *SIXTEEN_BIT_DTYPES],
-                         ids=["float32", "float16", "bfloat16"])
+ALL_DTYPES = [torch.float32, *SIXTEEN_BIT_DTYPES]
+ALL_DTYPE_IDS = {torch.float32: "float32", **DTYPE_IDS}
+
+
+def wgmma_run(dtype: torch.dtype, x, weight, bias):
+    """The Hopper variant for `dtype`, its tolerance, and the operands cast to `dtype`."""
+    if not on_hopper():
+        pytest.skip("the wgmma kernels need a Hopper GPU")
+    if dtype == torch.float32:
+        return "tiled_tf32_wgmma", TF32_TOLERANCE, (x, weight, bias)
+    operands = (x.to(dtype), weight.to(dtype), bias.to(dtype))
+    return "tiled_16bit_wgmma", SIXTEEN_BIT_TOLERANCE[dtype], operands
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS.get)
 def test_wgmma_whole_image_tiles_over_many_images(ext, dtype):
     """VGG block 5's geometry (one 14 x 14 image per tile, read as whole-plane 4-pixel vectors)
     with more tiles than resident blocks, so each block computes several images; every other
     image of a larger batch (an image stride that is not C * H * W); channel tails."""
-    if not on_hopper():
-        pytest.skip("the wgmma kernels need a Hopper GPU")
     case = ConvPoolCase("small_images_many", 300, 20, 72, 14, 14, (3, 3), padding=(1, 1))
-    seed = random.randrange(2**31)
     wide = ConvPoolCase("wide", 600, 20, 72, 14, 14, (3, 3), padding=(1, 1))
-    x, weight, bias = make_operands(wide, seed)
-    x = x[::2]
-    if dtype == torch.float32:
-        name, tolerance = "tiled_tf32_wgmma", TF32_TOLERANCE
-    else:
-        x, weight, bias = x.to(dtype), weight.to(dtype), bias.to(dtype)
-        name, tolerance = "tiled_16bit_wgmma", SIXTEEN_BIT_TOLERANCE[dtype]
+    x, weight, bias = make_operands(wide, random.randrange(2**31))
+    name, tolerance, (x, weight, bias) = wgmma_run(dtype, x[::2], weight, bias)
     assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
     out = run_op(ext, case, x, weight, bias)
     torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias), **tolerance)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, *SIXTEEN_BIT_DTYPES],
-                         ids=["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS.get)
 def test_wgmma_random_small_images(ext, dtype):
     """Random small images through the wgmma kernels' three halo loaders: whole-image plane
     vectors (tests/test_wgmma_plane_halo_cpu.py models which geometries get them), row
     vectors and scalar loads, with random channel counts and padding."""
-    if not on_hopper():
-        pytest.skip("the wgmma kernels need a Hopper GPU")
     seed = random.randrange(2**31)
     rng = random.Random(seed)
-    name = "tiled_tf32_wgmma" if dtype == torch.float32 else "tiled_16bit_wgmma"
-    tolerance = TF32_TOLERANCE if dtype == torch.float32 else SIXTEEN_BIT_TOLERANCE[dtype]
     for i in range(12):
         pad = rng.choice([0, 1])
         case = ConvPoolCase(f"small_{i}", rng.randint(1, 3), rng.choice([1, 3, 8, 13, 16, 24, 40]),
                             rng.choice([1, 8, 24, 64, 72, 130]), rng.randint(4 - 2 * pad, 18),
                             rng.randint(4 - 2 * pad, 34), (3, 3), padding=(pad, pad))
-        x, weight, bias = make_operands(case, seed + i)
-        if dtype != torch.float32:
-            x, weight, bias = x.to(dtype), weight.to(dtype), bias.to(dtype)
+        name, tolerance, (x, weight, bias) = wgmma_run(dtype, *make_operands(case, seed + i))
         out = run_op(ext, case, x, weight, bias, ext.conv2d_relu_maxpool_variants()[name])
         torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias),
                                    **tolerance, msg=lambda m: f"seed {seed} {case}: {m}")
@@ -588,9 +589,7 @@ def test_16bit_torch_compile_of_model_new(dtype):
         torch.testing.assert_close(out, model(x), **SIXTEEN_BIT_TOLERANCE[dtype])
 
 
-@pytest.mark.skipif(not torch.cuda.is_available() or
-                    torch.cuda.get_device_properties(0).total_memory < 60 * 2**30,
-                    reason="needs a GPU with >= 60 GiB")
+@needs_60_gib
 def test_16bit_input_over_2_pow_31_elements(ext):
     """64-bit indexing in the packing and main kernels: x has 2.15e9 float16 elements."""
     case = ConvPoolCase("huge16", 2, 16, 8, 8192, 8200, (3, 3), padding=(1, 1))
