@@ -135,6 +135,8 @@ enum HaloLoad : int {
   kHaloRowVectors = 1,    // one vector per channel: rows in aligned runs of 4 (width % 4 == 0)
   kHaloPlaneVectors = 2,  // one vector per channel of 4 consecutive pixels of a contiguous
                           // image plane: one tile per image (plane_vectors_apply)
+  kHaloPixelVectors = 3,  // one vector per pixel: the slice's channels, contiguous in
+                          // channels-last memory (pixel_vectors_apply); a kernel of its own
 };
 
 struct WgmmaPlan {
@@ -363,6 +365,10 @@ struct Tf32Operands {
     return __ldg(reinterpret_cast<const float4*>(p));
   }
   static __device__ __forceinline__ float4 zero_row() { return make_float4(0.f, 0.f, 0.f, 0.f); }
+  static __device__ __forceinline__ float4 load_pixel(const float* p) {
+    return __ldg(reinterpret_cast<const float4*>(p));
+  }
+  static __device__ __forceinline__ float4 zero_pixel() { return zero_row(); }
   static __device__ __forceinline__ float4 make_row(const float (&v)[4]) {
     return make_float4(v[0], v[1], v[2], v[3]);
   }
@@ -468,6 +474,10 @@ struct HalfOperands : Wgmma16<E> {
     return __ldg(reinterpret_cast<const uint2*>(p));
   }
   static __device__ __forceinline__ uint2 zero_row() { return make_uint2(0u, 0u); }  // +0.0
+  static __device__ __forceinline__ uint4 load_pixel(const uint16_t* p) {
+    return __ldg(reinterpret_cast<const uint4*>(p));
+  }
+  static __device__ __forceinline__ uint4 zero_pixel() { return make_uint4(0u, 0u, 0u, 0u); }
   static __device__ __forceinline__ uint2 make_row(const uint16_t (&v)[4]) {
     return make_uint2(pair(v[0], v[1]), pair(v[2], v[3]));
   }
@@ -570,15 +580,23 @@ __device__ __forceinline__ void pack_weights(const ConvPoolOperands& ops, const 
 }
 
 // The input halo of one chunk, one unit per thread: the slice's channels x 4 pixels, loaded
-// as one row vector per channel, stored as 4 pixels.
-template <class Operands>
+// as one row vector per channel and stored as 4 pixels, or (kPixelVectors: channels-last
+// input) loaded and stored as 4 pixels.
+template <class Operands, bool kPixelVectors>
 struct HaloUnit {
   typename Operands::RowVector channel[Operands::kSliceChannels];
+};
+template <class Operands>
+struct HaloUnit<Operands, true> {
+  typename Operands::Pixel pixel[4];
 };
 
 // Where one step's loads come from, for this thread, advanced one step at a time: pointer
 // increments inside a tile, the tile's geometry (integer divisions) only when a tile starts.
-template <class Tile>
+// kPixelVectors: the kernel instance for p.halo_load == kHaloPixelVectors, which has no other
+// load (a runtime branch to it in the one kernel made the N = 64 instance spill at its
+// 128-register cap).
+template <class Tile, bool kPixelVectors>
 struct StepLoader {
   using Operands = typename Tile::Operands;
   using Element = typename Operands::Element;
@@ -588,14 +606,15 @@ struct StepLoader {
   PixelWrap wrap;      // where its other pixels go
   int tile, chunk;     // the step being loaded
   int h, w0;           // input row and first column of the unit
-  int channel;         // input channel of the unit's first row vector
+  int channel;         // input channel of the unit's first row vector or pixel vector
   const Element* halo;   // (channel, h, w0)
   const float* weights;  // the chunk's packed weights
 
   __device__ __forceinline__ StepLoader(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                         const WgmmaPlan& p) {
-    const int units =
-        p.halo_load == kHaloPlaneVectors ? 2 * p.plane_vectors : Tile::kHaloUnits;
+    const int units = !kPixelVectors && p.halo_load == kHaloPlaneVectors
+                          ? 2 * p.plane_vectors
+                          : Tile::kHaloUnits;
     unit = int(threadIdx.x) < units ? int(threadIdx.x) : -1;
     tile = blockIdx.x;
     start_tile(ops, s, p);
@@ -607,7 +626,7 @@ struct StepLoader {
     const TileOrigin o = tile_origin<Tile>(s, p, tile);
     const int u = max(unit, 0);  // threads without a unit compute unit 0's (unused) geometry
     int slice, halo_row, halo_col;
-    if (p.halo_load == kHaloPlaneVectors) {
+    if (!kPixelVectors && p.halo_load == kHaloPlaneVectors) {
       // Unit = (slice, 4 consecutive pixels of the plane); the first at input (h, w0). Every
       // pixel of the image has a halo slot (plane_vectors_apply).
       slice = u / p.plane_vectors;
@@ -618,9 +637,17 @@ struct StepLoader {
       halo_col = w0 - o.staged_col0;
       wrap = PixelWrap{s.in_width - w0, Tile::kHaloCols - s.in_width};
     } else {
-      // Unit = (slice, halo row, 4-column vector).
-      slice = u / (Tile::kHaloRows * Tile::kHaloVectors);
-      const int rest = u - slice * (Tile::kHaloRows * Tile::kHaloVectors);
+      // Unit = (slice, halo row, 4-column vector). Pixel vectors: the slice varies fastest, so
+      // that two neighbouring threads read a pixel's 8 (fp32) or 16 (16-bit) channels of the
+      // chunk, 32 contiguous bytes, together.
+      int rest;
+      if (kPixelVectors) {
+        slice = u % 2;
+        rest = u / 2;
+      } else {
+        slice = u / (Tile::kHaloRows * Tile::kHaloVectors);
+        rest = u - slice * (Tile::kHaloRows * Tile::kHaloVectors);
+      }
       halo_row = rest / Tile::kHaloVectors;
       halo_col = 4 * (rest - halo_row * Tile::kHaloVectors);
       h = o.in_row0 + halo_row;
@@ -655,12 +682,21 @@ struct StepLoader {
     }
   }
 
-  __device__ __forceinline__ void load_halo(HaloUnit<Operands>& staged,
+  __device__ __forceinline__ void load_halo(HaloUnit<Operands, kPixelVectors>& staged,
                                             const ConvPoolOperands& ops, const ConvPoolShape& s,
                                             const WgmmaPlan& p) const {
     if (unit < 0) return;
     const bool row_valid = h >= 0 && h < s.in_height;
-    if (p.halo_load != kHaloScalars) {
+    if constexpr (kPixelVectors) {
+      // The slice's channels are all below in_channels or all past them (pixel_vectors_apply).
+      const bool valid = row_valid && channel < s.in_channels;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const bool inside = valid && w0 + j >= 0 && w0 + j < s.in_width;
+        staged.pixel[j] = inside ? Operands::load_pixel(halo + j * ops.x_stride[3])
+                                 : Operands::zero_pixel();
+      }
+    } else if (p.halo_load != kHaloScalars) {
       // Row vectors: width % 4 == 0 and w0 % 4 == 0, so the vector is wholly inside the row or
       // outside. Plane vectors: (h, w0) is inside the image.
       const bool valid = row_valid && w0 >= 0 && w0 < s.in_width;
@@ -685,12 +721,17 @@ struct StepLoader {
     }
   }
 
-  __device__ __forceinline__ void store_halo_unit(const HaloUnit<Operands>& staged,
+  __device__ __forceinline__ void store_halo_unit(const HaloUnit<Operands, kPixelVectors>& staged,
                                                   unsigned char* stage) const {
-    if (unit >= 0)
-      Operands::store_pixels(staged.channel,
-                             reinterpret_cast<typename Operands::Pixel*>(stage) + halo_offset,
-                             wrap);
+    if (unit < 0) return;
+    typename Operands::Pixel* dst =
+        reinterpret_cast<typename Operands::Pixel*>(stage) + halo_offset;
+    if constexpr (kPixelVectors) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) dst[j] = staged.pixel[j];
+    } else {
+      Operands::store_pixels(staged.channel, dst, wrap);
+    }
   }
 };
 
@@ -791,7 +832,7 @@ __device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const 
   }
 }
 
-template <class Tile>
+template <class Tile, bool kPixelVectors>
 __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
     conv_pool_wgmma_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const WgmmaPlan p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -805,7 +846,7 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
     fence_mbarrier_init();
   }
 
-  if (p.halo_load == kHaloPlaneVectors) {
+  if (!kPixelVectors && p.halo_load == kHaloPlaneVectors) {
     // Plane loads write only the image's pixels: the halo's border (the padding, the columns
     // left of the image) holds the zeros written here, in every stage, for the whole kernel.
     for (int stage = 0; stage < kStages; ++stage) {
@@ -828,8 +869,8 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
   auto next_stage = [](int stage) { return stage == kStages - 1 ? 0 : stage + 1; };
 
   // Prologue: step 0's halo in stage 0, step 1's in registers; the weights of both in flight.
-  StepLoader<Tile> loader(ops, s, p);
-  HaloUnit<typename Tile::Operands> halo;
+  StepLoader<Tile, kPixelVectors> loader(ops, s, p);
+  HaloUnit<typename Tile::Operands, kPixelVectors> halo;
   loader.copy_weights(smem, weights_landed);
   loader.load_halo(halo, ops, s, p);
   loader.store_halo_unit(halo, smem);
@@ -940,6 +981,17 @@ bool plane_vectors_apply(const ConvPoolOperands& ops, const ConvPoolShape& s,
          s.in_width - o.staged_col0 <= Tile::kHaloCols;
 }
 
+// kHaloPixelVectors applies: the slice's channels of a pixel are one aligned 16-byte vector
+// (channels-last: unit channel stride, the other strides and x multiples of 16 bytes) and a
+// slice is wholly inside the channels or wholly past them.
+template <class Tile>
+bool pixel_vectors_apply(const ConvPoolOperands& ops, const ConvPoolShape& s) {
+  constexpr int kVector = Tile::Operands::kSliceChannels;  // elements in 16 bytes
+  return ops.x_stride[1] == 1 && s.in_channels % kVector == 0 && ops.x_stride[0] % kVector == 0 &&
+         ops.x_stride[2] % kVector == 0 && ops.x_stride[3] % kVector == 0 &&
+         aligned(ops.x, sizeof(typename Tile::Operands::Pixel));
+}
+
 // Pooled outputs computed per pooled output needed: the tile shape that wastes less wins.
 template <class Tile>
 double tile_waste(const ConvPoolShape& s) {
@@ -969,7 +1021,7 @@ auto with_tile(const ConvPoolShape& s, F&& f) {
 
 // Once per kernel and device: raise its dynamic shared-memory limit (a constant) and ask how
 // many blocks fit on an SM. Returns that count, or a negative cudaError_t.
-template <class Tile>
+template <class Tile, bool kPixelVectors>
 int prepare_kernel(int device) {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> blocks_per_sm[kMaxDevices];  // 0 = not yet asked
@@ -978,11 +1030,12 @@ int prepare_kernel(int device) {
     if (known > 0) return known;
   }
   cudaError_t err = cudaFuncSetAttribute(
-      conv_pool_wgmma_kernel<Tile>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
+      conv_pool_wgmma_kernel<Tile, kPixelVectors>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      Tile::kSmemBytes);
   int blocks = 0;
   if (err == cudaSuccess)
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, conv_pool_wgmma_kernel<Tile>,
-                                                        kThreads, Tile::kSmemBytes);
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &blocks, conv_pool_wgmma_kernel<Tile, kPixelVectors>, kThreads, Tile::kSmemBytes);
   if (err != cudaSuccess) return -int(err);
   if (blocks < 1) return -int(cudaErrorInvalidConfiguration);
   if (device >= 0 && device < kMaxDevices)
@@ -998,23 +1051,30 @@ cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
   if (plane_vectors_apply<Tile>(ops, s, p)) {
     p.halo_load = kHaloPlaneVectors;
     p.plane_vectors = int(int64_t(s.in_height) * s.in_width / 4);
+  } else if (Operands::vector_input(ops, s)) {
+    p.halo_load = kHaloRowVectors;
   } else {
-    p.halo_load = Operands::vector_input(ops, s) ? kHaloRowVectors : kHaloScalars;
+    p.halo_load = pixel_vectors_apply<Tile>(ops, s) ? kHaloPixelVectors : kHaloScalars;
   }
+  const bool pixel_vectors = p.halo_load == kHaloPixelVectors;
   // 3x3 here: C * 9 % 4 == 0 (fp32) or % 8 == 0 (16-bit).
   p.vector_weights = vectorizable_weights(ops, s, Operands::kSliceChannels);
   int current = -1;
   const cudaError_t err = cudaGetDevice(&current);
   if (err != cudaSuccess) return err;
-  const int blocks_per_sm = prepare_kernel<Tile>(current);
+  const int blocks_per_sm = pixel_vectors ? prepare_kernel<Tile, true>(current)
+                                          : prepare_kernel<Tile, false>(current);
   if (blocks_per_sm < 0) return cudaError_t(-blocks_per_sm);
   p.packed = ops.workspace;
   // Persistent and cooperative (for the grid barrier after the weight packing): as many
   // blocks as are resident at once.
   const int blocks = std::min(p.tiles, blocks_per_sm * std::max(device.sm_count, 1));
   void* args[] = {const_cast<ConvPoolOperands*>(&ops), const_cast<ConvPoolShape*>(&s), &p};
-  return cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(conv_pool_wgmma_kernel<Tile>),
-                                     dim3(blocks), dim3(kThreads), args, Tile::kSmemBytes, stream);
+  const void* kernel = pixel_vectors
+                           ? reinterpret_cast<const void*>(conv_pool_wgmma_kernel<Tile, true>)
+                           : reinterpret_cast<const void*>(conv_pool_wgmma_kernel<Tile, false>);
+  return cudaLaunchCooperativeKernel(kernel, dim3(blocks), dim3(kThreads), args, Tile::kSmemBytes,
+                                     stream);
 }
 
 }  // namespace

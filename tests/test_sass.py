@@ -9,7 +9,8 @@ report in tests/test_build.py; here we check what the disassembly shows:
   * the wgmma kernel's instances: TF32 (tiled_tf32_wgmma) issue HGMMA.64xNx8.F32.TF32, the
     16-bit ones (tiled_16bit_wgmma) HGMMA.64xNx16.F32 (float16) and HGMMA.64xNx16.F32.BF16
     (bfloat16), 18 per chunk (9 taps x 2 squares), with the same two waits (WARPGROUP.DEPBAR)
-    and one WARPGROUP.ARRIVE in every instance: no drain added inside the chunk loop;
+    and two WARPGROUP.ARRIVE (one per run of the chunk's wgmmas) in every instance, the
+    channels-last ones included: no drain added inside the chunk loop;
   * the 16-bit tensor-core kernels (tiled_16bit_mma) issue HMMA.16816.F32 (float16) and
     HMMA.16816.F32.BF16 (bfloat16): m16n8k16 with fp32 accumulators, nothing narrower;
   * no kernel touches local memory (LDL/STL): register arrays stayed in registers;
@@ -84,11 +85,13 @@ HGMMA_BY_OPERANDS = {"Tf32Operands": r"HGMMA\.64x{n}x8\.F32\.TF32",
 def test_wgmma_kernels_issue_hgmma(sass):
     wgmma = {name: code for name, code in sass.items() if is_wgmma_kernel(name)}
     # TF32, float16 and bfloat16 operands; 8 x 32 and 16 x 16 pixel tiles, each with 128 and
-    # 64 output channels per block.
-    assert len(wgmma) == 12, sorted(sass)
+    # 64 output channels per block; each for NCHW-like inputs and for channels-last ones
+    # (template argument false / true: Lb0E / Lb1E in the mangled name).
+    assert len(wgmma) == 24, sorted(sass)
     for operands, pattern in HGMMA_BY_OPERANDS.items():
         instances = {name: code for name, code in wgmma.items() if operands in name}
-        assert len(instances) == 4, (operands, sorted(wgmma))
+        assert len(instances) == 8, (operands, sorted(wgmma))
+        assert sum("Lb1E" in name for name in instances) == 4, (operands, sorted(instances))
         for name, code in instances.items():
             n = 128 if "ELi128EEE" in name else 64
             # 9 taps x 2 pixel squares per warpgroup, unrolled: 18 per chunk, and no other

@@ -1,7 +1,8 @@
 """What a channels-last input costs ModelNew: NCHW vs channels-last input, same weights.
 
     python tools/bench_layouts.py                 # default problem
-    python tools/bench_layouts.py vgg_b3 --iters 50
+    python tools/bench_layouts.py default vgg_b3 vgg_b5 --iters 50
+    python tools/bench_layouts.py default --dtype float16
 
 Times (CUDA events, L2 flushed before each call, median of --iters after warm-up):
 ModelNew on the NCHW input, ModelNew on the same values in channels-last memory (the kernel
@@ -23,30 +24,37 @@ from utils.suite import find_case  # noqa: E402
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("case", nargs="?", default="default", help="suite case (default)")
+    parser.add_argument("cases", nargs="*", default=["default"], help="suite cases (default)")
     parser.add_argument("--iters", type=int, default=50)
+    parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32")
     args = parser.parse_args()
-    case = find_case(args.case)
-    torch.manual_seed(0)
-    model = Model(**case.model_kwargs()).cuda().eval()
-    fused = ModelNew(**case.model_kwargs()).cuda().eval()
-    fused.load_state_dict(model.state_dict())
-    x = torch.randn(case.input_shape(), device="cuda")
-    x_cl = x.contiguous(memory_format=torch.channels_last)
+    dtype = getattr(torch, args.dtype)
+    # 16-bit: PyTorch's own result in that dtype is the comparison, hence the looser tolerance.
+    tolerance = 1e-2 if dtype == torch.float32 else 5e-2
     flush = torch.empty(256 * 2**20 // 4, device="cuda")
-    with torch.no_grad():
-        expected = model(x)
-        for name, value in (("nchw", fused(x)), ("channels_last", fused(x_cl))):
-            torch.testing.assert_close(value, expected, atol=1e-2, rtol=1e-2, msg=name)
-        rows = {
-            "ModelNew, NCHW input": time_ms(lambda: fused(x), args.iters, flush),
-            "ModelNew, channels-last input": time_ms(lambda: fused(x_cl), args.iters, flush),
-            "x.contiguous() + ModelNew": time_ms(lambda: fused(x_cl.contiguous()), args.iters,
-                                                   flush),
-        }
-    print(f"{case.label()}: both layouts match eager (atol = rtol = 1e-2)")
-    for name, ms in rows.items():
-        print(f"  {name:32s} {ms:8.4f} ms")
+    for name in args.cases:
+        case = find_case(name)
+        torch.manual_seed(0)
+        model = Model(**case.model_kwargs()).cuda().eval().to(dtype)
+        fused = ModelNew(**case.model_kwargs()).cuda().eval().to(dtype)
+        fused.load_state_dict(model.state_dict())
+        x = torch.randn(case.input_shape(), device="cuda", dtype=dtype)
+        x_cl = x.contiguous(memory_format=torch.channels_last)
+        with torch.no_grad():
+            expected = model(x)
+            for layout, value in (("nchw", fused(x)), ("channels_last", fused(x_cl))):
+                torch.testing.assert_close(value, expected, atol=tolerance, rtol=tolerance,
+                                           msg=lambda m: f"{name} {layout}: {m}")
+            rows = {
+                "ModelNew, NCHW input": time_ms(lambda: fused(x), args.iters, flush),
+                "ModelNew, channels-last input": time_ms(lambda: fused(x_cl), args.iters, flush),
+                "x.contiguous() + ModelNew": time_ms(lambda: fused(x_cl.contiguous()),
+                                                       args.iters, flush),
+            }
+        print(f"{case.label()} {args.dtype}: both layouts match eager "
+              f"(atol = rtol = {tolerance:g})")
+        for row, ms in rows.items():
+            print(f"  {row:32s} {ms:8.4f} ms")
     return 0
 
 

@@ -49,6 +49,10 @@ sanitize() {
   local cs=compute-sanitizer
   command -v $cs >/dev/null || cs=/usr/local/cuda/bin/compute-sanitizer
   # The kernels changed last first, so that a time cap cuts the ones checked before.
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py channels_last_tails tiled_tf32_wgmma &&
+  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py channels_last_tails tiled_tf32_wgmma &&
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py channels_last_tails tiled_16bit_wgmma float16 &&
+  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py channels_last_tails tiled_16bit_wgmma bfloat16 &&
   $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py small_images tiled_tf32_wgmma &&
   $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py small_images tiled_tf32_wgmma &&
   $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py small_images tiled_16bit_wgmma bfloat16 &&
@@ -89,7 +93,7 @@ for entry in "${stages[@]}"; do
     verify) run_stage verify "$seconds" python3 -m utils.verification ;;
     profile) run_stage profile "$seconds" python3 -m utils.profiling ;;
     suite) run_stage suite "$seconds" python3 -m utils.profiling --suite --json "$OUT/suite.json" --plot "$OUT/suite.png" ;;
-    layouts) run_stage layouts "$seconds" python3 tools/bench_layouts.py ;;
+    layouts) run_stage layouts "$seconds" bash -c 'python3 tools/bench_layouts.py default vgg_b2 vgg_b3 vgg_b5 && python3 tools/bench_layouts.py default vgg_b3 --dtype float16' ;;
     bench) run_stage bench "$seconds" python3 tools/bench_variants.py ;;
     vgg16) run_stage vgg16 "$seconds" python3 tools/bench_vgg16.py --json "$OUT/vgg16.json" ;;
     distributed) run_stage distributed "$seconds" python3 tools/check_distributed.py ;;

@@ -35,6 +35,10 @@ CASES = {
     # VGG block 5's 14 x 14 images with channel tails and more tiles (300 images) than resident
     # wgmma blocks: whole-image tiles read as plane vectors, several per block.
     "small_images": ConvPoolCase("small_images", 300, 20, 72, 14, 14, (3, 3), padding=(1, 1)),
+    # The same tails on a channels-last input (CHANNELS_LAST below): the wgmma kernels' pixel-
+    # vector instances; 24 channels leave the 16-bit kernel's second chunk half past the last.
+    "channels_last_tails": ConvPoolCase("channels_last_tails", 2, 24, 72, 30, 38, (3, 3),
+                                        padding=(1, 1)),
     # 6 output channels, 1 input channel, 5x5: the CUDA-core small_fp32 kernel (lenet-like).
     "tiny_layer": ConvPoolCase("tiny_layer", 4, 1, 6, 32, 32, (5, 5)),
     # LeNet at batch 1100: more tiles than resident small_fp32 blocks, so blocks loop and copy
@@ -50,6 +54,8 @@ CASES = {
                                        stride=(4, 4), padding=(2, 2), pool_kernel=(3, 3),
                                        pool_stride=(2, 2)),
 }
+# Cases whose input is made channels-last (same values).
+CHANNELS_LAST = {"channels_last_tails"}
 
 
 def main(name: str, variants: str = "all", dtype_name: str = "float32") -> int:
@@ -57,6 +63,8 @@ def main(name: str, variants: str = "all", dtype_name: str = "float32") -> int:
     dtype = getattr(torch, dtype_name)
     torch.manual_seed(0)
     x = torch.randn(case.input_shape(), device="cuda").to(dtype)
+    if name in CHANNELS_LAST:
+        x = x.contiguous(memory_format=torch.channels_last)
     w = (torch.randn(case.weight_shape(), device="cuda") * 0.1).to(dtype)
     b = torch.randn(case.out_channels, device="cuda").to(dtype)
     expected = F.max_pool2d(F.relu(F.conv2d(x.float(), w.float(), b.float(), case.stride,

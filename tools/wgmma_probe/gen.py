@@ -31,8 +31,8 @@ for header in ["conv_pool_16bit.cuh", "conv_pool_device.cuh", "conv_pool_operand
 replace("namespace {\n", "#ifndef PROBE\n#define PROBE 0\n#endif\nnamespace {\n")
 replace("if (unit < 0) return;\n    const bool row_valid",
         "if (unit < 0 || (PROBE & 1)) return;\n    const bool row_valid")
-replace("if (unit >= 0)\n      Operands::store_pixels",
-        "if (unit >= 0 && !(PROBE & 2))\n      Operands::store_pixels")
+replace("if (unit < 0) return;\n    typename Operands::Pixel* dst",
+        "if (unit < 0 || (PROBE & 2)) return;\n    typename Operands::Pixel* dst")
 replace("mbarrier_arrive_expect_tx(landed, Tile::kWeightChunkBytes);",
         "mbarrier_arrive_expect_tx(landed, (PROBE & 4) ? 0 : Tile::kWeightChunkBytes);"
         " if (!(PROBE & 4))")
