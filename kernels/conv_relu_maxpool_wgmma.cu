@@ -36,10 +36,12 @@
 // (TF32: 4 channels as 16-byte row loads; 16-bit: 8 channels as 8-byte row loads, so the halo's
 // geometry, its thread mapping and the 16 staging registers stay those of the TF32 kernel) and
 // writes them to shared memory, as 4 pixels x one slice, one step ahead. Three shared stages.
-// Three ways to load those 4 columns (HaloLoad): one vector per channel when input rows split
+// Four ways to load those 4 columns (HaloLoad): one vector per channel when input rows split
 // into aligned runs of 4; for a tile that covers whole images (VGG block 5's 14 x 14), one vector
 // of 4 consecutive pixels of the contiguous image plane, which may wrap to the next row (the
-// halo's border then holds zeros written once, at kernel start); else 4 predicated scalars.
+// halo's border then holds zeros written once, at kernel start); for channels-last inputs, one
+// 16-byte vector per pixel (a slice's channels are contiguous there: already the staged layout,
+// no transpose), in kernel instances of their own; else 4 predicated scalars.
 //
 // Block: 2 warpgroups; the tile is four 8 x 8 pixel squares (8 x 32 or 16 x 16 conv pixels,
 // whichever wastes less of the output), two per warpgroup, each one wgmma per tap, N = 128
