@@ -122,10 +122,6 @@ struct WgmmaTile {
   // strided fallback: 32 scalar loads in flight, which spilled at 128.)
   static constexpr int kMinBlocksPerSm =
       (kN == 64 && kTileRows == 8 && Operands::kChunk == 8) ? 2 : 1;
-  // A tile's pooled outputs are stored during the next tile's first step, under its wgmmas;
-  // with two blocks per SM the other block's wgmmas already overlap an epilogue (and the
-  // deferred stores' registers made that instance spill at its 128-register cap).
-  static constexpr bool kDeferredStores = kMinBlocksPerSm == 1;
 };
 
 // 8 x 32 conv pixels for wide images (the default problem, VGG blocks 2-3), 16 x 16 for small
@@ -920,13 +916,6 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
       if (step + 1 < steps) loader.store_halo_unit(halo, smem + stage1 * Tile::kStageBytes);
       const bool refill = step + 2 < steps;
       if (refill) loader.load_halo(halo, ops, s, p);
-      // The previous tile's pooled outputs go out under this tile's first wgmmas.
-      if constexpr (Tile::kDeferredStores) {
-        if (chunk == 0 && t > 0)
-          store_pooled<Tile>(
-              ops, s, tile_origin<Tile>(s, p, int(blockIdx.x) + (t - 1) * int(gridDim.x)),
-              pooled, bias);
-      }
       wgmma_fence();  // the halo code wrote registers (ptxas would insert this fence itself)
       mma_taps<Tile, kSplitTap, kTaps>(acc, descriptors, chunk == 0);
       wgmma_commit();
@@ -954,15 +943,8 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
     pool_accumulators<Tile>(acc, pooled);
     if (threadIdx.x < Tile::kN) bias[threadIdx.x] = tile_bias;
     __syncthreads();
-    // `pooled` and `bias` are rewritten only after the next tile's first step's barriers; with
-    // kDeferredStores that step stores them out (above), the last tile's below.
-    if constexpr (!Tile::kDeferredStores) store_pooled<Tile>(ops, s, origin, pooled, bias);
-  }
-  if constexpr (Tile::kDeferredStores) {
-    if (my_tiles > 0)
-      store_pooled<Tile>(
-          ops, s, tile_origin<Tile>(s, p, int(blockIdx.x) + (my_tiles - 1) * int(gridDim.x)),
-          pooled, bias);
+    store_pooled<Tile>(ops, s, origin, pooled, bias);
+    // `pooled` is rewritten only after the next tile's chunk barriers.
   }
 #endif
 }
