@@ -11,12 +11,15 @@ outputs of any PROBE other than 0 are wrong by design.
     128 no wgmmas (the loads alone)
 
     python3 tools/wgmma_probe/gen.py OUTPUT.cu
+    PROBE_SOURCE=old_kernel.cu python3 tools/wgmma_probe/gen.py OUTPUT.cu   # another version
 """
+import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-src = (ROOT / "kernels" / "conv_relu_maxpool_wgmma.cu").read_text()
+src = Path(os.environ.get("PROBE_SOURCE",
+                          ROOT / "kernels" / "conv_relu_maxpool_wgmma.cu")).read_text()
 
 
 def replace(old: str, new: str) -> None:
