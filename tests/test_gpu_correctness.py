@@ -378,22 +378,28 @@ def test_wgmma_channels_last_inputs(ext, dtype):
     """Channels-last inputs through the wgmma kernels: the pixel-vector instances where one
     16-byte vector holds a whole channel slice (channel counts that are multiples of 4 fp32 or
     8 16-bit channels), scalar loads for the other counts; random sizes over several tiles,
-    padding, channel, width and output-channel tails, and every other image of a larger
-    channels-last batch (an image stride that is not C * H * W)."""
+    padding, channel, width and output-channel tails; besides dense tensors, every other image
+    of a larger channels-last batch (an image stride that is not C * H * W) and the last C
+    channels of a wider one (a pixel stride that is not C, the data 8 channels in)."""
     seed = random.randrange(2**31)
     rng = random.Random(seed)
-    for i in range(10):
+    for i in range(12):
         pad = rng.choice([0, 1])
         case = ConvPoolCase(f"channels_last_{i}", rng.randint(1, 3),
                             rng.choice([4, 8, 12, 13, 16, 24, 40, 64]),
                             rng.choice([8, 40, 64, 72, 130]), rng.randint(4 - 2 * pad, 40),
                             rng.randint(4 - 2 * pad, 70), (3, 3), padding=(pad, pad))
-        every_other = rng.random() < 0.5
-        x, weight, bias = make_operands(replace(case, batch=2 * case.batch) if every_other
-                                        else case, seed + i)
+        layout = rng.choice(["dense", "every_other", "channel_slice"])
+        full = replace(case, batch=2 * case.batch if layout == "every_other" else case.batch,
+                       in_channels=case.in_channels + (8 if layout == "channel_slice" else 0))
+        x, weight, bias = make_operands(full, seed + i)
         name, tolerance, (x, weight, bias) = wgmma_run(
             dtype, x.contiguous(memory_format=torch.channels_last), weight, bias)
-        x = x[::2] if every_other else x
+        if layout == "every_other":
+            x = x[::2]
+        elif layout == "channel_slice":
+            x, weight = x[:, 8:], weight[:, 8:]
+        assert x.shape[:2] == (case.batch, case.in_channels), (layout, x.shape)
         assert x.stride(1) == 1 and not x.is_contiguous()
         out = run_op(ext, case, x, weight, bias, ext.conv2d_relu_maxpool_variants()[name])
         torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias),
