@@ -367,9 +367,8 @@ struct Tf32Operands {
     return __ldg(reinterpret_cast<const float4*>(p));
   }
   static __device__ __forceinline__ float4 zero_row() { return make_float4(0.f, 0.f, 0.f, 0.f); }
-  static __device__ __forceinline__ float4 load_pixel(const float* p) {
-    return __ldg(reinterpret_cast<const float4*>(p));
-  }
+  // fp32: a pixel vector (4 channels) is the same 16-byte load as a row vector (4 columns).
+  static __device__ __forceinline__ float4 load_pixel(const float* p) { return load_row(p); }
   static __device__ __forceinline__ float4 zero_pixel() { return zero_row(); }
   static __device__ __forceinline__ float4 make_row(const float (&v)[4]) {
     return make_float4(v[0], v[1], v[2], v[3]);
