@@ -336,6 +336,16 @@ def test_memory_bound_floor_uses_bandwidth():
         case.min_bytes() / 4.24e12 * 1e6)
 
 
+def test_16bit_floor_takes_the_16bit_ceiling_and_two_bytes_per_element():
+    for dtype in (torch.float16, torch.bfloat16):
+        assert profiling.floor_us(DEFAULT, PEERS_CEILINGS, dtype) == pytest.approx(
+            DEFAULT.flops() / 708e12 * 1e6)  # compute bound at the bf16 matmul rate
+        lenet = find_case("lenet_c1")  # bound by bytes: half of float32's
+        assert profiling.floor_us(lenet, PEERS_CEILINGS, dtype) == pytest.approx(
+            profiling.floor_us(lenet, PEERS_CEILINGS) / 2)
+    assert DEFAULT.min_bytes(2) == DEFAULT.min_bytes() / 2
+
+
 def test_input_buffer_count_exceeds_twice_l2():
     l2 = 60 << 20
     assert profiling.input_buffer_count(DEFAULT.input_elements() * 4, l2) == 2
@@ -385,7 +395,7 @@ def test_json_record_has_the_schema_keys(tmp_path):
     for key in profiling.REQUIRED_TOP_KEYS:
         assert key in loaded
     assert loaded["ceilings"] == {"tf32_tflops": 356.0, "hbm_tbps": 4.24,
-                                  "source": "PEERS-H200.md"}
+                                  "source": "PEERS-H200.md", "half_tflops": 708.0}
     assert [case["name"] for case in loaded["cases"]] == ["default", "batch1"]
     for case in loaded["cases"]:
         for key in profiling.REQUIRED_CASE_KEYS:
@@ -443,6 +453,8 @@ def test_profiling_arguments(tmp_path):
         False, 100, None, None, None)
     assert profiling.requested_targets(args) == ["new", "eager", "compile"]
     assert profiling.requested_cases(args) == [DEFAULT]
+    assert args.dtype == "float32"
+    assert profiling.DTYPES[parser.parse_args(["--dtype", "bfloat16"]).dtype] == torch.bfloat16
     args = parser.parse_args(["--suite", "--json", str(tmp_path / "a.json"), "--plot",
                               str(tmp_path / "a.png"), "--iters", "7", "--measure-ceilings",
                               "--max-autotune", "--channels-last"])
@@ -455,7 +467,7 @@ def test_profiling_arguments(tmp_path):
     assert args.single_run == ["new", "compile"]
     assert profiling.requested_cases(args) == [find_case("batch1")]
     for bad in (["--single-run", "new,bogus"], ["--suite", "--case", "batch1"],
-                ["--iters", "many"]):
+                ["--iters", "many"], ["--dtype", "float64"]):
         with pytest.raises(SystemExit):
             parser.parse_args(bad)
 

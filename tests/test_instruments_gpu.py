@@ -145,3 +145,24 @@ def test_measured_times_never_beat_the_floor(model_new_class, tmp_path):
     for name, target in case["targets"].items():
         assert target["median_us"] > case["floor_us"], name
         assert target["percent_of_floor"] < 100, name
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_profiling_runs_every_target_in_the_requested_dtype(model_new_class, tmp_path, dtype):
+    """--dtype converts Model, ModelNew and the inputs; the op still matches Model there, and
+    the floor is the 16-bit one (below float32's: twice the tensor-core rate, half the bytes)."""
+    json_path = tmp_path / "profile.json"
+    run = run_profiling("--case", "vgg_b5", "--dtype", dtype, "--targets", "new,eager",
+                        "--iters", "5", "--warmup", "1", "--no-profiler", "--json",
+                        str(json_path))
+    assert run.returncode == 0, run.stdout + run.stderr
+    record = json.loads(json_path.read_text())
+    assert record["settings"]["dtype"] == dtype
+    case = record["cases"][0]
+    assert case["matches_model"] is True
+    assert "16bit" in case["variant"], case["variant"]
+    float32_floor = profiling.floor_us(find_case("vgg_b5"), profiling.Ceilings(
+        profiling.DEFAULT_TF32_TFLOPS, profiling.DEFAULT_HBM_TBPS, "PEERS-H200.md"))
+    assert case["floor_us"] < float32_floor
+    for name, target in case["targets"].items():
+        assert target["median_us"] > case["floor_us"], name

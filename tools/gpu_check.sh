@@ -3,10 +3,11 @@
 #
 #   bash tools/gpu_check.sh [STAGE[:SECONDS] ...]
 #
-# Stages: env build test verify profile suite layouts bench vgg16 distributed notebook
+# Stages: env build test verify profile suite suite16 layouts bench vgg16 distributed notebook
 # sanitize (default: env build test verify profile). SECONDS caps one stage (timeout), so a
 # long stage cannot eat the others' device time. Each stage's log lands in $OUT/<stage>.log;
-# the suite also writes $OUT/suite.json and $OUT/suite.png, vgg16 $OUT/vgg16.json, notebook
+# the suite also writes $OUT/suite.json and $OUT/suite.png, suite16 (the suite in float16, then
+# bfloat16) $OUT/suite_float16.json and $OUT/suite_bfloat16.json, vgg16 $OUT/vgg16.json, notebook
 # $OUT/quickstart.ipynb (executed copy). The notebook stage installs the Jupyter wheels in .whl/
 # into /tmp/site first (the device image has no Jupyter). Fetch them here (x86-64, CPython 3.12),
 # list .whl in the device call's `carry`, and keep .whl/ out of git (.git/info/exclude):
@@ -93,6 +94,7 @@ for entry in "${stages[@]}"; do
     verify) run_stage verify "$seconds" python3 -m utils.verification ;;
     profile) run_stage profile "$seconds" python3 -m utils.profiling ;;
     suite) run_stage suite "$seconds" python3 -m utils.profiling --suite --json "$OUT/suite.json" --plot "$OUT/suite.png" ;;
+    suite16) run_stage suite16 "$seconds" bash -c 'for d in float16 bfloat16; do python3 -m utils.profiling --suite --dtype $d --json "$0/suite_$d.json" || exit; done' "$OUT" ;;
     layouts) run_stage layouts "$seconds" bash -c 'python3 tools/bench_layouts.py default vgg_b2 vgg_b3 vgg_b5 && python3 tools/bench_layouts.py default vgg_b3 --dtype float16' ;;
     bench) run_stage bench "$seconds" python3 tools/bench_variants.py ;;
     vgg16) run_stage vgg16 "$seconds" python3 tools/bench_vgg16.py --json "$OUT/vgg16.json" ;;

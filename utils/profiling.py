@@ -4,6 +4,7 @@
     python -m utils.profiling --suite               # the public suite (~5 min on an H200)
     python -m utils.profiling --max-autotune --channels-last   # add those two peers
     python -m utils.profiling --suite --json out.json --plot speedup.png
+    python -m utils.profiling --suite --dtype bfloat16   # model.bfloat16() against its peers
     ncu --nvtx --nvtx-include "new/" python -m utils.profiling --single-run new
 
 How a time is taken: after a warm-up, each call is bracketed by its own pair of CUDA events;
@@ -14,6 +15,9 @@ per call (torch.profiler, kernels only, no flush: the number an nsys/torch.profi
 shows), TFLOP/s, and the percent of the floor. The floor is
 max(FLOPs / TF32 ceiling, min bytes / HBM bandwidth), with the ceilings from
 ../shared/PEERS-H200.md unless --measure-ceilings (or --tf32-tflops / --hbm-tbps) says otherwise.
+With --dtype float16 or bfloat16 every target runs in that dtype (Model and ModelNew
+converted with .to(dtype), inputs created in it); the floor then takes the 16-bit tensor-core
+ceiling (cuBLAS bf16 matmul, --half-tflops) and 2 bytes per element.
 
 Peers run in the same process on the same weights: eager Model, torch.compile(Model) (default
 mode), and on request torch.compile(mode="max-autotune-no-cudagraphs") and channels-last
@@ -47,6 +51,7 @@ from utils.setup_checks import SetupError, require_gpu_and_extension
 # Ceilings measured on the lent H200 (../shared/PEERS-H200.md).
 DEFAULT_TF32_TFLOPS = 356.0   # cuBLAS fp32 matmul 8192^3, TF32 on
 DEFAULT_HBM_TBPS = 4.24       # device-to-device copy, read + write
+DEFAULT_HALF_TFLOPS = 708.0   # cuBLAS bf16 matmul (the floor's ceiling for 16-bit runs)
 L2_FLUSH_BYTES = 256 << 20
 FALLBACK_L2_BYTES = 60 << 20  # H200; used when the device properties don't say
 MAX_INPUT_BUFFERS = 64
@@ -54,6 +59,10 @@ INPUT_MEMORY_BUDGET = 8 << 30  # all rotated input buffers of one target togethe
 DEFAULT_ITERS = 100
 DEFAULT_WARMUP = 10
 PROFILER_CALLS = 20
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# The op against Model in the same dtype, before timing (as in tests/test_gpu_correctness.py:
+# fp32 at verification's 1e-2; 16-bit outputs carry one rounding to 16 bits each side).
+MATCH_TOLERANCE = {torch.float32: 1e-2, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 JSON_SCHEMA = "conv_relu_maxpool.profiling/1"
 
 NEW = "new"
@@ -110,12 +119,15 @@ class Ceilings:
     tf32_tflops: float
     hbm_tbps: float
     source: str  # "PEERS-H200.md", "measured" or "command line"
+    half_tflops: float = DEFAULT_HALF_TFLOPS
 
 
-def floor_us(case: ConvPoolCase, ceilings: Ceilings) -> float:
-    """The time no kernel can beat: compute at the TF32 ceiling or bytes at HBM bandwidth."""
-    compute_s = case.flops() / (ceilings.tf32_tflops * 1e12)
-    memory_s = case.min_bytes() / (ceilings.hbm_tbps * 1e12)
+def floor_us(case: ConvPoolCase, ceilings: Ceilings, dtype: torch.dtype = torch.float32) -> float:
+    """The time no kernel can beat: compute at the tensor-core ceiling of the dtype (TF32 for
+    float32, the 16-bit rate otherwise) or bytes at HBM bandwidth."""
+    tensor_tflops = ceilings.tf32_tflops if dtype == torch.float32 else ceilings.half_tflops
+    compute_s = case.flops() / (tensor_tflops * 1e12)
+    memory_s = case.min_bytes(dtype.itemsize) / (ceilings.hbm_tbps * 1e12)
     return max(compute_s, memory_s) * 1e6
 
 
@@ -325,7 +337,7 @@ def build_targets(case: ConvPoolCase, names: Sequence[str], sample: torch.Tensor
     targets = {}
     for name in names:
         if name == NEW:
-            model_new = ModelNew(**case.model_kwargs()).to(sample.device).eval()
+            model_new = ModelNew(**case.model_kwargs()).to(sample.device, sample.dtype).eval()
             model_new.load_state_dict(model.state_dict())
             targets[name] = Target(name, model_new)
         elif name == EAGER:
@@ -347,10 +359,11 @@ def build_targets(case: ConvPoolCase, names: Sequence[str], sample: torch.Tensor
     return targets
 
 
-def make_inputs(case: ConvPoolCase, count: int, channels_last: bool) -> list[torch.Tensor]:
+def make_inputs(case: ConvPoolCase, count: int, channels_last: bool,
+                dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
-    return [torch.randn(case.input_shape(), device="cuda").contiguous(memory_format=memory_format)
-            for _ in range(count)]
+    return [torch.randn(case.input_shape(), device="cuda", dtype=dtype)
+            .contiguous(memory_format=memory_format) for _ in range(count)]
 
 
 def variant_name(case: ConvPoolCase, model_new: nn.Module, x: torch.Tensor) -> str:
@@ -366,27 +379,29 @@ def variant_name(case: ConvPoolCase, model_new: nn.Module, x: torch.Tensor) -> s
 def profile_case(case: ConvPoolCase, names: Sequence[str], args: argparse.Namespace,
                  ceilings: Ceilings, flush: torch.Tensor) -> CaseResult:
     from model import Model
+    dtype = DTYPES[args.dtype]
     print(f"{case.name}: {case.label()} -> {case.output_shape()}, "
-          f"{case.flops() / 1e9:.1f} GFLOP", flush=True)
+          f"{case.flops() / 1e9:.1f} GFLOP, {args.dtype}", flush=True)
     torch.manual_seed(0)
-    model = Model(**case.model_kwargs()).cuda().eval()
-    count = input_buffer_count(case.input_elements() * 4, l2_bytes())
-    inputs = make_inputs(case, count, channels_last=False)
-    result = CaseResult(case, variant="-", floor_us=floor_us(case, ceilings),
+    model = Model(**case.model_kwargs()).to("cuda", dtype).eval()
+    count = input_buffer_count(case.input_elements() * dtype.itemsize, l2_bytes())
+    inputs = make_inputs(case, count, channels_last=False, dtype=dtype)
+    result = CaseResult(case, variant="-", floor_us=floor_us(case, ceilings, dtype),
                         input_buffers=count)
     with torch.no_grad():
         targets = build_targets(case, names, inputs[0], model)
         if NEW in targets:
             result.variant = variant_name(case, targets[NEW].fn, inputs[0])
             expected = model(inputs[0])
+            tolerance = MATCH_TOLERANCE[dtype]
             result.matches_model = bool(torch.allclose(targets[NEW].fn(inputs[0]), expected,
-                                                       atol=1e-2, rtol=1e-2))
+                                                       atol=tolerance, rtol=tolerance))
             del expected
             if not result.matches_model:
                 print("  WARNING: the op's output differs from Model here; run "
                       "`python -m utils.verification`", flush=True)
         for name, target in targets.items():
-            target_inputs = (make_inputs(case, count, channels_last=True)
+            target_inputs = (make_inputs(case, count, channels_last=True, dtype=dtype)
                              if target.channels_last else inputs)
             times = time_calls(target.fn, target_inputs, args.iters, args.warmup, flush)
             stats = summarize(times)
@@ -412,8 +427,8 @@ def reset_compiled(names: Sequence[str]) -> None:
 
 
 def measure_ceilings() -> Ceilings:
-    """HBM bandwidth from a 2 GiB device copy, TF32 throughput from an 8192^3 matmul."""
-    with heartbeat("measuring ceilings (2 GiB copy, 8192^3 TF32 matmul)"):
+    """HBM bandwidth from a 2 GiB device copy, TF32 and bf16 throughput from 8192^3 matmuls."""
+    with heartbeat("measuring ceilings (2 GiB copy, 8192^3 TF32 and bf16 matmuls)"):
         buffers = [torch.empty(2**29, device="cuda") for _ in range(2)]  # 2 x 2 GiB, float32
         copy_us = percentile(time_calls(lambda source: buffers[1].copy_(source), buffers[:1],
                                         20, 3, None), 50)
@@ -428,18 +443,23 @@ def measure_ceilings() -> Ceilings:
             matmul_us = percentile(time_calls(lambda left: left @ b, [a], 20, 3, None), 50)
         finally:
             torch.backends.cuda.matmul.allow_tf32 = before
+        b = b.bfloat16()
+        half_us = percentile(time_calls(lambda left: left @ b, [a.bfloat16()], 20, 3, None), 50)
     tf32_tflops = 2 * n**3 / (matmul_us * 1e-6) / 1e12
-    print(f"  ceilings: {tf32_tflops:.0f} TFLOP/s TF32, {hbm_tbps:.2f} TB/s copy", flush=True)
-    return Ceilings(tf32_tflops, hbm_tbps, "measured")
+    half_tflops = 2 * n**3 / (half_us * 1e-6) / 1e12
+    print(f"  ceilings: {tf32_tflops:.0f} TFLOP/s TF32, {half_tflops:.0f} TFLOP/s bf16, "
+          f"{hbm_tbps:.2f} TB/s copy", flush=True)
+    return Ceilings(tf32_tflops, hbm_tbps, "measured", half_tflops)
 
 
-def single_run(cases: Sequence[ConvPoolCase], names: Sequence[str]) -> None:
+def single_run(cases: Sequence[ConvPoolCase], names: Sequence[str],
+               dtype: torch.dtype = torch.float32) -> None:
     """Each target once per case, inside an NVTX range named after it (for ncu/nsys)."""
     from model import Model
     for case in cases:
         torch.manual_seed(0)
-        model = Model(**case.model_kwargs()).cuda().eval()
-        x = torch.randn(case.input_shape(), device="cuda")
+        model = Model(**case.model_kwargs()).to("cuda", dtype).eval()
+        x = torch.randn(case.input_shape(), device="cuda", dtype=dtype)
         with torch.no_grad():
             targets = build_targets(case, names, x, model)  # compiles outside the ranges
             for name, target in targets.items():
@@ -542,6 +562,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "(compiling it takes minutes)")
     parser.add_argument("--channels-last", action="store_true",
                         help="add eager PyTorch on channels-last input and weights")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default="float32",
+                        help="dtype of the model, its weights and inputs for every target "
+                             "(default float32)")
     parser.add_argument("--measure-ceilings", action="store_true",
                         help="measure the TF32 matmul and copy ceilings at start instead of "
                              "using the PEERS-H200.md values")
@@ -549,6 +572,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"TF32 ceiling for the floor (default {DEFAULT_TF32_TFLOPS})")
     parser.add_argument("--hbm-tbps", type=float, default=DEFAULT_HBM_TBPS,
                         help=f"HBM bandwidth for the floor, TB/s (default {DEFAULT_HBM_TBPS})")
+    parser.add_argument("--half-tflops", type=float, default=DEFAULT_HALF_TFLOPS,
+                        help="16-bit tensor-core ceiling for the floor of --dtype float16 / "
+                             f"bfloat16 runs (default {DEFAULT_HALF_TFLOPS})")
     parser.add_argument("--no-profiler", action="store_true",
                         help="skip the torch.profiler kernel-time sum")
     parser.add_argument("--json", type=Path, metavar="PATH",
@@ -594,7 +620,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 2
 
     if args.single_run:
-        single_run(cases, args.single_run)
+        single_run(cases, args.single_run, DTYPES[args.dtype])
         return 0
 
     environment = environment_info()
@@ -605,8 +631,9 @@ def main(argv: Optional[list[str]] = None) -> int:
           flush=True)
     if args.measure_ceilings:
         ceilings = measure_ceilings()
-    elif (args.tf32_tflops, args.hbm_tbps) != (DEFAULT_TF32_TFLOPS, DEFAULT_HBM_TBPS):
-        ceilings = Ceilings(args.tf32_tflops, args.hbm_tbps, "command line")
+    elif (args.tf32_tflops, args.hbm_tbps, args.half_tflops) != (
+            DEFAULT_TF32_TFLOPS, DEFAULT_HBM_TBPS, DEFAULT_HALF_TFLOPS):
+        ceilings = Ceilings(args.tf32_tflops, args.hbm_tbps, "command line", args.half_tflops)
     else:
         ceilings = Ceilings(args.tf32_tflops, args.hbm_tbps, "PEERS-H200.md")
     names = requested_targets(args)
@@ -614,7 +641,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     results = [profile_case(case, names, args, ceilings, flush) for case in cases]
 
     if args.json:
-        settings = dict(iters=args.iters, warmup=args.warmup, targets=names,
+        settings = dict(iters=args.iters, warmup=args.warmup, targets=names, dtype=args.dtype,
                         l2_flush_bytes=L2_FLUSH_BYTES, l2_bytes=l2_bytes(),
                         profiler_calls=0 if args.no_profiler else PROFILER_CALLS,
                         cudnn_allow_tf32=torch.backends.cudnn.allow_tf32,
@@ -631,8 +658,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"wrote {args.plot}", flush=True)
         except ImportError as error:
             print(f"error: --plot needs matplotlib ({error})", file=sys.stderr)
-    print(f"\nmedian of {args.iters} calls, microseconds; 'x peer' = peer time / op time; "
-          f"floor at {ceilings.tf32_tflops:.0f} TFLOP/s, {ceilings.hbm_tbps:.2f} TB/s "
+    tensor_tflops = ceilings.tf32_tflops if args.dtype == "float32" else ceilings.half_tflops
+    print(f"\n{args.dtype}, median of {args.iters} calls, microseconds; 'x peer' = peer time / "
+          f"op time; floor at {tensor_tflops:.0f} TFLOP/s, {ceilings.hbm_tbps:.2f} TB/s "
           f"({ceilings.source})")
     print(format_table(results), flush=True)
     return 0

@@ -129,11 +129,11 @@ class ConvPoolCase:
         out_h, out_w = self.pooled_out()
         return self.batch * self.out_channels * out_h * out_w
 
-    def min_bytes(self) -> float:
+    def min_bytes(self, bytes_per_element: int = BYTES_PER_ELEMENT) -> float:
         """Bytes moved if input, weight, bias and pooled output each cross HBM exactly once."""
         weight = self.out_channels * self.in_channels * self.kernel_size[0] * self.kernel_size[1]
         bias = self.out_channels if self.bias else 0
-        return float(BYTES_PER_ELEMENT
+        return float(bytes_per_element
                      * (self.input_elements() + weight + bias + self.output_elements()))
 
     # ---- reporting ---------------------------------------------------------------------
