@@ -28,6 +28,12 @@
 //                     All weights and every input channel's halo are staged;
 //                     persistent blocks keep the weights and copy the next tile's
 //                     planes while this tile computes (conv_pool_flat_kernel).
+//  12 tiled_16bit_flat As 5 for float16 / bfloat16 operands: planes and weights are
+//                     converted to fp32 as they are staged (loads, not cp.async), the
+//                     TF32 mma multiplies them exactly, the store rounds once.
+// (6 and 10 are the wgmma kernels, conv_relu_maxpool_wgmma.cu; 7 and 11 the CUDA-core
+// small_fp32 / small_16bit, conv_relu_maxpool_small.cu; 8 and 9 the other 16-bit kernels,
+// conv_relu_maxpool_half.cu.)
 //
 // Chunked tiled variants (1-4), per block of 256 (or 512) threads:
 //   * Tile scheduler: blockIdx.x -> (image, tile row, tile col, output-channel
@@ -51,6 +57,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "conv_pool_16bit.cuh"
 #include "conv_pool_device.cuh"
 #include "conv_pool_epilogue.cuh"
 #include "conv_pool_operands.h"
@@ -597,17 +604,18 @@ struct CudaCoreMainloop {
   }
 };
 
-// Epilogue: pooled = relu(max over the window's valid conv pixels), stored NCHW;
-// consecutive threads store consecutive columns.
-template <int kBlockThreads>
+// Epilogue: pooled = relu(max over the window's valid conv pixels), stored NCHW in the
+// element type E; consecutive threads store consecutive columns.
+template <int kBlockThreads, class E = Float32>
 __device__ __forceinline__ void pool_and_store(const ConvPoolOperands& ops,
                                                const ConvPoolShape& s, const TilePlan& p,
                                                const TileCoords& tc, const float* tile) {
   const conv_pool_epilogue::PooledTile t{tc.image,     tc.channel0,   tc.out_row0,
                                          tc.out_col0,  tc.conv_row0,  tc.conv_col0,
                                          p.out_block,  p.pooled_rows, p.pooled_cols};
+  auto* out = ElementOperands<E>::out(ops);
   conv_pool_epilogue::pool_tile<kBlockThreads>(
-      s, t, tile, [&](int64_t index, float value) { ops.out[index] = value; });
+      s, t, tile, [&](int64_t index, float value) { out[index] = E::from_float(value); });
 }
 
 // Fast-path epilogue, second half: the pooled tile (store_pooled_2x2) to global
@@ -789,15 +797,34 @@ __device__ __forceinline__ int flat_col_shift(const TilePlan& p, const TileCoord
   return p.vector_input ? ((tc.in_col0 % 4) + 4) % 4 : 0;
 }
 
-// Issues the copies of input plane `c` of tile `tc` (zeros outside the image) as 4-byte
-// cp.async, one halo row per warp and step.
-template <int kBlockThreads>
+// Stages input plane `c` of tile `tc` (zeros outside the image) as fp32, one halo row per warp
+// and step. float32 moves by cp.async (16 bytes when p.vector_input, else 4); 16-bit words are
+// loaded, converted and stored here (several columns' loads in flight before their stores), so
+// their copy groups are empty and the waits on them return at once.
+template <int kBlockThreads, class E = Float32>
 __device__ __forceinline__ void stage_flat_plane(const ConvPoolOperands& ops,
                                                  const ConvPoolShape& s, const TilePlan& p,
                                                  const TileCoords& tc, int c, float* plane) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const float* src_plane = ops.x + tc.image * ops.x_stride[0] + int64_t(c) * ops.x_stride[1];
   const int staged_col0 = tc.in_col0 - flat_col_shift(p, tc);
+  if constexpr (!ElementOperands<E>::kFloat) {
+    const auto* src_plane =
+        ElementOperands<E>::x(ops) + tc.image * ops.x_stride[0] + int64_t(c) * ops.x_stride[1];
+    for (int halo_row = warp; halo_row < p.halo_rows; halo_row += kBlockThreads / 32) {
+      const int h = tc.in_row0 + halo_row;
+      const bool row_valid = h >= 0 && h < s.in_height;
+      const auto* src_row = src_plane + int64_t(h) * ops.x_stride[2];
+      float* dst_row = plane + halo_row * p.halo_cols;
+#pragma unroll 4
+      for (int col = lane; col < p.halo_cols; col += 32) {
+        const int w = staged_col0 + col;
+        const bool valid = row_valid && w >= 0 && w < s.in_width;
+        dst_row[col] = valid ? E::to_float(__ldg(src_row + int64_t(w) * ops.x_stride[3])) : 0.f;
+      }
+    }
+    return;
+  }
+  const float* src_plane = ops.x + tc.image * ops.x_stride[0] + int64_t(c) * ops.x_stride[1];
   for (int halo_row = warp; halo_row < p.halo_rows; halo_row += kBlockThreads / 32) {
     const int h = tc.in_row0 + halo_row;
     const bool row_valid = h >= 0 && h < s.in_height;
@@ -820,12 +847,15 @@ __device__ __forceinline__ void stage_flat_plane(const ConvPoolOperands& ops,
   }
 }
 
+// E: the operands' element type (Float32 for tiled_tf32_flat, Float16 / BFloat16 for
+// tiled_16bit_flat: the staged halo and weights are fp32 either way, and the TF32 mma multiplies
+// 16-bit values exactly, since their significands fit TF32's).
 // Two blocks per SM where the accumulators and shared memory allow (<= 128 registers).
 // Persistent plan (p.flat_persistent): the block stages the weights once and loops over tiles
 // blockIdx.x, + gridDim.x, ...; input plane c of the next tile is copied as soon as the last
 // reduction step reading plane c of this tile is done, so the copies run under the rest of this
 // tile's steps and its epilogue. Otherwise one tile per block, the epilogue reusing the halo.
-template <class Mainloop>
+template <class Mainloop, class E>
 __global__ void __launch_bounds__(Mainloop::kThreads,
                                   Mainloop::kOutBlock <= 64 && Mainloop::kThreads == 256 ? 2 : 1)
     conv_pool_flat_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const TilePlan p) {
@@ -858,27 +888,33 @@ __global__ void __launch_bounds__(Mainloop::kThreads,
     }
     k_offset[k] = offset;
   }
+  const auto* bias_in = ElementOperands<E>::bias(ops);
   for (int k = threadIdx.x; k < p.out_block; k += kBlockThreads) {
     const int channel = tc.channel0 + k;
-    bias[k] = (ops.bias != nullptr && channel < s.out_channels) ? ops.bias[channel * ops.bias_stride]
-                                                                : 0.f;
+    bias[k] = (bias_in != nullptr && channel < s.out_channels)
+                  ? E::to_float(bias_in[channel * ops.bias_stride])
+                  : 0.f;
   }
   __syncthreads();  // gather table ready
 
   // Copy groups, oldest first: {weights, plane 0}, plane 1, ..., plane C-1 of the first tile;
   // then, during each tile, the next tile's planes in the order they are released.
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const auto* weight_in = ElementOperands<E>::weight(ops);
   for (int k = warp; k < p.out_block; k += kBlockThreads / 32) {
     const bool k_valid = tc.channel0 + k < s.out_channels;
-    const float* src = ops.weight + int64_t(tc.channel0 + k) * ops.weight_stride[0];
+    const auto* src = weight_in + int64_t(tc.channel0 + k) * ops.weight_stride[0];
     float* dst = weights + k * p.weight_row;
     for (int e = lane; e < p.k_padded; e += 32) {
       const bool valid = k_valid && e < reduction;
-      cp_async_4(dst + e, valid ? src + weight_gather[e] : ops.weight, valid);
+      if constexpr (ElementOperands<E>::kFloat)
+        cp_async_4(dst + e, valid ? src + weight_gather[e] : weight_in, valid);
+      else
+        dst[e] = valid ? E::to_float(__ldg(src + weight_gather[e])) : 0.f;
     }
   }
   for (int c = 0; c < s.in_channels; ++c) {
-    stage_flat_plane<kBlockThreads>(ops, s, p, tc, c, halo + c * p.halo_plane);
+    stage_flat_plane<kBlockThreads, E>(ops, s, p, tc, c, halo + c * p.halo_plane);
     cp_async_commit();
   }
 
@@ -908,8 +944,8 @@ __global__ void __launch_bounds__(Mainloop::kThreads,
       if (has_next && released < s.in_channels && schedule.last_group(released) <= c) {
         __syncthreads();  // every warp is done with the planes released here
         while (released < s.in_channels && schedule.last_group(released) <= c) {
-          stage_flat_plane<kBlockThreads>(ops, s, p, next, released,
-                                          halo + released * p.halo_plane);
+          stage_flat_plane<kBlockThreads, E>(ops, s, p, next, released,
+                                             halo + released * p.halo_plane);
           cp_async_commit();
           ++released;
         }
@@ -918,7 +954,7 @@ __global__ void __launch_bounds__(Mainloop::kThreads,
     if (!p.flat_persistent) __syncthreads();  // the epilogue tile reuses the halo
     mainloop.store(tile, bias);
     __syncthreads();
-    pool_and_store<kBlockThreads>(ops, s, p, tc, tile);
+    pool_and_store<kBlockThreads, E>(ops, s, p, tc, tile);
     tc = next;
   }
   cp_async_wait<0>();
@@ -958,14 +994,19 @@ TiledChoice pick(bool fast) {
 }
 
 template <class Mainloop>
-TiledChoice flat() {
-  return {conv_pool_flat_kernel<Mainloop>, Mainloop::kOutBlock, Mainloop::kThreads};
+TiledChoice flat(int element) {
+  const TiledKernel kernel = element == kElementFloat16    ? conv_pool_flat_kernel<Mainloop, Float16>
+                             : element == kElementBFloat16 ? conv_pool_flat_kernel<Mainloop, BFloat16>
+                                                           : conv_pool_flat_kernel<Mainloop, Float32>;
+  return {kernel, Mainloop::kOutBlock, Mainloop::kThreads};
 }
 
 // Tensor cores: the widest block the output channels fill well; the 3xTF32 split
 // doubles the fragment registers, so it stops at 64 to stay clear of spills.
-// `fast`: the compile-time 3x3 conv / 2x2 pool geometry (fast_path_applies).
-TiledChoice tiled_choice(int variant, int out_channels, bool fast) {
+// `fast`: the compile-time 3x3 conv / 2x2 pool geometry (fast_path_applies). The flat kernel
+// comes in the shape's element type (tiled_tf32_flat for float32, tiled_16bit_flat else).
+TiledChoice tiled_choice(int variant, const ConvPoolShape& s, bool fast) {
+  const int out_channels = s.out_channels;
   switch (variant) {
     case kVariantTiledFp32:
       return {conv_pool_tiled_kernel<CudaCoreMainloop, false>, CudaCoreMainloop::kOutBlock,
@@ -978,9 +1019,10 @@ TiledChoice tiled_choice(int variant, int out_channels, bool fast) {
       if (out_channels > 64) return pick<TensorCoreMainloop<128, false, 4>>(fast);
       return pick<TensorCoreMainloop<64, false, 4>>(fast);
     case kVariantTiledTf32Flat:
-      if (out_channels > 64) return flat<FlatTensorCoreMainloop<128>>();
-      if (out_channels > 32) return flat<FlatTensorCoreMainloop<64, 4>>();
-      return flat<FlatTensorCoreMainloop<32>>();
+    case kVariantTiled16Flat:
+      if (out_channels > 64) return flat<FlatTensorCoreMainloop<128>>(s.element);
+      if (out_channels > 32) return flat<FlatTensorCoreMainloop<64, 4>>(s.element);
+      return flat<FlatTensorCoreMainloop<32>>(s.element);
     case kVariantTiled3xTf32:
       if (out_channels > 32) return pick<TensorCoreMainloop<64, true>>(fast);
       return pick<TensorCoreMainloop<32, true>>(fast);
@@ -990,17 +1032,19 @@ TiledChoice tiled_choice(int variant, int out_channels, bool fast) {
 }
 
 // The tiling a tiled variant runs with (the fast geometry is not built for FFMA).
+bool is_flat(int variant) {
+  return variant == kVariantTiledTf32Flat || variant == kVariantTiled16Flat;
+}
+
 TilePlan plan_for(const ConvPoolShape& s, int variant, const ConvPoolDevice& device) {
-  const int out_block = tiled_choice(variant, s.out_channels, false).out_block;
-  if (variant == kVariantTiledTf32Flat)
-    return make_flat_plan(s, out_block, device.max_shared_bytes);
+  const int out_block = tiled_choice(variant, s, false).out_block;
+  if (is_flat(variant)) return make_flat_plan(s, out_block, device.max_shared_bytes);
   return make_tile_plan(s, out_block, variant != kVariantTiledFp32);
 }
 
 bool is_tiled(int variant) {
   return variant == kVariantTiledFp32 || variant == kVariantTiledTf32 ||
-         variant == kVariantTiled3xTf32 || variant == kVariantTiledTf32Wide ||
-         variant == kVariantTiledTf32Flat;
+         variant == kVariantTiled3xTf32 || variant == kVariantTiledTf32Wide || is_flat(variant);
 }
 
 }  // namespace
@@ -1018,6 +1062,8 @@ extern "C" const char* conv_relu_maxpool_variant_name(int variant) {
     case kVariantDirect16: return "direct_16bit";
     case kVariantTiled16Mma: return "tiled_16bit_mma";
     case kVariantTiled16Wgmma: return "tiled_16bit_wgmma";
+    case kVariantSmall16: return "small_16bit";
+    case kVariantTiled16Flat: return "tiled_16bit_flat";
     default: return nullptr;
   }
 }
@@ -1026,10 +1072,13 @@ extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int
                                                       const ConvPoolDevice* device) {
   if (variant == kVariantDirect16 || variant == kVariantTiled16Mma)
     return half_conv_pool_unsupported(*s, variant, *device);
-  if (variant == kVariantTiled16Wgmma)
-    return s->element == kElementFloat32 ? "needs float16 or bfloat16 input"
-                                         : wgmma_conv_pool_unsupported(*s, *device);
-  if (s->element != kElementFloat32 && variant >= 0 && variant < kVariantCount)
+  const bool sixteen_bit_only = variant == kVariantTiled16Wgmma || variant == kVariantSmall16 ||
+                                variant == kVariantTiled16Flat;
+  if (sixteen_bit_only && s->element == kElementFloat32) return "needs float16 or bfloat16 input";
+  if (variant == kVariantTiled16Wgmma) return wgmma_conv_pool_unsupported(*s, *device);
+  if (variant == kVariantSmall16) return small_conv_pool_unsupported(*s, *device);
+  if (s->element != kElementFloat32 && !sixteen_bit_only && variant >= 0 &&
+      variant < kVariantCount)
     return "needs float32 input";
   if (variant == kVariantDirect) return nullptr;
   if (variant == kVariantTiledTf32Wgmma) return wgmma_conv_pool_unsupported(*s, *device);
@@ -1054,8 +1103,13 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   // counts: with at most 32 output channels its N = 64 blocks multiply zeros, not measured
   // against tiled_16bit_mma), else the mma.sync kernel wherever it fits, else the direct one
   // (allow_tf32 does not apply: the products are exact in fp32 either way).
+  // Off the fast path, as for float32: the CUDA-core kernel for at most 16 output channels, the
+  // flat reduction for fewer than 8 input channels (tiled_16bit_mma pads channels to 16).
   if (s->element != kElementFloat32) {
     if (runs(kVariantTiled16Wgmma)) return kVariantTiled16Wgmma;
+    if (runs(kVariantSmall16)) return kVariantSmall16;
+    if (s->in_channels < kChannelChunk && !fast_path_applies(*s) && runs(kVariantTiled16Flat))
+      return kVariantTiled16Flat;
     return runs(kVariantTiled16Mma) ? kVariantTiled16Mma : kVariantDirect16;
   }
   // At most 16 output channels and a short reduction: tensor-core tiles would multiply mostly
@@ -1098,7 +1152,8 @@ extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
     return half_conv_pool_launch(*ops, *s, variant, stream);
   if (variant == kVariantTiledTf32Wgmma || variant == kVariantTiled16Wgmma)
     return wgmma_conv_pool_launch(*ops, *s, *device, stream);
-  if (variant == kVariantSmallFp32) return small_conv_pool_launch(*ops, *s, stream);
+  if (variant == kVariantSmallFp32 || variant == kVariantSmall16)
+    return small_conv_pool_launch(*ops, *s, stream);
   if (variant == kVariantDirect) {
     const int64_t blocks = (s->output_elements() + kThreads - 1) / kThreads;
     const int64_t max_blocks = int64_t(1) << 20;  // grid-stride beyond this
@@ -1108,10 +1163,10 @@ extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
   }
   if (!is_tiled(variant)) return cudaErrorInvalidValue;
   TilePlan plan = plan_for(*s, variant, *device);
-  plan.vector_input =
-      (plan.fast || variant == kVariantTiledTf32Flat) && vectorizable_input(*ops, *s);
+  plan.vector_input = s->element == kElementFloat32 && (plan.fast || is_flat(variant)) &&
+                      vectorizable_input(*ops, *s);
   plan.vector_weights = plan.fast && vectorizable_weights(*ops, *s);
-  const TiledChoice choice = tiled_choice(variant, s->out_channels, plan.fast);
+  const TiledChoice choice = tiled_choice(variant, *s, plan.fast);
   const TiledKernel kernel = choice.kernel;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          plan.smem_bytes);

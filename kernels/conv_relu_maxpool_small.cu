@@ -1,5 +1,6 @@
 // Fused Conv2d -> ReLU -> MaxPool2d on CUDA cores (FFMA, fp32) for few output channels:
-// variant `small_fp32`.
+// variants `small_fp32` (float32 operands) and `small_16bit` (float16 / bfloat16 operands,
+// converted to fp32 as they are staged; one rounding to the 16-bit type at the store).
 //
 // For problems like LeNet's first layer (1 input channel, 6 output channels, 5x5) a tensor-core
 // tile multiplies mostly padding: at most 16 output channels are real, and the whole reduction
@@ -23,6 +24,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "conv_pool_16bit.cuh"
 #include "conv_pool_device.cuh"
 #include "conv_relu_maxpool_small.h"
 
@@ -125,28 +127,36 @@ __device__ __forceinline__ SmallTile locate_tile(const ConvPoolShape& s, const S
   return t;
 }
 
-// Issues the cp.async copies of a tile's input region (every channel; zeros outside the image)
-// into `region`: one row per warp and step, lanes along the row, no division per element.
+// Stages a tile's input region (every channel; zeros outside the image) into `region` as fp32:
+// one row per warp and step, lanes along the row, no division per element. float32 moves by
+// cp.async (the caller commits and waits); 16-bit words are loaded, converted and stored here
+// (4 rows' loads in flight per warp before their stores).
+template <class E>
 __device__ __forceinline__ void stage_region(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                              const SmallPlan& p, int64_t tile, float* region) {
   const SmallTile t = locate_tile(s, p, tile);
-  const float* x = ops.x + t.image * ops.x_stride[0];
+  const auto* x_base = ElementOperands<E>::x(ops);
+  const auto* x = x_base + t.image * ops.x_stride[0];
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+#pragma unroll(ElementOperands<E>::kFloat ? 1 : 2)
   for (int row = warp; row < s.in_channels * p.in_rows; row += int(blockDim.x) / 32) {
     const int c = row / p.in_rows, h = t.in_row0 + row % p.in_rows;
     const bool row_inside = h >= 0 && h < s.in_height;
-    const float* src = x + c * ops.x_stride[1] + int64_t(h) * ops.x_stride[2];
+    const auto* src = x + c * ops.x_stride[1] + int64_t(h) * ops.x_stride[2];
     float* dst = region + row * p.in_cols;
     for (int col = lane; col < p.in_cols; col += 32) {
       const int w = t.in_col0 + col;
       const bool inside = row_inside && w >= 0 && w < s.in_width;
-      cp_async_4(dst + col, inside ? src + int64_t(w) * ops.x_stride[3] : ops.x, inside);
+      if constexpr (ElementOperands<E>::kFloat)
+        cp_async_4(dst + col, inside ? src + int64_t(w) * ops.x_stride[3] : x_base, inside);
+      else
+        dst[col] = inside ? E::to_float(__ldg(src + int64_t(w) * ops.x_stride[3])) : 0.f;
     }
   }
 }
 
 // One tile from its staged region: each thread computes one pooling window for all channels.
-template <int kOut, int kPatch>
+template <class E, int kOut, int kPatch>
 __device__ __forceinline__ void compute_tile(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                              const SmallPlan& p, int64_t tile,
                                              const float* weights, const float* input) {
@@ -229,16 +239,18 @@ __device__ __forceinline__ void compute_tile(const ConvPoolOperands& ops, const 
     }
   }
   const int64_t plane_out = int64_t(s.out_height) * s.out_width;
-  float* out = ops.out + t.image * s.out_channels * plane_out + int64_t(out_row) * s.out_width +
-               out_col;
+  auto* out = ElementOperands<E>::out(ops) + t.image * s.out_channels * plane_out +
+              int64_t(out_row) * s.out_width + out_col;
 #pragma unroll
   for (int k = 0; k < kOut; ++k)
-    if (k < s.out_channels) out[k * plane_out] = relu_keeping_nan(best[k]);
+    if (k < s.out_channels) out[k * plane_out] = E::from_float(relu_keeping_nan(best[k]));
 }
 
 // Several blocks per SM (3 while <= 85 registers fit the accumulators), persistent: the launch
 // starts as many as fit at once and each loops over tiles.
-template <int kOut, int kPatch>  // kOut: output channels rounded up; kPatch: 3, 5 or 0 (generic)
+// E: the operands' element type (Float32, Float16, BFloat16); kOut: output channels rounded up;
+// kPatch: 3, 5 or 0 (generic).
+template <class E, int kOut, int kPatch>
 __global__ void __launch_bounds__(kMaxThreads, kOut <= 8 ? 3 : 2)
     conv_pool_small_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const SmallPlan p) {
   constexpr int kRow = weight_row(kOut);
@@ -255,10 +267,11 @@ __global__ void __launch_bounds__(kMaxThreads, kOut <= 8 ? 3 : 2)
       if (e < reduction) {
         const int c = e / s.taps(), tap = e % s.taps();
         const int r = tap / s.kernel_w, q = tap % s.kernel_w;
-        value = __ldg(ops.weight + k * ops.weight_stride[0] + c * ops.weight_stride[1] +
-                      r * ops.weight_stride[2] + q * ops.weight_stride[3]);
-      } else if (ops.bias != nullptr) {
-        value = __ldg(ops.bias + k * ops.bias_stride);
+        value = E::to_float(__ldg(ElementOperands<E>::weight(ops) + k * ops.weight_stride[0] +
+                                  c * ops.weight_stride[1] + r * ops.weight_stride[2] +
+                                  q * ops.weight_stride[3]));
+      } else if (ElementOperands<E>::bias(ops) != nullptr) {
+        value = E::to_float(__ldg(ElementOperands<E>::bias(ops) + k * ops.bias_stride));
       }
     }
     weights[i] = value;  // bias directly follows the weights
@@ -268,29 +281,29 @@ __global__ void __launch_bounds__(kMaxThreads, kOut <= 8 ? 3 : 2)
   // input region is copied (cp.async) while this one is computed.
   const int region = s.in_channels * p.in_rows * p.in_cols;
   int64_t tile = blockIdx.x;
-  if (tile < p.tiles) stage_region(ops, s, p, tile, input);
+  if (tile < p.tiles) stage_region<E>(ops, s, p, tile, input);
   cp_async_commit();
   for (int step = 0; tile < p.tiles; tile += gridDim.x, ++step) {
     float* current = input + (p.buffers == 2 ? (step % 2) * region : 0);
     const int64_t next = tile + gridDim.x;
     if (p.buffers == 2) {
-      if (next < p.tiles) stage_region(ops, s, p, next, input + ((step + 1) % 2) * region);
+      if (next < p.tiles) stage_region<E>(ops, s, p, next, input + ((step + 1) % 2) * region);
       cp_async_commit();  // possibly empty: keeps "all but the newest group" = this tile
       cp_async_wait<1>();
     } else {
       cp_async_wait<0>();
     }
     __syncthreads();
-    compute_tile<kOut, kPatch>(ops, s, p, tile, weights, current);
+    compute_tile<E, kOut, kPatch>(ops, s, p, tile, weights, current);
     __syncthreads();  // the region is read by all before it is overwritten
     if (p.buffers == 1 && next < p.tiles) {
-      stage_region(ops, s, p, next, input);
+      stage_region<E>(ops, s, p, next, input);
       cp_async_commit();
     }
   }
 }
 
-template <int kOut, int kPatch>
+template <class E, int kOut, int kPatch>
 cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s, const SmallPlan& p,
                    cudaStream_t stream) {
   constexpr int kMaxDevices = 64;
@@ -300,7 +313,7 @@ cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s, const Sm
   static std::atomic<int> allowed[kMaxDevices];
   static std::atomic<int> sm_count[kMaxDevices];
   static std::atomic<int64_t> resident_key[kMaxDevices], resident[kMaxDevices];
-  auto kernel = conv_pool_small_kernel<kOut, kPatch>;
+  auto kernel = conv_pool_small_kernel<E, kOut, kPatch>;
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
@@ -334,17 +347,30 @@ cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s, const Sm
   return cudaGetLastError();
 }
 
-template <int kOut>
+template <class E, int kOut>
 cudaError_t launch_for_kernel(const ConvPoolOperands& ops, const ConvPoolShape& s,
                               const SmallPlan& p, cudaStream_t stream) {
   if constexpr (kOut > 8) {
-    return launch<kOut, 0>(ops, s, p, stream);  // no patch loop (see make_plan)
+    return launch<E, kOut, 0>(ops, s, p, stream);  // no patch loop (see make_plan)
   } else {
     switch (p.patch_kernel) {
-      case 3: return launch<kOut, 3>(ops, s, p, stream);
-      case 5: return launch<kOut, 5>(ops, s, p, stream);
-      default: return launch<kOut, 0>(ops, s, p, stream);
+      case 3: return launch<E, kOut, 3>(ops, s, p, stream);
+      case 5: return launch<E, kOut, 5>(ops, s, p, stream);
+      default: return launch<E, kOut, 0>(ops, s, p, stream);
     }
+  }
+}
+
+template <class E>
+cudaError_t launch_for_element(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                               const SmallPlan& p, cudaStream_t stream) {
+  switch (p.out_block) {
+    case 2: return launch_for_kernel<E, 2>(ops, s, p, stream);
+    case 4: return launch_for_kernel<E, 4>(ops, s, p, stream);
+    case 6: return launch_for_kernel<E, 6>(ops, s, p, stream);
+    case 8: return launch_for_kernel<E, 8>(ops, s, p, stream);
+    case 12: return launch_for_kernel<E, 12>(ops, s, p, stream);
+    default: return launch_for_kernel<E, kMaxOutChannels>(ops, s, p, stream);
   }
 }
 
@@ -364,12 +390,9 @@ const char* small_conv_pool_unsupported(const ConvPoolShape& s, const ConvPoolDe
 cudaError_t small_conv_pool_launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                    cudaStream_t stream) {
   const SmallPlan p = make_plan(s);
-  switch (p.out_block) {
-    case 2: return launch_for_kernel<2>(ops, s, p, stream);
-    case 4: return launch_for_kernel<4>(ops, s, p, stream);
-    case 6: return launch_for_kernel<6>(ops, s, p, stream);
-    case 8: return launch_for_kernel<8>(ops, s, p, stream);
-    case 12: return launch_for_kernel<12>(ops, s, p, stream);
-    default: return launch_for_kernel<kMaxOutChannels>(ops, s, p, stream);
+  switch (s.element) {
+    case kElementFloat16: return launch_for_element<Float16>(ops, s, p, stream);
+    case kElementBFloat16: return launch_for_element<BFloat16>(ops, s, p, stream);
+    default: return launch_for_element<Float32>(ops, s, p, stream);
   }
 }

@@ -218,15 +218,38 @@ def test_repeated_calls_are_bitwise_equal(ext):
     assert torch.equal(run_op(ext, case, x, weight, bias), run_op(ext, case, x, weight, bias))
 
 
-def test_small_fp32_blocks_that_loop_over_several_tiles_match_reference(ext):
-    """small_fp32 launches only the blocks that fit at once; with 1500 LeNet images (one tile
-    each) every block computes several tiles, prefetching the next one's input meanwhile."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16],
+                         ids=["float32", "float16", "bfloat16"])
+def test_small_blocks_that_loop_over_several_tiles_match_reference(ext, dtype):
+    """small_fp32 / small_16bit launch only the blocks that fit at once; with 1500 LeNet images
+    (one tile each) every block computes several tiles, staging the next one's input meanwhile."""
     case = ConvPoolCase("lenet_many_tiles", 1500, 1, 6, 32, 32, (5, 5))
-    x, weight, bias = make_operands(case, seed=random.randrange(2**31))
-    config = ext.conv2d_relu_maxpool_variants()["small_fp32"]
-    out = run_op(ext, case, x, weight, bias, config)
-    torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias),
-                               **FP32_TOLERANCE)
+    x, weight, bias = (t.to(dtype) for t in make_operands(case, seed=random.randrange(2**31)))
+    name = "small_fp32" if dtype == torch.float32 else "small_16bit"
+    assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
+    out = run_op(ext, case, x, weight, bias, ext.conv2d_relu_maxpool_variants()[name])
+    assert out.dtype == dtype
+    tolerance = FP32_TOLERANCE if dtype == torch.float32 else SIXTEEN_BIT_TOLERANCE[dtype]
+    torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias), **tolerance)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16],
+                         ids=["float32", "float16", "bfloat16"])
+def test_flat_persistent_blocks_over_several_tiles_match_reference(ext, dtype):
+    """AlexNet's first layer (3 channels, 11 x 11 / stride 4, 3 x 3 / stride 2 pooling) on more
+    tiles than resident blocks: tiled_tf32_flat / tiled_16bit_flat keep the weights and stage
+    the next tile's planes while this one computes; every other image of a larger batch."""
+    case = ConvPoolCase("alexnet_many_tiles", 12, 3, 64, 224, 224, (11, 11), stride=(4, 4),
+                        padding=(2, 2), pool_kernel=(3, 3), pool_stride=(2, 2))
+    wide = replace(case, batch=2 * case.batch)
+    x, weight, bias = (t.to(dtype) for t in make_operands(wide, seed=random.randrange(2**31)))
+    x = x[::2]
+    name = "tiled_tf32_flat" if dtype == torch.float32 else "tiled_16bit_flat"
+    assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
+    out = run_op(ext, case, x, weight, bias)
+    assert out.dtype == dtype
+    tolerance = TF32_TOLERANCE if dtype == torch.float32 else SIXTEEN_BIT_TOLERANCE[dtype]
+    torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias), **tolerance)
 
 
 def test_empty_batch_returns_empty_output(ext):
@@ -280,7 +303,8 @@ def test_input_over_2_pow_31_elements(ext):
 # 5x (bfloat16) over that per-value rounding bound; outputs here are O(1), so atol equals rtol
 # (a fragment-layout or indexing bug gives O(1) errors, far outside either).
 SIXTEEN_BIT_DTYPES = [torch.float16, torch.bfloat16]
-SIXTEEN_BIT_VARIANTS = ("direct_16bit", "tiled_16bit_mma", "tiled_16bit_wgmma")
+SIXTEEN_BIT_VARIANTS = ("direct_16bit", "tiled_16bit_mma", "tiled_16bit_wgmma", "small_16bit",
+                        "tiled_16bit_flat")
 SIXTEEN_BIT_TOLERANCE = {torch.float16: dict(atol=1e-2, rtol=1e-2),
                          torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}
 DTYPE_IDS = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -413,8 +437,17 @@ def test_16bit_every_variant_matches_float64_and_pytorch(ext, case, dtype):
     chosen = ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args())
     fits_tile = case.pool_kernel[0] <= 8 and case.pool_kernel[1] <= 32
     wgmma = on_hopper() and fast_path(case)
+    # small_16bit and tiled_16bit_flat are small_fp32 and tiled_tf32_flat for 16-bit operands:
+    # the same limits, and the same order in the automatic choice off the wgmma geometry.
+    x32, weight32, bias32 = make_operands(case, 0)
+    small = variant_runs(ext, case, x, weight, bias, "small_16bit")
+    flat = variant_runs(ext, case, x, weight, bias, "tiled_16bit_flat")
+    assert small == variant_runs(ext, case, x32, weight32, bias32, "small_fp32")
+    assert flat == variant_runs(ext, case, x32, weight32, bias32, "tiled_tf32_flat")
     assert chosen == ("tiled_16bit_wgmma" if wgmma else
-                      "tiled_16bit_mma" if fits_tile else "direct_16bit")
+                      "small_16bit" if small else
+                      "tiled_16bit_flat" if flat and case.in_channels < 8 and not fast_path(case)
+                      else "tiled_16bit_mma" if fits_tile else "direct_16bit")
     check_16bit(run_op(ext, case, x, weight, bias), x, case, weight, bias, dtype, "auto")
     ran = []
     for name, config in ext.conv2d_relu_maxpool_variants().items():
@@ -498,6 +531,7 @@ def test_16bit_channels_last_default_channels(ext, dtype):
 @pytest.mark.parametrize("config_name,case_name", [
     ("auto", "padding1"), ("direct_16bit", "padding1"), ("tiled_16bit_mma", "padding1"),
     ("tiled_16bit_mma", "kernel5"), ("tiled_16bit_mma", "c13_k19_unaligned"),
+    ("small_16bit", "kernel5"), ("tiled_16bit_flat", "kernel5"),
     # wgmma: 8-byte row loads (width 20) and the strided fallback (width 23, 13 channels).
     ("tiled_16bit_wgmma", "padding1"), ("tiled_16bit_wgmma", "c13_k19_unaligned")])
 def test_16bit_nan_and_inf_propagate_like_pytorch(ext, config_name, case_name, dtype):

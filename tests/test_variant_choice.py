@@ -16,7 +16,10 @@ from utils.suite import GRID, SUITE, ConvPoolCase, find_case
 AUTO = -1
 # ConvPoolElement (kernels/conv_pool_shape.h).
 FLOAT32, FLOAT16, BFLOAT16 = 0, 1, 2
-SIXTEEN_BIT_VARIANTS = ("direct_16bit", "tiled_16bit_mma", "tiled_16bit_wgmma")
+SIXTEEN_BIT_VARIANTS = ("direct_16bit", "tiled_16bit_mma", "tiled_16bit_wgmma", "small_16bit",
+                        "tiled_16bit_flat")
+# The 16-bit twins of float32 kernels: the same kernel code and limits, other element types.
+TWINS = {"small_16bit": "small_fp32", "tiled_16bit_flat": "tiled_tf32_flat"}
 
 
 class ConvPoolShape(ctypes.Structure):
@@ -137,7 +140,7 @@ def test_pool_window_taller_than_the_tile_takes_a_generic_path(library, variant_
         why = unsupported(library, case, config)
         assert (why is None) == (name in ("direct", "small_fp32")), name
         why_16 = unsupported(library, case, config, element=FLOAT16)
-        assert (why_16 is None) == (name == "direct_16bit"), name
+        assert (why_16 is None) == (name in ("direct_16bit", "small_16bit")), name
     # 8 output channels: the CUDA-core kernel, which takes any pooling window.
     assert choose(library, variant_names, case) == "small_fp32"
     # With 17 output channels only the direct kernel is left.
@@ -172,35 +175,53 @@ EXPECTED_AUTO_16_BIT = {
     "vgg_b3": "tiled_16bit_wgmma",
     "vgg_b5": "tiled_16bit_wgmma",
     "rgb_stem": "tiled_16bit_wgmma",    # 64 output channels: N = 64 blocks
-    "alexnet_c1": "tiled_16bit_mma",    # 11x11 / stride 4: not the wgmma geometry
-    "lenet_c1": "tiled_16bit_mma",      # 5x5
+    "alexnet_c1": "tiled_16bit_flat",   # 3 input channels, 11x11 / stride 4
+    "lenet_c1": "small_16bit",          # 6 output channels, 1 x 5 x 5 reduction
     "batch1": "tiled_16bit_wgmma",
 }
 
 
 @pytest.mark.parametrize("element", [FLOAT16, BFLOAT16], ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("case", SUITE, ids=lambda c: c.name)
-def test_16_bit_suite_shapes_take_a_tensor_core_kernel(library, variant_names, case, element):
-    # On Hopper the wgmma kernel for the 3x3 / 2x2 fast path, the mma.sync implicit GEMM (any
-    # geometry, limited only by its 8 x 32 pooling tile and shared memory) for the rest.
+def test_16_bit_suite_shapes(library, variant_names, case, element):
+    # On Hopper the wgmma kernel for the 3x3 / 2x2 fast path; off it, as for float32, the
+    # CUDA-core kernel for few output channels and the flat reduction for few input channels.
     for allow_tf32 in (True, False):  # irrelevant for 16-bit inputs
         assert choose(library, variant_names, case, allow_tf32=allow_tf32,
                       element=element) == EXPECTED_AUTO_16_BIT[case.name]
-    # Without wgmma (Ampere) every suite shape takes the mma.sync kernel.
-    assert choose(library, variant_names, case, device=A100_LIKE,
-                  element=element) == "tiled_16bit_mma"
+    # Without wgmma (Ampere) the fast-path shapes take the mma.sync kernel.
+    expected = EXPECTED_AUTO_16_BIT[case.name].replace("tiled_16bit_wgmma", "tiled_16bit_mma")
+    assert choose(library, variant_names, case, device=A100_LIKE, element=element) == expected
+
+
+def runs(library, variant_names, case, name, element=FLOAT32, device=H200) -> bool:
+    config = variant_names_to_ids(variant_names)[name]
+    return unsupported(library, case, config, device=device, element=element) is None
 
 
 @pytest.mark.parametrize("case", GRID, ids=lambda c: c.name)
 def test_16_bit_automatic_choice_is_always_a_16_bit_variant(library, variant_names, case):
-    # The wgmma kernel on the fast path (any channel counts), else the mma.sync kernel unless
-    # the pooling window outgrows its 8 x 32 conv tile, else the direct one.
+    # The wgmma kernel on the fast path (any channel counts); else small_16bit where it runs;
+    # else tiled_16bit_flat for fewer than 8 input channels; else the mma.sync kernel unless
+    # the pooling window outgrows its 8 x 32 conv tile; else the direct one.
     fits = case.pool_kernel[0] <= 8 and case.pool_kernel[1] <= 32
-    expected = ("tiled_16bit_wgmma" if fast_path(case) else
-                "tiled_16bit_mma" if fits else "direct_16bit")
-    assert choose(library, variant_names, case, element=BFLOAT16) == expected
-    ampere = "tiled_16bit_mma" if fits else "direct_16bit"
-    assert choose(library, variant_names, case, device=A100_LIKE, element=FLOAT16) == ampere
+    for device, element in ((H200, BFLOAT16), (A100_LIKE, FLOAT16)):
+        small = runs(library, variant_names, case, "small_16bit", element, device)
+        flat = runs(library, variant_names, case, "tiled_16bit_flat", element, device)
+        expected = ("tiled_16bit_wgmma" if fast_path(case) and device is H200 else
+                    "small_16bit" if small else
+                    "tiled_16bit_flat" if flat and case.in_channels < 8 and not fast_path(case)
+                    else "tiled_16bit_mma" if fits else "direct_16bit")
+        assert choose(library, variant_names, case, device=device, element=element) == expected
+
+
+@pytest.mark.parametrize("case", GRID + SUITE, ids=lambda c: c.name)
+def test_16_bit_twins_have_the_limits_of_their_float32_kernels(library, variant_names, case):
+    ids = variant_names_to_ids(variant_names)
+    for twin, float32_kernel in TWINS.items():
+        for element in (FLOAT16, BFLOAT16):
+            assert unsupported(library, case, ids[twin], element=element) == unsupported(
+                library, case, ids[float32_kernel]), (twin, case.name)
 
 
 def test_16_bit_wgmma_only_on_hopper_and_for_the_fast_path_geometry(library, variant_names):
@@ -224,6 +245,9 @@ def test_16_bit_wgmma_refuses_float32_and_tf32_wgmma_refuses_16_bit(library, var
 def test_16_bit_pool_window_taller_than_the_tile_falls_back_to_direct_16bit(library,
                                                                             variant_names):
     case = find_case("pool_9x3_stride_9x3")
+    # 8 output channels: the CUDA-core kernel takes any pooling window; 17: only direct_16bit.
+    assert choose(library, variant_names, case, element=FLOAT16) == "small_16bit"
+    case = replace(case, out_channels=17)
     assert choose(library, variant_names, case, element=FLOAT16) == "direct_16bit"
     why = unsupported(library, case, variant_names_to_ids(variant_names)["tiled_16bit_mma"],
                       element=FLOAT16)
@@ -254,7 +278,10 @@ def test_16_bit_tensor_core_kernel_falls_back_when_shared_memory_is_small(librar
 def test_float32_variants_refuse_16_bit_shapes(library, variant_names, element):
     for config, name in variant_names.items():
         why = unsupported(library, find_case("default"), config, element=element)
-        if name in SIXTEEN_BIT_VARIANTS:
+        if name in TWINS:  # too many output channels / too large a halo, as their twins
+            assert why == unsupported(library, find_case("default"),
+                                      variant_names_to_ids(variant_names)[TWINS[name]]), name
+        elif name in SIXTEEN_BIT_VARIANTS:
             assert why is None, (name, why)
         else:
             assert why == b"needs float32 input", (name, why)
@@ -269,7 +296,8 @@ def test_16_bit_variants_refuse_float32_shapes(library, variant_names):
 
 def test_16_bit_variants_have_the_next_ids(variant_names):
     assert variant_names[8] == "direct_16bit" and variant_names[9] == "tiled_16bit_mma"
-    assert variant_names[10] == "tiled_16bit_wgmma" and len(variant_names) == 11
+    assert variant_names[10] == "tiled_16bit_wgmma" and variant_names[11] == "small_16bit"
+    assert variant_names[12] == "tiled_16bit_flat" and len(variant_names) == 13
 
 
 def test_workspace_of_the_16_bit_tensor_core_kernel(library, variant_names):
