@@ -799,7 +799,7 @@ __device__ __forceinline__ int flat_col_shift(const TilePlan& p, const TileCoord
 
 // Stages input plane `c` of tile `tc` (zeros outside the image) as fp32, one halo row per warp
 // and step. float32 moves by cp.async (16 bytes when p.vector_input, else 4); 16-bit words are
-// loaded, converted and stored here (several columns' loads in flight before their stores), so
+// loaded (8 bytes = 4 columns when p.vector_input, else one), converted and stored here, so
 // their copy groups are empty and the waits on them return at once.
 template <int kBlockThreads, class E = Float32>
 __device__ __forceinline__ void stage_flat_plane(const ConvPoolOperands& ops,
@@ -815,6 +815,21 @@ __device__ __forceinline__ void stage_flat_plane(const ConvPoolOperands& ops,
       const bool row_valid = h >= 0 && h < s.in_height;
       const auto* src_row = src_plane + int64_t(h) * ops.x_stride[2];
       float* dst_row = plane + halo_row * p.halo_cols;
+      if (p.vector_input) {
+        // As the float32 vectors: unit column stride, width % 4 == 0, 8-byte aligned rows.
+#pragma unroll 2
+        for (int col = 4 * lane; col < p.halo_cols; col += 4 * 32) {
+          const int w = staged_col0 + col;
+          float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+          if (row_valid && w >= 0 && w < s.in_width) {
+            const uint2 bits = __ldg(reinterpret_cast<const uint2*>(src_row + w));
+            v = make_float4(E::to_float(uint16_t(bits.x)), E::to_float(uint16_t(bits.x >> 16)),
+                            E::to_float(uint16_t(bits.y)), E::to_float(uint16_t(bits.y >> 16)));
+          }
+          *reinterpret_cast<float4*>(dst_row + col) = v;
+        }
+        continue;
+      }
 #pragma unroll 4
       for (int col = lane; col < p.halo_cols; col += 32) {
         const int w = staged_col0 + col;
@@ -1163,8 +1178,10 @@ extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
   }
   if (!is_tiled(variant)) return cudaErrorInvalidValue;
   TilePlan plan = plan_for(*s, variant, *device);
-  plan.vector_input = s->element == kElementFloat32 && (plan.fast || is_flat(variant)) &&
-                      vectorizable_input(*ops, *s);
+  // Row vectors: 16 bytes of float32 (cp.async), or 8 bytes of 16-bit words (tiled_16bit_flat).
+  plan.vector_input = (plan.fast || is_flat(variant)) &&
+                      (s->element == kElementFloat32 ? vectorizable_input(*ops, *s)
+                                                     : vectorizable_input_16bit(*ops, *s));
   plan.vector_weights = plan.fast && vectorizable_weights(*ops, *s);
   const TiledChoice choice = tiled_choice(variant, *s, plan.fast);
   const TiledKernel kernel = choice.kernel;
