@@ -807,6 +807,8 @@ __device__ __forceinline__ void stage_flat_plane(const ConvPoolOperands& ops,
                                                  const TileCoords& tc, int c, float* plane) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int staged_col0 = tc.in_col0 - flat_col_shift(p, tc);
+  // 16-bit: its own loops, so that the float32 instances keep the machine code that was timed
+  // (a shared loop with the copy chosen per element type changed their unrolling).
   if constexpr (!ElementOperands<E>::kFloat) {
     const auto* src_plane =
         ElementOperands<E>::x(ops) + tc.image * ops.x_stride[0] + int64_t(c) * ops.x_stride[1];
@@ -1010,9 +1012,10 @@ TiledChoice pick(bool fast) {
 
 template <class Mainloop>
 TiledChoice flat(int element) {
-  const TiledKernel kernel = element == kElementFloat16    ? conv_pool_flat_kernel<Mainloop, Float16>
-                             : element == kElementBFloat16 ? conv_pool_flat_kernel<Mainloop, BFloat16>
-                                                           : conv_pool_flat_kernel<Mainloop, Float32>;
+  const TiledKernel kernel = element == kElementFloat16 ? conv_pool_flat_kernel<Mainloop, Float16>
+                             : element == kElementBFloat16
+                                 ? conv_pool_flat_kernel<Mainloop, BFloat16>
+                                 : conv_pool_flat_kernel<Mainloop, Float32>;
   return {kernel, Mainloop::kOutBlock, Mainloop::kThreads};
 }
 
@@ -1046,11 +1049,11 @@ TiledChoice tiled_choice(int variant, const ConvPoolShape& s, bool fast) {
   }
 }
 
-// The tiling a tiled variant runs with (the fast geometry is not built for FFMA).
 bool is_flat(int variant) {
   return variant == kVariantTiledTf32Flat || variant == kVariantTiled16Flat;
 }
 
+// The tiling a tiled variant runs with (the fast geometry is not built for FFMA).
 TilePlan plan_for(const ConvPoolShape& s, int variant, const ConvPoolDevice& device) {
   const int out_block = tiled_choice(variant, s, false).out_block;
   if (is_flat(variant)) return make_flat_plan(s, out_block, device.max_shared_bytes);
