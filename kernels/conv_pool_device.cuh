@@ -15,6 +15,12 @@ __device__ __forceinline__ void cp_async_16(float* smem_dst, const float* global
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src),
                "r"(valid ? 16 : 0));
 }
+// 8 bytes (four 16-bit words) at a time: the float16 / bfloat16 input rows of tiled_16bit_flat.
+__device__ __forceinline__ void cp_async_8(void* smem_dst, const void* global_src, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(global_src),
+               "r"(valid ? 8 : 0));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {

@@ -110,6 +110,9 @@ struct TilePlan {
   // copied during this one's epilogue) and blocks loop over tiles; else the epilogue reuses
   // the input planes and every block computes one tile.
   bool flat_persistent;
+  // Flat-K, 16-bit, persistent: the next tile's planes are copied raw (cp.async, 8 bytes) into a
+  // buffer of their own and converted to fp32 when released (with p.vector_input only).
+  bool flat_raw_planes;
 };
 
 // The fast path's staged geometry. The input halo row is staged from the 16-byte
@@ -169,10 +172,12 @@ TilePlan make_tile_plan(const ConvPoolShape& s, int out_block, bool allow_fast) 
 // Flat-K tiling (tiled_tf32_flat): the same tiles, but the whole (channel, tap) reduction
 // is staged once per block and every input channel's halo once per tile. Fits only when
 // in_channels * taps is small, which is exactly where the 8-channel chunks of the other
-// variants waste most work. Shared memory, in floats:
-//   weights [out_block][weight_row] | halo [in_channels][halo_plane] |
-//   epilogue tile [out_block][kEpilogueRow] (persistent; else it reuses the halo) |
-//   k_offset [k_padded] (ints) | weight_gather [reduction] (ints) | bias [out_block].
+// variants waste most work. Shared memory:
+//   weights [out_block][weight_row] (in the operands' type) | halo [in_channels][halo_plane]
+//   (fp32) | epilogue tile [out_block][kEpilogueRow] (fp32; persistent, else it reuses the
+//   halo) | k_offset [k_padded] (ints) | weight_gather [reduction] (ints) | bias [out_block]
+//   (fp32) | 16-bit with p.flat_raw_planes: raw planes [in_channels][halo_plane] (16-byte
+//   aligned).
 TilePlan make_flat_plan(const ConvPoolShape& s, int out_block, int max_shared_bytes) {
   TilePlan p = make_tile_plan(s, out_block, false);
   // Halo rows start at the 16-byte aligned column at or left of the first one (up to 3 extra
@@ -185,17 +190,21 @@ TilePlan make_flat_plan(const ConvPoolShape& s, int out_block, int max_shared_by
   p.channel_chunks = 1;
   // B fragment loads (row g, column k + t) hit 32 banks when the row is 4 (mod 8).
   p.weight_row = round_up_to_residue(p.k_padded, 8, 4);
+  const int element_bytes = s.element == kElementFloat32 ? 4 : 2;
   const int64_t weights = int64_t(out_block) * p.weight_row;
   const int64_t halo = int64_t(s.in_channels) * p.halo_plane;
   const int64_t epilogue = int64_t(out_block) * kEpilogueRow;
   const int64_t tables = p.k_padded + reduction + out_block;
-  const int64_t persistent_bytes = 4 * (weights + halo + epilogue + tables);
+  const int64_t persistent_bytes = element_bytes * weights + 4 * (halo + epilogue + tables);
+  const int64_t raw_bytes = 16 + 2 * halo;  // + 16: the alignment of the raw planes
   // Blocks loop over tiles only when they all share one output-channel block (the weights
   // are staged once per block).
   p.flat_persistent = p.channel_blocks == 1 && persistent_bytes <= max_shared_bytes;
-  const int64_t bytes = p.flat_persistent
-                            ? persistent_bytes
-                            : 4 * (weights + std::max(halo, epilogue) + tables);
+  p.flat_raw_planes = p.flat_persistent && element_bytes == 2 &&
+                      persistent_bytes + raw_bytes <= max_shared_bytes;
+  const int64_t bytes =
+      p.flat_persistent ? persistent_bytes + (p.flat_raw_planes ? raw_bytes : 0)
+                        : element_bytes * weights + 4 * (std::max(halo, epilogue) + tables);
   p.stage_floats = int(std::min<int64_t>(weights + halo, INT32_MAX));
   p.smem_bytes = bytes > INT32_MAX ? INT32_MAX : int(bytes);
   return p;
@@ -701,6 +710,8 @@ __global__ void __launch_bounds__(Mainloop::kThreads, 1)
 // but each mma K step covers 8 consecutive (channel, tap) pairs of the flattened
 // reduction, located through a per-k offset table into the staged halo planes.
 // Entries past the reduction (the last step's padding) have offset -1 and read as 0.
+// The weights are staged in the operands' type E and converted to fp32 as the B fragments
+// are read (exact: a 16-bit value fits TF32).
 template <int kOutBlockT, int kWarpsNT = 2>
 struct FlatTensorCoreMainloop : TensorCoreMainloop<kOutBlockT, false, kWarpsNT> {
   using Base = TensorCoreMainloop<kOutBlockT, false, kWarpsNT>;
@@ -710,8 +721,9 @@ struct FlatTensorCoreMainloop : TensorCoreMainloop<kOutBlockT, false, kWarpsNT> 
   using Base::kWarpChannels;
 
   // Reduction steps [step_begin, step_end) (8 k each); kPadded: the steps may hold padding.
-  template <bool kPadded>
-  __device__ __forceinline__ void compute_steps(const float* halo, const float* weights,
+  template <bool kPadded, class E>
+  __device__ __forceinline__ void compute_steps(const float* halo,
+                                                const typename E::Raw* weights,
                                                 const int* k_offset, const ConvPoolShape& s,
                                                 const TilePlan& p, int col_shift, int step_begin,
                                                 int step_end) {
@@ -752,8 +764,8 @@ struct FlatTensorCoreMainloop : TensorCoreMainloop<kOutBlockT, false, kWarpsNT> 
       }
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j) {
-        b[j][0] = __float_as_uint(weights[b_offset[j] + k]);
-        b[j][1] = __float_as_uint(weights[b_offset[j] + k + 4]);
+        b[j][0] = __float_as_uint(E::to_float(weights[b_offset[j] + k]));
+        b[j][1] = __float_as_uint(E::to_float(weights[b_offset[j] + k + 4]));
       }
 #pragma unroll
       for (int i = 0; i < kMTiles; ++i)
@@ -864,24 +876,62 @@ __device__ __forceinline__ void stage_flat_plane(const ConvPoolOperands& ops,
   }
 }
 
+// 16-bit, p.flat_raw_planes and p.vector_input: plane `c` of tile `tc` copied as it is (8-byte
+// cp.async, zeros outside the image) into its raw buffer; convert_raw_plane makes it fp32 later.
+template <int kBlockThreads>
+__device__ __forceinline__ void copy_raw_plane(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                               const TilePlan& p, const TileCoords& tc, int c,
+                                               uint16_t* raw) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int staged_col0 = tc.in_col0 - flat_col_shift(p, tc);
+  const uint16_t* src_plane = ops.x16 + tc.image * ops.x_stride[0] + int64_t(c) * ops.x_stride[1];
+  for (int halo_row = warp; halo_row < p.halo_rows; halo_row += kBlockThreads / 32) {
+    const int h = tc.in_row0 + halo_row;
+    const bool row_valid = h >= 0 && h < s.in_height;
+    const uint16_t* src_row = src_plane + int64_t(h) * ops.x_stride[2];
+    uint16_t* dst_row = raw + halo_row * p.halo_cols;
+    for (int col = 4 * lane; col < p.halo_cols; col += 4 * 32) {
+      const int w = staged_col0 + col;
+      const bool valid = row_valid && w >= 0 && w < s.in_width;
+      cp_async_8(dst_row + col, valid ? src_row + w : ops.x16, valid);
+    }
+  }
+}
+
+// A raw plane (halo_rows x halo_cols 16-bit words; halo_cols % 4 == 0) to fp32.
+template <int kBlockThreads, class E>
+__device__ __forceinline__ void convert_raw_plane(const TilePlan& p, const uint16_t* raw,
+                                                  float* plane) {
+  for (int i = 4 * threadIdx.x; i < p.halo_rows * p.halo_cols; i += 4 * kBlockThreads) {
+    const uint2 bits = *reinterpret_cast<const uint2*>(raw + i);
+    *reinterpret_cast<float4*>(plane + i) =
+        make_float4(E::to_float(uint16_t(bits.x)), E::to_float(uint16_t(bits.x >> 16)),
+                    E::to_float(uint16_t(bits.y)), E::to_float(uint16_t(bits.y >> 16)));
+  }
+}
+
 // E: the operands' element type (Float32 for tiled_tf32_flat, Float16 / BFloat16 for
-// tiled_16bit_flat: the staged halo and weights are fp32 either way, and the TF32 mma multiplies
-// 16-bit values exactly, since their significands fit TF32's).
+// tiled_16bit_flat: the staged halo is fp32 either way, the weights are converted as they are
+// read, and the TF32 mma multiplies 16-bit values exactly, since their significands fit TF32's).
 // Two blocks per SM where the accumulators and shared memory allow (<= 128 registers).
 // Persistent plan (p.flat_persistent): the block stages the weights once and loops over tiles
 // blockIdx.x, + gridDim.x, ...; input plane c of the next tile is copied as soon as the last
 // reduction step reading plane c of this tile is done, so the copies run under the rest of this
 // tile's steps and its epilogue. Otherwise one tile per block, the epilogue reusing the halo.
+// 16-bit planes are loaded and converted by the threads, except with p.flat_raw_planes (and
+// 8-byte rows): then each tile starts by copying all the next tile's planes raw, and a released
+// plane is converted from there, so the loads run behind the math as the float32 copies do.
 template <class Mainloop, class E>
 __global__ void __launch_bounds__(Mainloop::kThreads,
                                   Mainloop::kOutBlock <= 64 && Mainloop::kThreads == 256 ? 2 : 1)
     conv_pool_flat_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const TilePlan p) {
   constexpr int kBlockThreads = Mainloop::kThreads;
   extern __shared__ __align__(16) float smem[];
+  using Raw = typename E::Raw;
   const int taps = s.taps();
   const int reduction = s.in_channels * taps;
-  float* weights = smem;
-  float* halo = weights + p.out_block * p.weight_row;
+  Raw* weights = reinterpret_cast<Raw*>(smem);
+  float* halo = reinterpret_cast<float*>(weights + p.out_block * p.weight_row);
   const int halo_floats = s.in_channels * p.halo_plane;
   const int epilogue_floats = p.out_block * kEpilogueRow;
   float* tile = p.flat_persistent ? halo + halo_floats : halo;
@@ -889,6 +939,9 @@ __global__ void __launch_bounds__(Mainloop::kThreads,
       p.flat_persistent ? tile + epilogue_floats : halo + max(halo_floats, epilogue_floats));
   int* weight_gather = k_offset + p.k_padded;  // reduction entries
   float* bias = reinterpret_cast<float*>(weight_gather + reduction);
+  const bool raw_planes = !ElementOperands<E>::kFloat && p.flat_raw_planes && p.vector_input;
+  uint16_t* raw = reinterpret_cast<uint16_t*>(
+      (reinterpret_cast<uintptr_t>(bias + p.out_block) + 15) & ~uintptr_t(15));
   const FlatSchedule schedule{taps, reduction, p.k_padded / 8};
   const int64_t tiles = p.blocks;
 
@@ -921,13 +974,13 @@ __global__ void __launch_bounds__(Mainloop::kThreads,
   for (int k = warp; k < p.out_block; k += kBlockThreads / 32) {
     const bool k_valid = tc.channel0 + k < s.out_channels;
     const auto* src = weight_in + int64_t(tc.channel0 + k) * ops.weight_stride[0];
-    float* dst = weights + k * p.weight_row;
+    Raw* dst = weights + k * p.weight_row;
     for (int e = lane; e < p.k_padded; e += 32) {
       const bool valid = k_valid && e < reduction;
       if constexpr (ElementOperands<E>::kFloat)
         cp_async_4(dst + e, valid ? src + weight_gather[e] : weight_in, valid);
       else
-        dst[e] = valid ? E::to_float(__ldg(src + weight_gather[e])) : 0.f;
+        dst[e] = valid ? __ldg(src + weight_gather[e]) : Raw(0);  // 0 is +0 in both types
     }
   }
   for (int c = 0; c < s.in_channels; ++c) {
@@ -942,28 +995,39 @@ __global__ void __launch_bounds__(Mainloop::kThreads,
     const TileCoords next = tile_coords<false>(s, p, has_next ? next_linear : linear);
     int released = 0;  // planes of the next tile issued so far
     const int col_shift = flat_col_shift(p, tc);
+    if (raw_planes && has_next) {  // the raw buffer was last read before the epilogue's barrier
+      for (int c = 0; c < s.in_channels; ++c)
+        copy_raw_plane<kBlockThreads>(ops, s, p, next, c, raw + c * p.halo_plane);
+      cp_async_commit();
+    }
     Mainloop mainloop;
     for (int c = 0; c < s.in_channels; ++c) {
-      // Planes > c of this tile and the `released` ones of the next may still be in flight.
-      cp_async_wait_at_most(s.in_channels - 1 - c + released);
+      // Planes > c of this tile and the `released` ones of the next may still be in flight
+      // (none with raw planes: this tile's were converted by the threads).
+      if (!raw_planes) cp_async_wait_at_most(s.in_channels - 1 - c + released);
       __syncthreads();
       const int begin = schedule.group_begin(c);
       const int end = c + 1 < s.in_channels ? schedule.group_begin(c + 1) : schedule.steps;
       if (c + 1 < s.in_channels || reduction % 8 == 0) {
-        mainloop.template compute_steps<false>(halo, weights, k_offset, s, p, col_shift, begin,
-                                                end);
+        mainloop.template compute_steps<false, E>(halo, weights, k_offset, s, p, col_shift,
+                                                   begin, end);
       } else {  // the last group ends with the padded step
-        mainloop.template compute_steps<false>(halo, weights, k_offset, s, p, col_shift, begin,
-                                                end - 1);
-        mainloop.template compute_steps<true>(halo, weights, k_offset, s, p, col_shift, end - 1,
-                                               end);
+        mainloop.template compute_steps<false, E>(halo, weights, k_offset, s, p, col_shift,
+                                                   begin, end - 1);
+        mainloop.template compute_steps<true, E>(halo, weights, k_offset, s, p, col_shift,
+                                                  end - 1, end);
       }
       if (has_next && released < s.in_channels && schedule.last_group(released) <= c) {
+        if (raw_planes) cp_async_wait<0>();  // the raw copies, issued when this tile began
         __syncthreads();  // every warp is done with the planes released here
         while (released < s.in_channels && schedule.last_group(released) <= c) {
-          stage_flat_plane<kBlockThreads, E>(ops, s, p, next, released,
-                                             halo + released * p.halo_plane);
-          cp_async_commit();
+          float* plane = halo + released * p.halo_plane;
+          if (raw_planes) {
+            convert_raw_plane<kBlockThreads, E>(p, raw + released * p.halo_plane, plane);
+          } else {
+            stage_flat_plane<kBlockThreads, E>(ops, s, p, next, released, plane);
+            cp_async_commit();
+          }
           ++released;
         }
       }

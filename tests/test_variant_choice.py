@@ -217,11 +217,17 @@ def test_16_bit_automatic_choice_is_always_a_16_bit_variant(library, variant_nam
 
 @pytest.mark.parametrize("case", GRID + SUITE, ids=lambda c: c.name)
 def test_16_bit_twins_have_the_limits_of_their_float32_kernels(library, variant_names, case):
+    # Same limits, except that tiled_16bit_flat keeps its weights in 16 bits in shared memory,
+    # so it also runs some shapes whose float32 weights do not fit.
     ids = variant_names_to_ids(variant_names)
     for twin, float32_kernel in TWINS.items():
+        float32_why = unsupported(library, case, ids[float32_kernel])
         for element in (FLOAT16, BFLOAT16):
-            assert unsupported(library, case, ids[twin], element=element) == unsupported(
-                library, case, ids[float32_kernel]), (twin, case.name)
+            why = unsupported(library, case, ids[twin], element=element)
+            if twin == "tiled_16bit_flat" and why is None and float32_why is not None:
+                assert b"shared memory" in float32_why, case.name
+            else:
+                assert why == float32_why, (twin, case.name)
 
 
 def test_16_bit_wgmma_only_on_hopper_and_for_the_fast_path_geometry(library, variant_names):
