@@ -29,6 +29,13 @@ inline bool vectorizable_input_16bit(const ConvPoolOperands& ops, const ConvPool
   return input_rows_in_runs_of_4(ops, s) && aligned(ops.x16, 8);
 }
 
+// 4-byte copies of float16 / bfloat16 input rows in column pairs: unit column stride, every row
+// start an even number of elements from a 4-byte aligned x, an even width.
+inline bool input_rows_in_pairs_16bit(const ConvPoolOperands& ops, const ConvPoolShape& s) {
+  return ops.x_stride[3] == 1 && ops.x_stride[2] % 2 == 0 && ops.x_stride[1] % 2 == 0 &&
+         ops.x_stride[0] % 2 == 0 && s.in_width % 2 == 0 && aligned(ops.x16, 4);
+}
+
 // 16-byte copies of weight rows: a contiguous (K, C, kH, kW) weight with C * kH * kW a multiple
 // of the elements in 16 bytes (4 float32, 8 float16 / bfloat16).
 inline bool vectorizable_weights(const ConvPoolOperands& ops, const ConvPoolShape& s,

@@ -969,23 +969,59 @@ __global__ void __launch_bounds__(Mainloop::kThreads,
 
   // Copy groups, oldest first: {weights, plane 0}, plane 1, ..., plane C-1 of the first tile;
   // then, during each tile, the next tile's planes in the order they are released.
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const auto* weight_in = ElementOperands<E>::weight(ops);
-  for (int k = warp; k < p.out_block; k += kBlockThreads / 32) {
-    const bool k_valid = tc.channel0 + k < s.out_channels;
-    const auto* src = weight_in + int64_t(tc.channel0 + k) * ops.weight_stride[0];
-    Raw* dst = weights + k * p.weight_row;
-    for (int e = lane; e < p.k_padded; e += 32) {
-      const bool valid = k_valid && e < reduction;
-      if constexpr (ElementOperands<E>::kFloat)
+  if constexpr (ElementOperands<E>::kFloat) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int k = warp; k < p.out_block; k += kBlockThreads / 32) {
+      const bool k_valid = tc.channel0 + k < s.out_channels;
+      const auto* src = weight_in + int64_t(tc.channel0 + k) * ops.weight_stride[0];
+      Raw* dst = weights + k * p.weight_row;
+      for (int e = lane; e < p.k_padded; e += 32) {
+        const bool valid = k_valid && e < reduction;
         cp_async_4(dst + e, valid ? src + weight_gather[e] : weight_in, valid);
-      else
-        dst[e] = valid ? __ldg(src + weight_gather[e]) : Raw(0);  // 0 is +0 in both types
+      }
     }
-  }
-  for (int c = 0; c < s.in_channels; ++c) {
-    stage_flat_plane<kBlockThreads, E>(ops, s, p, tc, c, halo + c * p.halo_plane);
-    cp_async_commit();
+    for (int c = 0; c < s.in_channels; ++c) {
+      stage_flat_plane<kBlockThreads, E>(ops, s, p, tc, c, halo + c * p.halo_plane);
+      cp_async_commit();
+    }
+  } else {
+    // 16 bits: the first tile's planes go raw first (when they can), so that they arrive while
+    // the threads gather the weights, 8 loads in flight per thread (0 is +0 in both types).
+    if (raw_planes) {
+      for (int c = 0; c < s.in_channels; ++c)
+        copy_raw_plane<kBlockThreads>(ops, s, p, tc, c, raw + c * p.halo_plane);
+      cp_async_commit();
+    }
+    constexpr int kBatch = 8;
+    const int weight_elements = p.out_block * p.k_padded;
+    for (int i0 = threadIdx.x; i0 < weight_elements; i0 += kBatch * kBlockThreads) {
+      Raw v[kBatch];
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int i = i0 + u * kBlockThreads, k = i / p.k_padded, e = i - k * p.k_padded;
+        const bool valid = i < weight_elements && tc.channel0 + k < s.out_channels &&
+                           e < reduction;
+        v[u] = valid ? __ldg(weight_in + int64_t(tc.channel0 + k) * ops.weight_stride[0] +
+                             weight_gather[e])
+                     : Raw(0);
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        const int i = i0 + u * kBlockThreads, k = i / p.k_padded, e = i - k * p.k_padded;
+        if (i < weight_elements) weights[k * p.weight_row + e] = v[u];
+      }
+    }
+    if (raw_planes) {
+      cp_async_wait<0>();
+      __syncthreads();
+      for (int c = 0; c < s.in_channels; ++c)
+        convert_raw_plane<kBlockThreads, E>(p, raw + c * p.halo_plane, halo + c * p.halo_plane);
+      __syncthreads();  // before the first tile overwrites the raw planes
+    } else {
+      for (int c = 0; c < s.in_channels; ++c)
+        stage_flat_plane<kBlockThreads, E>(ops, s, p, tc, c, halo + c * p.halo_plane);
+    }
   }
 
   const int64_t stride = p.flat_persistent ? gridDim.x : tiles;

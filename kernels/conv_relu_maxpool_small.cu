@@ -26,6 +26,7 @@
 
 #include "conv_pool_16bit.cuh"
 #include "conv_pool_device.cuh"
+#include "conv_pool_operands.h"
 #include "conv_relu_maxpool_small.h"
 
 namespace {
@@ -43,6 +44,11 @@ struct SmallPlan {
   int out_block;         // output channels rounded up to 2, 4, 6, 8, 12 or 16 (the kernel's kOut)
   int patch_kernel;      // 3 or 5: the patch loop applies (see the top); 0: the generic loop
   int buffers;           // input regions staged: 2 (the next tile's copy overlaps this one) or 1
+  // 16 bits: one fp32 region, plus (raw_cols > 0) a raw 16-bit copy of the next tile's region,
+  // rows of raw_cols words from the even column at or left of the first; used when the input
+  // moves in 4-byte pairs (raw_input, decided at launch), else the threads load and convert.
+  int raw_cols;
+  bool raw_input;
   int64_t tiles;         // batch * tiles_h * tiles_w
   int smem_bytes;
 };
@@ -77,7 +83,15 @@ SmallPlan make_plan(const ConvPoolShape& s) {
   // Double-buffer the input region while that stays within the 48 KB every GPU gives a block
   // (LeNet: 2 x 4 KB); larger regions are staged and consumed one tile at a time.
   p.buffers = 4 * (weight_floats + 2 * region_floats) <= 48 * 1024 ? 2 : 1;
-  p.smem_bytes = int(std::min<int64_t>(4 * (weight_floats + p.buffers * region_floats), INT32_MAX));
+  int64_t raw_bytes = 0;
+  if (s.element != kElementFloat32) {
+    p.buffers = 1;
+    p.raw_cols = (p.in_cols + 2) / 2 * 2;  // in_cols + 1 (the shift) rounded up to even
+    raw_bytes = 2 * int64_t(s.in_channels) * p.in_rows * p.raw_cols;
+    if (4 * (weight_floats + region_floats) + raw_bytes > 48 * 1024) p.raw_cols = raw_bytes = 0;
+  }
+  p.smem_bytes = int(std::min<int64_t>(
+      4 * (weight_floats + p.buffers * region_floats) + raw_bytes, INT32_MAX));
   return p;
 }
 
@@ -153,6 +167,40 @@ __device__ __forceinline__ void stage_region(const ConvPoolOperands& ops, const 
         dst[col] = inside ? E::to_float(__ldg(src + int64_t(w) * ops.x_stride[3])) : 0.f;
     }
   }
+}
+
+// 16 bits, p.raw_input: the tile's region copied as it is (4-byte cp.async of column pairs from
+// the even column at or left of in_col0; zeros outside the image) into `raw`.
+__device__ __forceinline__ void copy_raw_region(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                                const SmallPlan& p, int64_t tile, uint16_t* raw) {
+  const SmallTile t = locate_tile(s, p, tile);
+  const int col0 = t.in_col0 - ((t.in_col0 % 2) + 2) % 2;
+  const uint16_t* x = ops.x16 + t.image * ops.x_stride[0];
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  for (int row = warp; row < s.in_channels * p.in_rows; row += int(blockDim.x) / 32) {
+    const int c = row / p.in_rows, h = t.in_row0 + row % p.in_rows;
+    const bool row_inside = h >= 0 && h < s.in_height;
+    const uint16_t* src = x + c * ops.x_stride[1] + int64_t(h) * ops.x_stride[2];
+    uint16_t* dst = raw + row * p.raw_cols;
+    for (int col = 2 * lane; col < p.raw_cols; col += 2 * 32) {
+      const int w = col0 + col;  // even; the width is even: a pair is wholly in or out
+      const bool inside = row_inside && w >= 0 && w < s.in_width;
+      cp_async_4(reinterpret_cast<float*>(dst + col),
+                 reinterpret_cast<const float*>(inside ? src + w : ops.x16), inside);
+    }
+  }
+}
+
+// The raw region of `tile` (copy_raw_region) to fp32 in `region`.
+template <class E>
+__device__ __forceinline__ void convert_raw_region(const ConvPoolShape& s, const SmallPlan& p,
+                                                   int64_t tile, const uint16_t* raw,
+                                                   float* region) {
+  const int shift = ((locate_tile(s, p, tile).in_col0 % 2) + 2) % 2;
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  for (int row = warp; row < s.in_channels * p.in_rows; row += int(blockDim.x) / 32)
+    for (int col = lane; col < p.in_cols; col += 32)
+      region[row * p.in_cols + col] = E::to_float(raw[row * p.raw_cols + shift + col]);
 }
 
 // One tile from its staged region: each thread computes one pooling window for all channels.
@@ -281,6 +329,30 @@ __global__ void __launch_bounds__(kMaxThreads, kOut <= 8 ? 3 : 2)
   // input region is copied (cp.async) while this one is computed.
   const int region = s.in_channels * p.in_rows * p.in_cols;
   int64_t tile = blockIdx.x;
+  if constexpr (!ElementOperands<E>::kFloat) {
+    // 16 bits, one region: with p.raw_input the next tile's region is copied raw while this
+    // one is computed, then converted into the region; else loaded and converted after it.
+    uint16_t* raw = reinterpret_cast<uint16_t*>(input + region);
+    if (tile < p.tiles) stage_region<E>(ops, s, p, tile, input);
+    for (; tile < p.tiles; tile += gridDim.x) {
+      const int64_t next = tile + gridDim.x;
+      __syncthreads();  // the region is staged; the raw copy of it has been read
+      if (p.raw_input && next < p.tiles) {
+        copy_raw_region(ops, s, p, next, raw);
+        cp_async_commit();
+      }
+      compute_tile<E, kOut, kPatch>(ops, s, p, tile, weights, input);
+      if (next < p.tiles) {
+        if (p.raw_input) cp_async_wait<0>();
+        __syncthreads();  // the region is read by all before it is overwritten
+        if (p.raw_input)
+          convert_raw_region<E>(s, p, next, raw, input);
+        else
+          stage_region<E>(ops, s, p, next, input);
+      }
+    }
+    return;
+  }
   if (tile < p.tiles) stage_region<E>(ops, s, p, tile, input);
   cp_async_commit();
   for (int step = 0; tile < p.tiles; tile += gridDim.x, ++step) {
@@ -389,7 +461,8 @@ const char* small_conv_pool_unsupported(const ConvPoolShape& s, const ConvPoolDe
 
 cudaError_t small_conv_pool_launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                    cudaStream_t stream) {
-  const SmallPlan p = make_plan(s);
+  SmallPlan p = make_plan(s);
+  p.raw_input = p.raw_cols > 0 && input_rows_in_pairs_16bit(ops, s);
   switch (s.element) {
     case kElementFloat16: return launch_for_element<Float16>(ops, s, p, stream);
     case kElementBFloat16: return launch_for_element<BFloat16>(ops, s, p, stream);

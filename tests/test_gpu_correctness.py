@@ -218,12 +218,17 @@ def test_repeated_calls_are_bitwise_equal(ext):
     assert torch.equal(run_op(ext, case, x, weight, bias), run_op(ext, case, x, weight, bias))
 
 
+@pytest.mark.parametrize("width, padding", [(32, 0), (32, 1), (31, 0)],
+                         ids=["lenet", "odd_first_column", "odd_width"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16],
                          ids=["float32", "float16", "bfloat16"])
-def test_small_blocks_that_loop_over_several_tiles_match_reference(ext, dtype):
+def test_small_blocks_that_loop_over_several_tiles_match_reference(ext, dtype, width, padding):
     """small_fp32 / small_16bit launch only the blocks that fit at once; with 1500 LeNet images
-    (one tile each) every block computes several tiles, staging the next one's input meanwhile."""
-    case = ConvPoolCase("lenet_many_tiles", 1500, 1, 6, 32, 32, (5, 5))
+    (one tile each) every block computes several tiles, staging the next one's input meanwhile.
+    16 bits: the next region moves as column pairs from the even column at or left of its first
+    (padding 1: one column left), or element by element when the width is odd."""
+    case = ConvPoolCase("lenet_many_tiles", 1500, 1, 6, 32, width, (5, 5),
+                        padding=(padding, padding))
     x, weight, bias = (t.to(dtype) for t in make_operands(case, seed=random.randrange(2**31)))
     name = "small_fp32" if dtype == torch.float32 else "small_16bit"
     assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
@@ -449,12 +454,13 @@ def test_16bit_every_variant_matches_float64_and_pytorch(ext, case, dtype):
     fits_tile = case.pool_kernel[0] <= 8 and case.pool_kernel[1] <= 32
     wgmma = on_hopper() and fast_path(case)
     # small_16bit and tiled_16bit_flat are small_fp32 and tiled_tf32_flat for 16-bit operands:
-    # the same limits, and the same order in the automatic choice off the wgmma geometry.
+    # the same limits (tiled_16bit_flat's 16-bit weights also fit where some float32 ones do
+    # not), and the same order in the automatic choice off the wgmma geometry.
     x32, weight32, bias32 = make_operands(case, 0)
     small = variant_runs(ext, case, x, weight, bias, "small_16bit")
     flat = variant_runs(ext, case, x, weight, bias, "tiled_16bit_flat")
     assert small == variant_runs(ext, case, x32, weight32, bias32, "small_fp32")
-    assert flat == variant_runs(ext, case, x32, weight32, bias32, "tiled_tf32_flat")
+    assert flat or not variant_runs(ext, case, x32, weight32, bias32, "tiled_tf32_flat")
     assert chosen == ("tiled_16bit_wgmma" if wgmma else
                       "small_16bit" if small else
                       "tiled_16bit_flat" if flat and case.in_channels < 8 and not fast_path(case)
