@@ -294,13 +294,12 @@ __device__ __forceinline__ void compute_tile(const ConvPoolOperands& ops, const 
     if (k < s.out_channels) out[k * plane_out] = E::from_float(relu_keeping_nan(best[k]));
 }
 
-// Several blocks per SM (3 while <= 85 registers fit the accumulators), persistent: the launch
-// starts as many as fit at once and each loops over tiles.
+// Persistent blocks: the launch starts as many as fit at once and each loops over tiles.
 // E: the operands' element type (Float32, Float16, BFloat16); kOut: output channels rounded up;
 // kPatch: 3, 5 or 0 (generic).
 template <class E, int kOut, int kPatch>
-__global__ void __launch_bounds__(kMaxThreads, kOut <= 8 ? 3 : 2)
-    conv_pool_small_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const SmallPlan p) {
+__device__ __forceinline__ void small_kernel_body(const ConvPoolOperands& ops,
+                                                  const ConvPoolShape& s, const SmallPlan& p) {
   constexpr int kRow = weight_row(kOut);
   extern __shared__ __align__(16) float smem[];
   const int reduction = s.in_channels * s.taps();
@@ -375,6 +374,23 @@ __global__ void __launch_bounds__(kMaxThreads, kOut <= 8 ? 3 : 2)
   }
 }
 
+// Several blocks per SM: 3 while <= 85 registers fit the accumulators.
+template <class E, int kOut, int kPatch>
+__global__ void __launch_bounds__(kMaxThreads, kOut <= 8 ? 3 : 2)
+    conv_pool_small_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const SmallPlan p) {
+  small_kernel_body<E, kOut, kPatch>(ops, s, p);
+}
+
+// The 16-bit patch loop for 5-6 channels, held to the float32 instances' 72 registers (under the
+// launch bound ptxas gives it 80): 4 blocks of LeNet's 224 threads then fit an SM, not 3. (The
+// 2- and 4-channel ones take <= 72 by themselves; a cap could only raise their count.)
+template <class E, int kOut, int kPatch>
+__global__ void __maxnreg__(72)
+    conv_pool_small16_patch_kernel(const ConvPoolOperands ops, const ConvPoolShape s,
+                                   const SmallPlan p) {
+  small_kernel_body<E, kOut, kPatch>(ops, s, p);
+}
+
 template <class E, int kOut, int kPatch>
 cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s, const SmallPlan& p,
                    cudaStream_t stream) {
@@ -385,7 +401,11 @@ cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s, const Sm
   static std::atomic<int> allowed[kMaxDevices];
   static std::atomic<int> sm_count[kMaxDevices];
   static std::atomic<int64_t> resident_key[kMaxDevices], resident[kMaxDevices];
-  auto kernel = conv_pool_small_kernel<E, kOut, kPatch>;
+  constexpr bool kCapped = !ElementOperands<E>::kFloat && kPatch > 0 && kOut == 6;
+  const auto kernel = [] {  // only the instance launched gets compiled
+    if constexpr (kCapped) return conv_pool_small16_patch_kernel<E, kOut, kPatch>;
+    else return conv_pool_small_kernel<E, kOut, kPatch>;
+  }();
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
