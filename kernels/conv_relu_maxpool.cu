@@ -28,9 +28,11 @@
 //                     All weights and every input channel's halo are staged;
 //                     persistent blocks keep the weights and copy the next tile's
 //                     planes while this tile computes (conv_pool_flat_kernel).
-//  12 tiled_16bit_flat As 5 for float16 / bfloat16 operands: planes and weights are
-//                     converted to fp32 as they are staged (loads, not cp.async), the
-//                     TF32 mma multiplies them exactly, the store rounds once.
+//  12 tiled_16bit_flat As 5 for float16 / bfloat16 operands: the planes are staged as
+//                     fp32 (persistent blocks copy the next tile's raw with cp.async and
+//                     convert them when released), the weights stay 16-bit and become
+//                     fp32 as the fragments are read; the TF32 mma multiplies them
+//                     exactly, the store rounds once.
 // (6 and 10 are the wgmma kernels, conv_relu_maxpool_wgmma.cu; 7 and 11 the CUDA-core
 // small_fp32 / small_16bit, conv_relu_maxpool_small.cu; 8 and 9 the other 16-bit kernels,
 // conv_relu_maxpool_half.cu.)

@@ -24,8 +24,8 @@ enum ConvPoolVariant : int {
   kVariantDirect16 = 8,      // one thread per pooled output, fp32 accumulation, any shape
   kVariantTiled16Mma = 9,    // implicit GEMM, mma.sync m16n8k16 f16/bf16, fp32 accumulation
   kVariantTiled16Wgmma = 10, // as 6 with f16/bf16 operands (wgmma m64nNk16): 3x3 / 2x2 only
-  kVariantSmall16 = 11,      // as 7 for f16/bf16 operands (converted to fp32 when staged)
-  kVariantTiled16Flat = 12,  // as 5 for f16/bf16 operands (staged as fp32; exact in TF32)
+  kVariantSmall16 = 11,      // as 7 for f16/bf16 operands (converted to fp32 in shared memory)
+  kVariantTiled16Flat = 12,  // as 5 for f16/bf16 operands (converted to fp32; exact in TF32)
   kVariantCount = 13,
 };
 

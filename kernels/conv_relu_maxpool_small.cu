@@ -1,6 +1,7 @@
 // Fused Conv2d -> ReLU -> MaxPool2d on CUDA cores (FFMA, fp32) for few output channels:
 // variants `small_fp32` (float32 operands) and `small_16bit` (float16 / bfloat16 operands,
-// converted to fp32 as they are staged; one rounding to the 16-bit type at the store).
+// converted to fp32 in shared memory, the next tile's region copied raw while this one computes;
+// one rounding to the 16-bit type at the store).
 //
 // For problems like LeNet's first layer (1 input channel, 6 output channels, 5x5) a tensor-core
 // tile multiplies mostly padding: at most 16 output channels are real, and the whole reduction
@@ -143,8 +144,9 @@ __device__ __forceinline__ SmallTile locate_tile(const ConvPoolShape& s, const S
 
 // Stages a tile's input region (every channel; zeros outside the image) into `region` as fp32:
 // one row per warp and step, lanes along the row, no division per element. float32 moves by
-// cp.async (the caller commits and waits); 16-bit words are loaded, converted and stored here
-// (4 rows' loads in flight per warp before their stores).
+// cp.async (the caller commits and waits); 16-bit words are loaded, converted and stored here,
+// 4 rows' loads in flight per warp before their stores (the first tile, and inputs that do not
+// move in column pairs; the others go through copy_raw_region / convert_raw_region).
 template <class E>
 __device__ __forceinline__ void stage_region(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                              const SmallPlan& p, int64_t tile, float* region) {
