@@ -42,6 +42,13 @@ struct BFloat16 {
   }
 };
 
+// Four 16-bit words (8 bytes, lowest address in the low half of .x) as fp32.
+template <class E>
+__device__ __forceinline__ float4 to_float4(uint2 bits) {
+  return make_float4(E::to_float(uint16_t(bits.x)), E::to_float(uint16_t(bits.x >> 16)),
+                     E::to_float(uint16_t(bits.y)), E::to_float(uint16_t(bits.y >> 16)));
+}
+
 // The operand pointers of element type E (the member of each union that E's launch set).
 template <class E>
 struct ElementOperands {

@@ -838,9 +838,7 @@ __device__ __forceinline__ void stage_flat_plane(const ConvPoolOperands& ops,
           const int w = staged_col0 + col;
           float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
           if (row_valid && w >= 0 && w < s.in_width) {
-            const uint2 bits = __ldg(reinterpret_cast<const uint2*>(src_row + w));
-            v = make_float4(E::to_float(uint16_t(bits.x)), E::to_float(uint16_t(bits.x >> 16)),
-                            E::to_float(uint16_t(bits.y)), E::to_float(uint16_t(bits.y >> 16)));
+            v = to_float4<E>(__ldg(reinterpret_cast<const uint2*>(src_row + w)));
           }
           *reinterpret_cast<float4*>(dst_row + col) = v;
         }
@@ -904,12 +902,8 @@ __device__ __forceinline__ void copy_raw_plane(const ConvPoolOperands& ops, cons
 template <int kBlockThreads, class E>
 __device__ __forceinline__ void convert_raw_plane(const TilePlan& p, const uint16_t* raw,
                                                   float* plane) {
-  for (int i = 4 * threadIdx.x; i < p.halo_rows * p.halo_cols; i += 4 * kBlockThreads) {
-    const uint2 bits = *reinterpret_cast<const uint2*>(raw + i);
-    *reinterpret_cast<float4*>(plane + i) =
-        make_float4(E::to_float(uint16_t(bits.x)), E::to_float(uint16_t(bits.x >> 16)),
-                    E::to_float(uint16_t(bits.y)), E::to_float(uint16_t(bits.y >> 16)));
-  }
+  for (int i = 4 * threadIdx.x; i < p.halo_rows * p.halo_cols; i += 4 * kBlockThreads)
+    *reinterpret_cast<float4*>(plane + i) = to_float4<E>(*reinterpret_cast<const uint2*>(raw + i));
 }
 
 // E: the operands' element type (Float32 for tiled_tf32_flat, Float16 / BFloat16 for

@@ -171,12 +171,16 @@ __device__ __forceinline__ void stage_region(const ConvPoolOperands& ops, const 
   }
 }
 
+// Raw regions start at the even column at or left of in_col0 (which may be negative): the
+// columns they hold before it.
+__device__ __forceinline__ int raw_col_shift(int in_col0) { return ((in_col0 % 2) + 2) % 2; }
+
 // 16 bits, p.raw_input: the tile's region copied as it is (4-byte cp.async of column pairs from
 // the even column at or left of in_col0; zeros outside the image) into `raw`.
 __device__ __forceinline__ void copy_raw_region(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                                 const SmallPlan& p, int64_t tile, uint16_t* raw) {
   const SmallTile t = locate_tile(s, p, tile);
-  const int col0 = t.in_col0 - ((t.in_col0 % 2) + 2) % 2;
+  const int col0 = t.in_col0 - raw_col_shift(t.in_col0);
   const uint16_t* x = ops.x16 + t.image * ops.x_stride[0];
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   for (int row = warp; row < s.in_channels * p.in_rows; row += int(blockDim.x) / 32) {
@@ -198,7 +202,7 @@ template <class E>
 __device__ __forceinline__ void convert_raw_region(const ConvPoolShape& s, const SmallPlan& p,
                                                    int64_t tile, const uint16_t* raw,
                                                    float* region) {
-  const int shift = ((locate_tile(s, p, tile).in_col0 % 2) + 2) % 2;
+  const int shift = raw_col_shift(locate_tile(s, p, tile).in_col0);
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   for (int row = warp; row < s.in_channels * p.in_rows; row += int(blockDim.x) / 32)
     for (int col = lane; col < p.in_cols; col += 32)
