@@ -43,10 +43,12 @@
 // 16-byte vector per pixel (a slice's channels are contiguous there: already the staged layout,
 // no transpose), in kernel instances of their own; else 4 predicated scalars.
 //
-// Block: 2 warpgroups; the tile is four 8 x 8 pixel squares (8 x 32 or 16 x 16 conv pixels,
-// whichever wastes less of the output), two per warpgroup, each one wgmma per tap, N = 128
-// output channels (64 when the layer has no more): 128 (64) fp32 accumulators per thread; their
-// layout is the same for k8 TF32 and k16 16-bit wgmmas.
+// Block: 2 warpgroups; the tile is four 8 x 8 pixel squares (8 x 32 or 16 x 16 conv pixels, or
+// a strip: four consecutive squares of the batch's rows of squares, which may go on at the
+// start of the next row, staged as two pieces side by side; whichever wastes least of the
+// output), two per warpgroup, each one wgmma per tap, N = 128 output channels (64 when the
+// layer has no more): 128 (64) fp32 accumulators per thread; their layout is the same for k8
+// TF32 and k16 16-bit wgmmas.
 // Persistent: the grid is as many blocks as fit at once and each block walks its tiles' chunks
 // as one flat sequence, so the next tile's first chunks load under the current tile's last
 // ones. Epilogue per tile: wgmma accumulator rows are pixels, so the 2 x 2 pool is a max of two
@@ -78,20 +80,34 @@ constexpr int kStages = 3;
 // too was 2-7% slower).
 constexpr int kSplitTap = 5;
 constexpr int kSliceBytes = 16;  // one channel slice of one pixel or weight row
+// Strip tiles number their first squares in an int (4 * tile, plus up to 3).
+constexpr int64_t kMaxStripSquares = INT32_MAX - 4;
 
-template <class OperandsT, int kTileRowsT, int kTileColsT, int kNT>
+// How a tile's four 8 x 8 pixel squares lie in the conv output.
+enum TileShape : int {
+  kBlockTile = 0,  // one kTileRows x kTileCols block of the image
+  kStripTile = 1,  // four consecutive squares of the sequence (image, square row, square col):
+                   // a run of one square row, which may go on at the start of the next one
+                   // (of the same or the next image). Two pieces, staged side by side.
+};
+
+template <class OperandsT, int kTileRowsT, int kTileColsT, int kNT, TileShape kShapeT = kBlockTile>
 struct WgmmaTile {
   using Operands = OperandsT;             // Tf32Operands or HalfOperands<E>
   static constexpr int kTileRows = kTileRowsT, kTileCols = kTileColsT;
+  static constexpr bool kStrip = kShapeT == kStripTile;
   static constexpr int kN = kNT;          // output channels per block = N of every wgmma
   static constexpr int kAccs = kN / 2;    // accumulators per thread per 8 x 8 pixel square
   static constexpr int kSquareCols = kTileCols / 8;  // 8 x 8 pixel squares per tile row
   static_assert((kTileRows / 8) * kSquareCols == 4, "four 8 x 8 squares, two per warpgroup");
+  static_assert(!kStrip || kTileRows == 8, "a strip is one row of squares");
   // Staged halo: the input rows/cols the tile's 3x3 windows read; each row starts at the
   // 4-column aligned column at or left of the first one (col_shift 0..3 extra columns), so
-  // that 4 columns of one channel are one 16-byte (fp32) or 8-byte (16-bit) load.
+  // that 4 columns of one channel are one 16-byte (fp32) or 8-byte (16-bit) load. A strip's
+  // two pieces of k and 4 - k squares take ceil((8 k + 2 + col_shift) / 4) vectors each: 12 at
+  // most (col_shift 3, k = 1..3), where one piece of 4 takes 10.
   static constexpr int kHaloRows = kTileRows + 2;
-  static constexpr int kHaloCols = (kTileCols + 2 + 3 + 3) / 4 * 4;
+  static constexpr int kHaloCols = kStrip ? 48 : (kTileCols + 2 + 3 + 3) / 4 * 4;
   static constexpr int kHaloVectors = kHaloCols / 4;
   static constexpr int kHaloUnits = 2 * kHaloRows * kHaloVectors;  // (slice, row, vector)
   static_assert(kHaloUnits <= kThreads, "one halo unit per thread");
@@ -124,12 +140,17 @@ struct WgmmaTile {
       (kN == 64 && kTileRows == 8 && Operands::kChunk == 8) ? 2 : 1;
 };
 
-// 8 x 32 conv pixels for wide images (the default problem, VGG blocks 2-3), 16 x 16 for small
-// ones (VGG block 5: 14 x 14); 128 output channels per block, or 64 when there are no more.
+// 8 x 32 conv pixels for wide images (the default problem), 16 x 16 for small ones (VGG block
+// 5: 14 x 14), strips of four 8 x 8 squares where a row of squares is not a multiple of 4 long
+// (VGG blocks 2-3: 14 and 7 squares); 128 output channels per block, or 64 when there are no
+// more (wide and square tiles only: a strip's wider halo would not let two N = 64 blocks share
+// an SM).
 template <class Operands, int kN>
 using WideTile = WgmmaTile<Operands, 8, 32, kN>;
 template <class Operands, int kN>
 using SquareTile = WgmmaTile<Operands, 16, 16, kN>;
+template <class Operands>
+using StripTile = WgmmaTile<Operands, 8, 32, 128, kStripTile>;
 
 // How a halo unit's 4 pixels are read (4 elements: 16 bytes fp32, 8 bytes 16-bit).
 enum HaloLoad : int {
@@ -142,15 +163,18 @@ enum HaloLoad : int {
 };
 
 struct WgmmaPlan {
-  int tiles_h, tiles_w, channel_blocks, chunks;
+  int tiles_h, tiles_w, channel_blocks, chunks;  // strips: tiles_h, tiles_w count squares
   int tiles;  // < 2^30 / chunks (checked on the host), so steps fit in 32 bits too
   HaloLoad halo_load;
   int plane_vectors;    // kHaloPlaneVectors: height * width / 4
   bool vector_weights;  // 16-byte loads of weight rows
   float* packed;        // the workspace: [channel block][chunk] x Tile::kWeightChunkWords
+  int squares;  // strips: images x square rows x square cols (<= kMaxStripSquares)
 };
 
-// Where one tile sits.
+// Where one tile sits. A strip's squares [0, next_squares) are its first piece (at image,
+// out_row0, out_col0, ...), squares [next_squares, squares) the second: the start of the next
+// square row, staged from halo column 4 * first_vectors on.
 struct TileOrigin {
   int64_t image;
   int channel0;
@@ -158,6 +182,13 @@ struct TileOrigin {
   int in_row0;             // input row of halo row 0
   int staged_col0;         // input column of halo column 0 (a multiple of 4)
   int col_shift;           // halo column of the tile's first input column, 0..3
+  // Strips only (block tiles: next_squares = squares = 4, first_vectors = kHaloVectors).
+  int squares;             // squares that exist (the last strip may have fewer than 4)
+  int next_squares;        // squares in the first piece
+  int first_vectors;       // halo vectors of the first piece
+  int next_vectors;        // halo vectors of the second
+  int64_t next_image;
+  int next_out_row0, next_in_row0, next_staged_col0;  // the second piece's (its out_col0 is 0)
 };
 
 template <class Tile>
@@ -166,6 +197,36 @@ __host__ __device__ __forceinline__ TileOrigin tile_origin(const ConvPoolShape& 
   TileOrigin o;
   const int channel_block = tile % p.channel_blocks;
   tile /= p.channel_blocks;
+  if constexpr (Tile::kStrip) {
+    const int first = 4 * tile;  // its first square, < p.squares
+    const int image_squares = p.tiles_h * p.tiles_w;
+    o.image = first / image_squares;
+    const int rest = first - int(o.image) * image_squares;
+    const int square_row = rest / p.tiles_w, square_col = rest - square_row * p.tiles_w;
+    o.channel0 = channel_block * Tile::kN;
+    o.out_row0 = 4 * square_row;
+    o.out_col0 = 4 * square_col;
+    o.in_row0 = 2 * o.out_row0 - s.pad_h;
+    const int in_col0 = 2 * o.out_col0 - s.pad_w;
+    o.col_shift = ((in_col0 % 4) + 4) % 4;  // the same for every square (8 columns apart)
+    o.staged_col0 = in_col0 - o.col_shift;
+    o.squares = std::min(4, p.squares - first);
+    o.next_squares = std::min(o.squares, p.tiles_w - square_col);
+    const auto vectors = [&](int squares) {
+      return squares > 0 ? (8 * squares + 2 + o.col_shift + 3) / 4 : 0;
+    };
+    o.first_vectors = vectors(o.next_squares);
+    o.next_vectors = vectors(o.squares - o.next_squares);
+    const bool same_image = square_row + 1 < p.tiles_h;
+    o.next_image = same_image ? o.image : o.image + 1;
+    o.next_out_row0 = same_image ? o.out_row0 + 4 : 0;
+    o.next_in_row0 = 2 * o.next_out_row0 - s.pad_h;
+    o.next_staged_col0 = -s.pad_w - o.col_shift;
+    return o;
+  }
+  o.squares = o.next_squares = 4;
+  o.first_vectors = Tile::kHaloVectors;
+  o.next_vectors = 0;
   const int tile_col = tile % p.tiles_w;
   tile /= p.tiles_w;
   const int tile_row = tile % p.tiles_h;
@@ -627,6 +688,7 @@ struct StepLoader {
     const TileOrigin o = tile_origin<Tile>(s, p, tile);
     const int u = max(unit, 0);  // threads without a unit compute unit 0's (unused) geometry
     int slice, halo_row, halo_col;
+    int64_t image = o.image;
     if (!kPixelVectors && p.halo_load == kHaloPlaneVectors) {
       // Unit = (slice, 4 consecutive pixels of the plane); the first at input (h, w0). Every
       // pixel of the image has a halo slot (plane_vectors_apply).
@@ -650,14 +712,23 @@ struct StepLoader {
         rest = u - slice * (Tile::kHaloRows * Tile::kHaloVectors);
       }
       halo_row = rest / Tile::kHaloVectors;
-      halo_col = 4 * (rest - halo_row * Tile::kHaloVectors);
+      const int vector = rest - halo_row * Tile::kHaloVectors;
+      halo_col = 4 * vector;
       h = o.in_row0 + halo_row;
       w0 = o.staged_col0 + halo_col;
       wrap = PixelWrap{4, 0};
+      if (Tile::kStrip && vector >= o.first_vectors) {
+        // The strip's second piece, or past both: a row outside every image (zeros, no load)
+        // in halo columns that no square reads.
+        const int next_vector = vector - o.first_vectors;
+        image = o.next_image;
+        h = next_vector < o.next_vectors ? o.next_in_row0 + halo_row : -1;
+        w0 = o.next_staged_col0 + 4 * next_vector;
+      }
     }
     halo_offset = (slice * Tile::kHaloRows + halo_row) * Tile::kHaloCols + halo_col;
     channel = Operands::kSliceChannels * slice;
-    halo = Operands::input(ops) + o.image * ops.x_stride[0] + int64_t(channel) * ops.x_stride[1] +
+    halo = Operands::input(ops) + image * ops.x_stride[0] + int64_t(channel) * ops.x_stride[1] +
            int64_t(h) * ops.x_stride[2] + int64_t(w0) * ops.x_stride[3];
     weights = p.packed + int64_t(o.channel0 / Tile::kN) * p.chunks * Tile::kWeightChunkWords;
   }
@@ -815,13 +886,23 @@ __device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const 
   constexpr int kChannelStep = kThreads / kPooledTile;
   const int pooled_col = threadIdx.x % Tile::kPooledCols;
   const int pooled_row = (threadIdx.x / Tile::kPooledCols) % Tile::kPooledRows;
-  const int out_row = o.out_row0 + pooled_row, out_col = o.out_col0 + pooled_col;
+  int out_row = o.out_row0 + pooled_row, out_col = o.out_col0 + pooled_col;
+  int64_t image = o.image;
+  if constexpr (Tile::kStrip) {
+    const int square = pooled_col / 4;
+    if (square >= o.squares) return;
+    if (square >= o.next_squares) {  // the second piece: the next square row, from column 0
+      image = o.next_image;
+      out_row = o.next_out_row0 + pooled_row;
+      out_col = pooled_col - 4 * o.next_squares;
+    }
+  }
   if (out_row >= s.out_height || out_col >= s.out_width) return;
   const int k0 = threadIdx.x / kPooledTile;
   const int64_t plane = int64_t(s.out_height) * s.out_width;
   using Operands = typename Tile::Operands;
   typename Operands::Element* out =
-      Operands::output(ops) + (o.image * s.out_channels + o.channel0 + k0) * plane +
+      Operands::output(ops) + (image * s.out_channels + o.channel0 + k0) * plane +
                int64_t(out_row) * s.out_width + out_col;
   const float* src = pooled + k0 * Tile::kPooledPlane + pooled_row * Tile::kPooledCols + pooled_col;
   const int channels = min(Tile::kN, s.out_channels - o.channel0);
@@ -896,7 +977,11 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
     for (int m = 0; m < 2; ++m) {
       const int square = 2 * warpgroup + m;
       const int square_row = square / Tile::kSquareCols, square_col = square % Tile::kSquareCols;
-      square_base[m] = smem_base + (square_row * 8 * Tile::kHaloCols + square_col * 8 +
+      // A strip's second piece starts at halo column 4 * first_vectors.
+      const int halo_col = Tile::kStrip && square >= origin.next_squares
+                               ? 4 * origin.first_vectors + 8 * (square - origin.next_squares)
+                               : square_col * 8;
+      square_base[m] = smem_base + (square_row * 8 * Tile::kHaloCols + halo_col +
                                     origin.col_shift) * kSliceBytes;
     }
     // The accumulators are touched only by wgmmas inside this loop (ordinary instructions
@@ -955,11 +1040,20 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
 template <class Tile>
 WgmmaPlan make_plan(const ConvPoolShape& s) {
   WgmmaPlan p{};
-  p.tiles_h = (s.out_height + Tile::kPooledRows - 1) / Tile::kPooledRows;
-  p.tiles_w = (s.out_width + Tile::kPooledCols - 1) / Tile::kPooledCols;
   p.channel_blocks = (s.out_channels + Tile::kN - 1) / Tile::kN;
   p.chunks = (s.in_channels + Tile::Operands::kChunk - 1) / Tile::Operands::kChunk;
-  const int64_t tiles = int64_t(s.batch) * p.tiles_h * p.tiles_w * p.channel_blocks;
+  int64_t tiles;
+  if constexpr (Tile::kStrip) {
+    p.tiles_h = (s.out_height + 3) / 4;  // 8 x 8 conv squares = 4 x 4 pooled outputs
+    p.tiles_w = (s.out_width + 3) / 4;
+    const int64_t squares = int64_t(s.batch) * p.tiles_h * p.tiles_w;
+    p.squares = int(std::min<int64_t>(squares, kMaxStripSquares));
+    tiles = (squares + 3) / 4 * p.channel_blocks;
+  } else {
+    p.tiles_h = (s.out_height + Tile::kPooledRows - 1) / Tile::kPooledRows;
+    p.tiles_w = (s.out_width + Tile::kPooledCols - 1) / Tile::kPooledCols;
+    tiles = int64_t(s.batch) * p.tiles_h * p.tiles_w * p.channel_blocks;
+  }
   p.tiles = int(std::min<int64_t>(tiles, INT32_MAX));
   return p;
 }
@@ -971,7 +1065,7 @@ template <class Tile>
 bool plane_vectors_apply(const ConvPoolOperands& ops, const ConvPoolShape& s,
                          const WgmmaPlan& p) {
   const int64_t plane = int64_t(s.in_height) * s.in_width;
-  if (p.tiles_h != 1 || p.tiles_w != 1 || s.in_width < 4 || plane % 4 != 0 ||
+  if (Tile::kStrip || p.tiles_h != 1 || p.tiles_w != 1 || s.in_width < 4 || plane % 4 != 0 ||
       plane / 4 > Tile::kMaxPlaneVectors)
     return false;
   if (ops.x_stride[3] != 1 || ops.x_stride[2] != s.in_width || ops.x_stride[1] % 4 != 0 ||
@@ -994,23 +1088,36 @@ bool pixel_vectors_apply(const ConvPoolOperands& ops, const ConvPoolShape& s) {
          aligned(ops.x, sizeof(typename Tile::Operands::Pixel));
 }
 
-// Pooled outputs computed per pooled output needed: the tile shape that wastes less wins.
+// Pooled outputs computed per pooled output needed (the whole batch, one channel block): the
+// tile shape that wastes less wins.
 template <class Tile>
 double tile_waste(const ConvPoolShape& s) {
   const WgmmaPlan p = make_plan<Tile>(s);
-  return double(p.tiles_h) * Tile::kPooledRows * p.tiles_w * Tile::kPooledCols /
-         (double(s.out_height) * s.out_width);
+  return double(p.tiles) / p.channel_blocks * Tile::kPooledRows * Tile::kPooledCols /
+         (double(s.batch) * s.out_height * s.out_width);
+}
+
+// Strips apply: rows of at least 4 squares (a strip then spans at most two square rows) and
+// a square count that fits the plan's int.
+inline bool strips_apply(const ConvPoolShape& s) {
+  const int64_t square_rows = (s.out_height + 3) / 4, square_cols = (s.out_width + 3) / 4;
+  return square_cols >= 4 && int64_t(s.batch) * square_rows * square_cols <= kMaxStripSquares;
 }
 
 // Calls f(Tile()) with the tile the shape runs with: the operands of the shape's element type;
-// 64 output channels per block when there are no more, else 128; the square tile when it
-// computes fewer unused pooled outputs (a geometric choice, the same for every element type).
+// 64 output channels per block when there are no more, else 128; of the wide, square and
+// (N = 128) strip tiles the one that computes the fewest unused pooled outputs, the wide one
+// on a tie (a geometric choice, the same for every element type).
 template <class Operands, class F>
 auto with_operand_tile(const ConvPoolShape& s, F&& f) {
   const bool narrow = s.out_channels <= 64;
-  const bool square =
-      tile_waste<SquareTile<Operands, 128>>(s) < tile_waste<WideTile<Operands, 128>>(s);
+  const double wide_waste = tile_waste<WideTile<Operands, 128>>(s);
+  const double square_waste = tile_waste<SquareTile<Operands, 128>>(s);
+  const bool square = square_waste < wide_waste;
   if (narrow) return square ? f(SquareTile<Operands, 64>()) : f(WideTile<Operands, 64>());
+  if (strips_apply(s) &&
+      tile_waste<StripTile<Operands>>(s) < std::min(wide_waste, square_waste))
+    return f(StripTile<Operands>());
   return square ? f(SquareTile<Operands, 128>()) : f(WideTile<Operands, 128>());
 }
 

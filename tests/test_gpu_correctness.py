@@ -446,6 +446,34 @@ def test_wgmma_channels_last_inputs(ext, dtype):
                                    **tolerance, msg=lambda m: f"seed {seed} {case}: {m}")
 
 
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS.get)
+@pytest.mark.parametrize("layout", ["dense", "channels_last", "every_other"])
+def test_wgmma_strip_tiles(ext, dtype, layout):
+    """Shapes whose rows of 8 x 8 squares are not a multiple of 4 long run on strips of four
+    consecutive squares, which may go on in the next square row or the next image
+    (tests/test_wgmma_plane_halo_cpu.py models the choice): VGG block 3's 56 x 56 images with
+    more strips than resident blocks and a last strip of 2 squares; every padding 0-3 (halo
+    column shifts 0, 3, 2, 1); odd widths (scalar loads); channels-last inputs (pixel vectors)
+    and every other image of a larger batch; output-channel tails."""
+    cases = [ConvPoolCase("strip_vgg_b3", 42, 16, 136, 56, 56, (3, 3), padding=(1, 1)),
+             ConvPoolCase("strip_pad0_odd", 3, 8, 130, 22, 45, (3, 3)),
+             ConvPoolCase("strip_pad2", 3, 24, 136, 17, 41, (3, 3), padding=(2, 2)),
+             ConvPoolCase("strip_pad3", 2, 32, 200, 19, 50, (3, 3), padding=(3, 3))]
+    seed = random.randrange(2**31)
+    for i, case in enumerate(cases):
+        full = replace(case, batch=2 * case.batch) if layout == "every_other" else case
+        x, weight, bias = make_operands(full, seed + i)
+        name, tolerance, (x, weight, bias) = wgmma_run(dtype, x, weight, bias)
+        if layout == "channels_last":
+            x = x.contiguous(memory_format=torch.channels_last)
+        elif layout == "every_other":
+            x = x[::2]
+        assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
+        out = run_op(ext, case, x, weight, bias)
+        torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias),
+                                   **tolerance, msg=lambda m: f"seed {seed} {case}: {m}")
+
+
 @pytest.mark.parametrize("dtype", SIXTEEN_BIT_DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("case", GRID, ids=lambda c: c.name)
 def test_16bit_every_variant_matches_float64_and_pytorch(ext, case, dtype):

@@ -84,16 +84,23 @@ HGMMA_BY_OPERANDS = {"Tf32Operands": r"HGMMA\.64x{n}x8\.F32\.TF32",
 
 def test_wgmma_kernels_issue_hgmma(sass):
     wgmma = {name: code for name, code in sass.items() if is_wgmma_kernel(name)}
-    # TF32, float16 and bfloat16 operands; 8 x 32 and 16 x 16 pixel tiles, each with 128 and
-    # 64 output channels per block; each for NCHW-like inputs and for channels-last ones
-    # (template argument false / true: Lb0E / Lb1E in the mangled name).
-    assert len(wgmma) == 24, sorted(sass)
+    # TF32, float16 and bfloat16 operands; 8 x 32 and 16 x 16 pixel tiles (TileShape 0), each
+    # with 128 and 64 output channels per block, and strips of four squares (TileShape 1) with
+    # 128; each for NCHW-like inputs and for channels-last ones (the kernel's template argument
+    # false / true: Lb0E / Lb1E in the mangled name).
+    assert len(wgmma) == 30, sorted(sass)
     for operands, pattern in HGMMA_BY_OPERANDS.items():
         instances = {name: code for name, code in wgmma.items() if operands in name}
-        assert len(instances) == 8, (operands, sorted(wgmma))
-        assert sum("Lb1E" in name for name in instances) == 4, (operands, sorted(instances))
+        assert len(instances) == 10, (operands, sorted(wgmma))
+        assert sum("Lb1E" in name for name in instances) == 5, (operands, sorted(instances))
+        strips = [name for name in instances
+                  if re.search(r"Li8ELi32ELi128ELN\w*TileShapeE1E", name)]
+        assert len(strips) == 2, (operands, sorted(instances))
         for name, code in instances.items():
-            n = 128 if "ELi128EEE" in name else 64
+            tile = re.search(r"Li(\d+)ELi(\d+)ELi(\d+)ELN\w*?TileShapeE(\d)E", name)
+            assert tile, name
+            n = int(tile.group(3))
+            assert n in (64, 128), name
             # 9 taps x 2 pixel squares per warpgroup, unrolled: 18 per chunk, and no other
             # kind of HGMMA.
             assert len(re.findall(pattern.format(n=n), code)) == 18, name

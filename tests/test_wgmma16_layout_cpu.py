@@ -11,7 +11,8 @@ no-swizzle K-major addressing: element (row, k) of an operand sits at
     start + (row % 8) * 16 + (row // 8) * SBO + (k // 8) * LBO + 2 * (k % 8)
 (core matrices of 8 rows x 16 bytes, K = 16 halves = two core matrices). The product of the two
 read-back operands, summed over the 9 taps, must be the direct convolution at every pixel of
-the tile. A wrong selector, pair order, stride or offset gives a mismatch here.
+the tile. A wrong selector, pair order, stride or offset gives a mismatch here. The same for
+strip tiles (four consecutive squares in two pieces side by side in a 48-column halo).
 
 The constants mirror WgmmaTile / HalfOperands; if they change there, change them here.
 """
@@ -42,11 +43,11 @@ def words_to_bytes(words) -> bytes:
 
 
 class Tile:
-    def __init__(self, rows: int, cols: int, n: int):
+    def __init__(self, rows: int, cols: int, n: int, strip: bool = False):
         self.rows, self.cols, self.n = rows, cols, n
         self.square_cols = cols // 8
         self.halo_rows = rows + 2
-        self.halo_cols = (cols + 2 + 3 + 3) // 4 * 4
+        self.halo_cols = 48 if strip else (cols + 2 + 3 + 3) // 4 * 4
         self.halo_vectors = self.halo_cols // 4
         self.halo_units = 2 * self.halo_rows * self.halo_vectors
         self.slice_plane_bytes = self.halo_rows * self.halo_cols * SLICE_BYTES
@@ -55,21 +56,31 @@ class Tile:
         self.stage_bytes = self.halo_bytes + 9 * self.weight_tap_bytes
 
 
-def stage_chunk(tile: Tile, x_bits, w_bits, pad: int, out_row0: int, out_col0: int, chunk: int,
-                n0: int) -> bytearray:
-    """One stage as the kernel fills it: x_bits [C][H][W], w_bits [K][C][3][3] (uint16)."""
-    channels, height, width = x_bits.shape
-    out_channels = w_bits.shape[0]
-    stage = bytearray(tile.stage_bytes)
-    # tile_origin
+def block_origin(pad: int, out_row0: int, out_col0: int):
+    """tile_origin of a block tile: col_shift and where halo (row, vector) loads from."""
     in_row0 = 2 * out_row0 - pad
     in_col0 = 2 * out_col0 - pad
     col_shift = in_col0 % 4
     staged_col0 = in_col0 - col_shift
+    return col_shift, lambda row, vec: (0, in_row0 + row, staged_col0 + 4 * vec)
 
-    def x_at(c, h, w):
+
+def stage_chunk(tile: Tile, x_bits, w_bits, pad: int, out_row0: int, out_col0: int, chunk: int,
+                n0: int, origin=None) -> bytearray:
+    """One stage as the kernel fills it: x_bits [C][H][W] (or [N][C][H][W] with `origin`),
+    w_bits [K][C][3][3] (uint16). origin = (col_shift, source): source(halo row, vector) ->
+    (image, input row, first input column) of that halo unit; block_origin by default."""
+    if origin is None:
+        x_bits = x_bits[None]
+        origin = block_origin(pad, out_row0, out_col0)
+    col_shift, source = origin
+    _, channels, height, width = x_bits.shape
+    out_channels = w_bits.shape[0]
+    stage = bytearray(tile.stage_bytes)
+
+    def x_at(n, c, h, w):
         inside = 0 <= c < channels and 0 <= h < height and 0 <= w < width
-        return int(x_bits[c, h, w]) if inside else 0
+        return int(x_bits[n, c, h, w]) if inside else 0
 
     # StepLoader + load_halo (make_row / load_row: columns 0, 1 in x, 2, 3 in y) + store_pixels
     for unit in range(tile.halo_units):
@@ -78,9 +89,9 @@ def stage_chunk(tile: Tile, x_bits, w_bits, pad: int, out_row0: int, out_col0: i
         row, vec = divmod(rest, tile.halo_vectors)
         halo_offset = (slice_ * tile.halo_rows + row) * tile.halo_cols + 4 * vec
         channel = chunk * CHUNK + SLICE_CHANNELS * slice_
-        h, w0 = in_row0 + row, staged_col0 + 4 * vec
-        rows = [(pair(x_at(channel + e, h, w0), x_at(channel + e, h, w0 + 1)),
-                 pair(x_at(channel + e, h, w0 + 2), x_at(channel + e, h, w0 + 3)))
+        n, h, w0 = source(row, vec)
+        rows = [(pair(x_at(n, channel + e, h, w0), x_at(n, channel + e, h, w0 + 1)),
+                 pair(x_at(n, channel + e, h, w0 + 2), x_at(n, channel + e, h, w0 + 3)))
                 for e in range(SLICE_CHANNELS)]
         for j in range(4):
             selector = 0x5410 if j % 2 == 0 else 0x7632
@@ -163,6 +174,90 @@ def test_staged_chunk_read_by_wgmma_descriptors_is_the_convolution(rows, cols, n
                         cs = slice(first, min(first + CHUNK, channels))
                         expected[m] += wf[:n, cs, r, q] @ xf[cs, h, col]
             np.testing.assert_allclose(acc, expected, rtol=1e-12, atol=1e-12)
+
+
+def strip_origin(tile_index: int, pad: int, square_rows: int, square_cols: int, total: int):
+    """tile_origin of a strip tile (squares 4 t .. 4 t + 3 of the sequence (image, square row,
+    square col), two pieces) and StepLoader's unit mapping for it: col_shift, the halo unit
+    source, and per existing square (its halo column, image, first conv row and column)."""
+    first = 4 * tile_index
+    image, rest = divmod(first, square_rows * square_cols)
+    square_row, square_col = divmod(rest, square_cols)
+    out_row0, out_col0 = 4 * square_row, 4 * square_col
+    in_row0, in_col0 = 2 * out_row0 - pad, 2 * out_col0 - pad
+    col_shift = in_col0 % 4
+    staged_col0 = in_col0 - col_shift
+    squares = min(4, total - first)
+    next_squares = min(squares, square_cols - square_col)
+
+    def vectors(k):
+        return (8 * k + 2 + col_shift + 3) // 4 if k > 0 else 0
+
+    first_vectors, next_vectors = vectors(next_squares), vectors(squares - next_squares)
+    assert first_vectors + next_vectors <= 12
+    same_image = square_row + 1 < square_rows
+    next_image = image if same_image else image + 1
+    next_out_row0 = out_row0 + 4 if same_image else 0
+    next_in_row0, next_staged_col0 = 2 * next_out_row0 - pad, -pad - col_shift
+
+    def source(row, vec):
+        if vec < first_vectors:
+            return image, in_row0 + row, staged_col0 + 4 * vec
+        next_vector = vec - first_vectors
+        h = next_in_row0 + row if next_vector < next_vectors else -1
+        return next_image, h, next_staged_col0 + 4 * next_vector
+
+    placed = [(8 * q, image, 2 * out_row0, 2 * out_col0 + 8 * q) if q < next_squares else
+              (4 * first_vectors + 8 * (q - next_squares), next_image, 2 * next_out_row0,
+               8 * (q - next_squares))
+              for q in range(squares)]
+    return col_shift, source, placed
+
+
+@pytest.mark.parametrize("pad", [0, 1, 2, 3])
+def test_strip_tiles_read_by_wgmma_descriptors_are_the_convolution(pad):
+    """Strips over 3 images of 2 x 5 squares (a partial last square row and column): pieces
+    that go on in the next square row and in the next image, a last strip of 2 squares; every
+    square of the batch computed exactly once, each the direct convolution."""
+    rng = np.random.default_rng(50 + pad)
+    images, channels, n = 3, 13, 16
+    height, width = 14 - 2 * pad, 38 - 2 * pad  # 6 x 18 pooled outputs: 2 x 5 squares
+    square_rows, square_cols = 2, 5
+    total = images * square_rows * square_cols
+    x = rng.standard_normal((images, channels, height, width)).astype(np.float16)
+    w = rng.standard_normal((n, channels, 3, 3)).astype(np.float16)
+    xf, wf = x.astype(np.float64), w.astype(np.float64)
+    tile = Tile(8, 32, n, strip=True)
+    assert tile.halo_units <= 256
+    seen = []
+    for t in range(-(-total // 4)):
+        origin = strip_origin(t, pad, square_rows, square_cols, total)
+        stage, col_shift = stage_chunk(tile, x.view(np.uint16), w.view(np.uint16), pad, 0, 0, 0,
+                                       0, origin=origin[:2])
+        for halo_col, image, conv_row0, conv_col0 in origin[2]:
+            seen.append((image, conv_row0, conv_col0))
+            square_base = (halo_col + col_shift) * SLICE_BYTES
+            acc = np.zeros((64, n))
+            for tap in range(9):
+                r, q = divmod(tap, 3)
+                a = read_operand(stage, square_base + (r * tile.halo_cols + q) * SLICE_BYTES,
+                                 lbo=tile.slice_plane_bytes, sbo=tile.halo_cols * SLICE_BYTES,
+                                 rows=64)
+                b = read_operand(stage, tile.halo_bytes + tap * tile.weight_tap_bytes,
+                                 lbo=n * SLICE_BYTES, sbo=8 * SLICE_BYTES, rows=n)
+                acc += as_float(a) @ as_float(b).T
+            expected = np.zeros((64, n))
+            for m in range(64):
+                conv_row, conv_col = conv_row0 + m // 8, conv_col0 + m % 8
+                for tap in range(9):
+                    r, q = divmod(tap, 3)
+                    h, col = conv_row - pad + r, conv_col - pad + q
+                    if 0 <= h < height and 0 <= col < width:
+                        expected[m] += wf[:, :, r, q] @ xf[image, :, h, col]
+            np.testing.assert_allclose(acc, expected, rtol=1e-12, atol=1e-12,
+                                       err_msg=f"tile {t}, square at {image, conv_row0, conv_col0}")
+    assert sorted(seen) == [(i, 8 * r, 8 * c) for i in range(images)
+                            for r in range(square_rows) for c in range(square_cols)]
 
 
 def test_byte_perm_selectors_pick_the_documented_halves():

@@ -15,15 +15,15 @@ THREADS = 256
 
 
 class Tile:
-    def __init__(self, rows: int, cols: int):
-        self.rows, self.cols = rows, cols
+    def __init__(self, rows: int, cols: int, strip: bool = False):
+        self.rows, self.cols, self.strip = rows, cols, strip
         self.halo_rows = rows + 2
-        self.halo_cols = (cols + 2 + 3 + 3) // 4 * 4
+        self.halo_cols = 48 if strip else (cols + 2 + 3 + 3) // 4 * 4
         self.pooled_rows, self.pooled_cols = rows // 2, cols // 2
         self.max_plane_vectors = THREADS // 2
 
 
-WIDE, SQUARE = Tile(8, 32), Tile(16, 16)
+WIDE, SQUARE, STRIP = Tile(8, 32), Tile(16, 16), Tile(8, 32, strip=True)
 
 
 def pooled(size: int, pad: int) -> int:
@@ -35,12 +35,20 @@ def tiles(tile: Tile, out_h: int, out_w: int):
     return -(-out_h // tile.pooled_rows), -(-out_w // tile.pooled_cols)
 
 
-def chosen_tile(out_h: int, out_w: int) -> Tile:
-    """with_operand_tile: the square tile when it computes fewer unused pooled outputs."""
+def chosen_tile(out_h: int, out_w: int, batch: int = 1, out_channels: int = 128) -> Tile:
+    """with_operand_tile: of the wide, square and (more than 64 output channels, rows of at
+    least 4 squares) strip tiles, the one that computes the fewest unused pooled outputs over
+    the batch; the wide one on a tie."""
     def waste(tile):
+        if tile.strip:  # 4 consecutive 8 x 8 conv squares (4 x 4 pooled) of the whole batch
+            squares = batch * -(-out_h // 4) * -(-out_w // 4)
+            return -(-squares // 4) * 4 * 16 / (batch * out_h * out_w)
         th, tw = tiles(tile, out_h, out_w)
         return th * tile.pooled_rows * tw * tile.pooled_cols / (out_h * out_w)
-    return SQUARE if waste(SQUARE) < waste(WIDE) else WIDE
+    best = SQUARE if waste(SQUARE) < waste(WIDE) else WIDE
+    if out_channels > 64 and -(-out_w // 4) >= 4 and waste(STRIP) < waste(best):
+        return STRIP
+    return best
 
 
 def origin(pad: int):
@@ -53,7 +61,7 @@ def origin(pad: int):
 def plane_vectors_apply(tile: Tile, height: int, width: int, pad: int) -> bool:
     out_h, out_w = pooled(height, pad), pooled(width, pad)
     plane = height * width
-    if tiles(tile, out_h, out_w) != (1, 1) or width < 4 or plane % 4 or \
+    if tile.strip or tiles(tile, out_h, out_w) != (1, 1) or width < 4 or plane % 4 or \
             plane // 4 > tile.max_plane_vectors:
         return False
     in_row0, staged_col0 = origin(pad)
@@ -108,3 +116,21 @@ def test_plane_units_fill_the_halo_the_definition_asks_for():
         assert 2 * (height * width // 4) <= THREADS
         assert plane_halo(tile, height, width, pad) == defined_halo(tile, height, width, pad), \
             (height, width, pad)
+
+
+def test_strips_where_rows_of_squares_are_not_a_multiple_of_4():
+    """VGG-16's blocks at batch 32: block 3 (7 squares per row: 12.5% of the 8 x 32 tiles and
+    23% of the 16 x 16 ones unused) runs strips; block 2 (14 squares per row) the 16 x 16 tile,
+    which covers it exactly; block 4 (4 squares per row) and the default problem (16) the
+    wide tile, block 5 the square one; block 1 (64 channels) never strips, nor does an image
+    narrower than 4 squares."""
+    assert chosen_tile(28, 28, 32, 256) is STRIP   # vgg_b3: 56 x 56 input, padding 1
+    assert chosen_tile(56, 56, 32, 128) is SQUARE  # vgg_b2
+    assert chosen_tile(14, 14, 32, 512) is WIDE    # block 4
+    assert chosen_tile(7, 7, 32, 512) is SQUARE    # vgg_b5
+    assert chosen_tile(112, 112, 32, 64) is WIDE   # block 1 / rgb_stem
+    assert chosen_tile(63, 63, 128, 128) is WIDE   # the default problem
+    assert chosen_tile(30, 10, 5, 128) is not STRIP
+    # The GPU tests' strip cases (tests/test_gpu_correctness.py).
+    assert chosen_tile(10, 28, 3, 136) is STRIP
+    assert chosen_tile(10, 21, 2, 130) is STRIP

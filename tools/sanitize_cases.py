@@ -39,6 +39,13 @@ CASES = {
     # vector instances; 24 channels leave the 16-bit kernel's second chunk half past the last.
     "channels_last_tails": ConvPoolCase("channels_last_tails", 2, 24, 72, 30, 38, (3, 3),
                                         padding=(1, 1)),
+    # Rows of 7 squares: the wgmma kernel's strips of four 8 x 8 squares over three images,
+    # which go on in the next square row and the next image; the last strip has 3 squares; 136
+    # output channels (a partial second block); 24 input channels (a 16-bit half chunk).
+    "strip_tiles": ConvPoolCase("strip_tiles", 3, 24, 136, 20, 56, (3, 3), padding=(1, 1)),
+    # The same strips on a channels-last input (the pixel-vector instances), padding 2.
+    "strip_tiles_channels_last": ConvPoolCase("strip_tiles_channels_last", 3, 24, 136, 17, 41,
+                                              (3, 3), padding=(2, 2)),
     # 6 output channels, 1 input channel, 5x5: the CUDA-core small_fp32 kernel (lenet-like).
     "tiny_layer": ConvPoolCase("tiny_layer", 4, 1, 6, 32, 32, (5, 5)),
     # LeNet at batch 1100: more tiles than resident small_fp32 blocks, so blocks loop and copy
@@ -55,7 +62,7 @@ CASES = {
                                        pool_stride=(2, 2)),
 }
 # Cases whose input is made channels-last (same values).
-CHANNELS_LAST = {"channels_last_tails"}
+CHANNELS_LAST = {"channels_last_tails", "strip_tiles_channels_last"}
 
 
 def main(name: str, variants: str = "all", dtype_name: str = "float32") -> int:

@@ -245,6 +245,11 @@ GRID: list[ConvPoolCase] = [
     C("whole_image_pad0_18x18", 2, 20, 130, 18, 18, (3, 3)),
     C("whole_image_wide_8x30", 2, 12, 24, 8, 30, (3, 3), padding=(1, 1)),
     C("small_image_7x7", 2, 16, 32, 7, 7, (3, 3), padding=(1, 1)),
+    # Rows of squares that are not a multiple of 4 long: the wgmma kernel's strips of four
+    # 8 x 8 squares, which go on in the next square row and the next image (7 squares per row,
+    # a last strip of 3; 6 squares per row, an odd width: scalar halo loads).
+    C("strip_tiles_20x56", 3, 24, 136, 20, 56, (3, 3), padding=(1, 1)),
+    C("strip_tiles_pad0_22x45", 2, 8, 130, 22, 45, (3, 3)),
     # Many tiles along both spatial axes, with partial tiles at the far edges.
     C("large_spatial_200x300", 1, 8, 16, 200, 300, (3, 3), padding=(1, 1)),
     # small_fp32's patch loop (stride 1, 3x3 / 5x5, 2x2 windows): windows cut by pool padding
