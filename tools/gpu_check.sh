@@ -54,7 +54,8 @@ sanitize() {
   $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py strip_tiles tiled_tf32_wgmma &&
   $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py strip_tiles tiled_16bit_wgmma bfloat16 &&
   $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py strip_tiles tiled_16bit_wgmma float16 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py strip_tiles_channels_last tiled_tf32_wgmma,tiled_16bit_wgmma float16 &&
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py strip_tiles_channels_last tiled_tf32_wgmma &&
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py strip_tiles_channels_last tiled_16bit_wgmma float16 &&
   $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py lenet_persistent small_16bit float16 &&
   $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py lenet_persistent small_16bit bfloat16 &&
   $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py alexnet_persistent tiled_16bit_flat bfloat16 &&
