@@ -135,6 +135,35 @@ def as_float(bits):
     return bits.view(np.float16).astype(np.float64)
 
 
+def square_product(tile: Tile, stage: bytearray, square_base: int):
+    """What one square's 9 wgmmas accumulate from `stage` (the tap (0, 0) operand at byte
+    square_base): [64 pixels][n channels]."""
+    acc = np.zeros((64, tile.n))
+    for tap in range(9):
+        r, q = divmod(tap, 3)
+        a = read_operand(stage, square_base + (r * tile.halo_cols + q) * SLICE_BYTES,
+                         lbo=tile.slice_plane_bytes, sbo=tile.halo_cols * SLICE_BYTES, rows=64)
+        b = read_operand(stage, tile.halo_bytes + tap * tile.weight_tap_bytes,
+                         lbo=tile.n * SLICE_BYTES, sbo=8 * SLICE_BYTES, rows=tile.n)
+        acc += as_float(a) @ as_float(b).T
+    return acc
+
+
+def direct_square(x, w, pad: int, conv_row0: int, conv_col0: int):
+    """The 3 x 3 convolution of x [C][H][W] by w [n][C][3][3] (both float64, zero padding) at
+    the 8 x 8 square from (conv_row0, conv_col0): row m is pixel (m // 8, m % 8)."""
+    _, height, width = x.shape
+    expected = np.zeros((64, w.shape[0]))
+    for m in range(64):
+        conv_row, conv_col = conv_row0 + m // 8, conv_col0 + m % 8
+        for tap in range(9):
+            r, q = divmod(tap, 3)
+            h, col = conv_row - pad + r, conv_col - pad + q
+            if 0 <= h < height and 0 <= col < width:
+                expected[m] += w[:, :, r, q] @ x[:, h, col]
+    return expected
+
+
 @pytest.mark.parametrize("rows,cols,n", [(8, 32, 128), (16, 16, 64)], ids=["wide", "square"])
 @pytest.mark.parametrize("pad,out_col0", [(0, 0), (1, 16), (1, 3)], ids=["pad0", "pad1", "shift"])
 def test_staged_chunk_read_by_wgmma_descriptors_is_the_convolution(rows, cols, n, pad, out_col0):
@@ -146,34 +175,18 @@ def test_staged_chunk_read_by_wgmma_descriptors_is_the_convolution(rows, cols, n
     tile = Tile(rows, cols, n)
     assert tile.halo_units <= 256
     out_row0 = 1
+    xf, wf = x.astype(np.float64), w[:n].astype(np.float64)
     for chunk in range(2):  # 29 channels: one full chunk, one with 13 (a partial second slice)
         stage, col_shift = stage_chunk(tile, x_bits, w_bits, pad, out_row0, out_col0, chunk, 0)
-        first = chunk * CHUNK
+        channels_of_chunk = slice(chunk * CHUNK, min((chunk + 1) * CHUNK, channels))
         for square in range(4):
             square_row, square_col = divmod(square, tile.square_cols)
-            square_base = (square_row * 8 * tile.halo_cols + square_col * 8 + col_shift) * SLICE_BYTES
-            acc = np.zeros((64, n))
-            for tap in range(9):
-                r, q = divmod(tap, 3)
-                a = read_operand(stage, square_base + (r * tile.halo_cols + q) * SLICE_BYTES,
-                                 lbo=tile.slice_plane_bytes, sbo=tile.halo_cols * SLICE_BYTES,
-                                 rows=64)
-                b = read_operand(stage, tile.halo_bytes + tap * tile.weight_tap_bytes,
-                                 lbo=n * SLICE_BYTES, sbo=8 * SLICE_BYTES, rows=n)
-                acc += as_float(a) @ as_float(b).T
-            # Row m of the square: pixel (m // 8, m % 8) of the 8 x 8 square.
-            expected = np.zeros((64, n))
-            xf, wf = x.astype(np.float64), w.astype(np.float64)
-            for m in range(64):
-                conv_row = 2 * out_row0 + square_row * 8 + m // 8
-                conv_col = 2 * out_col0 + square_col * 8 + m % 8
-                for tap in range(9):
-                    r, q = divmod(tap, 3)
-                    h, col = conv_row - pad + r, conv_col - pad + q
-                    if 0 <= h < height and 0 <= col < width:
-                        cs = slice(first, min(first + CHUNK, channels))
-                        expected[m] += wf[:n, cs, r, q] @ xf[cs, h, col]
-            np.testing.assert_allclose(acc, expected, rtol=1e-12, atol=1e-12)
+            square_base = ((square_row * 8 * tile.halo_cols + square_col * 8 + col_shift)
+                           * SLICE_BYTES)
+            expected = direct_square(xf[channels_of_chunk], wf[:, channels_of_chunk], pad,
+                                     2 * out_row0 + square_row * 8, 2 * out_col0 + square_col * 8)
+            np.testing.assert_allclose(square_product(tile, stage, square_base), expected,
+                                       rtol=1e-12, atol=1e-12)
 
 
 def strip_origin(tile_index: int, pad: int, square_rows: int, square_cols: int, total: int):
@@ -236,24 +249,8 @@ def test_strip_tiles_read_by_wgmma_descriptors_are_the_convolution(pad):
                                        0, origin=origin[:2])
         for halo_col, image, conv_row0, conv_col0 in origin[2]:
             seen.append((image, conv_row0, conv_col0))
-            square_base = (halo_col + col_shift) * SLICE_BYTES
-            acc = np.zeros((64, n))
-            for tap in range(9):
-                r, q = divmod(tap, 3)
-                a = read_operand(stage, square_base + (r * tile.halo_cols + q) * SLICE_BYTES,
-                                 lbo=tile.slice_plane_bytes, sbo=tile.halo_cols * SLICE_BYTES,
-                                 rows=64)
-                b = read_operand(stage, tile.halo_bytes + tap * tile.weight_tap_bytes,
-                                 lbo=n * SLICE_BYTES, sbo=8 * SLICE_BYTES, rows=n)
-                acc += as_float(a) @ as_float(b).T
-            expected = np.zeros((64, n))
-            for m in range(64):
-                conv_row, conv_col = conv_row0 + m // 8, conv_col0 + m % 8
-                for tap in range(9):
-                    r, q = divmod(tap, 3)
-                    h, col = conv_row - pad + r, conv_col - pad + q
-                    if 0 <= h < height and 0 <= col < width:
-                        expected[m] += wf[:, :, r, q] @ xf[image, :, h, col]
+            expected = direct_square(xf[image], wf, pad, conv_row0, conv_col0)
+            acc = square_product(tile, stage, (halo_col + col_shift) * SLICE_BYTES)
             np.testing.assert_allclose(acc, expected, rtol=1e-12, atol=1e-12,
                                        err_msg=f"tile {t}, square at {image, conv_row0, conv_col0}")
     assert sorted(seen) == [(i, 8 * r, 8 * c) for i in range(images)
