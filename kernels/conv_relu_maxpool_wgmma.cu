@@ -172,8 +172,8 @@ struct WgmmaPlan {
   int squares;  // strips: images x square rows x square cols (<= kMaxStripSquares)
 };
 
-// Where one tile sits. A strip's squares [0, next_squares) are its first piece (at image,
-// out_row0, out_col0, ...), squares [next_squares, squares) the second: the start of the next
+// Where one tile sits. A strip's squares [0, first_squares) are its first piece (at image,
+// out_row0, out_col0, ...), squares [first_squares, squares) the second: the start of the next
 // square row, staged from halo column 4 * first_vectors on.
 struct TileOrigin {
   int64_t image;
@@ -182,9 +182,9 @@ struct TileOrigin {
   int in_row0;             // input row of halo row 0
   int staged_col0;         // input column of halo column 0 (a multiple of 4)
   int col_shift;           // halo column of the tile's first input column, 0..3
-  // Strips only (block tiles: next_squares = squares = 4, first_vectors = kHaloVectors).
+  // Strips only (block tiles: first_squares = squares = 4, first_vectors = kHaloVectors).
   int squares;             // squares that exist (the last strip may have fewer than 4)
-  int next_squares;        // squares in the first piece
+  int first_squares;       // squares in the first piece
   int first_vectors;       // halo vectors of the first piece
   int next_vectors;        // halo vectors of the second
   int64_t next_image;
@@ -211,12 +211,12 @@ __host__ __device__ __forceinline__ TileOrigin tile_origin(const ConvPoolShape& 
     o.col_shift = ((in_col0 % 4) + 4) % 4;  // the same for every square (8 columns apart)
     o.staged_col0 = in_col0 - o.col_shift;
     o.squares = std::min(4, p.squares - first);
-    o.next_squares = std::min(o.squares, p.tiles_w - square_col);
+    o.first_squares = std::min(o.squares, p.tiles_w - square_col);
     const auto vectors = [&](int squares) {
       return squares > 0 ? (8 * squares + 2 + o.col_shift + 3) / 4 : 0;
     };
-    o.first_vectors = vectors(o.next_squares);
-    o.next_vectors = vectors(o.squares - o.next_squares);
+    o.first_vectors = vectors(o.first_squares);
+    o.next_vectors = vectors(o.squares - o.first_squares);
     const bool same_image = square_row + 1 < p.tiles_h;
     o.next_image = same_image ? o.image : o.image + 1;
     o.next_out_row0 = same_image ? o.out_row0 + 4 : 0;
@@ -224,7 +224,7 @@ __host__ __device__ __forceinline__ TileOrigin tile_origin(const ConvPoolShape& 
     o.next_staged_col0 = -s.pad_w - o.col_shift;
     return o;
   }
-  o.squares = o.next_squares = 4;
+  o.squares = o.first_squares = 4;
   o.first_vectors = Tile::kHaloVectors;
   o.next_vectors = 0;
   const int tile_col = tile % p.tiles_w;
@@ -891,10 +891,10 @@ __device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const 
   if constexpr (Tile::kStrip) {
     const int square = pooled_col / 4;
     if (square >= o.squares) return;
-    if (square >= o.next_squares) {  // the second piece: the next square row, from column 0
+    if (square >= o.first_squares) {  // the second piece: the next square row, from column 0
       image = o.next_image;
       out_row = o.next_out_row0 + pooled_row;
-      out_col = pooled_col - 4 * o.next_squares;
+      out_col = pooled_col - 4 * o.first_squares;
     }
   }
   if (out_row >= s.out_height || out_col >= s.out_width) return;
@@ -978,8 +978,8 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
       const int square = 2 * warpgroup + m;
       const int square_row = square / Tile::kSquareCols, square_col = square % Tile::kSquareCols;
       // A strip's second piece starts at halo column 4 * first_vectors.
-      const int halo_col = Tile::kStrip && square >= origin.next_squares
-                               ? 4 * origin.first_vectors + 8 * (square - origin.next_squares)
+      const int halo_col = Tile::kStrip && square >= origin.first_squares
+                               ? 4 * origin.first_vectors + 8 * (square - origin.first_squares)
                                : square_col * 8;
       square_base[m] = smem_base + (square_row * 8 * Tile::kHaloCols + halo_col +
                                     origin.col_shift) * kSliceBytes;

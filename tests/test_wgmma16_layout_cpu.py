@@ -201,12 +201,12 @@ def strip_origin(tile_index: int, pad: int, square_rows: int, square_cols: int, 
     col_shift = in_col0 % 4
     staged_col0 = in_col0 - col_shift
     squares = min(4, total - first)
-    next_squares = min(squares, square_cols - square_col)
+    first_squares = min(squares, square_cols - square_col)
 
     def vectors(k):
         return (8 * k + 2 + col_shift + 3) // 4 if k > 0 else 0
 
-    first_vectors, next_vectors = vectors(next_squares), vectors(squares - next_squares)
+    first_vectors, next_vectors = vectors(first_squares), vectors(squares - first_squares)
     assert first_vectors + next_vectors <= 12
     same_image = square_row + 1 < square_rows
     next_image = image if same_image else image + 1
@@ -220,9 +220,9 @@ def strip_origin(tile_index: int, pad: int, square_rows: int, square_cols: int, 
         h = next_in_row0 + row if next_vector < next_vectors else -1
         return next_image, h, next_staged_col0 + 4 * next_vector
 
-    placed = [(8 * q, image, 2 * out_row0, 2 * out_col0 + 8 * q) if q < next_squares else
-              (4 * first_vectors + 8 * (q - next_squares), next_image, 2 * next_out_row0,
-               8 * (q - next_squares))
+    placed = [(8 * q, image, 2 * out_row0, 2 * out_col0 + 8 * q) if q < first_squares else
+              (4 * first_vectors + 8 * (q - first_squares), next_image, 2 * next_out_row0,
+               8 * (q - first_squares))
               for q in range(squares)]
     return col_shift, source, placed
 
