@@ -23,6 +23,10 @@ which stays callable on its own. As a custom op it has
     implementation returns empty gradients, so torch.compile can still trace a model with
     grad enabled; the error comes when the backward actually runs.
 
+`ModelNew.prepack()` keeps the weight re-laid out for the Hopper kernels between calls (the
+op's optional `packed_weight`, made by `cuda_extension.conv2d_relu_maxpool_pack_weight`), so
+that a call skips that step; off by default, see its caveat.
+
 `fuse_conv_relu_maxpool(module)` rewrites Conv2d -> ReLU -> MaxPool2d runs inside the
 nn.Sequential containers of any model into ModelNew modules (e.g. torchvision's VGG
 `.features`).
@@ -50,7 +54,7 @@ OP_NAME = "conv2d_relu_maxpool"
 OP_QUALNAME = f"{OP_NAMESPACE}::{OP_NAME}"
 OP_SCHEMA = ("(Tensor x, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, "
              "int[2] dilation, int[2] pool_kernel, int[2] pool_stride, int[2] pool_padding, "
-             "bool ceil_mode, int config=-1) -> Tensor")
+             "bool ceil_mode, int config=-1, Tensor? packed_weight=None) -> Tensor")
 BACKWARD_OP_NAME = "conv2d_relu_maxpool_backward_unsupported"
 BACKWARD_OP_QUALNAME = f"{OP_NAMESPACE}::{BACKWARD_OP_NAME}"
 BACKWARD_OP_SCHEMA = ("(Tensor grad_output, SymInt[] x_shape, SymInt[] weight_shape, "
@@ -81,12 +85,13 @@ def _conv2d_relu_maxpool_binding(x: torch.Tensor, weight: torch.Tensor,
                                  padding: List[int], dilation: List[int],
                                  pool_kernel: List[int], pool_stride: List[int],
                                  pool_padding: List[int], ceil_mode: bool,
-                                 config: int = AUTO_CONFIG) -> torch.Tensor:
+                                 config: int = AUTO_CONFIG,
+                                 packed_weight: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The op's CUDA kernel (and CPU error path): the pybind function, which checks every
     argument, guards x's device and launches on that device's current stream."""
     return cuda_extension.conv2d_relu_maxpool_forward(
         x, weight, bias, stride, padding, dilation, pool_kernel, pool_stride, pool_padding,
-        ceil_mode, config)
+        ceil_mode, config, packed_weight)
 
 
 def conv_length(length: Any, kernel: Any, pad: int, stride: int, dilation: int) -> Any:
@@ -143,7 +148,8 @@ def _conv2d_relu_maxpool_fake(x: torch.Tensor, weight: torch.Tensor,
                               bias: Optional[torch.Tensor], stride: List[int],
                               padding: List[int], dilation: List[int], pool_kernel: List[int],
                               pool_stride: List[int], pool_padding: List[int], ceil_mode: bool,
-                              config: int = AUTO_CONFIG) -> torch.Tensor:
+                              config: int = AUTO_CONFIG,
+                              packed_weight: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Output shape (and the binding's checks that need no data): used by torch.compile,
     torch.export and meta tensors. Messages are the binding's."""
     if x.dtype not in KERNEL_DTYPE_NAMES:
@@ -221,6 +227,18 @@ def _conv2d_relu_maxpool_fake(x: torch.Tensor, weight: torch.Tensor,
         raise RuntimeError(f"weight must be on x's device {x.device}, got {weight.device}")
     if bias is not None and bias.device != x.device:
         raise RuntimeError(f"bias must be on x's device {x.device}, got {bias.device}")
+    # packed_weight: what the binding can check without the device's packed layout (its length
+    # depends on the GPU; an empty one means none).
+    if packed_weight is not None and packed_weight.numel() > 0:
+        if packed_weight.dtype != x.dtype:
+            raise RuntimeError(f"packed_weight must be {KERNEL_DTYPE_NAMES[x.dtype]} like x, got "
+                               f"{_dtype_string(packed_weight.dtype)}")
+        if packed_weight.device != x.device:
+            raise RuntimeError(f"packed_weight must be on x's device {x.device}, got "
+                               f"{packed_weight.device}")
+        if packed_weight.dim() != 1:
+            raise RuntimeError("packed_weight must be conv2d_relu_maxpool_pack_weight(weight): a "
+                               f"1-D tensor, got shape {_shape_string(packed_weight)}")
     # The binding allocates a contiguous NCHW output in x's dtype, whatever x's layout.
     return x.new_empty((batch, out_channels, out_h, out_w))
 
@@ -242,7 +260,7 @@ def _conv2d_relu_maxpool_backward(ctx: Any, grad_output: torch.Tensor) -> Tuple[
     raise_forward_only = torch.ops.fused_conv.conv2d_relu_maxpool_backward_unsupported
     grad_x, grad_weight, grad_bias = raise_forward_only(grad_output, ctx.x_shape,
                                                         ctx.weight_shape, ctx.bias_shape or [])
-    no_grad_for_settings = (None,) * 8  # stride ... config
+    no_grad_for_settings = (None,) * 9  # stride ... config, packed_weight
     return (grad_x, grad_weight, None if ctx.bias_shape is None else grad_bias,
             *no_grad_for_settings)
 
@@ -310,16 +328,62 @@ class ModelNew(nn.Module):
         self.pool_padding = _pair(pool_padding, "pool_padding")
         self.ceil_mode = bool(ceil_mode)
         self.config = AUTO_CONFIG
+        self.prepack(False)
+
+    def prepack(self, enabled: bool = True) -> "ModelNew":
+        """Keeps a packed copy of the weight for the Hopper (wgmma) kernels, so that a call
+        does not re-lay the weight out first (VGG-16 block 5: ~10% of the kernel's time; see
+        docs/PERF.md). Returns self; prepack(False) drops the copy.
+
+        The copy is made on the next forward and made again whenever the weight is replaced
+        (`.to()`, `.half()`, a new Parameter) or changed in place through PyTorch (optimizer
+        steps, load_state_dict, nn.init, `weight.copy_()` under no_grad: anything that bumps
+        its version counter). Writes that bypass the version counter are not seen: after
+        `weight.data.copy_(...)` / `weight.data[...] = ...`, or on a weight made under
+        torch.inference_mode(), call prepack() again. In eager mode only: traced by
+        torch.compile or torch.export, the op re-lays the weight out on each call as usual.
+        Costs one more copy of the weight in GPU memory; helps only 3x3 convolutions on
+        Hopper (elsewhere the copy is empty and nothing changes)."""
+        self._prepack = bool(enabled)
+        self._packed_weight: Optional[torch.Tensor] = None
+        self._packed_source: Optional[torch.Tensor] = None
+        self._packed_version = -1
+        return self
+
+    def _current_packed_weight(self) -> Optional[torch.Tensor]:
+        """The packed copy of self.conv.weight as it is now, packing it when it changed."""
+        weight = self.conv.weight
+        if not weight.is_cuda:
+            return None  # the op raises its device error
+        # Version counters exist only outside inference mode; an inference tensor cannot
+        # change in place outside it either.
+        version = -1 if weight.is_inference() else weight._version
+        source = self._packed_source
+        # _packed_source (a detached alias: same storage, same version counter) keeps the
+        # packed storage alive, so a new weight can never reuse its address.
+        if (source is None or source.data_ptr() != weight.data_ptr()
+                or source.dtype != weight.dtype or source.shape != weight.shape
+                or source.stride() != weight.stride() or version != self._packed_version):
+            self._packed_weight = cuda_extension.conv2d_relu_maxpool_pack_weight(
+                weight.detach())
+            self._packed_source = weight.detach()
+            self._packed_version = version
+        return self._packed_weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        packed = None
+        if self._prepack and not torch.compiler.is_compiling():
+            packed = self._current_packed_weight()
         return torch.ops.fused_conv.conv2d_relu_maxpool(
             x, self.conv.weight, self.conv.bias, self.stride, self.padding, self.dilation,
-            self.pool_kernel, self.pool_stride, self.pool_padding, self.ceil_mode, self.config)
+            self.pool_kernel, self.pool_stride, self.pool_padding, self.ceil_mode, self.config,
+            packed)
 
     def extra_repr(self) -> str:
         return (f"stride={self.stride}, padding={self.padding}, dilation={self.dilation}, "
                 f"pool_kernel={self.pool_kernel}, pool_stride={self.pool_stride}, "
-                f"pool_padding={self.pool_padding}, ceil_mode={self.ceil_mode}")
+                f"pool_padding={self.pool_padding}, ceil_mode={self.ceil_mode}"
+                + (", prepack=True" if self._prepack else ""))
 
 
 # ---- fusing the layers of an existing model ------------------------------------------------
@@ -379,14 +443,14 @@ def fused_from_layers(conv: nn.Conv2d, pool: nn.MaxPool2d) -> ModelNew:
     return fused
 
 
-def _fuse_sequential(sequence: nn.Sequential) -> int:
+def _fuse_sequential(sequence: nn.Sequential, prepack: bool) -> int:
     """Fuses the Conv2d, ReLU, MaxPool2d runs of one Sequential in place; returns how many."""
     fused_count = 0
     index = 0
     while index + 2 < len(sequence):
         conv, relu, pool = sequence[index], sequence[index + 1], sequence[index + 2]
         if _fusable_conv(conv) and _fusable_relu(relu) and _fusable_pool(pool):
-            sequence[index] = fused_from_layers(conv, pool)
+            sequence[index] = fused_from_layers(conv, pool).prepack(prepack)
             sequence[index + 1] = nn.Identity()
             sequence[index + 2] = nn.Identity()
             fused_count += 1
@@ -396,7 +460,7 @@ def _fuse_sequential(sequence: nn.Sequential) -> int:
     return fused_count
 
 
-def fuse_conv_relu_maxpool(module: nn.Module) -> nn.Module:
+def fuse_conv_relu_maxpool(module: nn.Module, prepack: bool = False) -> nn.Module:
     """Replaces, in place, every Conv2d -> ReLU -> MaxPool2d run of consecutive layers in
     the nn.Sequential containers of `module` (at any depth, `module` itself included) by one
     ModelNew, and returns `module`.
@@ -409,12 +473,14 @@ def fuse_conv_relu_maxpool(module: nn.Module) -> nn.Module:
     Fused only what the kernel computes exactly: an nn.Conv2d (exact type) with groups=1,
     padding_mode='zeros', numeric, 'valid' or evenly splitting 'same' padding, weight and
     bias both float32, float16 or bfloat16; an nn.ReLU (inplace or not); an nn.MaxPool2d
-    with dilation 1 and return_indices=False; none of the three with hooks. Sequential subclasses that override
-    forward are left alone. Everything else is untouched. The fused modules run on CUDA
-    only, and forward only (see ModelNew).
+    with dilation 1 and return_indices=False; none of the three with hooks. Sequential
+    subclasses that override forward are left alone. Everything else is untouched. The fused
+    modules run on CUDA only, and forward only (see ModelNew). prepack=True calls
+    ModelNew.prepack() on each (read its caveat on weight writes that bypass the version
+    counter).
     """
     sequences = [m for m in module.modules()
                  if isinstance(m, nn.Sequential) and type(m).forward is nn.Sequential.forward]
     for sequence in sequences:
-        _fuse_sequential(sequence)
+        _fuse_sequential(sequence, prepack)
     return module

@@ -1248,14 +1248,33 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   return kVariantDirect;
 }
 
+// A wgmma variant with its own element types (the launcher never pairs them else).
+static bool wgmma_variant_for(const ConvPoolShape& s, int variant) {
+  const bool float32 = s.element == kElementFloat32;
+  return (variant == kVariantTiledTf32Wgmma && float32) ||
+         (variant == kVariantTiled16Wgmma && !float32);
+}
+
 extern "C" int64_t conv_relu_maxpool_workspace_bytes(const ConvPoolShape* s, int variant) {
   if (variant == kVariantTiled16Mma) return half_conv_pool_workspace_bytes(*s, variant);
-  // Each wgmma variant only for its own element types (the launcher never pairs them else).
-  const bool float32 = s->element == kElementFloat32;
-  if ((variant == kVariantTiledTf32Wgmma && float32) ||
-      (variant == kVariantTiled16Wgmma && !float32))
-    return wgmma_conv_pool_workspace_bytes(*s);
-  return 0;
+  return wgmma_variant_for(*s, variant) ? wgmma_conv_pool_workspace_bytes(*s) : 0;
+}
+
+extern "C" int64_t conv_relu_maxpool_packed_weight_bytes(const ConvPoolShape* s,
+                                                         const ConvPoolDevice* device) {
+  return wgmma_packs_weight(*s, *device) ? wgmma_conv_pool_workspace_bytes(*s) : 0;
+}
+
+extern "C" bool conv_relu_maxpool_takes_packed_weight(const ConvPoolShape* s, int variant) {
+  return wgmma_variant_for(*s, variant) && wgmma_takes_packed_weight(*s);
+}
+
+extern "C" cudaError_t conv_relu_maxpool_pack_weight(const ConvPoolOperands* ops,
+                                                     const ConvPoolShape* s, float* packed,
+                                                     const ConvPoolDevice* device,
+                                                     cudaStream_t stream) {
+  if (!wgmma_packs_weight(*s, *device)) return cudaErrorInvalidValue;
+  return wgmma_pack_weight_launch(*ops, *s, packed, *device, stream);
 }
 
 extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,

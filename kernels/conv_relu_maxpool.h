@@ -67,11 +67,33 @@ struct ConvPoolOperands {
   // when that is 0): the wgmma variants re-lay the weights out there, tiled_16bit_mma the
   // weights and (unless x already is channels-last) the input.
   float* workspace;
+  // The weights packed ahead of time by conv_relu_maxpool_pack_weight, or nullptr; only for
+  // a variant and shape that take it (conv_relu_maxpool_takes_packed_weight), which then
+  // read it instead of packing into workspace. The caller keeps it in step with weight.
+  const float* packed_weight;
 };
 
 // Bytes of device scratch `variant` needs for `shape` (0 for all but the two wgmma variants and
 // tiled_16bit_mma).
 int64_t conv_relu_maxpool_workspace_bytes(const ConvPoolShape* shape, int variant);
+
+// Packing the weights ahead of time, for callers that run the same weights many times: the
+// wgmma variants otherwise re-lay them out at the start of every launch (and wait for that at a
+// grid-wide barrier). Bytes of the packed copy of a weight with shape's out_channels,
+// in_channels, kernel_h, kernel_w and element, on `device`: 0 when no variant takes a packed
+// weight there (not 3x3, not Hopper, or no sm_90a code in the module).
+int64_t conv_relu_maxpool_packed_weight_bytes(const ConvPoolShape* shape,
+                                              const ConvPoolDevice* device);
+
+// Whether `variant` reads operands->packed_weight for `shape` instead of packing the weights
+// into its workspace (which it then does not need). Set packed_weight only when it does.
+bool conv_relu_maxpool_takes_packed_weight(const ConvPoolShape* shape, int variant);
+
+// Packs operands->weight (its strides in operands->weight_stride) into `packed`
+// (conv_relu_maxpool_packed_weight_bytes bytes, 16-byte aligned) on `stream`.
+cudaError_t conv_relu_maxpool_pack_weight(const ConvPoolOperands* operands,
+                                          const ConvPoolShape* shape, float* packed,
+                                          const ConvPoolDevice* device, cudaStream_t stream);
 
 // Launches `variant` (not kVariantAuto) on `stream`; returns the launch's error code.
 cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* operands,

@@ -254,6 +254,33 @@ int resolve_variant(const ConvPoolShape& shape, int64_t config, const ConvPoolDe
   return variant;
 }
 
+// The packed copy of `weight` that conv2d_relu_maxpool_pack_weight makes on `device`: its
+// element count (0: such weights are not packed there).
+int64_t packed_weight_elements(const ConvPoolShape& shape, const ConvPoolDevice& device,
+                               const torch::Tensor& weight) {
+  return conv_relu_maxpool_packed_weight_bytes(&shape, &device) / weight.element_size();
+}
+
+// packed_weight, when given and not empty, must be what conv2d_relu_maxpool_pack_weight made of
+// a weight like this one: x's dtype and device, 1-D, contiguous, 16-byte aligned, as long as
+// the packed layout. Its values are the caller's business (made from this very weight).
+void check_packed_weight(const torch::Tensor& packed, const torch::Tensor& x,
+                         const torch::Tensor& weight, int64_t expected_elements) {
+  const char* what = "packed_weight must be conv2d_relu_maxpool_pack_weight(weight)";
+  check_same_dtype_as_x(packed, "packed_weight", x.scalar_type());
+  TORCH_CHECK(packed.device() == x.device(),
+              message("packed_weight must be on x's device ", x.device(), ", got ",
+                      packed.device()));
+  TORCH_CHECK(packed.dim() == 1 && packed.numel() == expected_elements,
+              message(what, ": a 1-D tensor of ", expected_elements, " elements for weight of shape ",
+                      shape_string(weight), " on ", x.device(), ", got shape ",
+                      shape_string(packed)));
+  TORCH_CHECK(packed.is_contiguous() &&
+                  reinterpret_cast<uintptr_t>(packed.data_ptr()) % 16 == 0,
+              message(what, ": contiguous and 16-byte aligned, got a view with offset ",
+                      packed.storage_offset()));
+}
+
 }  // namespace
 
 torch::Tensor conv2d_relu_maxpool_forward(const torch::Tensor& x, const torch::Tensor& weight,
@@ -261,13 +288,19 @@ torch::Tensor conv2d_relu_maxpool_forward(const torch::Tensor& x, const torch::T
                                           const IntPair& stride, const IntPair& padding,
                                           const IntPair& dilation, const IntPair& pool_kernel,
                                           const IntPair& pool_stride, const IntPair& pool_padding,
-                                          bool ceil_mode, int64_t config) {
+                                          bool ceil_mode, int64_t config,
+                                          const std::optional<torch::Tensor>& packed_weight) {
   Checked plan = check_and_plan(x, weight, bias, stride, padding, dilation, pool_kernel,
                                 pool_stride, pool_padding, ceil_mode, config);
   const ConvPoolShape& shape = plan.shape;
   const int device = x.get_device();
   const ConvPoolDevice& info = device_info(device);
   const int variant = resolve_variant(shape, config, info);
+  // An empty packed_weight (what packing gives where nothing takes it) means none.
+  const bool packed =
+      packed_weight.has_value() && packed_weight->defined() && packed_weight->numel() > 0;
+  if (packed)
+    check_packed_weight(*packed_weight, x, weight, packed_weight_elements(shape, info, weight));
 
   c10::cuda::CUDAGuard device_guard(x.device());
   auto out = torch::empty({shape.batch, shape.out_channels, shape.out_height, shape.out_width},
@@ -291,11 +324,15 @@ torch::Tensor conv2d_relu_maxpool_forward(const torch::Tensor& x, const torch::T
     operands.weight_stride[d] = weight.stride(d);
   }
   operands.bias_stride = bias.has_value() ? bias->stride(0) : 0;
+  // The wgmma variants read packed weights instead of packing them into their workspace.
+  if (packed && conv_relu_maxpool_takes_packed_weight(&shape, variant))
+    operands.packed_weight = static_cast<const float*>(packed_weight->data_ptr());
   // Scratch for the variants that need it (re-laid-out weights, tiled_16bit_mma's packed
   // input): from the caching allocator, on this stream, freed when the op returns
   // (stream-ordered reuse). Counted in floats whatever x's dtype.
   torch::Tensor workspace;
-  const int64_t workspace_bytes = conv_relu_maxpool_workspace_bytes(&shape, variant);
+  const int64_t workspace_bytes =
+      operands.packed_weight ? 0 : conv_relu_maxpool_workspace_bytes(&shape, variant);
   if (workspace_bytes > 0) {
     workspace = torch::empty({(workspace_bytes + 3) / 4}, x.options().dtype(torch::kFloat32));
     operands.workspace = workspace.data_ptr<float>();
@@ -304,6 +341,43 @@ torch::Tensor conv2d_relu_maxpool_forward(const torch::Tensor& x, const torch::T
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
   C10_CUDA_CHECK(conv_relu_maxpool_launch(&operands, &shape, variant, &info, stream));
   return out;
+}
+
+// The weights re-laid out once for the wgmma variants, to pass as the op's packed_weight on
+// every call with this weight (empty where no variant takes packed weights).
+torch::Tensor conv2d_relu_maxpool_pack_weight(const torch::Tensor& weight) {
+  TORCH_CHECK(kernel_dtype(weight.scalar_type()),
+              message("weight must be float32, float16 or bfloat16, got ", weight.scalar_type()));
+  check_rank(weight, "weight", 4, "(out_channels, in_channels, kH, kW)");
+  TORCH_CHECK(
+      weight.size(0) >= 1 && weight.size(1) >= 1 && weight.size(2) >= 1 && weight.size(3) >= 1,
+      message("weight must have out_channels, in_channels, kH and kW >= 1, got shape ",
+              shape_string(weight)));
+  for (int64_t d = 0; d < 4; ++d) check_int_range(weight.size(d), "a weight size");
+  TORCH_CHECK(weight.is_cuda(),
+              message("weight must be a CUDA tensor, got device ", weight.device()));
+  ConvPoolShape shape{};
+  shape.out_channels = int(weight.size(0));
+  shape.in_channels = int(weight.size(1));
+  shape.kernel_h = int(weight.size(2));
+  shape.kernel_w = int(weight.size(3));
+  shape.element = element_of(weight.scalar_type());
+  const int device = weight.get_device();
+  const ConvPoolDevice& info = device_info(device);
+  c10::cuda::CUDAGuard device_guard(weight.device());
+  auto packed = torch::empty({packed_weight_elements(shape, info, weight)}, weight.options());
+  if (packed.numel() == 0) return packed;
+  ConvPoolOperands operands{};
+  if (shape.element == kElementFloat32)
+    operands.weight = weight.data_ptr<float>();
+  else
+    operands.weight16 = static_cast<const uint16_t*>(weight.data_ptr());
+  for (int d = 0; d < 4; ++d) operands.weight_stride[d] = weight.stride(d);
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
+  C10_CUDA_CHECK(conv_relu_maxpool_pack_weight(&operands, &shape,
+                                               static_cast<float*>(packed.data_ptr()), &info,
+                                               stream));
+  return packed;
 }
 
 // Which variant the op would run for these arguments (config -1 = automatic choice).
@@ -333,11 +407,19 @@ void register_conv_relu_maxpool(pybind11::module& m) {
       "x: float32, float16 or bfloat16 CUDA (N, C, H, W); weight: (K, C, kH, kW) and\n"
       "bias: (K,) or None, both in x's dtype; the output has x's dtype;\n"
       "each spatial argument an (h, w) pair; pool_stride=[] means pool_kernel;\n"
-      "config: -1 picks a variant automatically (see conv2d_relu_maxpool_variants()).";
+      "config: -1 picks a variant automatically (see conv2d_relu_maxpool_variants());\n"
+      "packed_weight: None, or conv2d_relu_maxpool_pack_weight(weight) made from this very\n"
+      "weight's current values (the caller repacks after any change; it is not checked).";
   m.def("conv2d_relu_maxpool_forward", &conv2d_relu_maxpool_forward, doc, py::arg("x"),
         py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding"),
         py::arg("dilation"), py::arg("pool_kernel"), py::arg("pool_stride"),
-        py::arg("pool_padding"), py::arg("ceil_mode"), py::arg("config") = -1);
+        py::arg("pool_padding"), py::arg("ceil_mode"), py::arg("config") = -1,
+        py::arg("packed_weight") = py::none());
+  m.def("conv2d_relu_maxpool_pack_weight", &conv2d_relu_maxpool_pack_weight,
+        "weight re-laid out for the wgmma kernels (Hopper, 3x3 kernels), to pass as\n"
+        "conv2d_relu_maxpool_forward's packed_weight while weight stays unchanged: those\n"
+        "kernels then skip their per-call packing. An empty tensor where no kernel takes it.",
+        py::arg("weight"));
   m.def("conv2d_relu_maxpool_choose", &conv2d_relu_maxpool_choose,
         "Name of the kernel variant conv2d_relu_maxpool_forward would run for these arguments.",
         py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding"),

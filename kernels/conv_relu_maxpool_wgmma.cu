@@ -168,7 +168,8 @@ struct WgmmaPlan {
   HaloLoad halo_load;
   int plane_vectors;    // kHaloPlaneVectors: height * width / 4
   bool vector_weights;  // 16-byte loads of weight rows
-  float* packed;        // the workspace: [channel block][chunk] x Tile::kWeightChunkWords
+  float* packed;        // [channel block][chunk] x Tile::kWeightChunkWords: the workspace, or
+                        // the caller's copy packed ahead of time (kPrepacked kernels)
   int squares;  // strips: images x square rows x square cols (<= kMaxStripSquares)
 };
 
@@ -914,7 +915,10 @@ __device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const 
   }
 }
 
-template <class Tile, bool kPixelVectors>
+// kPrepacked: p.packed holds the weights packed by an earlier launch (pack_weights_kernel), so
+// this one neither packs nor waits at a grid barrier (and is not launched cooperatively). A
+// template parameter rather than a branch: the branch rescheduled the whole kernel.
+template <class Tile, bool kPixelVectors, bool kPrepacked>
 __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
     conv_pool_wgmma_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const WgmmaPlan p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -937,12 +941,16 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
         halo[i] = make_uint4(0u, 0u, 0u, 0u);
     }
   }
-  pack_weights<Tile>(ops, s, p);
-  // Every block's packed weights are written and visible to the bulk copies (a proxy fence,
-  // then the grid barrier, a gpu-scope fence) before any block copies them. The barrier also
-  // orders the zeros and the mbarrier initialisation above before their use below.
-  fence_proxy_async_global();
-  cooperative_groups::this_grid().sync();
+  if constexpr (!kPrepacked) {
+    pack_weights<Tile>(ops, s, p);
+    // Every block's packed weights are written and visible to the bulk copies (a proxy fence,
+    // then the grid barrier, a gpu-scope fence) before any block copies them. The barrier
+    // also orders the zeros and the mbarrier initialisation above before their use below.
+    fence_proxy_async_global();
+    cooperative_groups::this_grid().sync();
+  } else {
+    __syncthreads();  // the zeros and the mbarrier initialisation above, before their use
+  }
 
   // This block's tiles are blockIdx.x, blockIdx.x + gridDim.x, ...; its loads run over the
   // flat sequence of (tile, chunk) steps, ahead of the tensor cores and across tiles.
@@ -1037,11 +1045,25 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
 // ---------------------------------------------------------------------------
 // Host side.
 
+// The packed weights' geometry: blocks of kN output channels, chunks of input channels (all a
+// packing needs of the plan: the weights' layout is the same for every tile shape of one kN).
 template <class Tile>
-WgmmaPlan make_plan(const ConvPoolShape& s) {
+WgmmaPlan packing_plan(const ConvPoolShape& s) {
   WgmmaPlan p{};
   p.channel_blocks = (s.out_channels + Tile::kN - 1) / Tile::kN;
   p.chunks = (s.in_channels + Tile::Operands::kChunk - 1) / Tile::Operands::kChunk;
+  return p;
+}
+
+template <class Tile>
+int64_t packed_weight_bytes(const ConvPoolShape& s) {
+  const WgmmaPlan p = packing_plan<Tile>(s);
+  return int64_t(p.channel_blocks) * p.chunks * Tile::kWeightChunkWords * int64_t(sizeof(float));
+}
+
+template <class Tile>
+WgmmaPlan make_plan(const ConvPoolShape& s) {
+  WgmmaPlan p = packing_plan<Tile>(s);
   int64_t tiles;
   if constexpr (Tile::kStrip) {
     p.tiles_h = (s.out_height + 3) / 4;  // 8 x 8 conv squares = 4 x 4 pooled outputs
@@ -1097,6 +1119,18 @@ double tile_waste(const ConvPoolShape& s) {
          (double(s.batch) * s.out_height * s.out_width);
 }
 
+// The weights packed ahead of time (conv_relu_maxpool_pack_weight), for launches that then
+// skip the packing. Ends with the proxy fence of the in-kernel packing; the kernel boundary
+// orders the rest.
+template <class Tile>
+__global__ void __launch_bounds__(kThreads)
+    pack_weights_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const WgmmaPlan p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  pack_weights<Tile>(ops, s, p);
+  fence_proxy_async_global();
+#endif
+}
+
 // Strips apply: rows of at least 4 squares (a strip then spans at most two square rows) and
 // a square count that fits the plan's int.
 inline bool strips_apply(const ConvPoolShape& s) {
@@ -1104,13 +1138,16 @@ inline bool strips_apply(const ConvPoolShape& s) {
   return square_cols >= 4 && int64_t(s.batch) * square_rows * square_cols <= kMaxStripSquares;
 }
 
+// 64 output channels per block when the layer has no more, else 128.
+inline bool narrow_blocks(const ConvPoolShape& s) { return s.out_channels <= 64; }
+
 // Calls f(Tile()) with the tile the shape runs with: the operands of the shape's element type;
 // 64 output channels per block when there are no more, else 128; of the wide, square and
 // (N = 128) strip tiles the one that computes the fewest unused pooled outputs, the wide one
 // on a tie (a geometric choice, the same for every element type).
 template <class Operands, class F>
 auto with_operand_tile(const ConvPoolShape& s, F&& f) {
-  const bool narrow = s.out_channels <= 64;
+  const bool narrow = narrow_blocks(s);
   const double wide_waste = tile_waste<WideTile<Operands, 128>>(s);
   const double square_waste = tile_waste<SquareTile<Operands, 128>>(s);
   const bool square = square_waste < wide_waste;
@@ -1121,16 +1158,35 @@ auto with_operand_tile(const ConvPoolShape& s, F&& f) {
   return square ? f(SquareTile<Operands, 128>()) : f(WideTile<Operands, 128>());
 }
 
+// Calls f(Operands()) with the operand traits of the shape's element type.
+template <class F>
+auto with_operands(const ConvPoolShape& s, F&& f) {
+  if (s.element == kElementFloat16) return f(HalfOperands<Float16>());
+  if (s.element == kElementBFloat16) return f(HalfOperands<BFloat16>());
+  return f(Tf32Operands());
+}
+
 template <class F>
 auto with_tile(const ConvPoolShape& s, F&& f) {
-  if (s.element == kElementFloat16) return with_operand_tile<HalfOperands<Float16>>(s, f);
-  if (s.element == kElementBFloat16) return with_operand_tile<HalfOperands<BFloat16>>(s, f);
-  return with_operand_tile<Tf32Operands>(s, f);
+  return with_operands(s, [&](auto operands) {
+    return with_operand_tile<decltype(operands)>(s, f);
+  });
+}
+
+// Calls f(Tile()) with a tile that packs the weights as the one with_tile picks does (the same
+// operands and N; the wide tile stands for every shape of that N). Needs only the shape's
+// channels, kernel size and element type.
+template <class F>
+auto with_packing_tile(const ConvPoolShape& s, F&& f) {
+  return with_operands(s, [&](auto operands) {
+    using Operands = decltype(operands);
+    return narrow_blocks(s) ? f(WideTile<Operands, 64>()) : f(WideTile<Operands, 128>());
+  });
 }
 
 // Once per kernel and device: raise its dynamic shared-memory limit (a constant) and ask how
 // many blocks fit on an SM. Returns that count, or a negative cudaError_t.
-template <class Tile, bool kPixelVectors>
+template <class Tile, bool kPixelVectors, bool kPrepacked>
 int prepare_kernel(int device) {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> blocks_per_sm[kMaxDevices];  // 0 = not yet asked
@@ -1139,17 +1195,49 @@ int prepare_kernel(int device) {
     if (known > 0) return known;
   }
   cudaError_t err = cudaFuncSetAttribute(
-      conv_pool_wgmma_kernel<Tile, kPixelVectors>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      conv_pool_wgmma_kernel<Tile, kPixelVectors, kPrepacked>,
+      cudaFuncAttributeMaxDynamicSharedMemorySize,
       Tile::kSmemBytes);
   int blocks = 0;
   if (err == cudaSuccess)
     err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &blocks, conv_pool_wgmma_kernel<Tile, kPixelVectors>, kThreads, Tile::kSmemBytes);
+        &blocks, conv_pool_wgmma_kernel<Tile, kPixelVectors, kPrepacked>, kThreads,
+        Tile::kSmemBytes);
   if (err != cudaSuccess) return -int(err);
   if (blocks < 1) return -int(cudaErrorInvalidConfiguration);
   if (device >= 0 && device < kMaxDevices)
     blocks_per_sm[device].store(blocks, std::memory_order_release);
   return blocks;
+}
+
+// Whether the tile's kernels have prepacked twins. Not the two-blocks-per-SM instance (TF32,
+// N = 64, 8 x 32): its prepacked twin spilled at the 128-register cap (8 bytes), and its two
+// co-resident blocks already hide part of the packing behind each other.
+template <class Tile>
+constexpr bool takes_packed_weight() {
+  return Tile::kMinBlocksPerSm == 1;
+}
+
+// Launches one kernel instance: persistent, as many blocks as are resident at once;
+// cooperative (for the grid barrier after the weight packing) unless the weights came packed.
+template <class Tile, bool kPixelVectors, bool kPrepacked>
+cudaError_t launch_instance(const ConvPoolOperands& ops, const ConvPoolShape& s, WgmmaPlan p,
+                            const ConvPoolDevice& device, cudaStream_t stream) {
+  int current = -1;
+  const cudaError_t err = cudaGetDevice(&current);
+  if (err != cudaSuccess) return err;
+  const int blocks_per_sm = prepare_kernel<Tile, kPixelVectors, kPrepacked>(current);
+  if (blocks_per_sm < 0) return cudaError_t(-blocks_per_sm);
+  p.packed = kPrepacked ? const_cast<float*>(ops.packed_weight) : ops.workspace;
+  const int blocks = std::min(p.tiles, blocks_per_sm * std::max(device.sm_count, 1));
+  void* args[] = {const_cast<ConvPoolOperands*>(&ops), const_cast<ConvPoolShape*>(&s), &p};
+  const void* kernel =
+      reinterpret_cast<const void*>(conv_pool_wgmma_kernel<Tile, kPixelVectors, kPrepacked>);
+  if constexpr (kPrepacked)
+    return cudaLaunchKernel(kernel, dim3(blocks), dim3(kThreads), args, Tile::kSmemBytes, stream);
+  else
+    return cudaLaunchCooperativeKernel(kernel, dim3(blocks), dim3(kThreads), args,
+                                       Tile::kSmemBytes, stream);
 }
 
 template <class Tile>
@@ -1165,25 +1253,17 @@ cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
   } else {
     p.halo_load = pixel_vectors_apply<Tile>(ops, s) ? kHaloPixelVectors : kHaloScalars;
   }
-  const bool pixel_vectors = p.halo_load == kHaloPixelVectors;
   // 3x3 here: C * 9 % 4 == 0 (fp32) or % 8 == 0 (16-bit).
   p.vector_weights = vectorizable_weights(ops, s, Operands::kSliceChannels);
-  int current = -1;
-  const cudaError_t err = cudaGetDevice(&current);
-  if (err != cudaSuccess) return err;
-  const int blocks_per_sm = pixel_vectors ? prepare_kernel<Tile, true>(current)
-                                          : prepare_kernel<Tile, false>(current);
-  if (blocks_per_sm < 0) return cudaError_t(-blocks_per_sm);
-  p.packed = ops.workspace;
-  // Persistent and cooperative (for the grid barrier after the weight packing): as many
-  // blocks as are resident at once.
-  const int blocks = std::min(p.tiles, blocks_per_sm * std::max(device.sm_count, 1));
-  void* args[] = {const_cast<ConvPoolOperands*>(&ops), const_cast<ConvPoolShape*>(&s), &p};
-  const void* kernel = pixel_vectors
-                           ? reinterpret_cast<const void*>(conv_pool_wgmma_kernel<Tile, true>)
-                           : reinterpret_cast<const void*>(conv_pool_wgmma_kernel<Tile, false>);
-  return cudaLaunchCooperativeKernel(kernel, dim3(blocks), dim3(kThreads), args, Tile::kSmemBytes,
-                                     stream);
+  const bool pixel_vectors = p.halo_load == kHaloPixelVectors;
+  if (ops.packed_weight != nullptr) {
+    if constexpr (takes_packed_weight<Tile>())
+      return pixel_vectors ? launch_instance<Tile, true, true>(ops, s, p, device, stream)
+                           : launch_instance<Tile, false, true>(ops, s, p, device, stream);
+    return cudaErrorInvalidValue;  // the caller checks wgmma_takes_packed_weight
+  }
+  return pixel_vectors ? launch_instance<Tile, true, false>(ops, s, p, device, stream)
+                       : launch_instance<Tile, false, false>(ops, s, p, device, stream);
 }
 
 }  // namespace
@@ -1209,11 +1289,38 @@ const char* wgmma_conv_pool_unsupported(const ConvPoolShape& s, const ConvPoolDe
 #endif
 }
 
+bool wgmma_takes_packed_weight(const ConvPoolShape& s) {
+  return with_tile(s, [](auto tile) { return takes_packed_weight<decltype(tile)>(); });
+}
+
+bool wgmma_packs_weight(const ConvPoolShape& s, const ConvPoolDevice& device) {
+#if !defined(CONV_POOL_WITH_WGMMA)
+  (void)s;
+  (void)device;
+  return false;
+#else
+  return device.compute_capability == 90 && s.kernel_h == 3 && s.kernel_w == 3;
+#endif
+}
+
 int64_t wgmma_conv_pool_workspace_bytes(const ConvPoolShape& s) {
-  return with_tile(s, [&](auto tile) {
+  return with_packing_tile(s, [&](auto tile) { return packed_weight_bytes<decltype(tile)>(s); });
+}
+
+cudaError_t wgmma_pack_weight_launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                     float* packed, const ConvPoolDevice& device,
+                                     cudaStream_t stream) {
+  return with_packing_tile(s, [&](auto tile) {
     using Tile = decltype(tile);
-    const WgmmaPlan p = make_plan<Tile>(s);
-    return int64_t(p.channel_blocks) * p.chunks * Tile::kWeightChunkWords * int64_t(sizeof(float));
+    WgmmaPlan p = packing_plan<Tile>(s);
+    p.vector_weights = vectorizable_weights(ops, s, Tile::Operands::kSliceChannels);
+    p.packed = packed;
+    // One work item per (channel block, chunk, slice, out channel), a grid-stride loop.
+    const int64_t items = int64_t(p.channel_blocks) * p.chunks * 2 * Tile::kN;
+    const int64_t blocks = std::min<int64_t>((items + kThreads - 1) / kThreads,
+                                             int64_t(8) * std::max(device.sm_count, 1));
+    pack_weights_kernel<Tile><<<unsigned(blocks), kThreads, 0, stream>>>(ops, s, p);
+    return cudaGetLastError();
   });
 }
 

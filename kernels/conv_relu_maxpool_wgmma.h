@@ -15,7 +15,22 @@ const char* wgmma_conv_pool_unsupported(const ConvPoolShape& shape, const ConvPo
 // [channel slice][out channel][16 bytes: 4 fp32 or 8 16-bit channels], zero-padded.
 int64_t wgmma_conv_pool_workspace_bytes(const ConvPoolShape& shape);
 
+// Whether a wgmma kernel can take this weight (shape's channels, kernel size and element) on
+// `device`, so that packing it ahead of time can pay: the module has sm_90a code, the device is
+// Hopper, the kernel is 3x3.
+bool wgmma_packs_weight(const ConvPoolShape& shape, const ConvPoolDevice& device);
+
+// Whether the launch for this shape reads operands.packed_weight (when given) instead of
+// packing into its workspace: every tile but one (wgmma.cu, takes_packed_weight).
+bool wgmma_takes_packed_weight(const ConvPoolShape& shape);
+
+// Packs operands.weight into `packed` (wgmma_conv_pool_workspace_bytes, 16-byte aligned) in the
+// staged layout, on `stream`: a launch given it as operands.packed_weight skips the packing.
+cudaError_t wgmma_pack_weight_launch(const ConvPoolOperands& operands, const ConvPoolShape& shape,
+                                     float* packed, const ConvPoolDevice& device,
+                                     cudaStream_t stream);
+
 // Launches it (the caller checked wgmma_conv_pool_unsupported first; operands.workspace holds
-// wgmma_conv_pool_workspace_bytes).
+// wgmma_conv_pool_workspace_bytes, or operands.packed_weight the packed weights).
 cudaError_t wgmma_conv_pool_launch(const ConvPoolOperands& operands, const ConvPoolShape& shape,
                                    const ConvPoolDevice& device, cudaStream_t stream);

@@ -474,6 +474,109 @@ def test_wgmma_strip_tiles(ext, dtype, layout):
                                    **tolerance, msg=lambda m: f"seed {seed} {case}: {m}")
 
 
+# Weights packed ahead of time (conv2d_relu_maxpool_pack_weight): the 16 x 16 tile over whole
+# 14 x 14 images, the strips, the 8 x 32 tile with N = 64 (which TF32 runs on its two-blocks-
+# per-SM instance, the one that packs in the kernel whatever it is given: `ignored_by`), the
+# 16 x 16 tile with N = 64; channel tails in and out (C not a multiple of 8 or 16, K of 128).
+PACKED_CASES = [
+    (ConvPoolCase("packed_whole_images", 4, 40, 136, 14, 14, (3, 3), padding=(1, 1)), ()),
+    (ConvPoolCase("packed_strips", 3, 24, 130, 22, 45, (3, 3)), ()),
+    (ConvPoolCase("packed_wide_n64", 2, 20, 48, 18, 64, (3, 3)), (torch.float32,)),
+    (ConvPoolCase("packed_square_n64", 2, 12, 64, 14, 14, (3, 3), padding=(1, 1)), ()),
+]
+
+
+def run_packed(ext, case: ConvPoolCase, x, weight, bias, packed, config: int = -1):
+    return ext.conv2d_relu_maxpool_forward(x, weight, bias, *case.op_args(), config, packed)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS.get)
+@pytest.mark.parametrize("layout", ["dense", "channels_last", "strided_weight"])
+def test_packed_weights_give_the_same_output_bit_for_bit(ext, dtype, layout):
+    """The op with packed_weight = pack_weight(weight) runs the same arithmetic as without it
+    (the kernel reads the same staged bytes), so the outputs are equal bit for bit; and it
+    really reads packed_weight: packed from 2 * weight (exact), the output is the one of 2 *
+    weight, except on the instance that ignores packed weights."""
+    seed = random.randrange(2**31)
+    for i, (case, ignored_by) in enumerate(PACKED_CASES):
+        x, weight, bias = make_operands(case, seed + i)
+        name, tolerance, (x, weight, bias) = wgmma_run(dtype, x, weight, bias)
+        if layout == "channels_last":
+            x = x.contiguous(memory_format=torch.channels_last)
+        elif layout == "strided_weight":  # the packing's element-by-element path
+            weight = weight.transpose(2, 3).contiguous().transpose(2, 3)
+        assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
+        packed = ext.conv2d_relu_maxpool_pack_weight(weight)
+        assert packed.dim() == 1 and packed.numel() > 0 and packed.dtype == dtype
+        out = run_op(ext, case, x, weight, bias)
+        torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias),
+                                   **tolerance, msg=lambda m: f"seed {seed} {case}: {m}")
+        assert torch.equal(run_packed(ext, case, x, weight, bias, packed), out), case.name
+        doubled = run_packed(ext, case, x, weight, bias,
+                             ext.conv2d_relu_maxpool_pack_weight(2 * weight))
+        expected = out if dtype in ignored_by else run_op(ext, case, x, 2 * weight, bias)
+        assert torch.equal(doubled, expected), case.name
+
+
+def test_packed_weights_are_ignored_where_no_wgmma_kernel_runs(ext):
+    """allow_tf32=False (tiled_3xtf32), an explicit other variant, and a weight the wgmma
+    kernels do not take (5 x 5: the packing is empty) all run as without packed_weight."""
+    if not on_hopper():
+        pytest.skip("the wgmma kernels need a Hopper GPU")
+    case, _ = PACKED_CASES[0]
+    x, weight, bias = make_operands(case, seed=random.randrange(2**31))
+    wrong = ext.conv2d_relu_maxpool_pack_weight(2 * weight)  # would show if it were read
+    previous = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = False
+        assert torch.equal(run_packed(ext, case, x, weight, bias, wrong),
+                           run_op(ext, case, x, weight, bias))
+    finally:
+        torch.backends.cudnn.allow_tf32 = previous
+    direct = ext.conv2d_relu_maxpool_variants()["direct"]
+    assert torch.equal(run_packed(ext, case, x, weight, bias, wrong, direct),
+                       run_op(ext, case, x, weight, bias, direct))
+    case5 = find_case("kernel5")
+    x5, weight5, bias5 = make_operands(case5, seed=1)
+    empty = ext.conv2d_relu_maxpool_pack_weight(weight5)
+    assert empty.numel() == 0 and empty.dtype == weight5.dtype
+    assert torch.equal(run_packed(ext, case5, x5, weight5, bias5, empty),
+                       run_op(ext, case5, x5, weight5, bias5))
+
+
+@pytest.mark.parametrize("change,message", [
+    ("other_shape", r"packed_weight must be conv2d_relu_maxpool_pack_weight\(weight\): a 1-D "
+                    r"tensor of \d+ elements for weight of shape \[136, 40, 3, 3\]"),
+    ("dtype", "packed_weight must be float32 like x, got Half"),
+    ("cpu", "packed_weight must be on x's device cuda:0, got cpu"),
+    ("two_d", "packed_weight must be conv2d_relu_maxpool_pack_weight"),
+    ("offset", "packed_weight must be conv2d_relu_maxpool_pack_weight\\(weight\\): contiguous "
+               "and 16-byte aligned, got a view with offset 1"),
+])
+def test_a_packed_weight_that_does_not_fit_gets_a_clear_error(ext, change, message):
+    if not on_hopper():
+        pytest.skip("the wgmma kernels need a Hopper GPU")
+    case, _ = PACKED_CASES[0]
+    x, weight, bias = make_operands(case, seed=random.randrange(2**31))
+    packed = ext.conv2d_relu_maxpool_pack_weight(weight)
+    bad = {"other_shape": lambda: ext.conv2d_relu_maxpool_pack_weight(weight[:, :24]),
+           "dtype": lambda: packed.half(),
+           "cpu": lambda: packed.cpu(),
+           "two_d": lambda: packed.view(-1, 4),
+           "offset": lambda: torch.cat([packed[:1], packed])[1:]}[change]()
+    with pytest.raises(RuntimeError, match=message):
+        run_packed(ext, case, x, weight, bias, bad)
+
+
+def test_pack_weight_refuses_what_it_cannot_pack(ext):
+    with pytest.raises(RuntimeError, match="weight must be float32, float16 or bfloat16, got Double"):
+        ext.conv2d_relu_maxpool_pack_weight(torch.randn(8, 4, 3, 3, device="cuda").double())
+    with pytest.raises(RuntimeError, match="weight must be 4-D"):
+        ext.conv2d_relu_maxpool_pack_weight(torch.randn(8, 36, device="cuda"))
+    with pytest.raises(RuntimeError, match="weight must have out_channels, in_channels, kH and kW"):
+        ext.conv2d_relu_maxpool_pack_weight(torch.randn(8, 0, 3, 3, device="cuda"))
+
+
 @pytest.mark.parametrize("dtype", SIXTEEN_BIT_DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("case", GRID, ids=lambda c: c.name)
 def test_16bit_every_variant_matches_float64_and_pytorch(ext, case, dtype):

@@ -36,7 +36,8 @@ from utils.suite import GRID, SUITE, ConvPoolCase, find_case, random_case
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = ("fused_conv::conv2d_relu_maxpool(Tensor x, Tensor weight, Tensor? bias, "
           "int[2] stride, int[2] padding, int[2] dilation, int[2] pool_kernel, "
-          "int[2] pool_stride, int[2] pool_padding, bool ceil_mode, int config=-1) -> Tensor")
+          "int[2] pool_stride, int[2] pool_padding, bool ceil_mode, int config=-1, "
+          "Tensor? packed_weight=None) -> Tensor")
 TOLERANCE = dict(atol=1e-2, rtol=1e-2)
 two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA GPUs")
 
@@ -84,7 +85,8 @@ SHAPE_CASES = [small_channels(case) for case in SUITE + GRID]
 
 
 def reference_conv_relu_maxpool(x, weight, bias, stride, padding, dilation, pool_kernel,
-                                pool_stride, pool_padding, ceil_mode, config=-1):
+                                pool_stride, pool_padding, ceil_mode, config=-1,
+                                packed_weight=None):
     """What the op computes, in PyTorch, with the binding's contiguous output."""
     conv = F.conv2d(x, weight, bias, stride, padding, dilation)
     return F.max_pool2d(F.relu(conv), pool_kernel, pool_stride or pool_kernel, pool_padding, 1,
@@ -540,6 +542,81 @@ def test_fused_vgg16_features_compute_what_eager_does(model_new, reference_cpu_k
         torch.testing.assert_close(fused(x), features(x))
 
 
+# ---- weights packed ahead of time (ModelNew.prepack) ---------------------------------------
+
+def test_prepack_is_off_by_default_returns_the_module_and_shows_in_repr(model_new):
+    fused = model_new.ModelNew(3, 8, 3, 2)
+    assert "prepack" not in repr(fused)
+    assert fused.prepack() is fused and "prepack=True" in repr(fused)
+    assert fused.prepack(False) is fused and "prepack" not in repr(fused)
+
+
+def test_fuse_with_prepack_prepacks_every_fused_module(model_new):
+    network = sample_network()
+    model_new.fuse_conv_relu_maxpool(network, prepack=True)
+    fused = [layer for layer in network.modules() if isinstance(layer, model_new.ModelNew)]
+    assert len(fused) == 5 and all(layer._prepack for layer in fused)
+    plain = model_new.fuse_conv_relu_maxpool(sample_network())
+    assert not any(layer._prepack for layer in plain.modules()
+                   if isinstance(layer, model_new.ModelNew))
+
+
+def test_prepacked_model_new_on_the_cpu_passes_no_packed_weight(model_new, op):
+    """A CPU weight is never packed (the op then raises its device error, or here, with the
+    reference standing in for the CPU kernel, computes the reference)."""
+    seen = []
+
+    def record(x, weight, bias, stride, padding, dilation, pool_kernel, pool_stride,
+               pool_padding, ceil_mode, config=-1, packed_weight=None):
+        seen.append(packed_weight)
+        return reference_conv_relu_maxpool(x, weight, bias, stride, padding, dilation,
+                                           pool_kernel, pool_stride, pool_padding, ceil_mode)
+
+    torch.library.register_kernel(model_new.OP_QUALNAME, "cpu", record)
+    try:
+        reference = Model(3, 8, 3, 2)
+        fused = model_new.ModelNew(3, 8, 3, 2).prepack()
+        fused.load_state_dict(reference.state_dict())
+        x = torch.randn(2, 3, 16, 16)
+        with torch.no_grad():
+            torch.testing.assert_close(fused(x), reference(x), atol=0, rtol=0)
+    finally:
+        torch.library.register_kernel(model_new.OP_QUALNAME, "cpu",
+                                      model_new._conv2d_relu_maxpool_binding)
+    assert seen == [None]
+
+
+def test_compile_fullgraph_traces_a_prepacked_model_new_on_meta(model_new):
+    torch._dynamo.reset()
+    fused = model_new.ModelNew(3, 8, 3, 2).prepack().to("meta")
+    with torch.no_grad():
+        out = torch.compile(fused, fullgraph=True)(torch.empty(2, 3, 16, 16, device="meta"))
+    assert out.shape == (2, 8, 7, 7)
+
+
+@pytest.mark.parametrize("packed,message", [
+    (lambda x: torch.empty(10, dtype=torch.float16, device=x.device),
+     "packed_weight must be float32 like x, got Half"),
+    (lambda x: torch.empty(2, 5, device=x.device),
+     r"packed_weight must be conv2d_relu_maxpool_pack_weight\(weight\): a 1-D tensor, got "
+     r"shape \[2, 5\]"),
+    (lambda x: torch.empty(10, device="cpu"), "packed_weight must be on x's device meta, got cpu"),
+])
+def test_fake_refuses_a_packed_weight_of_the_wrong_kind(op, packed, message):
+    x, weight, bias, *settings = op_args_for(SHAPE_CASES[0], "meta")
+    with pytest.raises(RuntimeError, match=message):
+        op(x, weight, bias, *settings, -1, packed(x))
+    empty = torch.empty(0, device="meta")  # what packing gives where nothing takes it
+    assert op(x, weight, bias, *settings, -1, empty).shape == op(x, weight, bias, *settings).shape
+
+
+def test_pack_weight_refuses_a_cpu_weight(extension):
+    with pytest.raises(RuntimeError, match="weight must be a CUDA tensor, got device cpu"):
+        extension.conv2d_relu_maxpool_pack_weight(torch.randn(8, 4, 3, 3))
+    with pytest.raises(RuntimeError, match="weight must be float32, float16 or bfloat16, got Int"):
+        extension.conv2d_relu_maxpool_pack_weight(torch.zeros(8, 4, 3, 3, dtype=torch.int32))
+
+
 # ---- the benchmark and the notebook (their GPU runs are manual) ----------------------------
 
 def test_bench_vgg16_parses_targets_and_needs_a_gpu():
@@ -676,6 +753,96 @@ def test_compile_reduce_overhead_uses_cuda_graphs_and_matches(model_new):
     with torch.no_grad():
         for _ in range(3):
             torch.testing.assert_close(compiled(x).clone(), reference(x), **TOLERANCE)
+
+
+def prepacked_pair(case: ConvPoolCase, model_new):
+    """A prepacked ModelNew, an unpacked copy with the same weights, and an input."""
+    reference, fused, x = gpu_pair(case, model_new)
+    return fused.prepack(), copy.deepcopy(fused).prepack(False), x
+
+
+@pytest.mark.requires_cuda
+def test_opcheck_passes_with_a_packed_weight(op, extension):
+    case = find_case("default_small")
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    x = torch.randn(case.input_shape(), generator=generator).cuda()
+    weight = (torch.randn(case.weight_shape(), generator=generator) * 0.1).cuda()
+    bias = torch.randn(case.out_channels, generator=generator).cuda()
+    packed = extension.conv2d_relu_maxpool_pack_weight(weight)
+    torch.library.opcheck(op.default, (x, weight, bias, *case.op_args(), -1, packed))
+
+
+@pytest.mark.requires_cuda
+def test_prepacked_model_new_follows_every_weight_change_pytorch_tracks(model_new):
+    """Bit for bit the unpacked module's output, after each kind of weight change that the
+    version counter or the storage shows: in-place ops under no_grad, nn.init,
+    load_state_dict, a new Parameter, .half() / .float(), a round trip through the CPU with
+    a change on the way. A write through .data is not seen until prepack() is called again
+    (documented in ModelNew.prepack)."""
+    fused, plain, x = prepacked_pair(find_case("default_small"), model_new)
+    changes = [
+        lambda m: m.conv.weight.mul_(-0.5),
+        lambda m: m.conv.weight.add_(0.01),
+        lambda m: (torch.manual_seed(7), nn.init.normal_(m.conv.weight, std=0.05)),
+        lambda m: m.load_state_dict({"conv.weight": torch.ones_like(m.conv.weight) * 0.01,
+                                     "conv.bias": torch.zeros_like(m.conv.bias)}),
+        lambda m: setattr(m.conv, "weight", nn.Parameter(torch.full_like(m.conv.weight, -0.02))),
+        lambda m: m.half(),
+        lambda m: m.float(),
+        lambda m: (m.cpu(), m.conv.weight.mul_(3), m.cuda()),
+    ]
+    with torch.no_grad():
+        assert torch.equal(fused(x), plain(x))
+        if torch.cuda.get_device_capability() == (9, 0):
+            assert fused._packed_weight.numel() > 0  # packed, and used (the Hopper kernels)
+        for change in changes:
+            change(fused)
+            change(plain)
+            xin = x.to(fused.conv.weight.dtype)
+            assert torch.equal(fused(xin), plain(xin))
+        fused.conv.weight.data.mul_(2)
+        plain.conv.weight.data.mul_(2)
+        fused.prepack()
+        assert torch.equal(fused(x), plain(x))
+
+
+@pytest.mark.requires_cuda
+def test_prepacked_model_new_in_a_cuda_graph_and_under_compile(model_new):
+    torch._dynamo.reset()
+    fused, plain, static_x = prepacked_pair(find_case("default_small"), model_new)
+    with torch.no_grad():
+        fused(static_x)  # packs outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = fused(static_x)
+        static_x.copy_(torch.randn_like(static_x))
+        graph.replay()
+        assert torch.equal(static_out, plain(static_x))
+        compiled = torch.compile(fused, fullgraph=True)  # packs per call inside the op
+        assert torch.equal(compiled(static_x), plain(static_x))
+
+
+@pytest.mark.requires_cuda
+def test_prepack_packs_nothing_for_a_layer_no_hopper_kernel_takes(model_new):
+    reference, fused, x = gpu_pair(find_case("kernel5"), model_new)
+    fused.prepack()
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), reference(x), **TOLERANCE)
+    assert fused._packed_weight.numel() == 0
+
+
+@pytest.mark.requires_cuda
+def test_fuse_with_prepack_matches_without(model_new):
+    torch.manual_seed(random.randrange(2**31))
+    network = nn.Sequential(nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                            nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+    network = network.cuda().eval()
+    plain = model_new.fuse_conv_relu_maxpool(copy.deepcopy(network))
+    packed = model_new.fuse_conv_relu_maxpool(copy.deepcopy(network), prepack=True)
+    x = torch.randn(4, 3, 64, 64, device="cuda")
+    with torch.no_grad():
+        assert torch.equal(packed(x), plain(x))
+        torch.testing.assert_close(packed(x), network(x), **TOLERANCE)
 
 
 @pytest.mark.requires_cuda

@@ -10,7 +10,8 @@ report in tests/test_build.py; here we check what the disassembly shows:
     16-bit ones (tiled_16bit_wgmma) HGMMA.64xNx16.F32 (float16) and HGMMA.64xNx16.F32.BF16
     (bfloat16), 18 per chunk (9 taps x 2 squares), with the same two waits (WARPGROUP.DEPBAR)
     and two WARPGROUP.ARRIVE (one per run of the chunk's wgmmas) in every instance, the
-    channels-last ones included: no drain added inside the chunk loop;
+    channels-last ones included: no drain added inside the chunk loop; the instances for
+    weights packed ahead of time have no grid barrier, the others do;
   * the 16-bit tensor-core kernels (tiled_16bit_mma) issue HMMA.16816.F32 (float16) and
     HMMA.16816.F32.BF16 (bfloat16): m16n8k16 with fp32 accumulators, nothing narrower;
   * no kernel touches local memory (LDL/STL): register arrays stayed in registers;
@@ -86,16 +87,25 @@ def test_wgmma_kernels_issue_hgmma(sass):
     wgmma = {name: code for name, code in sass.items() if is_wgmma_kernel(name)}
     # TF32, float16 and bfloat16 operands; 8 x 32 and 16 x 16 pixel tiles (TileShape 0), each
     # with 128 and 64 output channels per block, and strips of four squares (TileShape 1) with
-    # 128; each for NCHW-like inputs and for channels-last ones (the kernel's template argument
-    # false / true: Lb0E / Lb1E in the mangled name).
-    assert len(wgmma) == 30, sorted(sass)
+    # 128; each for NCHW-like inputs and for channels-last ones (the kernel's first bool
+    # template argument, kPixelVectors); each of those in a twin for weights packed ahead of
+    # time (the second, kPrepacked), but for TF32's two-blocks-per-SM tile (N = 64, 8 x 32),
+    # which always packs in the kernel: 30 + 28.
+    assert len(wgmma) == 58, sorted(sass)
     for operands, pattern in HGMMA_BY_OPERANDS.items():
         instances = {name: code for name, code in wgmma.items() if operands in name}
-        assert len(instances) == 10, (operands, sorted(wgmma))
-        assert sum("Lb1E" in name for name in instances) == 5, (operands, sorted(instances))
+        flags = {name: re.search(r"ELb([01])ELb([01])EEEv", name).groups() for name in instances}
+        packing = [name for name in instances if flags[name][1] == "0"]
+        prepacked = [name for name in instances if flags[name][1] == "1"]
+        assert len(packing) == 10, (operands, sorted(instances))
+        assert sum(flags[name][0] == "1" for name in packing) == 5, (operands, sorted(packing))
+        no_twin = ["Li8ELi32ELi64ELN"] if operands == "Tf32Operands" else []
+        assert sorted(prepacked) == sorted(
+            name.replace(f"ELb{flags[name][0]}ELb0EEEv", f"ELb{flags[name][0]}ELb1EEEv")
+            for name in packing if not any(tile in name for tile in no_twin)), operands
         strips = [name for name in instances
                   if re.search(r"Li8ELi32ELi128ELN\w*TileShapeE1E", name)]
-        assert len(strips) == 2, (operands, sorted(instances))
+        assert len(strips) == 4, (operands, sorted(instances))
         for name, code in instances.items():
             tile = re.search(r"Li(\d+)ELi(\d+)ELi(\d+)ELN\w*?TileShapeE(\d)E", name)
             assert tile, name
@@ -116,6 +126,10 @@ def test_wgmma_kernels_issue_hgmma(sass):
             # completing mbarriers; no per-thread cp.async is left.
             assert len(re.findall(r"\bUBLKCP\.S\.G\b", code)) == 3, name
             assert "SYNCS.PHASECHK" in code and "LDGSTS" not in code, name
+            # The grid barrier after the packing (cooperative groups: a GPU-scope atomic add
+            # on the barrier word) is in the packing instances only.
+            grid_barrier = re.search(r"\bATOM\.E\.ADD\.STRONG\.GPU\b", code) is not None
+            assert grid_barrier == (name in packing), name
 
 
 def test_16bit_tensor_core_kernels_issue_m16n8k16_with_fp32_accumulators(sass):

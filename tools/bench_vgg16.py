@@ -13,6 +13,8 @@ weights:
                  blocks become one fused kernel each, the other eight convs stay cuDNN
   fused-compile  torch.compile of the fused copy (the fused op is a custom op, so Inductor
                  keeps it and compiles the layers around it)
+  fused-prepacked  fused with prepack=True: each fused block keeps its weight packed for the
+                 Hopper kernels between calls (ModelNew.prepack), eager
 Each target's output is checked against eager first: max |out - eager| <= 1e-2 * max |eager|.
 Then each is timed: after --warmup calls, --iters calls each bracketed by CUDA events, the L2
 cache flushed (a 256 MB write) between calls, outside the events; reported: the median and
@@ -35,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-ALL_TARGETS = ("eager", "compile", "fused", "fused-compile")
+ALL_TARGETS = ("eager", "compile", "fused", "fused-compile", "fused-prepacked")
 RELATIVE_TOLERANCE = 1e-2  # of max |eager output|
 L2_FLUSH_BYTES = 256 << 20
 MIN_ITERS = 50
@@ -89,6 +91,8 @@ def build_targets(features: nn.Module, names: List[str]) -> Dict[str, nn.Module]
             targets[name] = fuse_conv_relu_maxpool(copy.deepcopy(features))
         elif name == "fused-compile":
             targets[name] = torch.compile(fuse_conv_relu_maxpool(copy.deepcopy(features)))
+        elif name == "fused-prepacked":  # ModelNew.prepack(): weights kept packed, eager
+            targets[name] = fuse_conv_relu_maxpool(copy.deepcopy(features), prepack=True)
     return targets
 
 

@@ -4,10 +4,12 @@
     compute-sanitizer --tool racecheck python tools/sanitize_cases.py alexnet_persistent auto
     compute-sanitizer --tool memcheck python tools/sanitize_cases.py padded_odd all float16
     compute-sanitizer --tool racecheck python tools/sanitize_cases.py wgmma_tails tiled_16bit_wgmma float16
+    compute-sanitizer --tool memcheck python tools/sanitize_cases.py strip_tiles tiled_tf32_wgmma float32 prepacked
 Each case runs the automatic choice and every variant that supports the shape once (or the
 comma-separated variants of the second argument; "all" = every one), in float32 or the dtype
 of the third argument, and checks the result against PyTorch so a clean report also means a
-right answer.
+right answer. A fourth argument "prepacked" packs the weight first
+(conv2d_relu_maxpool_pack_weight, itself under the tool) and passes it to every call.
 """
 import sys
 from pathlib import Path
@@ -65,7 +67,8 @@ CASES = {
 CHANNELS_LAST = {"channels_last_tails", "strip_tiles_channels_last"}
 
 
-def main(name: str, variants: str = "all", dtype_name: str = "float32") -> int:
+def main(name: str, variants: str = "all", dtype_name: str = "float32",
+         weights: str = "") -> int:
     case = CASES[name]
     dtype = getattr(torch, dtype_name)
     torch.manual_seed(0)
@@ -74,6 +77,11 @@ def main(name: str, variants: str = "all", dtype_name: str = "float32") -> int:
         x = x.contiguous(memory_format=torch.channels_last)
     w = (torch.randn(case.weight_shape(), device="cuda") * 0.1).to(dtype)
     b = torch.randn(case.out_channels, device="cuda").to(dtype)
+    if weights not in ("", "prepacked"):
+        raise SystemExit(f"the fourth argument is 'prepacked' or nothing, got {weights!r}")
+    packed = cuda_extension.conv2d_relu_maxpool_pack_weight(w) if weights else None
+    if packed is not None and packed.numel() == 0:
+        raise SystemExit(f"{name}: nothing to pack on this GPU (a Hopper kernel needs 3x3)")
     expected = F.max_pool2d(F.relu(F.conv2d(x.float(), w.float(), b.float(), case.stride,
                                             case.padding, case.dilation)),
                             case.pool_kernel, case.effective_pool_stride, case.pool_padding, 1,
@@ -88,7 +96,8 @@ def main(name: str, variants: str = "all", dtype_name: str = "float32") -> int:
         if variant.startswith("direct") and case.flops() > 5e9:
             continue  # minutes under memcheck; the grid covers it
         try:
-            out = cuda_extension.conv2d_relu_maxpool_forward(x, w, b, *case.op_args(), config)
+            out = cuda_extension.conv2d_relu_maxpool_forward(x, w, b, *case.op_args(), config,
+                                                             packed)
         except RuntimeError as error:
             if "cannot run this shape" not in str(error):
                 raise
@@ -96,11 +105,12 @@ def main(name: str, variants: str = "all", dtype_name: str = "float32") -> int:
             continue
         torch.cuda.synchronize()
         ok = torch.allclose(out.float(), expected, atol=tolerance, rtol=tolerance)
-        print(f"{name} {variant} {dtype_name}: {'ok' if ok else 'MISMATCH'}")
+        print(f"{name} {variant} {dtype_name}{' ' + weights if weights else ''}: "
+              f"{'ok' if ok else 'MISMATCH'}")
         if not ok:
             return 1
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:4]))
+    sys.exit(main(*sys.argv[1:5]))

@@ -70,8 +70,9 @@ EAGER = "eager"
 COMPILE = "compile"
 MAX_AUTOTUNE = "max-autotune"
 CHANNELS_LAST = "channels-last"
-ALL_TARGETS = (NEW, EAGER, COMPILE, MAX_AUTOTUNE, CHANNELS_LAST)
-PEERS = ALL_TARGETS[1:]
+PREPACKED = "new-prepacked"  # ModelNew.prepack(): ours too, not a peer
+ALL_TARGETS = (NEW, EAGER, COMPILE, MAX_AUTOTUNE, CHANNELS_LAST, PREPACKED)
+PEERS = (EAGER, COMPILE, MAX_AUTOTUNE, CHANNELS_LAST)
 
 # Keys every JSON record has (tests/test_instruments_cpu.py pins them down).
 REQUIRED_TOP_KEYS = ("schema", "created_utc", "environment", "settings", "ceilings", "cases")
@@ -173,7 +174,7 @@ class CaseResult:
             return {}
         new_us = self.targets[NEW].stats.median_us
         return {name: result.stats.median_us / new_us
-                for name, result in self.targets.items() if name != NEW}
+                for name, result in self.targets.items() if name in PEERS}
 
 
 def case_record(result: CaseResult) -> dict:
@@ -336,10 +337,10 @@ def build_targets(case: ConvPoolCase, names: Sequence[str], sample: torch.Tensor
     from model_new import ModelNew
     targets = {}
     for name in names:
-        if name == NEW:
+        if name in (NEW, PREPACKED):
             model_new = ModelNew(**case.model_kwargs()).to(sample.device, sample.dtype).eval()
             model_new.load_state_dict(model.state_dict())
-            targets[name] = Target(name, model_new)
+            targets[name] = Target(name, model_new.prepack(name == PREPACKED))
         elif name == EAGER:
             targets[name] = Target(name, model)
         elif name == CHANNELS_LAST:
@@ -390,12 +391,14 @@ def profile_case(case: ConvPoolCase, names: Sequence[str], args: argparse.Namesp
                         input_buffers=count)
     with torch.no_grad():
         targets = build_targets(case, names, inputs[0], model)
-        if NEW in targets:
-            result.variant = variant_name(case, targets[NEW].fn, inputs[0])
+        ours = [name for name in (NEW, PREPACKED) if name in targets]
+        if ours:
+            result.variant = variant_name(case, targets[ours[0]].fn, inputs[0])
             expected = model(inputs[0])
             tolerance = MATCH_TOLERANCE[dtype]
-            result.matches_model = bool(torch.allclose(targets[NEW].fn(inputs[0]), expected,
-                                                       atol=tolerance, rtol=tolerance))
+            result.matches_model = all(
+                bool(torch.allclose(targets[name].fn(inputs[0]), expected, atol=tolerance,
+                                    rtol=tolerance)) for name in ours)
             del expected
             if not result.matches_model:
                 print("  WARNING: the op's output differs from Model here; run "
@@ -480,7 +483,7 @@ def format_table(results: Sequence[CaseResult]) -> str:
     names = [n for n in ALL_TARGETS if any(n in r.targets for r in results)]
     header = ["case"] + [f"{n} us" for n in names]
     if NEW in names:
-        header += [f"x {n}" for n in names if n != NEW] + ["TFLOP/s", "% floor", "variant"]
+        header += [f"x {n}" for n in names if n in PEERS] + ["TFLOP/s", "% floor", "variant"]
     rows = [header]
     for result in results:
         row = [result.case.name]
@@ -488,7 +491,7 @@ def format_table(results: Sequence[CaseResult]) -> str:
                 for n in names]
         if NEW in names:
             speedups = result.speedup_over()
-            row += [f"{speedups[n]:.2f}" if n in speedups else "-" for n in names if n != NEW]
+            row += [f"{speedups[n]:.2f}" if n in speedups else "-" for n in names if n in PEERS]
             new_us = result.targets[NEW].stats.median_us
             row += [f"{tflops(result.case, new_us):.1f}",
                     f"{percent_of_floor(result.floor_us, new_us):.1f}", result.variant]

@@ -41,10 +41,10 @@ replace("mbarrier_arrive_expect_tx(landed, Tile::kWeightChunkBytes);",
         " if (!(PROBE & 4))")
 replace("wgmma_wait<1>();\n      __syncthreads();",
         "wgmma_wait<1>();\n      if (!(PROBE & 8)) __syncthreads();")
-replace("  pack_weights<Tile>(ops, s, p);\n  // Every",
-        "  if (!(PROBE & 32)) pack_weights<Tile>(ops, s, p);\n  // Every")
-replace("  cooperative_groups::this_grid().sync();\n",
-        "  if (!(PROBE & 32)) cooperative_groups::this_grid().sync();\n")
+replace("    pack_weights<Tile>(ops, s, p);\n    // Every",
+        "    if (!(PROBE & 32)) pack_weights<Tile>(ops, s, p);\n    // Every")
+replace("    cooperative_groups::this_grid().sync();\n",
+        "    if (!(PROBE & 32)) cooperative_groups::this_grid().sync();\n")
 replace("    pool_accumulators<Tile>(acc, pooled);\n",
         "    if (PROBE & 64) {  // keep the accumulators alive\n"
         "      if (tile_bias == 1234.5f) ops.out[threadIdx.x] = acc[0][0] + acc[1][5];\n"
@@ -53,7 +53,7 @@ replace("      mma_taps<Tile, 0, kSplitTap>(acc",
         "      if (!(PROBE & 128)) mma_taps<Tile, 0, kSplitTap>(acc")
 replace("      mma_taps<Tile, kSplitTap, kTaps>(acc",
         "      if (!(PROBE & 128)) mma_taps<Tile, kSplitTap, kTaps>(acc")
-replace("  if (s.element == kElementFloat16) return with_operand_tile<HalfOperands<Float16>>(s, f);\n"
-        "  if (s.element == kElementBFloat16) return with_operand_tile<HalfOperands<BFloat16>>(s, f);\n",
+replace("  if (s.element == kElementFloat16) return f(HalfOperands<Float16>());\n"
+        "  if (s.element == kElementBFloat16) return f(HalfOperands<BFloat16>());\n",
         "")
 Path(sys.argv[1]).write_text(src)

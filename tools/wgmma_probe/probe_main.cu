@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
   Case cases[] = {{"default", 128, 64, 128, 128, 128, 0}, {"vgg_b2", 32, 128, 128, 112, 112, 1},
                   {"vgg_b3", 32, 256, 256, 56, 56, 1}, {"vgg_b5", 32, 512, 512, 14, 14, 1},
                   {"scalar30", 8, 64, 128, 30, 30, 1}, {"tail_c20", 4, 20, 136, 34, 34, 0},
-                  {"plane16", 8, 40, 128, 16, 16, 1}, {"plane_wide", 4, 12, 128, 8, 30, 1}};
+                  {"plane16", 8, 40, 128, 16, 16, 1}, {"plane_wide", 4, 12, 128, 8, 30, 1},
+                  {"batch1", 1, 64, 128, 128, 128, 0}};
   int sms = 0; cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   int smem = 0; cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
   ConvPoolDevice dev{smem, sms, 90};
