@@ -272,9 +272,9 @@ void check_packed_weight(const torch::Tensor& packed, const torch::Tensor& x,
               message("packed_weight must be on x's device ", x.device(), ", got ",
                       packed.device()));
   TORCH_CHECK(packed.dim() == 1 && packed.numel() == expected_elements,
-              message(what, ": a 1-D tensor of ", expected_elements, " elements for weight of shape ",
-                      shape_string(weight), " on ", x.device(), ", got shape ",
-                      shape_string(packed)));
+              message(what, ": a 1-D tensor of ", expected_elements,
+                      " elements for weight of shape ", shape_string(weight), " on ", x.device(),
+                      ", got shape ", shape_string(packed)));
   TORCH_CHECK(packed.is_contiguous() &&
                   reinterpret_cast<uintptr_t>(packed.data_ptr()) % 16 == 0,
               message(what, ": contiguous and 16-byte aligned, got a view with offset ",

@@ -569,7 +569,8 @@ def test_a_packed_weight_that_does_not_fit_gets_a_clear_error(ext, change, messa
 
 
 def test_pack_weight_refuses_what_it_cannot_pack(ext):
-    with pytest.raises(RuntimeError, match="weight must be float32, float16 or bfloat16, got Double"):
+    with pytest.raises(RuntimeError,
+                       match="weight must be float32, float16 or bfloat16, got Double"):
         ext.conv2d_relu_maxpool_pack_weight(torch.randn(8, 4, 3, 3, device="cuda").double())
     with pytest.raises(RuntimeError, match="weight must be 4-D"):
         ext.conv2d_relu_maxpool_pack_weight(torch.randn(8, 36, device="cuda"))
