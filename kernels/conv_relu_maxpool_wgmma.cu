@@ -28,11 +28,13 @@
 //
 // Loading. The weights are re-laid out once per call, at the start of the same launch: every
 // block writes its share of a scratch copy in exactly the staged layout, chunk after chunk, and
-// a grid-wide barrier (cooperative launch) follows; from then on a chunk's weights are one
-// contiguous 36 KB block that thread 0 moves with one bulk copy (cp.async.bulk), which
-// completes a per-stage mbarrier that every thread waits on before the stage's wgmmas (per-thread
-// 16-byte cp.async copies cost 3-13% more: the H200 runs of 2026-11-29). The input halo is
-// transposed on the way in: each thread loads one slice's channels x 4 columns two steps ahead
+// a grid-wide barrier (cooperative launch) follows (given weights packed ahead of time by
+// pack_weights_kernel, the kPrepacked twin instances skip both); from then on a chunk's
+// weights are one contiguous 36 KB block that thread 0 moves with one bulk copy
+// (cp.async.bulk), which completes a per-stage mbarrier that every thread waits on before the
+// stage's wgmmas (per-thread 16-byte cp.async copies cost 3-13% more: the H200 runs of
+// 2026-11-29). The input halo is transposed on the way in: each thread loads one slice's
+// channels x 4 columns two steps ahead
 // (TF32: 4 channels as 16-byte row loads; 16-bit: 8 channels as 8-byte row loads, so the halo's
 // geometry, its thread mapping and the 16 staging registers stay those of the TF32 kernel) and
 // writes them to shared memory, as 4 pixels x one slice, one step ahead. Three shared stages.
