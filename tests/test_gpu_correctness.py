@@ -66,8 +66,9 @@ def inject_nan_and_inf(x: torch.Tensor) -> None:
     x[0, 2, 17, 18] = float("-inf")
 
 
-def run_op(ext, case: ConvPoolCase, x, weight, bias, config: int = -1):
-    return ext.conv2d_relu_maxpool_forward(x, weight, bias, *case.op_args(), config)
+def run_op(ext, case: ConvPoolCase, x, weight, bias, config: int = -1, packed_weight=None):
+    return ext.conv2d_relu_maxpool_forward(x, weight, bias, *case.op_args(), config,
+                                           packed_weight)
 
 
 def variant_runs(ext, case, x, weight, bias, name: str) -> bool:
@@ -486,10 +487,6 @@ PACKED_CASES = [
 ]
 
 
-def run_packed(ext, case: ConvPoolCase, x, weight, bias, packed, config: int = -1):
-    return ext.conv2d_relu_maxpool_forward(x, weight, bias, *case.op_args(), config, packed)
-
-
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS.get)
 @pytest.mark.parametrize("layout", ["dense", "channels_last", "strided_weight"])
 def test_packed_weights_give_the_same_output_bit_for_bit(ext, dtype, layout):
@@ -511,9 +508,9 @@ def test_packed_weights_give_the_same_output_bit_for_bit(ext, dtype, layout):
         out = run_op(ext, case, x, weight, bias)
         torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias),
                                    **tolerance, msg=lambda m: f"seed {seed} {case}: {m}")
-        assert torch.equal(run_packed(ext, case, x, weight, bias, packed), out), case.name
-        doubled = run_packed(ext, case, x, weight, bias,
-                             ext.conv2d_relu_maxpool_pack_weight(2 * weight))
+        assert torch.equal(run_op(ext, case, x, weight, bias, -1, packed), out), case.name
+        doubled = run_op(ext, case, x, weight, bias, -1,
+                         ext.conv2d_relu_maxpool_pack_weight(2 * weight))
         expected = out if dtype in ignored_by else run_op(ext, case, x, 2 * weight, bias)
         assert torch.equal(doubled, expected), case.name
 
@@ -529,18 +526,18 @@ def test_packed_weights_are_ignored_where_no_wgmma_kernel_runs(ext):
     previous = torch.backends.cudnn.allow_tf32
     try:
         torch.backends.cudnn.allow_tf32 = False
-        assert torch.equal(run_packed(ext, case, x, weight, bias, wrong),
+        assert torch.equal(run_op(ext, case, x, weight, bias, -1, wrong),
                            run_op(ext, case, x, weight, bias))
     finally:
         torch.backends.cudnn.allow_tf32 = previous
     direct = ext.conv2d_relu_maxpool_variants()["direct"]
-    assert torch.equal(run_packed(ext, case, x, weight, bias, wrong, direct),
+    assert torch.equal(run_op(ext, case, x, weight, bias, direct, wrong),
                        run_op(ext, case, x, weight, bias, direct))
     case5 = find_case("kernel5")
     x5, weight5, bias5 = make_operands(case5, seed=1)
     empty = ext.conv2d_relu_maxpool_pack_weight(weight5)
     assert empty.numel() == 0 and empty.dtype == weight5.dtype
-    assert torch.equal(run_packed(ext, case5, x5, weight5, bias5, empty),
+    assert torch.equal(run_op(ext, case5, x5, weight5, bias5, -1, empty),
                        run_op(ext, case5, x5, weight5, bias5))
 
 
@@ -565,7 +562,7 @@ def test_a_packed_weight_that_does_not_fit_gets_a_clear_error(ext, change, messa
            "two_d": lambda: packed.view(-1, 4),
            "offset": lambda: torch.cat([packed[:1], packed])[1:]}[change]()
     with pytest.raises(RuntimeError, match=message):
-        run_packed(ext, case, x, weight, bias, bad)
+        run_op(ext, case, x, weight, bias, -1, bad)
 
 
 def test_pack_weight_refuses_what_it_cannot_pack(ext):
