@@ -1262,11 +1262,17 @@ extern "C" int64_t conv_relu_maxpool_workspace_bytes(const ConvPoolShape* s, int
 
 extern "C" int64_t conv_relu_maxpool_packed_weight_bytes(const ConvPoolShape* s,
                                                          const ConvPoolDevice* device) {
-  return wgmma_packs_weight(*s, *device) ? wgmma_conv_pool_workspace_bytes(*s) : 0;
+  return wgmma_packs_weight(*s, *device) ? wgmma_packed_weight_bytes(*s) : 0;
 }
 
 extern "C" bool conv_relu_maxpool_takes_packed_weight(const ConvPoolShape* s, int variant) {
   return wgmma_variant_for(*s, variant) && wgmma_takes_packed_weight(*s);
+}
+
+extern "C" const char* conv_relu_maxpool_wgmma_tile(const ConvPoolShape* s, int variant,
+                                                    bool prepacked) {
+  return wgmma_variant_for(*s, variant) && fast_path_applies(*s) ? wgmma_tile_name(*s, prepacked)
+                                                                 : nullptr;
 }
 
 extern "C" cudaError_t conv_relu_maxpool_pack_weight(const ConvPoolOperands* ops,

@@ -15,6 +15,12 @@ const char* wgmma_conv_pool_unsupported(const ConvPoolShape& shape, const ConvPo
 // [channel slice][out channel][16 bytes: 4 fp32 or 8 16-bit channels], zero-padded.
 int64_t wgmma_conv_pool_workspace_bytes(const ConvPoolShape& shape);
 
+// Bytes of the weights packed ahead of time (wgmma_pack_weight_launch): the same layout, for
+// the channel-block width that the weight alone decides (shape's channels, kernel size and
+// element), which launches given them keep (without them, a layer of few tiles runs narrower
+// blocks).
+int64_t wgmma_packed_weight_bytes(const ConvPoolShape& shape);
+
 // Whether a wgmma kernel can take this weight (shape's channels, kernel size and element) on
 // `device`, so that packing it ahead of time can pay: the module has sm_90a code, the device is
 // Hopper, the kernel is 3x3.
@@ -24,7 +30,10 @@ bool wgmma_packs_weight(const ConvPoolShape& shape, const ConvPoolDevice& device
 // packing into its workspace: every tile but one (wgmma.cu, takes_packed_weight).
 bool wgmma_takes_packed_weight(const ConvPoolShape& shape);
 
-// Packs operands.weight into `packed` (wgmma_conv_pool_workspace_bytes, 16-byte aligned) in the
+// The tile the launch runs (conv_relu_maxpool_wgmma_tile): "wide_n128", "strip_n128", ...
+const char* wgmma_tile_name(const ConvPoolShape& shape, bool prepacked);
+
+// Packs operands.weight into `packed` (wgmma_packed_weight_bytes, 16-byte aligned) in the
 // staged layout, on `stream`: a launch given it as operands.packed_weight skips the packing.
 cudaError_t wgmma_pack_weight_launch(const ConvPoolOperands& operands, const ConvPoolShape& shape,
                                      float* packed, const ConvPoolDevice& device,

@@ -18,6 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from utils import kernel_choice
 from utils.suite import GRID, SUITE, ConvPoolCase, find_case
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -36,6 +37,21 @@ needs_60_gib = pytest.mark.skipif(
 def ext():
     import cuda_extension
     return cuda_extension
+
+
+@pytest.fixture(scope="module")
+def choice(ext):
+    """The module's host-side choice functions (utils/kernel_choice.py)."""
+    return kernel_choice.load(ext)
+
+
+ELEMENT_OF = {torch.float32: kernel_choice.FLOAT32, torch.float16: kernel_choice.FLOAT16,
+              torch.bfloat16: kernel_choice.BFLOAT16}
+
+
+def wgmma_tile(choice, case: ConvPoolCase, dtype: torch.dtype, prepacked: bool = False) -> str:
+    """The wgmma tile the op runs `case` with in `dtype` ("strip_n128", "wide_n64", ...)."""
+    return kernel_choice.wgmma_tile(choice, case, ELEMENT_OF[dtype], prepacked)
 
 
 def make_operands(case: ConvPoolCase, seed: int, device: str = "cuda"):
@@ -449,17 +465,18 @@ def test_wgmma_channels_last_inputs(ext, dtype):
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS.get)
 @pytest.mark.parametrize("layout", ["dense", "channels_last", "every_other"])
-def test_wgmma_strip_tiles(ext, dtype, layout):
+def test_wgmma_strip_tiles(ext, choice, dtype, layout):
     """Shapes whose rows of 8 x 8 squares are not a multiple of 4 long run on strips of four
     consecutive squares, which may go on in the next square row or the next image
     (tests/test_wgmma_plane_halo_cpu.py models the choice): VGG block 3's 56 x 56 images with
-    more strips than resident blocks and a last strip of 2 squares; every padding 0-3 (halo
+    more strips than resident blocks; a last strip of 2 squares; every padding 0-3 (halo
     column shifts 0, 3, 2, 1); odd widths (scalar loads); channels-last inputs (pixel vectors)
-    and every other image of a larger batch; output-channel tails."""
+    and every other image of a larger batch; output-channel tails. Each batch makes more than
+    64 strips of 128 channels (fewer run 64-channel wide or square tiles: kFewTiles)."""
     cases = [ConvPoolCase("strip_vgg_b3", 42, 16, 136, 56, 56, (3, 3), padding=(1, 1)),
-             ConvPoolCase("strip_pad0_odd", 3, 8, 130, 22, 45, (3, 3)),
-             ConvPoolCase("strip_pad2", 3, 24, 136, 17, 41, (3, 3), padding=(2, 2)),
-             ConvPoolCase("strip_pad3", 2, 32, 200, 19, 50, (3, 3), padding=(3, 3))]
+             ConvPoolCase("strip_pad0_odd", 9, 8, 130, 22, 45, (3, 3)),
+             ConvPoolCase("strip_pad2", 9, 24, 136, 17, 41, (3, 3), padding=(2, 2)),
+             ConvPoolCase("strip_pad3", 10, 32, 200, 19, 50, (3, 3), padding=(3, 3))]
     seed = random.randrange(2**31)
     for i, case in enumerate(cases):
         full = replace(case, batch=2 * case.batch) if layout == "every_other" else case
@@ -470,18 +487,55 @@ def test_wgmma_strip_tiles(ext, dtype, layout):
         elif layout == "every_other":
             x = x[::2]
         assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
+        assert wgmma_tile(choice, case, dtype) == "strip_n128", case.name
         out = run_op(ext, case, x, weight, bias)
         torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias),
                                    **tolerance, msg=lambda m: f"seed {seed} {case}: {m}")
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS.get)
+@pytest.mark.parametrize("layout", ["dense", "channels_last", "every_other"])
+def test_wgmma_few_tiles_run_64_channel_blocks(ext, choice, dtype, layout):
+    """Layers of at most 64 tiles of 128 output channels (batch 1 and the like) run blocks of
+    64 channels when the kernel packs the weights itself (kFewTiles): the wide tile (TF32's
+    one-block-per-SM instance of it), the square one over whole 14 x 14 images, and a strip
+    shape of few strips, which takes the wide tile; output-channel tails (136 and 200: a last
+    block of 8). Given packed weights, the same shapes keep 128-channel blocks."""
+    cases = [(ConvPoolCase("few_wide", 1, 16, 136, 34, 66, (3, 3)), "wide_n64"),
+             (ConvPoolCase("few_square", 3, 24, 200, 14, 14, (3, 3), padding=(1, 1)),
+              "square_n64"),
+             (ConvPoolCase("few_strips", 1, 16, 130, 56, 56, (3, 3), padding=(1, 1)),
+              "wide_n64")]
+    seed = random.randrange(2**31)
+    for i, (case, tile) in enumerate(cases):
+        full = replace(case, batch=2 * case.batch) if layout == "every_other" else case
+        x, weight, bias = make_operands(full, seed + i)
+        name, tolerance, (x, weight, bias) = wgmma_run(dtype, x, weight, bias)
+        if layout == "channels_last":
+            x = x.contiguous(memory_format=torch.channels_last)
+        elif layout == "every_other":
+            x = x[::2]
+        assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
+        assert wgmma_tile(choice, case, dtype) == tile, case.name
+        assert wgmma_tile(choice, case, dtype, prepacked=True).endswith("_n128"), case.name
+        expected = reference(case, x, weight, bias)
+        out = run_op(ext, case, x, weight, bias)
+        torch.testing.assert_close(out.double().cpu(), expected, **tolerance,
+                                   msg=lambda m: f"seed {seed} {case}: {m}")
+        packed = run_op(ext, case, x, weight, bias, -1, ext.conv2d_relu_maxpool_pack_weight(weight))
+        torch.testing.assert_close(packed.double().cpu(), expected, **tolerance,
+                                   msg=lambda m: f"seed {seed} {case}, packed: {m}")
 
 
 # Weights packed ahead of time (conv2d_relu_maxpool_pack_weight): the 16 x 16 tile over whole
 # 14 x 14 images, the strips, the 8 x 32 tile with N = 64 (which TF32 runs on its two-blocks-
 # per-SM instance, the one that packs in the kernel whatever it is given: `ignored_by`), the
 # 16 x 16 tile with N = 64; channel tails in and out (C not a multiple of 8 or 16, K of 128).
+# The first two with more than 64 tiles, so that without packed weights they run the same
+# tile (fewer run 64-channel blocks then, kFewTiles: see test_wgmma_few_tiles_...).
 PACKED_CASES = [
-    (ConvPoolCase("packed_whole_images", 4, 40, 136, 14, 14, (3, 3), padding=(1, 1)), ()),
-    (ConvPoolCase("packed_strips", 3, 24, 130, 22, 45, (3, 3)), ()),
+    (ConvPoolCase("packed_whole_images", 36, 40, 136, 14, 14, (3, 3), padding=(1, 1)), ()),
+    (ConvPoolCase("packed_strips", 9, 24, 130, 22, 45, (3, 3)), ()),
     (ConvPoolCase("packed_wide_n64", 2, 20, 48, 18, 64, (3, 3)), (torch.float32,)),
     (ConvPoolCase("packed_square_n64", 2, 12, 64, 14, 14, (3, 3), padding=(1, 1)), ()),
 ]

@@ -90,15 +90,21 @@ def test_wgmma_kernels_issue_hgmma(sass):
     # 128; each for NCHW-like inputs and for channels-last ones (the kernel's first bool
     # template argument, kPixelVectors); each of those in a twin for weights packed ahead of
     # time (the second, kPrepacked), but for TF32's two-blocks-per-SM tile (N = 64, 8 x 32),
-    # which always packs in the kernel: 30 + 28.
-    assert len(wgmma) == 58, sorted(sass)
+    # which always packs in the kernel: 30 + 28; and TF32's one-block-per-SM twin of that tile
+    # for layers of few tiles (its last WgmmaTile argument true), which packs in the kernel
+    # too: + 2.
+    assert len(wgmma) == 60, sorted(sass)
     for operands, pattern in HGMMA_BY_OPERANDS.items():
         instances = {name: code for name, code in wgmma.items() if operands in name}
         flags = {name: re.search(r"ELb([01])ELb([01])EEEv", name).groups() for name in instances}
         packing = [name for name in instances if flags[name][1] == "0"]
         prepacked = [name for name in instances if flags[name][1] == "1"]
-        assert len(packing) == 10, (operands, sorted(instances))
-        assert sum(flags[name][0] == "1" for name in packing) == 5, (operands, sorted(packing))
+        few_tiles = operands == "Tf32Operands"
+        assert len(packing) == 10 + 2 * few_tiles, (operands, sorted(instances))
+        assert sum(flags[name][0] == "1" for name in packing) == 5 + few_tiles, \
+            (operands, sorted(packing))
+        assert sum(bool(re.search(r"TileShapeE0ELb1EE", name)) for name in instances) == \
+            2 * few_tiles, operands
         no_twin = ["Li8ELi32ELi64ELN"] if operands == "Tf32Operands" else []
         assert sorted(prepacked) == sorted(
             name.replace(f"ELb{flags[name][0]}ELb0EEEv", f"ELb{flags[name][0]}ELb1EEEv")

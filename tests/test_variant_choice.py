@@ -4,55 +4,28 @@ conv_relu_maxpool_choose / _unsupported are plain host functions exported by the
 (kernels/conv_relu_maxpool.h), so they are called here through ctypes with a ConvPoolShape
 built like the binding builds it: no GPU needed. This pins which variant each public-suite shape
 runs, the precision switch (torch.backends.cudnn.allow_tf32), the fallbacks, and the dtype
-dispatch (float32 variants refuse 16-bit shapes and the other way round).
+dispatch (float32 variants refuse 16-bit shapes and the other way round), and the wgmma
+kernels' pixel tile and channel-block width (conv_relu_maxpool_wgmma_tile).
 """
 import ctypes
 from dataclasses import replace
 
 import pytest
 
+from utils.kernel_choice import (A100_LIKE, BFLOAT16, FLOAT16, FLOAT32, H200, ConvPoolDevice,
+                                 ConvPoolShape, load, shape_of, wgmma_tile)
 from utils.suite import GRID, SUITE, ConvPoolCase, find_case
 
 AUTO = -1
-# ConvPoolElement (kernels/conv_pool_shape.h).
-FLOAT32, FLOAT16, BFLOAT16 = 0, 1, 2
 SIXTEEN_BIT_VARIANTS = ("direct_16bit", "tiled_16bit_mma", "tiled_16bit_wgmma", "small_16bit",
                         "tiled_16bit_flat")
 # The 16-bit twins of float32 kernels: the same kernel code and limits, other element types.
 TWINS = {"small_16bit": "small_fp32", "tiled_16bit_flat": "tiled_tf32_flat"}
 
 
-class ConvPoolShape(ctypes.Structure):
-    """Mirror of kernels/conv_pool_shape.h (field order and types must match)."""
-    _fields_ = [(name, ctypes.c_int) for name in (
-        "batch", "in_channels", "in_height", "in_width", "out_channels", "kernel_h", "kernel_w",
-        "stride_h", "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w", "conv_height",
-        "conv_width", "pool_h", "pool_w", "pool_stride_h", "pool_stride_w", "pool_pad_h",
-        "pool_pad_w", "out_height", "out_width")] + [("has_bias", ctypes.c_bool),
-                                                     ("element", ctypes.c_int)]
-
-
-class ConvPoolDevice(ctypes.Structure):
-    """Mirror of ConvPoolDevice in kernels/conv_relu_maxpool.h."""
-    _fields_ = [("max_shared_bytes", ctypes.c_int), ("sm_count", ctypes.c_int),
-                ("compute_capability", ctypes.c_int)]
-
-
-# What the binding reads off the H200 (cudaDeviceGetAttribute), and an Ampere-like device.
-H200 = ConvPoolDevice(232448, 132, 90)
-A100_LIKE = ConvPoolDevice(166912, 108, 80)
-
-
 @pytest.fixture(scope="module")
 def library(extension):
-    lib = ctypes.CDLL(extension.__file__)
-    lib.conv_relu_maxpool_choose.restype = ctypes.c_int
-    lib.conv_relu_maxpool_choose.argtypes = [ctypes.POINTER(ConvPoolShape), ctypes.c_int,
-                                             ctypes.c_bool, ctypes.POINTER(ConvPoolDevice)]
-    lib.conv_relu_maxpool_unsupported.restype = ctypes.c_char_p
-    lib.conv_relu_maxpool_unsupported.argtypes = [ctypes.POINTER(ConvPoolShape), ctypes.c_int,
-                                                  ctypes.POINTER(ConvPoolDevice)]
-    return lib
+    return load(extension)
 
 
 @pytest.fixture(scope="module")
@@ -66,16 +39,6 @@ def fast_path(case: ConvPoolCase) -> bool:
     return (case.kernel_size == (3, 3) and case.stride == (1, 1) and case.dilation == (1, 1)
             and case.pool_kernel == (2, 2) and case.effective_pool_stride == (2, 2)
             and case.pool_padding == (0, 0) and 2 * out_h <= conv_h and 2 * out_w <= conv_w)
-
-
-def shape_of(case: ConvPoolCase, element: int = FLOAT32) -> ConvPoolShape:
-    conv_h, conv_w = case.conv_out()
-    out_h, out_w = case.pooled_out()
-    pool_stride = case.effective_pool_stride
-    return ConvPoolShape(
-        case.batch, case.in_channels, case.height, case.width, case.out_channels,
-        *case.kernel_size, *case.stride, *case.padding, *case.dilation, conv_h, conv_w,
-        *case.pool_kernel, *pool_stride, *case.pool_padding, out_h, out_w, case.bias, element)
 
 
 def choose(library, variant_names, case, allow_tf32=True, config=AUTO, device=H200,
@@ -337,13 +300,21 @@ def test_workspace_of_the_wgmma_kernels_covers_their_staged_weights(library, var
                                                          ids[variant])
 
     # [channel block][chunk][tap 9][slice 2][N][16 bytes]: chunks of 8 fp32 or 16 16-bit
-    # channels, the same 16-byte slices, so 16-bit needs half the chunks.
-    for name, blocks, n in (("default", 1, 128), ("k136_channel_tail", 2, 128),
+    # channels, the same 16-byte slices, so 16-bit needs half the chunks. N of the tile run
+    # without packed weights: k136_channel_tail's 2 images are few tiles (three blocks of 64).
+    for name, blocks, n in (("default", 1, 128), ("vgg_b3", 2, 128), ("k136_channel_tail", 3, 64),
                             ("c13_k19_unaligned", 1, 64), ("c132_long_reduction", 1, 64)):
         case = find_case(name)
         chunks_16, chunks_32 = -(-case.in_channels // 16), -(-case.in_channels // 8)
         assert workspace(case, "tiled_16bit_wgmma", element) == blocks * chunks_16 * 9 * 2 * n * 16
         assert workspace(case, "tiled_tf32_wgmma", FLOAT32) == blocks * chunks_32 * 9 * 2 * n * 16
+    # Packed ahead of time, the weights keep N = 128 (the tile a launch given them runs).
+    library.conv_relu_maxpool_packed_weight_bytes.restype = ctypes.c_int64
+    library.conv_relu_maxpool_packed_weight_bytes.argtypes = [ctypes.POINTER(ConvPoolShape),
+                                                              ctypes.POINTER(ConvPoolDevice)]
+    case = find_case("k136_channel_tail")
+    assert library.conv_relu_maxpool_packed_weight_bytes(
+        ctypes.byref(shape_of(case, element)), ctypes.byref(H200)) == 2 * 1 * 9 * 2 * 128 * 16
     # Each wgmma variant asks for scratch only for its own element types.
     assert workspace(find_case("default"), "tiled_tf32_wgmma", element) == 0
     assert workspace(find_case("default"), "tiled_16bit_wgmma", FLOAT32) == 0
@@ -351,3 +322,60 @@ def test_workspace_of_the_wgmma_kernels_covers_their_staged_weights(library, var
 
 def variant_names_to_ids(variant_names: dict) -> dict:
     return {name: config for config, name in variant_names.items()}
+
+
+# ---- the wgmma kernels' tiles -------------------------------------------------------------
+
+# (without packed weights, with them): the fewest unused pooled outputs of the wide (8 x 32),
+# square (16 x 16) and strip tiles, the wide one on a tie; 64 output channels per block for
+# layers of no more (rgb_stem), and for layers of at most 64 tiles of 128 channels (kFewTiles,
+# batch1: 16 x 4 tiles) unless the weights come packed for N = 128.
+EXPECTED_TILES = {
+    "default": ("wide_n128", "wide_n128"),
+    "vgg_b2": ("square_n128", "square_n128"),  # 112 x 112: 7 x 7 squares of 16
+    "vgg_b3": ("strip_n128", "strip_n128"),    # 56 x 56: rows of 7 squares of 8
+    "vgg_b5": ("square_n128", "square_n128"),  # 14 x 14: one square per image, 128 tiles
+    "rgb_stem": ("wide_n64", "wide_n64"),
+    "batch1": ("wide_n64", "wide_n128"),
+}
+
+
+@pytest.mark.parametrize("element", [FLOAT32, FLOAT16, BFLOAT16],
+                         ids=["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("case", SUITE, ids=lambda c: c.name)
+def test_wgmma_tiles_of_the_public_suite(library, case, element):
+    expected = EXPECTED_TILES.get(case.name, (None, None))  # None: not a wgmma shape
+    assert (wgmma_tile(library, case, element), wgmma_tile(library, case, element, True)) == \
+        expected, case.name
+
+
+def test_a_layer_of_few_tiles_runs_64_channel_blocks(library):
+    # 8 conv rows x 2048 columns, 128 output channels: 64 wide tiles of 128 channels, then 65.
+    at_limit = ConvPoolCase("one_tile_row", 1, 16, 128, 10, 32 * 64 + 2, (3, 3))
+    past = replace(at_limit, width=32 * 65 + 2)
+    for element in (FLOAT32, FLOAT16, BFLOAT16):
+        assert wgmma_tile(library, at_limit, element) == "wide_n64"
+        assert wgmma_tile(library, at_limit, element, prepacked=True) == "wide_n128"
+        assert wgmma_tile(library, past, element) == "wide_n128"
+    # Channel blocks count: 136 channels are two blocks of 128, so 32 tiles a block is 64.
+    assert wgmma_tile(library, replace(at_limit, out_channels=136, width=32 * 32 + 2)) == \
+        "wide_n64"
+    assert wgmma_tile(library, replace(at_limit, out_channels=136, width=32 * 33 + 2)) == \
+        "wide_n128"
+    # A strip shape of few tiles (VGG block 3 at batch 1: 13 strips x 2 blocks) takes the
+    # wide or square tile that wastes least, the strip having no N = 64 form.
+    b3 = replace(find_case("vgg_b3"), batch=1)
+    assert (wgmma_tile(library, b3), wgmma_tile(library, b3, prepacked=True)) == \
+        ("wide_n64", "strip_n128")
+    assert wgmma_tile(library, replace(find_case("vgg_b3"), batch=11)) == "strip_n128"
+    # 14 x 14 images, one square tile each: 4 blocks of 128 channels x 16 images = 64 tiles.
+    b5 = find_case("vgg_b5")
+    assert wgmma_tile(library, replace(b5, batch=16)) == "square_n64"
+    assert wgmma_tile(library, replace(b5, batch=17)) == "square_n128"
+
+
+def test_only_the_wgmma_variants_have_tiles(library, variant_names):
+    case = find_case("default")
+    for config, name in variant_names.items():
+        tile = library.conv_relu_maxpool_wgmma_tile(ctypes.byref(shape_of(case)), config, False)
+        assert (tile is not None) == (name == "tiled_tf32_wgmma"), name

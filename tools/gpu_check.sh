@@ -50,6 +50,12 @@ sanitize() {
   local cs=compute-sanitizer
   command -v $cs >/dev/null || cs=/usr/local/cuda/bin/compute-sanitizer
   # The kernels changed last first, so that a time cap cuts the ones checked before.
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py few_tiles tiled_tf32_wgmma &&
+  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py few_tiles tiled_tf32_wgmma &&
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py few_tiles_channels_last tiled_tf32_wgmma &&
+  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py few_tiles tiled_16bit_wgmma float16 &&
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py few_tiles_channels_last tiled_16bit_wgmma bfloat16 &&
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py few_tiles tiled_tf32_wgmma float32 prepacked &&
   $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py strip_tiles tiled_tf32_wgmma float32 prepacked &&
   $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py strip_tiles tiled_tf32_wgmma float32 prepacked &&
   $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py small_images tiled_16bit_wgmma bfloat16 prepacked &&

@@ -31,8 +31,9 @@ CASES = {
     # 64 output channels, 3 input channels, padded 3x3: the wgmma kernel's N = 64 instance.
     "rgb_like": ConvPoolCase("rgb_like", 2, 3, 64, 40, 44, (3, 3), padding=(1, 1)),
     # The wgmma kernel's fast path with tails: 21 input channels (a full and a partial 16-channel
-    # chunk), 72 output channels (a partial N = 128 block), width 38 (not a multiple of 4: the
-    # strided halo fallback of tiled_16bit_wgmma, and of the TF32 instance).
+    # chunk), 72 output channels (a partial second N = 64 block: few tiles; with packed weights
+    # a partial N = 128 one), width 38 (not a multiple of 4: the strided halo fallback of
+    # tiled_16bit_wgmma, and of the TF32 instance).
     "wgmma_tails": ConvPoolCase("wgmma_tails", 2, 21, 72, 30, 38, (3, 3), padding=(1, 1)),
     # VGG block 5's 14 x 14 images with channel tails and more tiles (300 images) than resident
     # wgmma blocks: whole-image tiles read as plane vectors, several per block.
@@ -41,13 +42,21 @@ CASES = {
     # vector instances; 24 channels leave the 16-bit kernel's second chunk half past the last.
     "channels_last_tails": ConvPoolCase("channels_last_tails", 2, 24, 72, 30, 38, (3, 3),
                                         padding=(1, 1)),
-    # Rows of 7 squares: the wgmma kernel's strips of four 8 x 8 squares over three images,
-    # which go on in the next square row and the next image; the last strip has 3 squares; 136
-    # output channels (a partial second block); 24 input channels (a 16-bit half chunk).
-    "strip_tiles": ConvPoolCase("strip_tiles", 3, 24, 136, 20, 56, (3, 3), padding=(1, 1)),
-    # The same strips on a channels-last input (the pixel-vector instances), padding 2.
-    "strip_tiles_channels_last": ConvPoolCase("strip_tiles_channels_last", 3, 24, 136, 17, 41,
+    # Rows of 7 squares: the wgmma kernel's strips of four 8 x 8 squares over seven images (74
+    # strips of 128 channels: fewer than 65 would run 64-channel tiles), which go on in the
+    # next square row and the next image; the last strip has 3 squares; 136 output channels (a
+    # partial second block); 24 input channels (a 16-bit half chunk).
+    "strip_tiles": ConvPoolCase("strip_tiles", 7, 24, 136, 20, 56, (3, 3), padding=(1, 1)),
+    # The same strips on a channels-last input (the pixel-vector instances), padding 2, nine
+    # images (82 strips).
+    "strip_tiles_channels_last": ConvPoolCase("strip_tiles_channels_last", 9, 24, 136, 17, 41,
                                               (3, 3), padding=(2, 2)),
+    # A layer of few tiles (16 wide tiles of 128 channels): 64-channel blocks, for TF32 the
+    # one-block-per-SM wide instance; 136 output channels (a last block of 8), 20 input
+    # channels (a partial chunk). And the same on a channels-last input.
+    "few_tiles": ConvPoolCase("few_tiles", 1, 20, 136, 34, 66, (3, 3)),
+    "few_tiles_channels_last": ConvPoolCase("few_tiles_channels_last", 1, 24, 136, 34, 66,
+                                            (3, 3)),
     # 6 output channels, 1 input channel, 5x5: the CUDA-core small_fp32 kernel (lenet-like).
     "tiny_layer": ConvPoolCase("tiny_layer", 4, 1, 6, 32, 32, (5, 5)),
     # LeNet at batch 1100: more tiles than resident small_fp32 blocks, so blocks loop and copy
@@ -64,7 +73,7 @@ CASES = {
                                        pool_stride=(2, 2)),
 }
 # Cases whose input is made channels-last (same values).
-CHANNELS_LAST = {"channels_last_tails", "strip_tiles_channels_last"}
+CHANNELS_LAST = {"channels_last_tails", "strip_tiles_channels_last", "few_tiles_channels_last"}
 
 
 def main(name: str, variants: str = "all", dtype_name: str = "float32",

@@ -20,7 +20,9 @@ int main(int argc, char** argv) {
                   {"vgg_b3", 32, 256, 256, 56, 56, 1}, {"vgg_b5", 32, 512, 512, 14, 14, 1},
                   {"scalar30", 8, 64, 128, 30, 30, 1}, {"tail_c20", 4, 20, 136, 34, 34, 0},
                   {"plane16", 8, 40, 128, 16, 16, 1}, {"plane_wide", 4, 12, 128, 8, 30, 1},
-                  {"batch1", 1, 64, 128, 128, 128, 0}};
+                  {"batch1", 1, 64, 128, 128, 128, 0}, {"b2_n1", 1, 128, 128, 112, 112, 1},
+                  {"b3_n1", 1, 256, 256, 56, 56, 1}, {"b4_n1", 1, 512, 512, 28, 28, 1},
+                  {"b5_n8", 8, 512, 512, 14, 14, 1}, {"b3_n4", 4, 256, 256, 56, 56, 1}};
   int sms = 0; cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   int smem = 0; cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
   ConvPoolDevice dev{smem, sms, 90};
@@ -66,7 +68,7 @@ int main(int argc, char** argv) {
     }
     err = err != cudaSuccess ? err : cudaDeviceSynchronize();
     std::sort(times.begin(), times.end());
-    const WgmmaPlan p = with_tile(s, [&](auto t) { return make_plan<decltype(t)>(s); });
+    const WgmmaPlan p = with_tile(s, false, [&](auto t) { return make_plan<decltype(t)>(s); });
     const int blocks = std::min(p.tiles, sms);
     const double steps = double((p.tiles + blocks - 1) / blocks) * p.chunks;
     double check = -1;

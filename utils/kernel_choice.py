@@ -1,0 +1,87 @@
+"""The extension's host-side choice functions (kernels/conv_relu_maxpool.h) through ctypes:
+which variant, and which wgmma tile, the op picks for a shape on a described device. Plain
+host code in the built module, so no GPU is needed. For tests and tuning:
+
+    import cuda_extension
+    from utils import kernel_choice
+    from utils.suite import find_case
+    lib = kernel_choice.load(cuda_extension)
+    kernel_choice.wgmma_tile(lib, find_case("batch1"))                  # 'wide_n64'
+    kernel_choice.wgmma_tile(lib, find_case("batch1"), prepacked=True)  # 'wide_n128'
+"""
+import ctypes
+from typing import Optional
+
+from utils.suite import ConvPoolCase
+
+# ConvPoolElement (kernels/conv_pool_shape.h).
+FLOAT32, FLOAT16, BFLOAT16 = 0, 1, 2
+
+
+class ConvPoolShape(ctypes.Structure):
+    """Mirror of kernels/conv_pool_shape.h (field order and types must match)."""
+    _fields_ = [(name, ctypes.c_int) for name in (
+        "batch", "in_channels", "in_height", "in_width", "out_channels", "kernel_h", "kernel_w",
+        "stride_h", "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w", "conv_height",
+        "conv_width", "pool_h", "pool_w", "pool_stride_h", "pool_stride_w", "pool_pad_h",
+        "pool_pad_w", "out_height", "out_width")] + [("has_bias", ctypes.c_bool),
+                                                     ("element", ctypes.c_int)]
+
+
+class ConvPoolDevice(ctypes.Structure):
+    """Mirror of ConvPoolDevice in kernels/conv_relu_maxpool.h."""
+    _fields_ = [("max_shared_bytes", ctypes.c_int), ("sm_count", ctypes.c_int),
+                ("compute_capability", ctypes.c_int)]
+
+
+# What the binding reads off the H200 (cudaDeviceGetAttribute), and an Ampere-like device.
+H200 = ConvPoolDevice(232448, 132, 90)
+A100_LIKE = ConvPoolDevice(166912, 108, 80)
+
+
+def load(extension) -> ctypes.CDLL:
+    """The built module (`import cuda_extension`) as a C library, its choice functions typed."""
+    lib = ctypes.CDLL(extension.__file__)
+    shape = ctypes.POINTER(ConvPoolShape)
+    lib.conv_relu_maxpool_choose.restype = ctypes.c_int
+    lib.conv_relu_maxpool_choose.argtypes = [shape, ctypes.c_int, ctypes.c_bool,
+                                             ctypes.POINTER(ConvPoolDevice)]
+    lib.conv_relu_maxpool_unsupported.restype = ctypes.c_char_p
+    lib.conv_relu_maxpool_unsupported.argtypes = [shape, ctypes.c_int,
+                                                  ctypes.POINTER(ConvPoolDevice)]
+    lib.conv_relu_maxpool_variant_name.restype = ctypes.c_char_p
+    lib.conv_relu_maxpool_variant_name.argtypes = [ctypes.c_int]
+    lib.conv_relu_maxpool_wgmma_tile.restype = ctypes.c_char_p
+    lib.conv_relu_maxpool_wgmma_tile.argtypes = [shape, ctypes.c_int, ctypes.c_bool]
+    return lib
+
+
+def shape_of(case: ConvPoolCase, element: int = FLOAT32) -> ConvPoolShape:
+    """The ConvPoolShape the binding builds for `case` with inputs of `element`."""
+    conv_h, conv_w = case.conv_out()
+    out_h, out_w = case.pooled_out()
+    pool_stride = case.effective_pool_stride
+    return ConvPoolShape(
+        case.batch, case.in_channels, case.height, case.width, case.out_channels,
+        *case.kernel_size, *case.stride, *case.padding, *case.dilation, conv_h, conv_w,
+        *case.pool_kernel, *pool_stride, *case.pool_padding, out_h, out_w, case.bias, element)
+
+
+def variant_id(lib: ctypes.CDLL, name: str) -> int:
+    """The config id of the variant called `name`."""
+    variant = 0
+    while (found := lib.conv_relu_maxpool_variant_name(variant)) is not None:
+        if found.decode() == name:
+            return variant
+        variant += 1
+    raise KeyError(name)
+
+
+def wgmma_tile(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
+               prepacked: bool = False) -> Optional[str]:
+    """The tile the wgmma variant of `element` runs `case` with ("wide_n128", "square_n64",
+    "strip_n128", ...; conv_relu_maxpool_wgmma_tile), given packed weights or not."""
+    name = "tiled_tf32_wgmma" if element == FLOAT32 else "tiled_16bit_wgmma"
+    tile = lib.conv_relu_maxpool_wgmma_tile(ctypes.byref(shape_of(case, element)),
+                                            variant_id(lib, name), prepacked)
+    return None if tile is None else tile.decode()
