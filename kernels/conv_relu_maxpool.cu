@@ -1275,6 +1275,12 @@ extern "C" const char* conv_relu_maxpool_wgmma_tile(const ConvPoolShape* s, int 
                                                                  : nullptr;
 }
 
+extern "C" bool conv_relu_maxpool_packs_weight_apart(const ConvPoolShape* s, int variant,
+                                                     const ConvPoolDevice* device) {
+  return wgmma_variant_for(*s, variant) && fast_path_applies(*s) &&
+         device->compute_capability == 90 && wgmma_packs_weight_apart(*s, *device);
+}
+
 extern "C" cudaError_t conv_relu_maxpool_pack_weight(const ConvPoolOperands* ops,
                                                      const ConvPoolShape* s, float* packed,
                                                      const ConvPoolDevice* device,

@@ -96,6 +96,12 @@ bool conv_relu_maxpool_takes_packed_weight(const ConvPoolShape* shape, int varia
 // and tuning.
 const char* conv_relu_maxpool_wgmma_tile(const ConvPoolShape* shape, int variant, bool prepacked);
 
+// Whether a wgmma `variant`, given no packed weights, packs them in a launch of its own on all
+// of `device`'s SMs before the convolution (a large weight over few blocks) instead of in the
+// convolution's blocks. For tests and tuning.
+bool conv_relu_maxpool_packs_weight_apart(const ConvPoolShape* shape, int variant,
+                                          const ConvPoolDevice* device);
+
 // Packs operands->weight (its strides in operands->weight_stride) into `packed`
 // (conv_relu_maxpool_packed_weight_bytes bytes, 16-byte aligned) on `stream`.
 cudaError_t conv_relu_maxpool_pack_weight(const ConvPoolOperands* operands,

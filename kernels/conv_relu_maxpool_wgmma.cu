@@ -29,8 +29,9 @@
 // Loading. The weights are re-laid out once per call, at the start of the same launch: every
 // block writes its share of a scratch copy in exactly the staged layout, chunk after chunk, and
 // a grid-wide barrier (cooperative launch) follows (given weights packed ahead of time by
-// pack_weights_kernel, the kPrepacked twin instances skip both); from then on a chunk's
-// weights are one contiguous 36 KB block that thread 0 moves with one bulk copy
+// pack_weights_kernel, the kPrepacked twin instances skip both; a large weight over few blocks
+// is packed that way too, by a launch of its own on every SM: packs_apart); from then on a
+// chunk's weights are one contiguous 36 KB block that thread 0 moves with one bulk copy
 // (cp.async.bulk), which completes a per-stage mbarrier that every thread waits on before the
 // stage's wgmmas (per-thread 16-byte cp.async copies cost 3-13% more: the H200 runs of
 // 2026-11-29). The input halo is transposed on the way in: each thread loads one slice's
@@ -1248,6 +1249,24 @@ constexpr bool takes_packed_weight() {
   return Tile::kMinBlocksPerSm == 1;
 }
 
+// Without packed weights, every block of a launch packs a share of them at its start. Where
+// the shares are large (a large weight over few blocks: VGG-16's blocks 4-5 at batch 1), a
+// kernel of its own on every SM packs them into the workspace instead, and the kernel
+// instance that reads packed weights runs on that copy, still in L2 (H200, 2026-11-30: VGG
+// block 5 at batch 1 119 -> 77 us of kernel time, block 4 90 -> 83, block 5 at batch 8 80 ->
+// 78; below this share the second launch added ~1 us of event time for nothing). In packed
+// weight elements per block.
+constexpr int64_t kPackApartElements = 32768;
+
+template <class Tile>
+bool packs_apart(const WgmmaPlan& p, const ConvPoolDevice& device) {
+  const int64_t blocks =
+      std::min<int64_t>(p.tiles, int64_t(Tile::kMinBlocksPerSm) * std::max(device.sm_count, 1));
+  const int64_t elements =
+      int64_t(p.channel_blocks) * Tile::kN * p.chunks * Tile::Operands::kChunk * kTaps;
+  return takes_packed_weight<Tile>() && elements >= kPackApartElements * blocks;
+}
+
 // Launches one kernel instance: persistent, as many blocks as are resident at once;
 // cooperative (for the grid barrier after the weight packing) unless the weights came packed.
 template <class Tile, bool kPixelVectors, bool kPrepacked>
@@ -1292,6 +1311,27 @@ cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
                            : launch_instance<Tile, false, true>(ops, s, p, device, stream);
     return cudaErrorInvalidValue;  // the caller checks wgmma_takes_packed_weight
   }
+  if constexpr (takes_packed_weight<Tile>()) {
+    if (packs_apart<Tile>(p, device)) {
+      // The packing on every SM, a kernel of its own, into the workspace; then the instance
+      // that reads packed weights, from there (still in L2).
+      WgmmaPlan packing = p;
+      packing.packed = ops.workspace;
+      const int64_t items = int64_t(p.channel_blocks) * p.chunks * 2 * Tile::kN;
+      const int64_t blocks = std::min<int64_t>((items + kThreads - 1) / kThreads,
+                                               int64_t(8) * std::max(device.sm_count, 1));
+      // (The wide tile of the same operands and N packs the same layout: no new instance.)
+      pack_weights_kernel<WideTile<Operands, Tile::kN>>
+          <<<unsigned(blocks), kThreads, 0, stream>>>(ops, s, packing);
+      const cudaError_t err = cudaGetLastError();
+      if (err != cudaSuccess) return err;
+      ConvPoolOperands packed_ops = ops;
+      packed_ops.packed_weight = ops.workspace;
+      return pixel_vectors
+                 ? launch_instance<Tile, true, true>(packed_ops, s, p, device, stream)
+                 : launch_instance<Tile, false, true>(packed_ops, s, p, device, stream);
+    }
+  }
   return pixel_vectors ? launch_instance<Tile, true, false>(ops, s, p, device, stream)
                        : launch_instance<Tile, false, false>(ops, s, p, device, stream);
 }
@@ -1326,6 +1366,13 @@ const char* wgmma_conv_pool_unsupported(const ConvPoolShape& s, const ConvPoolDe
 
 bool wgmma_takes_packed_weight(const ConvPoolShape& s) {
   return with_tile(s, true, [](auto tile) { return takes_packed_weight<decltype(tile)>(); });
+}
+
+bool wgmma_packs_weight_apart(const ConvPoolShape& s, const ConvPoolDevice& device) {
+  return with_tile(s, false, [&](auto tile) {
+    using Tile = decltype(tile);
+    return packs_apart<Tile>(make_plan<Tile>(s), device);
+  });
 }
 
 const char* wgmma_tile_name(const ConvPoolShape& s, bool prepacked) {

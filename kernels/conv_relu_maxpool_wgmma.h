@@ -30,6 +30,11 @@ bool wgmma_packs_weight(const ConvPoolShape& shape, const ConvPoolDevice& device
 // packing into its workspace: every tile but one (wgmma.cu, takes_packed_weight).
 bool wgmma_takes_packed_weight(const ConvPoolShape& shape);
 
+// Whether a launch without packed weights packs them in a kernel of its own on every SM first
+// (a large weight over few blocks) rather than in its blocks (conv_relu_maxpool_wgmma_tile's
+// companion, for tests).
+bool wgmma_packs_weight_apart(const ConvPoolShape& shape, const ConvPoolDevice& device);
+
 // The tile the launch runs (conv_relu_maxpool_wgmma_tile): "wide_n128", "strip_n128", ...
 const char* wgmma_tile_name(const ConvPoolShape& shape, bool prepacked);
 

@@ -500,14 +500,21 @@ def test_wgmma_few_tiles_run_64_channel_blocks(ext, choice, dtype, layout):
     64 channels when the kernel packs the weights itself (kFewTiles): the wide tile (TF32's
     one-block-per-SM instance of it), the square one over whole 14 x 14 images, and a strip
     shape of few strips, which takes the wide tile; output-channel tails (136 and 200: a last
-    block of 8). Given packed weights, the same shapes keep 128-channel blocks."""
-    cases = [(ConvPoolCase("few_wide", 1, 16, 136, 34, 66, (3, 3)), "wide_n64"),
+    block of 8). A large weight over few blocks is packed apart first, by a launch of its own
+    (`packs_apart`), which the kernel instance for packed weights then reads. Given packed
+    weights, the same shapes keep 128-channel blocks."""
+    cases = [(ConvPoolCase("few_wide", 1, 16, 136, 34, 66, (3, 3)), "wide_n64", False),
              (ConvPoolCase("few_square", 3, 24, 200, 14, 14, (3, 3), padding=(1, 1)),
-              "square_n64"),
+              "square_n64", False),
              (ConvPoolCase("few_strips", 1, 16, 130, 56, 56, (3, 3), padding=(1, 1)),
-              "wide_n64")]
+              "wide_n64", False),
+             (ConvPoolCase("few_packed_apart", 1, 264, 136, 14, 14, (3, 3), padding=(1, 1)),
+              "square_n64", True),
+             (ConvPoolCase("few_wide_packed_apart", 1, 200, 136, 18, 34, (3, 3)), "wide_n64",
+              True)]
+    device = kernel_choice.device_of(torch.cuda.current_device())
     seed = random.randrange(2**31)
-    for i, (case, tile) in enumerate(cases):
+    for i, (case, tile, apart) in enumerate(cases):
         full = replace(case, batch=2 * case.batch) if layout == "every_other" else case
         x, weight, bias = make_operands(full, seed + i)
         name, tolerance, (x, weight, bias) = wgmma_run(dtype, x, weight, bias)
@@ -518,6 +525,8 @@ def test_wgmma_few_tiles_run_64_channel_blocks(ext, choice, dtype, layout):
         assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
         assert wgmma_tile(choice, case, dtype) == tile, case.name
         assert wgmma_tile(choice, case, dtype, prepacked=True).endswith("_n128"), case.name
+        assert kernel_choice.packs_weight_apart(choice, case, ELEMENT_OF[dtype], device) == \
+            apart, case.name
         expected = reference(case, x, weight, bias)
         out = run_op(ext, case, x, weight, bias)
         torch.testing.assert_close(out.double().cpu(), expected, **tolerance,

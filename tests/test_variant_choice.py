@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 from utils.kernel_choice import (A100_LIKE, BFLOAT16, FLOAT16, FLOAT32, H200, ConvPoolDevice,
-                                 ConvPoolShape, load, shape_of, wgmma_tile)
+                                 ConvPoolShape, load, packs_weight_apart, shape_of, wgmma_tile)
 from utils.suite import GRID, SUITE, ConvPoolCase, find_case
 
 AUTO = -1
@@ -379,3 +379,25 @@ def test_only_the_wgmma_variants_have_tiles(library, variant_names):
     for config, name in variant_names.items():
         tile = library.conv_relu_maxpool_wgmma_tile(ctypes.byref(shape_of(case)), config, False)
         assert (tile is not None) == (name == "tiled_tf32_wgmma"), name
+
+
+def test_a_large_weight_over_few_blocks_is_packed_apart(library):
+    # Packed weight elements per block >= 32768: VGG-16's blocks 4 and 5 at batch 1 (32 and 8
+    # blocks of 64 channels for 2.4M weights), block 5 at batch 8 (64 blocks); not block 3 at
+    # batch 1 (56 blocks, 0.6M weights), nor the default problem at batch 1, nor any shape of
+    # the suite (VGG block 5 at batch 32: 128 blocks of 128 channels, 18k each).
+    for element in (FLOAT32, FLOAT16, BFLOAT16):
+        for name, batch, apart in (("vgg_b5", 1, True), ("vgg_b5", 8, True),
+                                   ("vgg_b3", 1, False), ("batch1", 1, False)):
+            case = replace(find_case(name), batch=batch)
+            assert packs_weight_apart(library, case, element) == apart, (name, batch, element)
+        b4 = ConvPoolCase("vgg_b4_batch1", 1, 512, 512, 28, 28, (3, 3), padding=(1, 1))
+        assert packs_weight_apart(library, b4, element)
+        for case in SUITE:
+            assert not packs_weight_apart(library, case, element), case.name
+    # Per block: with fewer SMs there are fewer blocks, so larger shares.
+    few_sms = ConvPoolDevice(H200.max_shared_bytes, 16, 90)
+    assert packs_weight_apart(library, find_case("vgg_b5"), FLOAT32, device=few_sms)
+    # Off Hopper no wgmma kernel runs, so nothing packs.
+    case = replace(find_case("vgg_b5"), batch=1)
+    assert not packs_weight_apart(library, case, FLOAT32, device=A100_LIKE)

@@ -57,6 +57,13 @@ CASES = {
     "few_tiles": ConvPoolCase("few_tiles", 1, 20, 136, 34, 66, (3, 3)),
     "few_tiles_channels_last": ConvPoolCase("few_tiles_channels_last", 1, 24, 136, 34, 66,
                                             (3, 3)),
+    # A layer of few tiles with a large weight (57k packed elements per block): packed apart by
+    # a launch of its own, then the prepacked instance of the 64-channel wide tile reads it;
+    # 200 input channels (a 16-bit half chunk). And on a channels-last input.
+    "few_tiles_packed_apart": ConvPoolCase("few_tiles_packed_apart", 1, 200, 136, 18, 34,
+                                           (3, 3)),
+    "few_tiles_packed_apart_channels_last": ConvPoolCase(
+        "few_tiles_packed_apart_channels_last", 1, 200, 136, 18, 34, (3, 3)),
     # 6 output channels, 1 input channel, 5x5: the CUDA-core small_fp32 kernel (lenet-like).
     "tiny_layer": ConvPoolCase("tiny_layer", 4, 1, 6, 32, 32, (5, 5)),
     # LeNet at batch 1100: more tiles than resident small_fp32 blocks, so blocks loop and copy
@@ -73,7 +80,8 @@ CASES = {
                                        pool_stride=(2, 2)),
 }
 # Cases whose input is made channels-last (same values).
-CHANNELS_LAST = {"channels_last_tails", "strip_tiles_channels_last", "few_tiles_channels_last"}
+CHANNELS_LAST = {"channels_last_tails", "strip_tiles_channels_last", "few_tiles_channels_last",
+                 "few_tiles_packed_apart_channels_last"}
 
 
 def main(name: str, variants: str = "all", dtype_name: str = "float32",

@@ -53,7 +53,18 @@ def load(extension) -> ctypes.CDLL:
     lib.conv_relu_maxpool_variant_name.argtypes = [ctypes.c_int]
     lib.conv_relu_maxpool_wgmma_tile.restype = ctypes.c_char_p
     lib.conv_relu_maxpool_wgmma_tile.argtypes = [shape, ctypes.c_int, ctypes.c_bool]
+    lib.conv_relu_maxpool_packs_weight_apart.restype = ctypes.c_bool
+    lib.conv_relu_maxpool_packs_weight_apart.argtypes = [shape, ctypes.c_int,
+                                                         ctypes.POINTER(ConvPoolDevice)]
     return lib
+
+
+def device_of(index: int = 0) -> ConvPoolDevice:
+    """The ConvPoolDevice the binding reads off CUDA device `index` (needs a GPU)."""
+    import torch
+    props = torch.cuda.get_device_properties(index)
+    return ConvPoolDevice(props.shared_memory_per_block_optin, props.multi_processor_count,
+                          10 * props.major + props.minor)
 
 
 def shape_of(case: ConvPoolCase, element: int = FLOAT32) -> ConvPoolShape:
@@ -85,3 +96,12 @@ def wgmma_tile(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
     tile = lib.conv_relu_maxpool_wgmma_tile(ctypes.byref(shape_of(case, element)),
                                             variant_id(lib, name), prepacked)
     return None if tile is None else tile.decode()
+
+
+def packs_weight_apart(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
+                       device: ConvPoolDevice = H200) -> bool:
+    """Whether the wgmma variant of `element`, given no packed weights, packs them in a launch
+    of its own on every SM first (conv_relu_maxpool_packs_weight_apart)."""
+    name = "tiled_tf32_wgmma" if element == FLOAT32 else "tiled_16bit_wgmma"
+    return lib.conv_relu_maxpool_packs_weight_apart(ctypes.byref(shape_of(case, element)),
+                                                    variant_id(lib, name), ctypes.byref(device))
