@@ -1269,10 +1269,8 @@ extern "C" bool conv_relu_maxpool_takes_packed_weight(const ConvPoolShape* s, in
   return wgmma_variant_for(*s, variant) && wgmma_takes_packed_weight(*s);
 }
 
-extern "C" const char* conv_relu_maxpool_wgmma_tile(const ConvPoolShape* s, int variant,
-                                                    bool prepacked) {
-  return wgmma_variant_for(*s, variant) && fast_path_applies(*s) ? wgmma_tile_name(*s, prepacked)
-                                                                 : nullptr;
+extern "C" const char* conv_relu_maxpool_wgmma_tile(const ConvPoolShape* s, int variant) {
+  return wgmma_variant_for(*s, variant) && fast_path_applies(*s) ? wgmma_tile_name(*s) : nullptr;
 }
 
 extern "C" bool conv_relu_maxpool_packs_weight_apart(const ConvPoolShape* s, int variant,

@@ -89,12 +89,11 @@ int64_t conv_relu_maxpool_packed_weight_bytes(const ConvPoolShape* shape,
 // into its workspace (which it then does not need). Set packed_weight only when it does.
 bool conv_relu_maxpool_takes_packed_weight(const ConvPoolShape* shape, int variant);
 
-// The pixel tile and channel-block width a wgmma `variant` runs `shape` with, given packed
-// weights or not: "wide_n128", "square_n64", "strip_n128", ... (wide: 8 x 32 conv pixels,
-// square: 16 x 16, strip: four 8 x 8 squares in a row of the batch; n: output channels per
-// block); nullptr for the other variants and outside the wgmma kernels' geometry. For tests
-// and tuning.
-const char* conv_relu_maxpool_wgmma_tile(const ConvPoolShape* shape, int variant, bool prepacked);
+// The pixel tile and channel-block width a wgmma `variant` runs `shape` with: "wide_n128",
+// "square_n64", "strip_n128", ... (wide: 8 x 32 conv pixels, square: 16 x 16, strip: four
+// 8 x 8 squares in a row of the batch; n: output channels per block); nullptr for the other
+// variants and outside the wgmma kernels' geometry. For tests and tuning.
+const char* conv_relu_maxpool_wgmma_tile(const ConvPoolShape* shape, int variant);
 
 // Whether a wgmma `variant`, given no packed weights, packs them in a launch of its own on all
 // of `device`'s SMs before the convolution (a large weight over few blocks) instead of in the

@@ -50,9 +50,8 @@
 // a strip: four consecutive squares of the batch's rows of squares, which may go on at the
 // start of the next row, staged as two pieces side by side; whichever wastes least of the
 // output), two per warpgroup, each one wgmma per tap, N = 128 output channels (64 when the
-// layer has no more, or when its 128-channel tiles are few and the kernel packs the weights
-// itself: kFewTiles): 128 (64) fp32 accumulators per thread; their layout is the same for k8
-// TF32 and k16 16-bit wgmmas.
+// layer has no more, or when its 128-channel tiles are few: kFewTiles): 128 (64) fp32
+// accumulators per thread; their layout is the same for k8 TF32 and k16 16-bit wgmmas.
 // Persistent: the grid is as many blocks as fit at once and each block walks its tiles' chunks
 // as one flat sequence, so the next tile's first chunks load under the current tile's last
 // ones. Epilogue per tile: wgmma accumulator rows are pixels, so the 2 x 2 pool is a max of two
@@ -103,7 +102,8 @@ struct WgmmaTile {
   static constexpr int kTileRows = kTileRowsT, kTileCols = kTileColsT;
   static constexpr bool kStrip = kShapeT == kStripTile;
   static constexpr int kN = kNT;          // output channels per block = N of every wgmma
-  // Only for layers of few tiles (kFewTiles): one block per SM, no packed weights.
+  // Only for layers of few tiles (kFewTiles): one block per SM, never given packed weights
+  // (only the copy packed apart: packs_apart).
   static constexpr bool kFewTilesOnly = kFewTilesT;
   static constexpr int kAccs = kN / 2;    // accumulators per thread per 8 x 8 pixel square
   static constexpr int kSquareCols = kTileCols / 8;  // 8 x 8 pixel squares per tile row
@@ -1157,22 +1157,22 @@ inline bool strips_apply(const ConvPoolShape& s) {
 // it sees only the weight).
 inline bool narrow_blocks(const ConvPoolShape& s) { return s.out_channels <= 64; }
 
-// A layer whose 128-channel tiles number no more than this, and whose weights the kernel
-// packs itself, runs 64-channel blocks: twice the blocks, so twice the SMs share the
-// packing, and each block's chunk steps are shorter (H200, 2026-11-30: 18-38% less time for
-// batch-1 and batch-8 VGG layers). Still one round of tiles on a Hopper GPU of 128 SMs or
-// more (the H100 and H200 have 132). Weights packed ahead of time keep N = 128: read from
-// HBM at every step, the narrower blocks were slower there.
+// A layer whose 128-channel tiles number no more than this runs 64-channel blocks: twice
+// the blocks, so twice the SMs share the in-kernel packing, and each block's chunk steps are
+// shorter (H200, 2026-11-30: 18-38% less time for batch-1 and batch-8 VGG layers). Still one
+// round of tiles on a Hopper GPU of 128 SMs or more (the H100 and H200 have 132). Such a
+// layer packs its own weights whatever it is given: weights packed ahead of time are laid
+// out for N = 128 (the packing sees the weight, not the batch), and the 128-channel blocks
+// that read them were slower on all but one of the layers measured (v19 in docs/PERF.md).
 constexpr int kFewTiles = 64;
 
 // Calls f(Tile()) with the tile the shape runs with: the operands of the shape's element type;
 // of the wide, square and (N = 128) strip tiles the one that computes the fewest unused pooled
 // outputs, the wide one on a tie (a geometric choice, the same for every element type); 128
 // output channels per block, or 64 when the layer has no more, or when the 128-channel tiles
-// are few and the weights not packed ahead of time (kFewTiles: the wide or square tile then,
-// the strip has no N = 64 form).
+// are few (kFewTiles: the wide or square tile then, the strip has no N = 64 form).
 template <class Operands, class F>
-auto with_operand_tile(const ConvPoolShape& s, bool prepacked, F&& f) {
+auto with_operand_tile(const ConvPoolShape& s, F&& f) {
   const double wide_waste = tile_waste<WideTile<Operands, 128>>(s);
   const double square_waste = tile_waste<SquareTile<Operands, 128>>(s);
   const bool square = square_waste < wide_waste;
@@ -1182,7 +1182,7 @@ auto with_operand_tile(const ConvPoolShape& s, bool prepacked, F&& f) {
   const int tiles = strip    ? make_plan<StripTile<Operands>>(s).tiles
                     : square ? make_plan<SquareTile<Operands, 128>>(s).tiles
                              : make_plan<WideTile<Operands, 128>>(s).tiles;
-  if (tiles <= kFewTiles && !prepacked)
+  if (tiles <= kFewTiles)
     return square ? f(SquareTile<Operands, 64>()) : f(FewTilesWideTile<Operands>());
   if (strip) return f(StripTile<Operands>());
   return square ? f(SquareTile<Operands, 128>()) : f(WideTile<Operands, 128>());
@@ -1196,17 +1196,17 @@ auto with_operands(const ConvPoolShape& s, F&& f) {
   return f(Tf32Operands());
 }
 
-// prepacked: whether the launch is given weights packed ahead of time.
 template <class F>
-auto with_tile(const ConvPoolShape& s, bool prepacked, F&& f) {
+auto with_tile(const ConvPoolShape& s, F&& f) {
   return with_operands(s, [&](auto operands) {
-    return with_operand_tile<decltype(operands)>(s, prepacked, f);
+    return with_operand_tile<decltype(operands)>(s, f);
   });
 }
 
-// Calls f(Tile()) with a tile that packs the weights as the one with_tile picks for prepacked
-// weights does (the same operands and N; the wide tile stands for every shape of that N).
-// Needs only the shape's channels, kernel size and element type.
+// Calls f(Tile()) with a tile that packs the weights as the one with_tile picks does (the same
+// operands and N; the wide tile stands for every shape of that N), but for layers of few
+// tiles (kFewTiles), which pack their own. Needs only the shape's channels, kernel size and
+// element type.
 template <class F>
 auto with_packing_tile(const ConvPoolShape& s, F&& f) {
   return with_operands(s, [&](auto operands) {
@@ -1306,9 +1306,11 @@ cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
   p.vector_weights = vectorizable_weights(ops, s, Operands::kSliceChannels);
   const bool pixel_vectors = p.halo_load == kHaloPixelVectors;
   if (ops.packed_weight != nullptr) {
-    if constexpr (takes_packed_weight<Tile>() && !Tile::kFewTilesOnly)
-      return pixel_vectors ? launch_instance<Tile, true, true>(ops, s, p, device, stream)
-                           : launch_instance<Tile, false, true>(ops, s, p, device, stream);
+    if constexpr (takes_packed_weight<Tile>() && !Tile::kFewTilesOnly) {
+      if (wgmma_takes_packed_weight(s))
+        return pixel_vectors ? launch_instance<Tile, true, true>(ops, s, p, device, stream)
+                             : launch_instance<Tile, false, true>(ops, s, p, device, stream);
+    }
     return cudaErrorInvalidValue;  // the caller checks wgmma_takes_packed_weight
   }
   if constexpr (takes_packed_weight<Tile>()) {
@@ -1348,35 +1350,35 @@ const char* wgmma_conv_pool_unsupported(const ConvPoolShape& s, const ConvPoolDe
   if (!fast_path_applies(s))
     return "the wgmma kernel covers only a 3x3 / stride 1 / dilation 1 convolution followed by "
            "a 2x2 / stride 2 pool inside the conv output";
-  for (const bool prepacked : {false, true}) {
-    const char* why = with_tile(s, prepacked, [&](auto tile) -> const char* {
-      using Tile = decltype(tile);
-      if (Tile::kSmemBytes > device.max_shared_bytes)
-        return "its pipeline does not fit in shared memory";
-      const WgmmaPlan p = make_plan<Tile>(s);
-      if (int64_t(p.tiles) * p.chunks >= INT32_MAX / 2)
-        return "more than 2^30 (tile, channel chunk) steps";
-      return nullptr;
-    });
-    if (why != nullptr) return why;
-  }
-  return nullptr;
+  return with_tile(s, [&](auto tile) -> const char* {
+    using Tile = decltype(tile);
+    if (Tile::kSmemBytes > device.max_shared_bytes) return "its pipeline does not fit in shared memory";
+    const WgmmaPlan p = make_plan<Tile>(s);
+    if (int64_t(p.tiles) * p.chunks >= INT32_MAX / 2)
+      return "more than 2^30 (tile, channel chunk) steps";
+    return nullptr;
+  });
 #endif
 }
 
+// Not a layer of few tiles: the packing's N is not its N (kFewTiles).
 bool wgmma_takes_packed_weight(const ConvPoolShape& s) {
-  return with_tile(s, true, [](auto tile) { return takes_packed_weight<decltype(tile)>(); });
+  const int packed_n = with_packing_tile(s, [](auto tile) { return decltype(tile)::kN; });
+  return with_tile(s, [&](auto tile) {
+    using Tile = decltype(tile);
+    return takes_packed_weight<Tile>() && !Tile::kFewTilesOnly && Tile::kN == packed_n;
+  });
 }
 
 bool wgmma_packs_weight_apart(const ConvPoolShape& s, const ConvPoolDevice& device) {
-  return with_tile(s, false, [&](auto tile) {
+  return with_tile(s, [&](auto tile) {
     using Tile = decltype(tile);
     return packs_apart<Tile>(make_plan<Tile>(s), device);
   });
 }
 
-const char* wgmma_tile_name(const ConvPoolShape& s, bool prepacked) {
-  return with_tile(s, prepacked, [](auto tile) -> const char* {
+const char* wgmma_tile_name(const ConvPoolShape& s) {
+  return with_tile(s, [](auto tile) -> const char* {
     using Tile = decltype(tile);
     if constexpr (Tile::kStrip) return "strip_n128";
     if constexpr (Tile::kTileRows == 16) return Tile::kN == 64 ? "square_n64" : "square_n128";
@@ -1395,7 +1397,7 @@ bool wgmma_packs_weight(const ConvPoolShape& s, const ConvPoolDevice& device) {
 }
 
 int64_t wgmma_conv_pool_workspace_bytes(const ConvPoolShape& s) {
-  return with_tile(s, false, [&](auto tile) { return packed_weight_bytes<decltype(tile)>(s); });
+  return with_tile(s, [&](auto tile) { return packed_weight_bytes<decltype(tile)>(s); });
 }
 
 int64_t wgmma_packed_weight_bytes(const ConvPoolShape& s) {
@@ -1421,7 +1423,7 @@ cudaError_t wgmma_pack_weight_launch(const ConvPoolOperands& ops, const ConvPool
 
 cudaError_t wgmma_conv_pool_launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                    const ConvPoolDevice& device, cudaStream_t stream) {
-  return with_tile(s, ops.packed_weight != nullptr, [&](auto tile) {
+  return with_tile(s, [&](auto tile) {
     return launch<decltype(tile)>(ops, s, device, stream);
   });
 }

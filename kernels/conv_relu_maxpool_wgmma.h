@@ -17,8 +17,7 @@ int64_t wgmma_conv_pool_workspace_bytes(const ConvPoolShape& shape);
 
 // Bytes of the weights packed ahead of time (wgmma_pack_weight_launch): the same layout, for
 // the channel-block width that the weight alone decides (shape's channels, kernel size and
-// element), which launches given them keep (without them, a layer of few tiles runs narrower
-// blocks).
+// element). Layers of few tiles run narrower blocks and pack their own.
 int64_t wgmma_packed_weight_bytes(const ConvPoolShape& shape);
 
 // Whether a wgmma kernel can take this weight (shape's channels, kernel size and element) on
@@ -27,7 +26,8 @@ int64_t wgmma_packed_weight_bytes(const ConvPoolShape& shape);
 bool wgmma_packs_weight(const ConvPoolShape& shape, const ConvPoolDevice& device);
 
 // Whether the launch for this shape reads operands.packed_weight (when given) instead of
-// packing into its workspace: every tile but one (wgmma.cu, takes_packed_weight).
+// packing into its workspace: every tile but one (wgmma.cu, takes_packed_weight), for all
+// but layers of few tiles (kFewTiles).
 bool wgmma_takes_packed_weight(const ConvPoolShape& shape);
 
 // Whether a launch without packed weights packs them in a kernel of its own on every SM first
@@ -36,7 +36,7 @@ bool wgmma_takes_packed_weight(const ConvPoolShape& shape);
 bool wgmma_packs_weight_apart(const ConvPoolShape& shape, const ConvPoolDevice& device);
 
 // The tile the launch runs (conv_relu_maxpool_wgmma_tile): "wide_n128", "strip_n128", ...
-const char* wgmma_tile_name(const ConvPoolShape& shape, bool prepacked);
+const char* wgmma_tile_name(const ConvPoolShape& shape);
 
 // Packs operands.weight into `packed` (wgmma_packed_weight_bytes, 16-byte aligned) in the
 // staged layout, on `stream`: a launch given it as operands.packed_weight skips the packing.

@@ -30,7 +30,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from model import Model
-from utils import verification
+from utils import kernel_choice, verification
 from utils.suite import GRID, SUITE, ConvPoolCase, find_case, random_case
 
 REPO = Path(__file__).resolve().parents[1]
@@ -755,15 +755,24 @@ def test_compile_reduce_overhead_uses_cuda_graphs_and_matches(model_new):
             torch.testing.assert_close(compiled(x).clone(), reference(x), **TOLERANCE)
 
 
+# default_small's geometry over 20 images: 80 tiles of 128 channels, so that the wgmma kernel
+# reads the packed weights (layers of at most 64 pack their own: kFewTiles).
+PREPACK_CASE = replace(find_case("default_small"), name="default_small_20", batch=20)
+
+
 def prepacked_pair(case: ConvPoolCase, model_new):
     """A prepacked ModelNew, an unpacked copy with the same weights, and an input."""
     reference, fused, x = gpu_pair(case, model_new)
     return fused.prepack(), copy.deepcopy(fused).prepack(False), x
 
 
+def test_the_prepack_case_reads_its_packed_weights(extension):
+    assert kernel_choice.takes_packed_weight(kernel_choice.load(extension), PREPACK_CASE)
+
+
 @pytest.mark.requires_cuda
 def test_opcheck_passes_with_a_packed_weight(op, extension):
-    case = find_case("default_small")
+    case = PREPACK_CASE
     generator = torch.Generator(device="cpu").manual_seed(0)
     x = torch.randn(case.input_shape(), generator=generator).cuda()
     weight = (torch.randn(case.weight_shape(), generator=generator) * 0.1).cuda()
@@ -779,7 +788,7 @@ def test_prepacked_model_new_follows_every_weight_change_pytorch_tracks(model_ne
     load_state_dict, a new Parameter, .half() / .float(), a round trip through the CPU with
     a change on the way. A write through .data is not seen until prepack() is called again
     (documented in ModelNew.prepack)."""
-    fused, plain, x = prepacked_pair(find_case("default_small"), model_new)
+    fused, plain, x = prepacked_pair(PREPACK_CASE, model_new)
     changes = [
         lambda m: m.conv.weight.mul_(-0.5),
         lambda m: m.conv.weight.add_(0.01),
@@ -809,7 +818,7 @@ def test_prepacked_model_new_follows_every_weight_change_pytorch_tracks(model_ne
 @pytest.mark.requires_cuda
 def test_prepacked_model_new_in_a_cuda_graph_and_under_compile(model_new):
     torch._dynamo.reset()
-    fused, plain, static_x = prepacked_pair(find_case("default_small"), model_new)
+    fused, plain, static_x = prepacked_pair(PREPACK_CASE, model_new)
     with torch.no_grad():
         fused(static_x)  # packs outside the capture
         graph = torch.cuda.CUDAGraph()
@@ -839,7 +848,8 @@ def test_fuse_with_prepack_matches_without(model_new):
     network = network.cuda().eval()
     plain = model_new.fuse_conv_relu_maxpool(copy.deepcopy(network))
     packed = model_new.fuse_conv_relu_maxpool(copy.deepcopy(network), prepack=True)
-    x = torch.randn(4, 3, 64, 64, device="cuda")
+    # 40 images: the second layer's 160 tiles read the packed weights (kFewTiles).
+    x = torch.randn(40, 3, 64, 64, device="cuda")
     with torch.no_grad():
         assert torch.equal(packed(x), plain(x))
         torch.testing.assert_close(packed(x), network(x), **TOLERANCE)

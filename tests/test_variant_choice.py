@@ -13,7 +13,8 @@ from dataclasses import replace
 import pytest
 
 from utils.kernel_choice import (A100_LIKE, BFLOAT16, FLOAT16, FLOAT32, H200, ConvPoolDevice,
-                                 ConvPoolShape, load, packs_weight_apart, shape_of, wgmma_tile)
+                                 ConvPoolShape, load, packs_weight_apart, shape_of,
+                                 takes_packed_weight, wgmma_tile)
 from utils.suite import GRID, SUITE, ConvPoolCase, find_case
 
 AUTO = -1
@@ -326,17 +327,17 @@ def variant_names_to_ids(variant_names: dict) -> dict:
 
 # ---- the wgmma kernels' tiles -------------------------------------------------------------
 
-# (without packed weights, with them): the fewest unused pooled outputs of the wide (8 x 32),
-# square (16 x 16) and strip tiles, the wide one on a tie; 64 output channels per block for
-# layers of no more (rgb_stem), and for layers of at most 64 tiles of 128 channels (kFewTiles,
-# batch1: 16 x 4 tiles) unless the weights come packed for N = 128.
+# The fewest unused pooled outputs of the wide (8 x 32), square (16 x 16) and strip tiles, the
+# wide one on a tie; 64 output channels per block for layers of no more (rgb_stem), and for
+# layers of at most 64 tiles of 128 channels (kFewTiles, batch1: 16 x 4 tiles), which pack
+# their own weights whatever they are given.
 EXPECTED_TILES = {
-    "default": ("wide_n128", "wide_n128"),
-    "vgg_b2": ("square_n128", "square_n128"),  # 112 x 112: 7 x 7 squares of 16
-    "vgg_b3": ("strip_n128", "strip_n128"),    # 56 x 56: rows of 7 squares of 8
-    "vgg_b5": ("square_n128", "square_n128"),  # 14 x 14: one square per image, 128 tiles
-    "rgb_stem": ("wide_n64", "wide_n64"),
-    "batch1": ("wide_n64", "wide_n128"),
+    "default": "wide_n128",
+    "vgg_b2": "square_n128",  # 112 x 112: 7 x 7 squares of 16
+    "vgg_b3": "strip_n128",   # 56 x 56: rows of 7 squares of 8
+    "vgg_b5": "square_n128",  # 14 x 14: one square per image, 128 tiles
+    "rgb_stem": "wide_n64",
+    "batch1": "wide_n64",
 }
 
 
@@ -344,9 +345,13 @@ EXPECTED_TILES = {
                          ids=["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("case", SUITE, ids=lambda c: c.name)
 def test_wgmma_tiles_of_the_public_suite(library, case, element):
-    expected = EXPECTED_TILES.get(case.name, (None, None))  # None: not a wgmma shape
-    assert (wgmma_tile(library, case, element), wgmma_tile(library, case, element, True)) == \
-        expected, case.name
+    expected = EXPECTED_TILES.get(case.name)  # None: not a wgmma shape
+    assert wgmma_tile(library, case, element) == expected, case.name
+    if expected is not None:
+        # Packed weights are read but by batch1 (few tiles) and by TF32's rgb_stem, whose
+        # two-blocks-per-SM tile always packs its own.
+        takes = case.name != "batch1" and not (element == FLOAT32 and case.name == "rgb_stem")
+        assert takes_packed_weight(library, case, element) == takes, case.name
 
 
 def test_a_layer_of_few_tiles_runs_64_channel_blocks(library):
@@ -355,8 +360,9 @@ def test_a_layer_of_few_tiles_runs_64_channel_blocks(library):
     past = replace(at_limit, width=32 * 65 + 2)
     for element in (FLOAT32, FLOAT16, BFLOAT16):
         assert wgmma_tile(library, at_limit, element) == "wide_n64"
-        assert wgmma_tile(library, at_limit, element, prepacked=True) == "wide_n128"
+        assert not takes_packed_weight(library, at_limit, element)
         assert wgmma_tile(library, past, element) == "wide_n128"
+        assert takes_packed_weight(library, past, element)
     # Channel blocks count: 136 channels are two blocks of 128, so 32 tiles a block is 64.
     assert wgmma_tile(library, replace(at_limit, out_channels=136, width=32 * 32 + 2)) == \
         "wide_n64"
@@ -364,9 +370,7 @@ def test_a_layer_of_few_tiles_runs_64_channel_blocks(library):
         "wide_n128"
     # A strip shape of few tiles (VGG block 3 at batch 1: 13 strips x 2 blocks) takes the
     # wide or square tile that wastes least, the strip having no N = 64 form.
-    b3 = replace(find_case("vgg_b3"), batch=1)
-    assert (wgmma_tile(library, b3), wgmma_tile(library, b3, prepacked=True)) == \
-        ("wide_n64", "strip_n128")
+    assert wgmma_tile(library, replace(find_case("vgg_b3"), batch=1)) == "wide_n64"
     assert wgmma_tile(library, replace(find_case("vgg_b3"), batch=11)) == "strip_n128"
     # 14 x 14 images, one square tile each: 4 blocks of 128 channels x 16 images = 64 tiles.
     b5 = find_case("vgg_b5")
@@ -377,7 +381,7 @@ def test_a_layer_of_few_tiles_runs_64_channel_blocks(library):
 def test_only_the_wgmma_variants_have_tiles(library, variant_names):
     case = find_case("default")
     for config, name in variant_names.items():
-        tile = library.conv_relu_maxpool_wgmma_tile(ctypes.byref(shape_of(case)), config, False)
+        tile = library.conv_relu_maxpool_wgmma_tile(ctypes.byref(shape_of(case)), config)
         assert (tile is not None) == (name == "tiled_tf32_wgmma"), name
 
 

@@ -6,8 +6,8 @@ host code in the built module, so no GPU is needed. For tests and tuning:
     from utils import kernel_choice
     from utils.suite import find_case
     lib = kernel_choice.load(cuda_extension)
-    kernel_choice.wgmma_tile(lib, find_case("batch1"))                  # 'wide_n64'
-    kernel_choice.wgmma_tile(lib, find_case("batch1"), prepacked=True)  # 'wide_n128'
+    kernel_choice.wgmma_tile(lib, find_case("batch1"))              # 'wide_n64'
+    kernel_choice.takes_packed_weight(lib, find_case("batch1"))     # False
 """
 import ctypes
 from typing import Optional
@@ -52,7 +52,9 @@ def load(extension) -> ctypes.CDLL:
     lib.conv_relu_maxpool_variant_name.restype = ctypes.c_char_p
     lib.conv_relu_maxpool_variant_name.argtypes = [ctypes.c_int]
     lib.conv_relu_maxpool_wgmma_tile.restype = ctypes.c_char_p
-    lib.conv_relu_maxpool_wgmma_tile.argtypes = [shape, ctypes.c_int, ctypes.c_bool]
+    lib.conv_relu_maxpool_wgmma_tile.argtypes = [shape, ctypes.c_int]
+    lib.conv_relu_maxpool_takes_packed_weight.restype = ctypes.c_bool
+    lib.conv_relu_maxpool_takes_packed_weight.argtypes = [shape, ctypes.c_int]
     lib.conv_relu_maxpool_packs_weight_apart.restype = ctypes.c_bool
     lib.conv_relu_maxpool_packs_weight_apart.argtypes = [shape, ctypes.c_int,
                                                          ctypes.POINTER(ConvPoolDevice)]
@@ -88,20 +90,30 @@ def variant_id(lib: ctypes.CDLL, name: str) -> int:
     raise KeyError(name)
 
 
-def wgmma_tile(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
-               prepacked: bool = False) -> Optional[str]:
+def wgmma_variant(lib: ctypes.CDLL, element: int) -> int:
+    """The config id of the wgmma variant for inputs of `element`."""
+    return variant_id(lib, "tiled_tf32_wgmma" if element == FLOAT32 else "tiled_16bit_wgmma")
+
+
+def wgmma_tile(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32) -> Optional[str]:
     """The tile the wgmma variant of `element` runs `case` with ("wide_n128", "square_n64",
-    "strip_n128", ...; conv_relu_maxpool_wgmma_tile), given packed weights or not."""
-    name = "tiled_tf32_wgmma" if element == FLOAT32 else "tiled_16bit_wgmma"
+    "strip_n128", ...; conv_relu_maxpool_wgmma_tile)."""
     tile = lib.conv_relu_maxpool_wgmma_tile(ctypes.byref(shape_of(case, element)),
-                                            variant_id(lib, name), prepacked)
+                                            wgmma_variant(lib, element))
     return None if tile is None else tile.decode()
+
+
+def takes_packed_weight(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32) -> bool:
+    """Whether the wgmma variant of `element` reads a packed_weight given for `case`
+    (conv_relu_maxpool_takes_packed_weight); else it packs its own."""
+    return lib.conv_relu_maxpool_takes_packed_weight(ctypes.byref(shape_of(case, element)),
+                                                     wgmma_variant(lib, element))
 
 
 def packs_weight_apart(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
                        device: ConvPoolDevice = H200) -> bool:
     """Whether the wgmma variant of `element`, given no packed weights, packs them in a launch
     of its own on every SM first (conv_relu_maxpool_packs_weight_apart)."""
-    name = "tiled_tf32_wgmma" if element == FLOAT32 else "tiled_16bit_wgmma"
     return lib.conv_relu_maxpool_packs_weight_apart(ctypes.byref(shape_of(case, element)),
-                                                    variant_id(lib, name), ctypes.byref(device))
+                                                    wgmma_variant(lib, element),
+                                                    ctypes.byref(device))

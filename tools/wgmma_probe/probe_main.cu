@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
     }
     err = err != cudaSuccess ? err : cudaDeviceSynchronize();
     std::sort(times.begin(), times.end());
-    const WgmmaPlan p = with_tile(s, false, [&](auto t) { return make_plan<decltype(t)>(s); });
+    const WgmmaPlan p = with_tile(s, [&](auto t) { return make_plan<decltype(t)>(s); });
     const int blocks = std::min(p.tiles, sms);
     const double steps = double((p.tiles + blocks - 1) / blocks) * p.chunks;
     double check = -1;
