@@ -334,10 +334,8 @@ class ModelNew(nn.Module):
         """Keeps a packed copy of the weight for the Hopper (wgmma) kernels, so that a call
         does not re-lay the weight out first (on the H200: VGG-16's block 5 at batch 32 6-9%
         faster, large layers within noise; docs/PERF.md v18). Layers of few tiles (batch 1 to
-        8 of VGG-like layers) that pack their own weights run narrower blocks instead (v19),
-        which there measured as fast or faster unless the weight is large: a batch of one
-        128 x 128 image 17.6 us prepacked against 17.2 without, VGG block 3 at batch 1 54
-        against 46, block 5 at batch 1 (2.4M weights) 92 against 118. Returns self;
+        8 of VGG-like layers) do not use the copy: they run narrower blocks that pack their
+        own weights, which measured faster there (v19, v20). Returns self;
         prepack(False) drops the copy.
 
         The copy is made on the next forward and made again whenever the weight is replaced
