@@ -463,6 +463,20 @@ def test_wgmma_channels_last_inputs(ext, dtype):
                                    **tolerance, msg=lambda m: f"seed {seed} {case}: {m}")
 
 
+def wgmma_layout_operands(case: ConvPoolCase, layout: str, dtype: torch.dtype, seed: int):
+    """(variant name, tolerance, x, weight, bias) for the wgmma variant of `dtype`, x laid out
+    as `layout`: "dense", "channels_last", or "every_other" (every other image of a batch twice
+    as large: an image stride that is not C * H * W)."""
+    full = replace(case, batch=2 * case.batch) if layout == "every_other" else case
+    x, weight, bias = make_operands(full, seed)
+    name, tolerance, (x, weight, bias) = wgmma_run(dtype, x, weight, bias)
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=torch.channels_last)
+    elif layout == "every_other":
+        x = x[::2]
+    return name, tolerance, x, weight, bias
+
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS.get)
 @pytest.mark.parametrize("layout", ["dense", "channels_last", "every_other"])
 def test_wgmma_strip_tiles(ext, choice, dtype, layout):
@@ -479,13 +493,7 @@ def test_wgmma_strip_tiles(ext, choice, dtype, layout):
              ConvPoolCase("strip_pad3", 10, 32, 200, 19, 50, (3, 3), padding=(3, 3))]
     seed = random.randrange(2**31)
     for i, case in enumerate(cases):
-        full = replace(case, batch=2 * case.batch) if layout == "every_other" else case
-        x, weight, bias = make_operands(full, seed + i)
-        name, tolerance, (x, weight, bias) = wgmma_run(dtype, x, weight, bias)
-        if layout == "channels_last":
-            x = x.contiguous(memory_format=torch.channels_last)
-        elif layout == "every_other":
-            x = x[::2]
+        name, tolerance, x, weight, bias = wgmma_layout_operands(case, layout, dtype, seed + i)
         assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
         assert wgmma_tile(choice, case, dtype) == "strip_n128", case.name
         out = run_op(ext, case, x, weight, bias)
@@ -497,7 +505,7 @@ def test_wgmma_strip_tiles(ext, choice, dtype, layout):
 @pytest.mark.parametrize("layout", ["dense", "channels_last", "every_other"])
 def test_wgmma_few_tiles_run_64_channel_blocks(ext, choice, dtype, layout):
     """Layers of at most 64 tiles of 128 output channels (batch 1 and the like) run blocks of
-    64 channels when the kernel packs the weights itself (kFewTiles): the wide tile (TF32's
+    64 channels (kFewTiles): the wide tile (TF32's
     one-block-per-SM instance of it), the square one over whole 14 x 14 images, and a strip
     shape of few strips, which takes the wide tile; output-channel tails (136 and 200: a last
     block of 8). A large weight over few blocks is packed apart first, by a launch of its own
@@ -516,13 +524,7 @@ def test_wgmma_few_tiles_run_64_channel_blocks(ext, choice, dtype, layout):
     device = kernel_choice.device_of(torch.cuda.current_device())
     seed = random.randrange(2**31)
     for i, (case, tile, apart) in enumerate(cases):
-        full = replace(case, batch=2 * case.batch) if layout == "every_other" else case
-        x, weight, bias = make_operands(full, seed + i)
-        name, tolerance, (x, weight, bias) = wgmma_run(dtype, x, weight, bias)
-        if layout == "channels_last":
-            x = x.contiguous(memory_format=torch.channels_last)
-        elif layout == "every_other":
-            x = x[::2]
+        name, tolerance, x, weight, bias = wgmma_layout_operands(case, layout, dtype, seed + i)
         assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
         assert wgmma_tile(choice, case, dtype) == tile, case.name
         assert not kernel_choice.takes_packed_weight(choice, case, ELEMENT_OF[dtype])
