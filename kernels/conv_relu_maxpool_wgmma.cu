@@ -1160,10 +1160,11 @@ inline bool narrow_blocks(const ConvPoolShape& s) { return s.out_channels <= 64;
 // A layer whose 128-channel tiles number no more than this runs 64-channel blocks: twice
 // the blocks, so twice the SMs share the in-kernel packing, and each block's chunk steps are
 // shorter (H200, 2026-11-30: 18-38% less time for batch-1 and batch-8 VGG layers). Still one
-// round of tiles on a Hopper GPU of 128 SMs or more (the H100 and H200 have 132). Such a
-// layer packs its own weights whatever it is given: weights packed ahead of time are laid
-// out for N = 128 (the packing sees the weight, not the batch), and the 128-channel blocks
-// that read them were slower on all but one of the layers measured (v19 in docs/PERF.md).
+// round of tiles on a Hopper GPU of 128 SMs or more (the H100 SXM and the H200 have 132).
+// Such a layer packs its own weights whatever it is given: weights packed ahead of time are
+// laid out for N = 128 (the packing sees the weight, not the batch), and the 128-channel
+// blocks that read them were slower on all but one of the layers measured (v20 in
+// docs/PERF.md).
 constexpr int kFewTiles = 64;
 
 // Calls f(Tile()) with the tile the shape runs with: the operands of the shape's element type;
@@ -1361,7 +1362,7 @@ const char* wgmma_conv_pool_unsupported(const ConvPoolShape& s, const ConvPoolDe
 #endif
 }
 
-// Not a layer of few tiles: the packing's N is not its N (kFewTiles).
+// A layer of few tiles does not: it runs N = 64 on weights packed for N = 128 (kFewTiles).
 bool wgmma_takes_packed_weight(const ConvPoolShape& s) {
   const int packed_n = with_packing_tile(s, [](auto tile) { return decltype(tile)::kN; });
   return with_tile(s, [&](auto tile) {
