@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 // cp.async: global -> shared copies that bypass registers; src-size 0 writes zeros without
 // reading (the padding and the tails).
 __device__ __forceinline__ void cp_async_4(float* smem_dst, const float* global_src, bool valid) {
@@ -25,6 +27,16 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// D += A * B, m16n8k8, TF32 inputs, fp32 accumulators (conv_relu_maxpool.cu, small_tf32 in
+// conv_relu_maxpool_small.cu).
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 // max that lets NaN win, like PyTorch's max_pool2d.

@@ -34,8 +34,8 @@
 //                     fp32 as the fragments are read; the TF32 mma multiplies them
 //                     exactly, the store rounds once.
 // (6 and 10 are the wgmma kernels, conv_relu_maxpool_wgmma.cu; 7 and 11 the CUDA-core
-// small_fp32 / small_16bit, conv_relu_maxpool_small.cu; 8 and 9 the other 16-bit kernels,
-// conv_relu_maxpool_half.cu.)
+// small_fp32 / small_16bit and 13 their TF32 tensor-core twin small_tf32,
+// conv_relu_maxpool_small.cu; 8 and 9 the other 16-bit kernels, conv_relu_maxpool_half.cu.)
 //
 // Chunked tiled variants (1-4), per block of 256 (or 512) threads:
 //   * Tile scheduler: blockIdx.x -> (image, tile row, tile col, output-channel
@@ -229,15 +229,6 @@ __device__ __forceinline__ void split_tf32(float v, uint32_t& big, uint32_t& sma
   const bool finite = fabsf(v) < INFINITY;
   small = finite ? to_tf32(v - __uint_as_float(big)) : 0u;
   cross = finite ? big : 0u;
-}
-
-// D += A * B, m16n8k8, TF32 inputs, fp32 accumulators.
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4],
-                                         const uint32_t (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 // ---------------------------------------------------------------------------
@@ -1173,6 +1164,7 @@ extern "C" const char* conv_relu_maxpool_variant_name(int variant) {
     case kVariantTiledTf32Flat: return "tiled_tf32_flat";
     case kVariantTiledTf32Wgmma: return "tiled_tf32_wgmma";
     case kVariantSmallFp32: return "small_fp32";
+    case kVariantSmallTf32: return "small_tf32";
     case kVariantDirect16: return "direct_16bit";
     case kVariantTiled16Mma: return "tiled_16bit_mma";
     case kVariantTiled16Wgmma: return "tiled_16bit_wgmma";
@@ -1190,13 +1182,14 @@ extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int
                                 variant == kVariantTiled16Flat;
   if (sixteen_bit_only && s->element == kElementFloat32) return "needs float16 or bfloat16 input";
   if (variant == kVariantTiled16Wgmma) return wgmma_conv_pool_unsupported(*s, *device);
-  if (variant == kVariantSmall16) return small_conv_pool_unsupported(*s, *device);
+  if (variant == kVariantSmall16) return small_conv_pool_unsupported(*s, *device, false);
   if (s->element != kElementFloat32 && !sixteen_bit_only && variant >= 0 &&
       variant < kVariantCount)
     return "needs float32 input";
   if (variant == kVariantDirect) return nullptr;
   if (variant == kVariantTiledTf32Wgmma) return wgmma_conv_pool_unsupported(*s, *device);
-  if (variant == kVariantSmallFp32) return small_conv_pool_unsupported(*s, *device);
+  if (variant == kVariantSmallFp32 || variant == kVariantSmallTf32)
+    return small_conv_pool_unsupported(*s, *device, variant == kVariantSmallTf32);
   if (!is_tiled(variant)) return "unknown variant";
   if (s->pool_h > kTileRows || s->pool_w > kTileCols)
     return "the pooling window is larger than the 8 x 32 conv tile";
@@ -1227,7 +1220,13 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
     return runs(kVariantTiled16Mma) ? kVariantTiled16Mma : kVariantDirect16;
   }
   // At most 16 output channels and a short reduction: tensor-core tiles would multiply mostly
-  // padding; the CUDA-core kernel computes every channel of a window per thread, in fp32.
+  // padding; the CUDA-core kernel computes every channel of a window per thread, in fp32. With
+  // TF32 allowed, at most 8 channels and 2x2 / stride 2 windows, the same kernel's tensor-core
+  // loop (small_tf32), unless its CUDA-core patch loop applies: that one measured as fast or
+  // faster (LeNet 16.7 us against 17.7), the generic loop slower (a 3-channel 5x5 / stride 2
+  // layer: 65 us against 36; docs/PERF.md, v21).
+  if (allow_tf32 && !small_conv_pool_patch_loop(*s) && runs(kVariantSmallTf32))
+    return kVariantSmallTf32;
   if (runs(kVariantSmallFp32)) return kVariantSmallFp32;
   if (!allow_tf32) return runs(kVariantTiled3xTf32) ? kVariantTiled3xTf32 : kVariantDirect;
   // Fewer than 8 input channels off the fast path: the flattened reduction skips the
@@ -1295,8 +1294,8 @@ extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
     return half_conv_pool_launch(*ops, *s, variant, stream);
   if (variant == kVariantTiledTf32Wgmma || variant == kVariantTiled16Wgmma)
     return wgmma_conv_pool_launch(*ops, *s, *device, stream);
-  if (variant == kVariantSmallFp32 || variant == kVariantSmall16)
-    return small_conv_pool_launch(*ops, *s, stream);
+  if (variant == kVariantSmallFp32 || variant == kVariantSmall16 || variant == kVariantSmallTf32)
+    return small_conv_pool_launch(*ops, *s, variant == kVariantSmallTf32, stream);
   if (variant == kVariantDirect) {
     const int64_t blocks = (s->output_elements() + kThreads - 1) / kThreads;
     const int64_t max_blocks = int64_t(1) << 20;  // grid-stride beyond this

@@ -26,7 +26,8 @@ enum ConvPoolVariant : int {
   kVariantTiled16Wgmma = 10, // as 6 with f16/bf16 operands (wgmma m64nNk16): 3x3 / 2x2 only
   kVariantSmall16 = 11,      // as 7 for f16/bf16 operands (converted to fp32 in shared memory)
   kVariantTiled16Flat = 12,  // as 5 for f16/bf16 operands (converted to fp32; exact in TF32)
-  kVariantCount = 13,
+  kVariantSmallTf32 = 13,    // as 7 on TF32 tensor cores (mma.sync): <= 8 channels, 2x2 / 2 pool
+  kVariantCount = 14,
 };
 
 // What the choice of variant needs to know about the GPU (the binding fills it per device).

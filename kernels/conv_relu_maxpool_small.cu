@@ -1,29 +1,34 @@
-// Fused Conv2d -> ReLU -> MaxPool2d on CUDA cores (FFMA, fp32) for few output channels:
-// variants `small_fp32` (float32 operands) and `small_16bit` (float16 / bfloat16 operands,
-// converted to fp32 in shared memory, the next tile's region copied raw while this one computes;
-// one rounding to the 16-bit type at the store).
+// Fused Conv2d -> ReLU -> MaxPool2d for few output channels, one kernel body for three variants:
+// `small_fp32` (float32 operands, FFMA on CUDA cores), `small_16bit` (float16 / bfloat16
+// operands converted to fp32 in shared memory, the next tile's region copied raw while this one
+// computes; one rounding to the 16-bit type at the store) and `small_tf32` (float32 operands,
+// TF32 mma.sync on tensor cores; at most 8 output channels and 2x2 / stride 2 windows).
 //
-// For problems like LeNet's first layer (1 input channel, 6 output channels, 5x5) a tensor-core
-// tile multiplies mostly padding: at most 16 output channels are real, and the whole reduction
-// (input channels x taps) is a few dozen products. Here a block owns a tile of up to 16 x 16
-// pooled outputs of one image, for all output channels: it stages the input region those windows
-// read (every channel, zero outside the image) and all weights in shared memory, then each
-// thread computes the conv pixels of one pooling window for all output channels at once, takes
-// their max, and stores relu(max) for every channel. Any convolution and pooling geometry; exact
-// fp32 (no TF32), so it also serves allow_tf32 = False.
+// For problems like LeNet's first layer (1 input channel, 6 output channels, 5x5) a 64- or
+// 128-channel tensor-core tile multiplies mostly padding: at most 16 output channels are real,
+// and the whole reduction (input channels x taps) is a few dozen products. Here a block owns a
+// tile of up to 16 x 16 pooled outputs of one image, for all output channels: it stages the input
+// region those windows read (every channel, zero outside the image; float32 rows that start and
+// end on 16-byte boundaries as 16-byte copies) and all weights in shared memory, then computes
+// the tile's pooling windows for all output channels, takes their max, and stores relu(max) for
+// every channel. The CUDA-core loops take any convolution and pooling geometry in exact fp32
+// (no TF32), so they also serve allow_tf32 = False.
 //
-// Two inner loops, picked per launch:
+// Three inner loops, picked per launch:
 //  * patch: a stride-1, dilation-1, 3x3 or 5x5 convolution under 2x2 pooling windows (LeNet).
-//    The four conv pixels of a window read one (k+1) x (k+1) input patch per channel; the patch
-//    is loaded into registers once and every weight load (16-byte broadcasts, one per 4 output
-//    channels) feeds the four pixels. Per tap and output channel that is 4 FFMA against 1/4 of
-//    a weight load; the FFMAs set the pace, not shared memory.
-//  * generic: any geometry; one conv pixel of the window at a time, runtime loops.
+//    A thread computes one window: its four conv pixels read one (k+1) x (k+1) input patch per
+//    channel; the patch is loaded into registers once and every weight load (16-byte
+//    broadcasts, one per 4 output channels) feeds the four pixels. Per tap and output channel
+//    that is 4 FFMA against 1/4 of a weight load; the FFMAs set the pace, not shared memory.
+//  * generic: any geometry; a thread computes one window, one conv pixel at a time, runtime loops.
+//  * tensor cores (small_tf32): a warp computes 16 conv pixels (4 windows) x 8 channels per
+//    m16n8k8 mma over the flattened (channel, tap) reduction (compute_tile_mma).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "conv_pool_16bit.cuh"
 #include "conv_pool_device.cuh"
@@ -36,14 +41,27 @@ constexpr int kMaxThreads = 256;
 constexpr int kMaxTile = 16;  // pooled outputs per tile side: one per thread
 constexpr int kMaxOutChannels = 16;
 constexpr int kMaxReduction = 256;  // in_channels * taps
+constexpr int kMaxTensorCoreChannels = 8;  // small_tf32: one mma N
+constexpr int kTensorCoreLoop = -1;  // the kernels' inner-loop parameter for small_tf32
 
 struct SmallPlan {
-  int tile_h, tile_w;    // pooled outputs per tile, one per thread
+  int tile_h, tile_w;    // pooled outputs per tile, one per thread (patch and generic loops)
   int threads;           // tile_h * tile_w rounded up to whole warps
   int tiles_h, tiles_w;
   int in_rows, in_cols;  // staged input region per channel
   int out_block;         // output channels rounded up to 2, 4, 6, 8, 12 or 16 (the kernel's kOut)
   int patch_kernel;      // 3 or 5: the patch loop applies (see the top); 0: the generic loop
+  // small_tf32: the tensor-core loop (2 x 2 / stride 2 windows, at most 8 output channels): the
+  // tile's m-tiles (two conv rows x 8 conv columns each) and the reduction padded to 8; its
+  // per-k offsets into the staged region follow the weights in shared memory (k_padded ints).
+  bool tensor_cores;
+  int m_tiles;
+  int k_padded;
+  // Every tile's region starts at a multiple of 4 columns and in_cols is one too: with
+  // vector_input (float32 rows in aligned runs of 4, decided at launch) the region moves as
+  // 16-byte copies, each wholly inside the image or wholly outside.
+  bool aligned_cols;
+  bool vector_input;
   int buffers;           // input regions staged: 2 (the next tile's copy overlaps this one) or 1
   // 16 bits: one fp32 region, plus (raw_cols > 0) a raw 16-bit copy of the next tile's region,
   // rows of raw_cols words from the even column at or left of the first; used when the input
@@ -56,7 +74,7 @@ struct SmallPlan {
 
 constexpr int weight_row(int out_block) { return (out_block + 3) / 4 * 4; }  // floats per (c, tap)
 
-SmallPlan make_plan(const ConvPoolShape& s) {
+SmallPlan make_plan(const ConvPoolShape& s, bool tensor_cores) {
   SmallPlan p{};
   // A tile no larger than the output, so that a 14 x 14 LeNet image leaves 28 of 224 threads
   // idle instead of 60 of 256.
@@ -77,9 +95,18 @@ SmallPlan make_plan(const ConvPoolShape& s) {
                               s.pool_w == 2;
   // 4 x kOut accumulators and the patch fit 128 registers without spills up to 8 channels.
   p.patch_kernel = patch_geometry && p.out_block <= 8 ? s.kernel_h : 0;
+  p.tensor_cores = tensor_cores;
+  p.m_tiles = p.tile_h * ((p.tile_w + 3) / 4);
+  p.k_padded = tensor_cores ? (s.in_channels * s.taps() + 7) / 8 * 8 : 0;
   p.tiles = int64_t(s.batch) * p.tiles_h * p.tiles_w;
+  const int first_col = s.input_col0(s.window_col0(0));
+  const int col_step = p.tile_w * s.pool_stride_w * s.stride_w;  // between tiles of a row
+  p.aligned_cols = p.in_cols % 4 == 0 && (first_col % 4 + 4) % 4 == 0 &&
+                   (p.tiles_w == 1 || col_step % 4 == 0);
+  // Weights, the bias row and (small_tf32) the offset table: a multiple of 4 floats, so the
+  // regions after them start 16-byte aligned.
   const int64_t weight_floats = int64_t(s.in_channels) * s.taps() * weight_row(p.out_block) +
-                                weight_row(p.out_block);
+                                weight_row(p.out_block) + p.k_padded;
   const int64_t region_floats = int64_t(s.in_channels) * p.in_rows * p.in_cols;
   // Double-buffer the input region while that stays within the 48 KB every GPU gives a block
   // (LeNet: 2 x 4 KB); larger regions are staged and consumed one tile at a time.
@@ -168,6 +195,26 @@ __device__ __forceinline__ void stage_region(const ConvPoolOperands& ops, const 
       else
         dst[col] = inside ? E::to_float(__ldg(src + int64_t(w) * ops.x_stride[3])) : 0.f;
     }
+  }
+}
+
+// float32 with p.vector_input: the region as 16-byte copies, one per thread and step over the
+// flattened (channel, row, 4-column vector) list (a quarter of stage_region's copies, and no
+// division per row of a warp). Zeros outside the image, as there.
+__device__ __forceinline__ void stage_region_vectors(const ConvPoolOperands& ops,
+                                                     const ConvPoolShape& s, const SmallPlan& p,
+                                                     int64_t tile, float* region) {
+  const SmallTile t = locate_tile(s, p, tile);
+  const float* x = ops.x + t.image * ops.x_stride[0];
+  const int vectors = p.in_cols / 4;  // per region row
+  const int items = s.in_channels * p.in_rows * vectors;
+  for (int i = threadIdx.x; i < items; i += blockDim.x) {
+    const int row = i / vectors, w = t.in_col0 + 4 * (i - row * vectors);
+    const int c = row / p.in_rows, h = t.in_row0 + (row - c * p.in_rows);
+    const bool inside = h >= 0 && h < s.in_height && w >= 0 && w < s.in_width;
+    cp_async_16(region + 4 * i,
+                inside ? x + c * ops.x_stride[1] + int64_t(h) * ops.x_stride[2] + w : ops.x,
+                inside);
   }
 }
 
@@ -300,17 +347,133 @@ __device__ __forceinline__ void compute_tile(const ConvPoolOperands& ops, const 
     if (k < s.out_channels) out[k * plane_out] = E::from_float(relu_keeping_nan(best[k]));
 }
 
+// The tensor-core loop (small_tf32): TF32 mma.sync m16n8k8, fp32 accumulation, 2 x 2 / stride 2
+// windows, up to 8 output channels (N = 8), any convolution geometry. An m-tile is 16 conv
+// pixels: conv rows 2r (mma rows 0-7) and 2r + 1 (rows 8-15) of the tile by 8 conv columns
+// 8j..8j+7, i.e. the 4 windows of pooled row r, columns 4j..4j+3. The accumulator rows of lane
+// (g, t) are pixels (2r, 8j + g) and (2r + 1, 8j + g) for channels 2t, 2t + 1: a window's
+// vertical pair sits in one thread and its horizontal pair in lane ^ 4, so the pooling is two
+// max and one shuffle per channel, with the bias and ReLU after the max. K: the flattened
+// (channel, tap) reduction in steps of 8, read from the staged region through the per-k byte
+// offset table (A) and from the staged weights (B); K past the reduction reads 0 (never an
+// input value, which could be an infinity times a zero weight). A warp's pass takes kM m-tiles
+// of one pooled row (LeNet's 14 x 14 tile: its 4 column groups), so that no m-tile index is
+// divided out per m-tile and the row's checks and output row are shared.
+template <class E, int kOut>
+__device__ __forceinline__ void compute_tile_mma(const ConvPoolOperands& ops,
+                                                 const ConvPoolShape& s, const SmallPlan& p,
+                                                 int64_t tile, const float* weights,
+                                                 const int* k_offset, const float* input) {
+  constexpr int kRow = weight_row(kOut);
+  constexpr int kM = 4;
+  const int reduction = s.in_channels * s.taps();
+  const SmallTile t = locate_tile(s, p, tile);
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  const int g = lane / 4, tq = lane % 4;
+  const int warps = int(blockDim.x) / 32;
+  const int col_groups = (p.tile_w + 3) / 4;
+  const int passes_per_row = (col_groups + kM - 1) / kM;
+  const int passes = p.tile_h * passes_per_row;
+  const int conv_cols = 2 * p.tile_w;  // conv columns the region covers
+  const int next_row = 4 * s.stride_h * p.in_cols;  // region bytes from a conv row to the next
+  const int full_steps = reduction / 8;
+  // This lane's two output channels 2t, 2t + 1: their planes of the image and their biases.
+  const int k0 = 2 * tq;
+  const int64_t plane_out = int64_t(s.out_height) * s.out_width;
+  auto* out = ElementOperands<E>::out(ops) + (t.image * s.out_channels + k0) * plane_out;
+  const float* bias = weights + reduction * kRow;
+  const float bias0 = k0 < kRow ? bias[k0] : 0.f, bias1 = k0 + 1 < kRow ? bias[k0 + 1] : 0.f;
+  const bool store0 = k0 < s.out_channels, store1 = k0 + 1 < s.out_channels;
+
+  for (int pass = warp; pass < passes; pass += warps) {
+    const int r = passes_per_row == 1 ? pass : pass / passes_per_row;
+    const int j0 = (pass - r * passes_per_row) * kM;
+    const char* row = reinterpret_cast<const char*>(input) + 2 * r * next_row;
+    float acc[kM][4];
+    const char* base[kM];  // this lane's pixel of conv row 2r in m-tile (r, j0 + m)
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      const int col = 8 * (j0 + m) + g;  // past the tile: any pixel, not stored
+      base[m] = row + 4 * (col < conv_cols ? col : 0) * s.stride_w;
+#pragma unroll
+      for (int v = 0; v < 4; ++v) acc[m][v] = 0.f;
+    }
+    // One K step of 8; kPadded: the last one, holding k >= reduction.
+    auto step = [&](int k_step, auto padded) {
+      constexpr bool kPadded = decltype(padded)::value;
+      const int k_low = k_step + tq, k_high = k_low + 4;
+      const bool low_ok = !kPadded || k_low < reduction, high_ok = !kPadded || k_high < reduction;
+      // Byte offsets of the lane's two k in conv rows 2r and 2r + 1.
+      const int low = low_ok ? k_offset[k_low] : 0, high = high_ok ? k_offset[k_high] : 0;
+      const int low_next = low + next_row, high_next = high + next_row;
+      uint32_t b[2];
+      b[0] = low_ok && g < kRow ? __float_as_uint(weights[k_low * kRow + g]) : 0u;
+      b[1] = high_ok && g < kRow ? __float_as_uint(weights[k_high * kRow + g]) : 0u;
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        const auto at = [&](int offset) {
+          return *reinterpret_cast<const uint32_t*>(base[m] + offset);
+        };
+        uint32_t a[4] = {at(low), at(low_next), at(high), at(high_next)};
+        if (kPadded) {
+          if (!low_ok) a[0] = a[1] = 0u;
+          if (!high_ok) a[2] = a[3] = 0u;
+        }
+        mma_tf32(acc[m], a, b);
+      }
+    };
+    for (int k_step = 0; k_step < 8 * full_steps; k_step += 8) step(k_step, std::false_type{});
+    if (8 * full_steps < reduction) step(8 * full_steps, std::true_type{});
+
+    // Window pixels outside the conv output (pool padding, ceil mode) are no candidates.
+    const int conv_row = t.conv_row0 + 2 * r;
+    const bool top_ok = conv_row >= 0 && conv_row < s.conv_height;
+    const bool bottom_ok = conv_row + 1 >= 0 && conv_row + 1 < s.conv_height;
+    const int out_row = t.out_row0 + r;
+    auto* out_row_ptr = out + int64_t(out_row) * s.out_width;
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      const int local_col = 8 * (j0 + m) + g, conv_col = t.conv_col0 + local_col;
+      const bool col_ok = local_col < conv_cols && conv_col >= 0 && conv_col < s.conv_width;
+      float best[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float v = col_ok && top_ok ? acc[m][h] : -INFINITY;
+        if (col_ok && bottom_ok) v = max_keeping_nan(v, acc[m][2 + h]);
+        best[h] = max_keeping_nan(v, __shfl_xor_sync(0xffffffffu, v, 4));
+      }
+      const int pooled_col = 4 * (j0 + m) + g / 2;  // within the tile
+      const int out_col = t.out_col0 + pooled_col;
+      if (g % 2 == 0 && pooled_col < p.tile_w && out_row < s.out_height &&
+          out_col < s.out_width) {
+        if (store0) out_row_ptr[out_col] = E::from_float(relu_keeping_nan(best[0] + bias0));
+        if (store1)
+          out_row_ptr[plane_out + out_col] = E::from_float(relu_keeping_nan(best[1] + bias1));
+      }
+    }
+  }
+}
+
 // Persistent blocks: the launch starts as many as fit at once and each loops over tiles.
 // E: the operands' element type (Float32, Float16, BFloat16); kOut: output channels rounded up;
-// kPatch: 3, 5 or 0 (generic).
-template <class E, int kOut, int kPatch>
+// kLoop: 3 or 5 (the patch loop), 0 (generic) or kTensorCoreLoop (small_tf32).
+template <class E, int kOut, int kLoop>
 __device__ __forceinline__ void small_kernel_body(const ConvPoolOperands& ops,
                                                   const ConvPoolShape& s, const SmallPlan& p) {
   constexpr int kRow = weight_row(kOut);
   extern __shared__ __align__(16) float smem[];
   const int reduction = s.in_channels * s.taps();
   float* weights = smem;  // [channel * taps + tap][kRow], then the bias: [kRow]
-  float* input = weights + (reduction + 1) * kRow;  // buffers x [channel][in_rows][in_cols]
+  int* k_offset = reinterpret_cast<int*>(weights + (reduction + 1) * kRow);  // [p.k_padded]
+  float* input = reinterpret_cast<float*>(k_offset + p.k_padded);  // buffers x [channel][in_rows][in_cols]
+  if constexpr (kLoop == kTensorCoreLoop) {
+    const int plane = p.in_rows * p.in_cols;
+    for (int k = threadIdx.x; k < reduction; k += blockDim.x) {
+      const int c = k / s.taps(), tap = k % s.taps();
+      const int r = tap / s.kernel_w, q = tap % s.kernel_w;
+      k_offset[k] = 4 * (c * plane + r * s.dilation_h * p.in_cols + q * s.dilation_w);  // bytes
+    }
+  }
 
   // Weights and bias: staged once per block, for every tile it computes.
   for (int i = threadIdx.x; i < (reduction + 1) * kRow; i += blockDim.x) {
@@ -329,6 +492,12 @@ __device__ __forceinline__ void small_kernel_body(const ConvPoolOperands& ops,
     }
     weights[i] = value;  // bias directly follows the weights
   }
+  const auto compute = [&](int64_t tile, const float* region) {
+    if constexpr (kLoop == kTensorCoreLoop)
+      compute_tile_mma<E, kOut>(ops, s, p, tile, weights, k_offset, region);
+    else
+      compute_tile<E, kOut, kLoop>(ops, s, p, tile, weights, region);
+  };
 
   // Persistent blocks: tiles blockIdx.x, + gridDim.x, ...; with two buffers the next tile's
   // input region is copied (cp.async) while this one is computed.
@@ -338,7 +507,10 @@ __device__ __forceinline__ void small_kernel_body(const ConvPoolOperands& ops,
     // 16 bits, one region: with p.raw_input the next tile's region is copied raw while this
     // one is computed, then converted into the region; else loaded and converted after it.
     uint16_t* raw = reinterpret_cast<uint16_t*>(input + region);
-    if (tile < p.tiles) stage_region<E>(ops, s, p, tile, input);
+    const auto stage = [&](int64_t tile, float* region) {
+      stage_region<E>(ops, s, p, tile, region);
+    };
+    if (tile < p.tiles) stage(tile, input);
     for (; tile < p.tiles; tile += gridDim.x) {
       const int64_t next = tile + gridDim.x;
       __syncthreads();  // the region is staged; the raw copy of it has been read
@@ -346,58 +518,81 @@ __device__ __forceinline__ void small_kernel_body(const ConvPoolOperands& ops,
         copy_raw_region(ops, s, p, next, raw);
         cp_async_commit();
       }
-      compute_tile<E, kOut, kPatch>(ops, s, p, tile, weights, input);
+      compute(tile, input);
       if (next < p.tiles) {
         if (p.raw_input) cp_async_wait<0>();
         __syncthreads();  // the region is read by all before it is overwritten
         if (p.raw_input)
           convert_raw_region<E>(s, p, next, raw, input);
         else
-          stage_region<E>(ops, s, p, next, input);
+          stage(next, input);
       }
     }
     return;
   }
-  if (tile < p.tiles) stage_region<E>(ops, s, p, tile, input);
-  cp_async_commit();
-  for (int step = 0; tile < p.tiles; tile += gridDim.x, ++step) {
-    float* current = input + (p.buffers == 2 ? (step % 2) * region : 0);
-    const int64_t next = tile + gridDim.x;
-    if (p.buffers == 2) {
-      if (next < p.tiles) stage_region<E>(ops, s, p, next, input + ((step + 1) % 2) * region);
-      cp_async_commit();  // possibly empty: keeps "all but the newest group" = this tile
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
+  // float32: the tile loop in two copies, one per way of staging (p.vector_input), so that
+  // neither copy holds the other's loop-invariant values in registers across the compute loop
+  // (one loop with a branch took LeNet's instance from 72 to 80 registers: 3 blocks per SM, not 4).
+  const auto tile_loop = [&](auto vectors) {
+    const auto stage = [&](int64_t tile, float* region) {
+      if constexpr (decltype(vectors)::value)
+        stage_region_vectors(ops, s, p, tile, region);
+      else
+        stage_region<E>(ops, s, p, tile, region);
+    };
+    if (tile < p.tiles) stage(tile, input);
+    cp_async_commit();
+    for (int step = 0; tile < p.tiles; tile += gridDim.x, ++step) {
+      float* current = input + (p.buffers == 2 ? (step % 2) * region : 0);
+      const int64_t next = tile + gridDim.x;
+      if (p.buffers == 2) {
+        if (next < p.tiles) stage(next, input + ((step + 1) % 2) * region);
+        cp_async_commit();  // possibly empty: keeps "all but the newest group" = this tile
+        cp_async_wait<1>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();
+      compute(tile, current);
+      __syncthreads();  // the region is read by all before it is overwritten
+      if (p.buffers == 1 && next < p.tiles) {
+        stage(next, input);
+        cp_async_commit();
+      }
     }
-    __syncthreads();
-    compute_tile<E, kOut, kPatch>(ops, s, p, tile, weights, current);
-    __syncthreads();  // the region is read by all before it is overwritten
-    if (p.buffers == 1 && next < p.tiles) {
-      stage_region<E>(ops, s, p, next, input);
-      cp_async_commit();
-    }
-  }
+  };
+  if (p.vector_input)
+    tile_loop(std::true_type{});
+  else
+    tile_loop(std::false_type{});
 }
 
 // Several blocks per SM: 3 while <= 85 registers fit the accumulators.
-template <class E, int kOut, int kPatch>
+template <class E, int kOut, int kLoop>
 __global__ void __launch_bounds__(kMaxThreads, kOut <= 8 ? 3 : 2)
     conv_pool_small_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const SmallPlan p) {
-  small_kernel_body<E, kOut, kPatch>(ops, s, p);
+  small_kernel_body<E, kOut, kLoop>(ops, s, p);
 }
 
 // The 16-bit patch loop for 5-6 channels, held to the float32 instances' 72 registers (under the
 // launch bound ptxas gives it 80): 4 blocks of LeNet's 224 threads then fit an SM, not 3. (The
 // 2- and 4-channel ones take <= 72 by themselves; a cap could only raise their count.)
-template <class E, int kOut, int kPatch>
+template <class E, int kOut, int kLoop>
 __global__ void __maxnreg__(72)
     conv_pool_small16_patch_kernel(const ConvPoolOperands ops, const ConvPoolShape s,
                                    const SmallPlan p) {
-  small_kernel_body<E, kOut, kPatch>(ops, s, p);
+  small_kernel_body<E, kOut, kLoop>(ops, s, p);
 }
 
-template <class E, int kOut, int kPatch>
+// small_tf32: 4 blocks of 256 threads per SM (<= 64 registers).
+template <class E, int kOut>
+__global__ void __launch_bounds__(kMaxThreads, 4)
+    conv_pool_small_mma_kernel(const ConvPoolOperands ops, const ConvPoolShape s,
+                               const SmallPlan p) {
+  small_kernel_body<E, kOut, kTensorCoreLoop>(ops, s, p);
+}
+
+template <class E, int kOut, int kLoop>
 cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s, const SmallPlan& p,
                    cudaStream_t stream) {
   constexpr int kMaxDevices = 64;
@@ -407,10 +602,11 @@ cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s, const Sm
   static std::atomic<int> allowed[kMaxDevices];
   static std::atomic<int> sm_count[kMaxDevices];
   static std::atomic<int64_t> resident_key[kMaxDevices], resident[kMaxDevices];
-  constexpr bool kCapped = !ElementOperands<E>::kFloat && kPatch > 0 && kOut == 6;
+  constexpr bool kCapped = !ElementOperands<E>::kFloat && kLoop > 0 && kOut == 6;
   const auto kernel = [] {  // only the instance launched gets compiled
-    if constexpr (kCapped) return conv_pool_small16_patch_kernel<E, kOut, kPatch>;
-    else return conv_pool_small_kernel<E, kOut, kPatch>;
+    if constexpr (kCapped) return conv_pool_small16_patch_kernel<E, kOut, kLoop>;
+    else if constexpr (kLoop == kTensorCoreLoop) return conv_pool_small_mma_kernel<E, kOut>;
+    else return conv_pool_small_kernel<E, kOut, kLoop>;
   }();
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
@@ -448,9 +644,11 @@ cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s, const Sm
 template <class E, int kOut>
 cudaError_t launch_for_kernel(const ConvPoolOperands& ops, const ConvPoolShape& s,
                               const SmallPlan& p, cudaStream_t stream) {
-  if constexpr (kOut > 8) {
+  if constexpr (kOut > kMaxTensorCoreChannels) {
     return launch<E, kOut, 0>(ops, s, p, stream);  // no patch loop (see make_plan)
   } else {
+    if constexpr (ElementOperands<E>::kFloat)
+      if (p.tensor_cores) return launch<E, kOut, kTensorCoreLoop>(ops, s, p, stream);
     switch (p.patch_kernel) {
       case 3: return launch<E, kOut, 3>(ops, s, p, stream);
       case 5: return launch<E, kOut, 5>(ops, s, p, stream);
@@ -474,21 +672,33 @@ cudaError_t launch_for_element(const ConvPoolOperands& ops, const ConvPoolShape&
 
 }  // namespace
 
-const char* small_conv_pool_unsupported(const ConvPoolShape& s, const ConvPoolDevice& device) {
+const char* small_conv_pool_unsupported(const ConvPoolShape& s, const ConvPoolDevice& device,
+                                        bool tensor_cores) {
   if (s.out_channels > kMaxOutChannels) return "more than 16 output channels";
   if (int64_t(s.in_channels) * s.taps() > kMaxReduction)
     return "in_channels * kernel taps is larger than 256";
-  const SmallPlan p = make_plan(s);
+  if (tensor_cores) {
+    if (s.element != kElementFloat32) return "needs float32 input";
+    if (s.out_channels > kMaxTensorCoreChannels) return "more than 8 output channels";
+    if (s.pool_h != 2 || s.pool_w != 2 || s.pool_stride_h != 2 || s.pool_stride_w != 2)
+      return "the tensor-core loop covers only a 2x2 / stride 2 pool";
+  }
+  const SmallPlan p = make_plan(s, tensor_cores);
   if (p.smem_bytes > device.max_shared_bytes)
     return "the input region and weights of a 16 x 16 pooled tile do not fit in shared memory";
   if (p.tiles > INT32_MAX) return "more than 2^31 - 1 tiles";
   return nullptr;
 }
 
+bool small_conv_pool_patch_loop(const ConvPoolShape& s) {
+  return make_plan(s, false).patch_kernel != 0;
+}
+
 cudaError_t small_conv_pool_launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
-                                   cudaStream_t stream) {
-  SmallPlan p = make_plan(s);
+                                   bool tensor_cores, cudaStream_t stream) {
+  SmallPlan p = make_plan(s, tensor_cores);
   p.raw_input = p.raw_cols > 0 && input_rows_in_pairs_16bit(ops, s);
+  p.vector_input = s.element == kElementFloat32 && p.aligned_cols && vectorizable_input(ops, s);
   switch (s.element) {
     case kElementFloat16: return launch_for_element<Float16>(ops, s, p, stream);
     case kElementBFloat16: return launch_for_element<BFloat16>(ops, s, p, stream);

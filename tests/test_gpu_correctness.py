@@ -150,7 +150,8 @@ def test_tf32_disallowed_selects_fp32_accurate_path(ext):
 @pytest.mark.parametrize("config_name,case_name", [
     ("auto", "padding1"), ("direct", "padding1"), ("tiled_tf32", "padding1"),
     ("tiled_tf32_16w", "padding1"), ("tiled_3xtf32", "padding1"),
-    ("tiled_tf32_wgmma", "padding1"), ("small_fp32", "kernel5")])
+    ("tiled_tf32_wgmma", "padding1"), ("small_fp32", "kernel5"),
+    ("small_tf32", "patch3_single_buffer")])
 def test_nan_and_inf_propagate_like_pytorch(ext, config_name, case_name):
     case = find_case(case_name)
     x, weight, bias = make_operands(case, seed=random.randrange(2**31))
@@ -240,19 +241,25 @@ def test_repeated_calls_are_bitwise_equal(ext):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16],
                          ids=["float32", "float16", "bfloat16"])
 def test_small_blocks_that_loop_over_several_tiles_match_reference(ext, dtype, width, padding):
-    """small_fp32 / small_16bit launch only the blocks that fit at once; with 1500 LeNet images
-    (one tile each) every block computes several tiles, staging the next one's input meanwhile.
-    16 bits: the next region moves as column pairs from the even column at or left of its first
-    (padding 1: one column left), or element by element when the width is odd."""
+    """small_fp32 / small_tf32 / small_16bit launch only the blocks that fit at once; with 1500
+    LeNet images (one tile each) every block computes several tiles, staging the next one's
+    input meanwhile. float32: rows of whole 4-column vectors from a column multiple of 4 (LeNet)
+    move as 16-byte copies, the others (padding 1, odd width) element by element. 16 bits: the
+    next region moves as column pairs from the even column at or left of its first (padding 1:
+    one column left), or element by element when the width is odd."""
     case = ConvPoolCase("lenet_many_tiles", 1500, 1, 6, 32, width, (5, 5),
                         padding=(padding, padding))
     x, weight, bias = (t.to(dtype) for t in make_operands(case, seed=random.randrange(2**31)))
-    name = "small_fp32" if dtype == torch.float32 else "small_16bit"
-    assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
-    out = run_op(ext, case, x, weight, bias, ext.conv2d_relu_maxpool_variants()[name])
-    assert out.dtype == dtype
-    tolerance = FP32_TOLERANCE if dtype == torch.float32 else SIXTEEN_BIT_TOLERANCE[dtype]
-    torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias), **tolerance)
+    names = ("small_fp32", "small_tf32") if dtype == torch.float32 else ("small_16bit",)
+    assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == names[0]
+    expected = reference(case, x, weight, bias)
+    for name in names:
+        out = run_op(ext, case, x, weight, bias, ext.conv2d_relu_maxpool_variants()[name])
+        assert out.dtype == dtype
+        tolerance = (SIXTEEN_BIT_TOLERANCE[dtype] if dtype != torch.float32 else
+                     FP32_TOLERANCE if name in FP32_VARIANTS else TF32_TOLERANCE)
+        torch.testing.assert_close(out.double().cpu(), expected, **tolerance,
+                                   msg=lambda m: f"{name}: {m}")
 
 
 @pytest.mark.parametrize("width", [224, 223], ids=["rows_of_4", "odd_width"])

@@ -14,6 +14,8 @@ report in tests/test_build.py; here we check what the disassembly shows:
     weights packed ahead of time have no grid barrier, the others do;
   * the 16-bit tensor-core kernels (tiled_16bit_mma) issue HMMA.16816.F32 (float16) and
     HMMA.16816.F32.BF16 (bfloat16): m16n8k16 with fp32 accumulators, nothing narrower;
+  * small_tf32's kernels (the small kernel's tensor-core loop) issue HMMA.1688.F32.TF32 and
+    no FFMA: the products run on tensor cores only;
   * no kernel touches local memory (LDL/STL): register arrays stayed in registers;
   * the fast-path instantiations (compile-time 3x3 / 2x2 geometry) exist;
   * the code is built for Hopper (sm_90a), as compile.sh does on CI and on the H200.
@@ -63,6 +65,10 @@ def is_wgmma_kernel(name: str) -> bool:
 
 def is_16bit_mma_kernel(name: str) -> bool:
     return "conv_pool_mma16_kernel" in name
+
+
+def is_small_mma_kernel(name: str) -> bool:
+    return "conv_pool_small_mma_kernel" in name
 
 
 def is_packing_kernel(name: str) -> bool:
@@ -161,7 +167,7 @@ def test_16bit_tensor_core_kernels_issue_m16n8k16_with_fp32_accumulators(sass):
 def test_cuda_core_kernels_have_no_hmma(sass):
     others = {name: code for name, code in sass.items()
               if not is_tensor_core_kernel(name) and not is_wgmma_kernel(name)
-              and not is_16bit_mma_kernel(name)}
+              and not is_16bit_mma_kernel(name) and not is_small_mma_kernel(name)}
     assert any("CudaCoreMainloop" in name for name in others)
     assert any("direct_kernel" in name for name in others)
     assert sum("direct16_kernel" in name for name in others) == 2  # float16, bfloat16
@@ -169,6 +175,18 @@ def test_cuda_core_kernels_have_no_hmma(sass):
         assert "HMMA" not in code and "HGMMA" not in code, name
         if not is_packing_kernel(name):
             assert "FFMA" in code, f"{name} does no fp32 FMA at all?"
+
+
+def test_small_tf32_kernels_issue_tf32_hmma_only(sass):
+    kernels = {name: code for name, code in sass.items() if is_small_mma_kernel(name)}
+    # float32 only, one instance per output-channel count it rounds up to: 2, 4, 6, 8.
+    assert sorted(re.search(r"Float32Li(\d+)E", name).group(1) for name in kernels) == \
+        ["2", "4", "6", "8"], sorted(kernels)
+    for name, code in kernels.items():
+        assert re.search(r"HMMA\.1688\.F32\.TF32\b", code), name
+        assert len(re.findall(r"\bHMMA\.", code)) == \
+            len(re.findall(r"HMMA\.1688\.F32\.TF32\b", code)), name
+        assert "HGMMA" not in code and "FFMA" not in code, name
 
 
 def test_no_kernel_uses_local_memory(sass):

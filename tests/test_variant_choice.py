@@ -98,6 +98,35 @@ def test_tf32_off_falls_back_to_direct_where_no_tile_fits(library, variant_names
     assert choose(library, variant_names, find_case("alexnet_c1"), allow_tf32=False) == "direct"
 
 
+@pytest.mark.parametrize("case, patch_loop", [
+    (find_case("lenet_c1"), True),                  # 5x5, stride 1: the CUDA-core patch loop
+    (find_case("c1"), True),
+    (find_case("patch3_pool_pad_ceil"), True),      # 3x3, pool padding and ceil mode too
+    (find_case("small_tf32_strided_dilated"), False),
+    (find_case("small_tf32_tiny_image"), True),
+    (ConvPoolCase("c3_k4_5x5_s2", 128, 3, 4, 96, 96, (5, 5), stride=(2, 2), padding=(2, 2)),
+     False),
+    (ConvPoolCase("c2_k6_7x7", 8, 2, 6, 40, 40, (7, 7)), False),  # 7x7: no patch loop
+], ids=lambda v: v.name if isinstance(v, ConvPoolCase) else str(v))
+def test_small_tf32_where_the_patch_loop_does_not_apply(library, variant_names, case, patch_loop):
+    # At most 8 output channels and 2x2 / stride 2 windows: small_tf32 (TF32 tensor cores) when
+    # TF32 is allowed, except where small_fp32's patch loop runs (stride 1, 3x3 or 5x5), which
+    # measured as fast; small_fp32 whenever TF32 is not allowed.
+    assert choose(library, variant_names, case) == ("small_fp32" if patch_loop else "small_tf32")
+    assert choose(library, variant_names, case, allow_tf32=False) == "small_fp32"
+    ids = variant_names_to_ids(variant_names)
+    assert unsupported(library, case, ids["small_tf32"]) is None
+    # More than 8 output channels, another pooling window, or 16-bit operands: not small_tf32.
+    for other, message in ((replace(case, out_channels=9), b"more than 8 output channels"),
+                           (replace(case, pool_kernel=(3, 3)), b"2x2 / stride 2"),
+                           (replace(case, pool_stride=(1, 1)), b"2x2 / stride 2")):
+        if other.is_valid():
+            why = unsupported(library, other, ids["small_tf32"])
+            assert why is not None and message in why, (other, why)
+            assert choose(library, variant_names, other) == "small_fp32"
+    assert unsupported(library, case, ids["small_tf32"], element=FLOAT16) == b"needs float32 input"
+
+
 def test_pool_window_taller_than_the_tile_takes_a_generic_path(library, variant_names):
     case = find_case("pool_9x3_stride_9x3")
     for config, name in variant_names.items():
@@ -125,7 +154,7 @@ def test_every_variant_supports_the_default_problem_except_flat_and_small(librar
             assert why == b"needs float16 or bfloat16 input", name
         elif name == "tiled_tf32_flat":  # 64 channels x 9 taps of halo do not fit
             assert why is not None and b"shared memory" in why
-        elif name == "small_fp32":  # 128 output channels
+        elif name in ("small_fp32", "small_tf32"):  # 128 output channels
             assert why is not None and b"16 output channels" in why
         else:
             assert why is None, (name, why)
@@ -264,10 +293,13 @@ def test_16_bit_variants_refuse_float32_shapes(library, variant_names):
             b"needs float16 or bfloat16 input")
 
 
-def test_16_bit_variants_have_the_next_ids(variant_names):
+def test_variants_keep_their_ids(variant_names):
+    # config ids are public (conv2d_relu_maxpool_variants, the op's `config`): new variants are
+    # appended, never renumbered.
     assert variant_names[8] == "direct_16bit" and variant_names[9] == "tiled_16bit_mma"
     assert variant_names[10] == "tiled_16bit_wgmma" and variant_names[11] == "small_16bit"
-    assert variant_names[12] == "tiled_16bit_flat" and len(variant_names) == 13
+    assert variant_names[12] == "tiled_16bit_flat" and variant_names[13] == "small_tf32"
+    assert len(variant_names) == 14
 
 
 def test_workspace_of_the_16_bit_tensor_core_kernel(library, variant_names):

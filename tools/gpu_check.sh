@@ -50,6 +50,12 @@ sanitize() {
   local cs=compute-sanitizer
   command -v $cs >/dev/null || cs=/usr/local/cuda/bin/compute-sanitizer
   # The kernels changed last first, so that a time cap cuts the ones checked before.
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py small_aligned_rows small_tf32,small_fp32 &&
+  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py small_aligned_rows small_tf32,small_fp32 &&
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py small_strided_dilated small_tf32,small_fp32 &&
+  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py small_strided_dilated small_tf32 &&
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py lenet_persistent small_tf32 &&
+  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py lenet_persistent small_tf32 &&
   $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py few_tiles_packed_apart tiled_tf32_wgmma &&
   $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py few_tiles_packed_apart tiled_tf32_wgmma &&
   $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py few_tiles_packed_apart_channels_last tiled_tf32_wgmma &&

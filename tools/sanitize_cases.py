@@ -64,11 +64,21 @@ CASES = {
                                            (3, 3)),
     "few_tiles_packed_apart_channels_last": ConvPoolCase(
         "few_tiles_packed_apart_channels_last", 1, 200, 136, 18, 34, (3, 3)),
-    # 6 output channels, 1 input channel, 5x5: the CUDA-core small_fp32 kernel (lenet-like).
+    # 6 output channels, 1 input channel, 5x5: the small kernel (lenet-like).
     "tiny_layer": ConvPoolCase("tiny_layer", 4, 1, 6, 32, 32, (5, 5)),
-    # LeNet at batch 1100: more tiles than resident small_fp32 blocks, so blocks loop and copy
+    # LeNet at batch 1100: more tiles than resident small-kernel blocks, so blocks loop and copy
     # the next tile's input while computing the current one.
     "lenet_persistent": ConvPoolCase("lenet_persistent", 1100, 1, 6, 32, 32, (5, 5)),
+    # The small kernel on float32 rows moved as 16-byte copies (regions from column -4, some
+    # vectors wholly outside the image), 7 output channels, a 2 x 5 x 5 reduction (a padded last
+    # K step for small_tf32), 9 tiles per image over 300 images: blocks loop over tiles.
+    "small_aligned_rows": ConvPoolCase("small_aligned_rows", 300, 2, 7, 70, 72, (5, 5),
+                                       padding=(4, 4)),
+    # Stride, dilation, pool padding and ceil mode for small_tf32 (rows copied element-wise).
+    "small_strided_dilated": ConvPoolCase("small_strided_dilated", 40, 3, 7, 37, 41, (3, 11),
+                                          stride=(2, 1), padding=(1, 2), dilation=(1, 2),
+                                          pool_kernel=(2, 2), pool_stride=(2, 2),
+                                          pool_padding=(1, 1), ceil_mode=True),
     # Few channels, large strided kernel, overlapping pool: the flat-K path (alexnet_c1-like).
     "few_channels_large_kernel": ConvPoolCase("few_channels_large_kernel", 2, 3, 20, 67, 71,
                                               (11, 11), stride=(4, 4), padding=(2, 2),

@@ -258,6 +258,17 @@ GRID: list[ConvPoolCase] = [
     C("patch3_pool_pad_ceil", 2, 3, 8, 23, 21, (3, 3), padding=(1, 1), pool_kernel=(2, 2),
       pool_stride=(2, 2), pool_padding=(1, 1), ceil_mode=True),
     C("patch3_single_buffer", 3, 16, 8, 64, 64, (3, 3), padding=(1, 1)),
+    # small_tf32 (the small kernel's tensor-core loop, <= 8 channels, 2x2 / stride 2 windows) off
+    # LeNet's geometry: stride, dilation, padding and pool padding in ceil mode, 7 channels, a
+    # reduction of 3 x 3 x 11 = 99 (12 K steps of 8 and a padded 13th); 4 channels (a 4-wide
+    # weight row), no bias, 2 x 5 x 5 = 50, tiles side by side whose input regions start 4
+    # columns left of the image (16-byte copies of float32 rows, some wholly outside); a 9 x 11
+    # image (m-tiles past the tile's columns) with 2 channels and one input channel.
+    C("small_tf32_strided_dilated", 2, 3, 7, 37, 41, (3, 11), stride=(2, 1), padding=(1, 2),
+      dilation=(1, 2), pool_kernel=(2, 2), pool_stride=(2, 2), pool_padding=(1, 1),
+      ceil_mode=True),
+    C("small_tf32_aligned_rows_no_bias", 3, 2, 4, 70, 72, (5, 5), padding=(4, 4), bias=False),
+    C("small_tf32_tiny_image", 3, 1, 2, 9, 11, (3, 3)),
 ]
 
 del C

@@ -1,0 +1,93 @@
+"""Times the small-layer kernels (small_fp32, small_tf32, small_16bit) on layers of few output
+channels. One line per (layer, dtype, variant): CUDA-event median of 200 calls (L2 flushed,
+inputs rotated) and the torch.profiler kernel-time mean of 30, after a relative-L2 check against
+F.conv2d + relu + max_pool2d in float64. A variant the module does not have, or that cannot run
+the layer, is skipped. For an A/B run, run it once per build, alternating, with a tag first:
+
+    PYTHONPATH=path/to/old/tree python tools/bench_small.py old
+    python tools/bench_small.py new lenet_c1,lenet_b256 float32
+
+(the module on PYTHONPATH wins over this checkout's).
+"""
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.append(str(Path(__file__).resolve().parents[1]))
+import cuda_extension as ext  # noqa: E402
+from utils.suite import ConvPoolCase  # noqa: E402
+
+C = ConvPoolCase
+LAYERS = [
+    C("lenet_c1", 1024, 1, 6, 32, 32, (5, 5)),                      # the suite's
+    C("lenet_b256", 256, 1, 6, 32, 32, (5, 5)),
+    C("mnist_pad2", 1024, 1, 6, 28, 28, (5, 5), padding=(2, 2)),    # unaligned rows
+    C("c3_k8_3x3", 64, 3, 8, 64, 64, (3, 3), padding=(1, 1)),
+    C("c2_k16_5x5", 256, 2, 16, 32, 32, (5, 5)),                     # > 8 channels
+    C("c3_k4_5x5_s2", 128, 3, 4, 96, 96, (5, 5), stride=(2, 2), padding=(2, 2)),
+]
+VARIANTS = {torch.float32: ("small_fp32", "small_tf32"),
+            torch.float16: ("small_16bit",), torch.bfloat16: ("small_16bit",)}
+
+
+def time_us(fn, flush: torch.Tensor) -> tuple[float, float]:
+    """(event median over 200 calls, profiler kernel-time mean over 30), microseconds."""
+    for i in range(10):
+        fn(i)
+    times = []
+    for i in range(200):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(i)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for i in range(30):
+            flush.zero_()
+            fn(i)
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.key_averages() if "conv_pool" in e.key]
+    return statistics.median(times), sum(e.device_time_total for e in kernels) / 30
+
+
+def main() -> int:
+    tag = sys.argv[1] if len(sys.argv) > 1 else "run"
+    only = set(sys.argv[2].split(",")) if len(sys.argv) > 2 and sys.argv[2] else None
+    dtypes = sys.argv[3] if len(sys.argv) > 3 else "float32"
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    variants = ext.conv2d_relu_maxpool_variants()
+    torch.manual_seed(0)
+    for case in LAYERS:
+        if only and case.name not in only:
+            continue
+        for dtype in (getattr(torch, d) for d in dtypes.split(",")):
+            xs = [torch.randn(case.input_shape(), device="cuda", dtype=dtype) for _ in range(3)]
+            fan_in = case.in_channels * case.kernel_size[0] * case.kernel_size[1]
+            weight = (torch.randn(case.weight_shape(), device="cuda") / fan_in ** 0.5).to(dtype)
+            bias = torch.randn(case.out_channels, device="cuda").to(dtype)
+            reference = F.max_pool2d(F.relu(F.conv2d(
+                xs[0].double(), weight.double(), bias.double(), case.stride, case.padding,
+                case.dilation)), case.pool_kernel, case.effective_pool_stride)
+            for name in VARIANTS[dtype]:
+                if name not in variants:
+                    continue
+                args = (*case.op_args(), variants[name])
+                try:
+                    out = ext.conv2d_relu_maxpool_forward(xs[0], weight, bias, *args)
+                except RuntimeError:
+                    continue
+                error = ((out.double() - reference).norm() / reference.norm()).item()
+                event, kernel = time_us(lambda i: ext.conv2d_relu_maxpool_forward(
+                    xs[i % 3], weight, bias, *args), flush)
+                print(f"{tag:4s} {case.name:12s} {str(dtype)[6:]:8s} {name:11s} event "
+                      f"{event:7.1f} us  kernel {kernel:7.1f} us  relerr {error:.1e}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
