@@ -1,6 +1,7 @@
 """Times the small-layer kernels (small_fp32, small_tf32, small_16bit) on layers of few output
 channels. One line per (layer, dtype, variant): CUDA-event median of 200 calls (L2 flushed,
-inputs rotated) and the torch.profiler kernel-time mean of 30, after a relative-L2 check against
+inputs rotated) and the torch.profiler kernel time per call over 30 (utils.profiling's
+time_calls and profiler_kernel_us), after a relative-L2 check against
 F.conv2d + relu + max_pool2d in float64. A variant the module does not have, or that cannot run
 the layer, is skipped. For an A/B run, run it once per build, alternating, with a tag first:
 
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 import cuda_extension as ext  # noqa: E402
+from utils.profiling import L2_FLUSH_BYTES, profiler_kernel_us, time_calls  # noqa: E402
 from utils.suite import ConvPoolCase  # noqa: E402
 
 C = ConvPoolCase
@@ -33,33 +35,17 @@ VARIANTS = {torch.float32: ("small_fp32", "small_tf32"),
             torch.float16: ("small_16bit",), torch.bfloat16: ("small_16bit",)}
 
 
-def time_us(fn, flush: torch.Tensor) -> tuple[float, float]:
-    """(event median over 200 calls, profiler kernel-time mean over 30), microseconds."""
-    for i in range(10):
-        fn(i)
-    times = []
-    for i in range(200):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn(i)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for i in range(30):
-            flush.zero_()
-            fn(i)
-        torch.cuda.synchronize()
-    kernels = [e for e in prof.key_averages() if "conv_pool" in e.key]
-    return statistics.median(times), sum(e.device_time_total for e in kernels) / 30
+def time_us(fn, inputs, flush: torch.Tensor) -> tuple[float, float]:
+    """(event median over 200 calls, profiler kernel time per call over 30), microseconds."""
+    times = time_calls(fn, inputs, iters=200, warmup=10, flush=flush)
+    return statistics.median(times), profiler_kernel_us(fn, inputs, calls=30)
 
 
 def main() -> int:
     tag = sys.argv[1] if len(sys.argv) > 1 else "run"
     only = set(sys.argv[2].split(",")) if len(sys.argv) > 2 and sys.argv[2] else None
     dtypes = sys.argv[3] if len(sys.argv) > 3 else "float32"
-    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    flush = torch.empty(L2_FLUSH_BYTES // 4, device="cuda")
     variants = ext.conv2d_relu_maxpool_variants()
     torch.manual_seed(0)
     for case in LAYERS:
@@ -82,10 +68,11 @@ def main() -> int:
                 except RuntimeError:
                     continue
                 error = ((out.double() - reference).norm() / reference.norm()).item()
-                event, kernel = time_us(lambda i: ext.conv2d_relu_maxpool_forward(
-                    xs[i % 3], weight, bias, *args), flush)
+                event, kernel = time_us(lambda x: ext.conv2d_relu_maxpool_forward(
+                    x, weight, bias, *args), xs, flush)
+                kernel_text = "    n/a" if kernel is None else f"{kernel:7.1f}"
                 print(f"{tag:4s} {case.name:12s} {str(dtype)[6:]:8s} {name:11s} event "
-                      f"{event:7.1f} us  kernel {kernel:7.1f} us  relerr {error:.1e}", flush=True)
+                      f"{event:7.1f} us  kernel {kernel_text} us  relerr {error:.1e}", flush=True)
     return 0
 
 
