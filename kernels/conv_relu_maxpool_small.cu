@@ -51,11 +51,10 @@ struct SmallPlan {
   int in_rows, in_cols;  // staged input region per channel
   int out_block;         // output channels rounded up to 2, 4, 6, 8, 12 or 16 (the kernel's kOut)
   int patch_kernel;      // 3 or 5: the patch loop applies (see the top); 0: the generic loop
-  // small_tf32: the tensor-core loop (2 x 2 / stride 2 windows, at most 8 output channels): the
-  // tile's m-tiles (two conv rows x 8 conv columns each) and the reduction padded to 8; its
-  // per-k offsets into the staged region follow the weights in shared memory (k_padded ints).
+  // small_tf32: the tensor-core loop (2 x 2 / stride 2 windows, at most 8 output channels) and
+  // its reduction padded to 8; the per-k offsets into the staged region follow the weights in
+  // shared memory (k_padded ints).
   bool tensor_cores;
-  int m_tiles;
   int k_padded;
   // Every tile's region starts at a multiple of 4 columns and in_cols is one too: with
   // vector_input (float32 rows in aligned runs of 4, decided at launch) the region moves as
@@ -96,7 +95,6 @@ SmallPlan make_plan(const ConvPoolShape& s, bool tensor_cores) {
   // 4 x kOut accumulators and the patch fit 128 registers without spills up to 8 channels.
   p.patch_kernel = patch_geometry && p.out_block <= 8 ? s.kernel_h : 0;
   p.tensor_cores = tensor_cores;
-  p.m_tiles = p.tile_h * ((p.tile_w + 3) / 4);
   p.k_padded = tensor_cores ? (s.in_channels * s.taps() + 7) / 8 * 8 : 0;
   p.tiles = int64_t(s.batch) * p.tiles_h * p.tiles_w;
   const int first_col = s.input_col0(s.window_col0(0));
@@ -465,7 +463,8 @@ __device__ __forceinline__ void small_kernel_body(const ConvPoolOperands& ops,
   const int reduction = s.in_channels * s.taps();
   float* weights = smem;  // [channel * taps + tap][kRow], then the bias: [kRow]
   int* k_offset = reinterpret_cast<int*>(weights + (reduction + 1) * kRow);  // [p.k_padded]
-  float* input = reinterpret_cast<float*>(k_offset + p.k_padded);  // buffers x [channel][in_rows][in_cols]
+  // buffers x [channel][in_rows][in_cols]
+  float* input = reinterpret_cast<float*>(k_offset + p.k_padded);
   if constexpr (kLoop == kTensorCoreLoop) {
     const int plane = p.in_rows * p.in_cols;
     for (int k = threadIdx.x; k < reduction; k += blockDim.x) {
@@ -507,10 +506,7 @@ __device__ __forceinline__ void small_kernel_body(const ConvPoolOperands& ops,
     // 16 bits, one region: with p.raw_input the next tile's region is copied raw while this
     // one is computed, then converted into the region; else loaded and converted after it.
     uint16_t* raw = reinterpret_cast<uint16_t*>(input + region);
-    const auto stage = [&](int64_t tile, float* region) {
-      stage_region<E>(ops, s, p, tile, region);
-    };
-    if (tile < p.tiles) stage(tile, input);
+    if (tile < p.tiles) stage_region<E>(ops, s, p, tile, input);
     for (; tile < p.tiles; tile += gridDim.x) {
       const int64_t next = tile + gridDim.x;
       __syncthreads();  // the region is staged; the raw copy of it has been read
@@ -525,7 +521,7 @@ __device__ __forceinline__ void small_kernel_body(const ConvPoolOperands& ops,
         if (p.raw_input)
           convert_raw_region<E>(s, p, next, raw, input);
         else
-          stage(next, input);
+          stage_region<E>(ops, s, p, next, input);
       }
     }
     return;
