@@ -1225,7 +1225,7 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   // loop (small_tf32), unless its CUDA-core patch loop applies: that one measured as fast or
   // faster (LeNet 16.7 us against 17.7), the generic loop slower (a 3-channel 5x5 / stride 2
   // layer: 65 us against 36; docs/PERF.md, v21).
-  if (allow_tf32 && !small_conv_pool_patch_loop(*s) && runs(kVariantSmallTf32))
+  if (allow_tf32 && runs(kVariantSmallTf32) && !small_conv_pool_patch_loop(*s))
     return kVariantSmallTf32;
   if (runs(kVariantSmallFp32)) return kVariantSmallFp32;
   if (!allow_tf32) return runs(kVariantTiled3xTf32) ? kVariantTiled3xTf32 : kVariantDirect;
