@@ -23,6 +23,12 @@ which stays callable on its own. As a custom op it has
     implementation returns empty gradients, so torch.compile can still trace a model with
     grad enabled; the error comes when the backward actually runs.
 
+In plain eager calls on CUDA tensors (no torch.compile or export, no functorch transform,
+mode or profiler; `_plain_eager_call`), ModelNew.forward skips the op's Python dispatch and
+calls the pybind function itself (through a small autograd.Function whose backward raises the
+same error when grad is on): same kernel and checks, a fraction of the host time, which is
+what small layers are bound by. `conv2d_relu_maxpool(...)` is that call path as a function.
+
 `ModelNew.prepack()` keeps the weight re-laid out for the Hopper kernels between calls (the
 op's optional `packed_weight`, made by `cuda_extension.conv2d_relu_maxpool_pack_weight`), so
 that a call skips that step; off by default, see its caveat.
@@ -305,6 +311,78 @@ def _register_ops() -> None:
 _register_ops()
 
 
+# ---- the eager call path -------------------------------------------------------------------
+
+class _ForwardOnly(torch.autograd.Function):
+    """Autograd node of the direct path below when grad is on: the backward raises
+    FORWARD_ONLY_MESSAGE, as the op's formula does."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                *settings: Any) -> torch.Tensor:
+        return cuda_extension.conv2d_relu_maxpool_forward(x, weight, bias, *settings)
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: torch.Tensor) -> Tuple[Any, ...]:
+        raise RuntimeError(FORWARD_ONLY_MESSAGE)
+
+
+_PLAIN_TENSOR_TYPES = (torch.Tensor, nn.Parameter)
+_functorch_level = torch._C._functorch.maybe_current_level
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_function_modes_on = torch._C._is_torch_function_mode_enabled
+_profiler_on = torch._C._autograd._profiler_enabled
+
+
+def _nothing_watches(x: Any, weight: Any, bias: Any) -> bool:
+    """Whether nothing would see the op between the caller and its kernel: plain tensors (no
+    subclass, fake tensor or proxy), no torch.compile / torch.export / jit tracing, no vmap or
+    other functorch transform, no torch function or dispatch mode, no profiler (whose traces
+    name the op)."""
+    # is_compiling() first: under torch.compile it is the constant True, so Dynamo never
+    # traces the checks after it.
+    return (not torch.compiler.is_compiling() and not torch.jit.is_tracing()
+            and type(x) is torch.Tensor and type(weight) in _PLAIN_TENSOR_TYPES
+            and (bias is None or type(bias) in _PLAIN_TENSOR_TYPES)
+            and not _function_modes_on() and _dispatch_modes() == 0
+            and _functorch_level() is None and not _profiler_on())
+
+
+def _plain_eager_call(x: Any, weight: Any, bias: Any) -> bool:
+    """Whether conv2d_relu_maxpool may skip the op: nothing watches, and x is on a GPU (CPU
+    and meta tensors take the op, whose CPU kernel raises and whose fake one gives shapes)."""
+    return _nothing_watches(x, weight, bias) and x.is_cuda
+
+
+def conv2d_relu_maxpool(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                        stride: Sequence[int], padding: Sequence[int],
+                        dilation: Sequence[int], pool_kernel: Sequence[int],
+                        pool_stride: Sequence[int], pool_padding: Sequence[int],
+                        ceil_mode: bool, config: int = AUTO_CONFIG,
+                        packed_weight: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """torch.ops.fused_conv.conv2d_relu_maxpool, minus its Python dispatch in plain eager
+    calls (what ModelNew.forward runs).
+
+    The custom op's dispatch (torch.library's Python wrappers, then the autograd formula)
+    costs more host time than the kernels of small layers take on the GPU. Where nothing
+    could see the op (`_plain_eager_call`), this calls the pybind function itself: under
+    no_grad or inference_mode directly, with grad on through `_ForwardOnly`, whose backward
+    raises the op's error. Same kernel, same checks and errors, same stream. Everywhere else
+    (torch.compile, torch.export, vmap, fake or meta tensors, modes, the profiler) it calls
+    the op."""
+    if not _plain_eager_call(x, weight, bias):
+        return torch.ops.fused_conv.conv2d_relu_maxpool(
+            x, weight, bias, stride, padding, dilation, pool_kernel, pool_stride, pool_padding,
+            ceil_mode, config, packed_weight)
+    if torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                    or (bias is not None and bias.requires_grad)):
+        return _ForwardOnly.apply(x, weight, bias, stride, padding, dilation, pool_kernel,
+                                  pool_stride, pool_padding, ceil_mode, config, packed_weight)
+    return cuda_extension.conv2d_relu_maxpool_forward(
+        x, weight, bias, stride, padding, dilation, pool_kernel, pool_stride, pool_padding,
+        ceil_mode, config, packed_weight)
+
+
 # ---- the module ----------------------------------------------------------------------------
 
 class ModelNew(nn.Module):
@@ -377,7 +455,7 @@ class ModelNew(nn.Module):
         packed = None
         if self._prepack and not torch.compiler.is_compiling():
             packed = self._current_packed_weight()
-        return torch.ops.fused_conv.conv2d_relu_maxpool(
+        return conv2d_relu_maxpool(
             x, self.conv.weight, self.conv.bias, self.stride, self.padding, self.dilation,
             self.pool_kernel, self.pool_stride, self.pool_padding, self.ceil_mode, self.config,
             packed)

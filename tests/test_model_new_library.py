@@ -379,6 +379,73 @@ def test_backward_raises_when_only_the_input_requires_grad(model_new, reference_
     assert x.grad is None
 
 
+# ---- the eager call path: the op's dispatch skipped where nothing watches ------------------
+
+def plain_arguments():
+    layer = nn.Conv2d(3, 8, 3)
+    return torch.randn(2, 3, 16, 16), layer.weight, layer.bias
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_nothing_watches_plain_tensors_in_eager_code(model_new, grad):
+    x, weight, bias = plain_arguments()
+    with torch.set_grad_enabled(grad):
+        assert model_new._nothing_watches(x, weight, bias)
+        assert model_new._nothing_watches(x, weight.detach(), None)
+    # ... but a CPU or meta x takes the op (its CPU kernel raises, its fake one gives shapes).
+    assert not model_new._plain_eager_call(x, weight, bias)
+    assert not model_new._plain_eager_call(x.to("meta"), weight.to("meta"), None)
+
+
+class SubclassedTensor(torch.Tensor):
+    pass
+
+
+class PassThroughDispatch(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+def watched_under(context: str, model_new) -> bool:
+    """Whether _nothing_watches says False for plain arguments inside `context`."""
+    x, weight, bias = plain_arguments()
+    if context == "subclass":
+        return not model_new._nothing_watches(x.as_subclass(SubclassedTensor), weight, bias)
+    if context == "fake tensors":
+        with FakeTensorMode() as mode:
+            fake_x = mode.from_tensor(x)
+        return not model_new._nothing_watches(fake_x, weight, bias)
+    if context == "vmap":
+        seen = []
+        torch.func.vmap(lambda t: seen.append(model_new._nothing_watches(t, weight, bias)) or t)(
+            x)
+        return seen == [False]
+    if context == "torch.compile":
+        def branch(t):
+            return t + 1 if model_new._nothing_watches(t, weight, bias) else t - 1
+        torch._dynamo.reset()
+        out = torch.compile(branch, backend="eager", fullgraph=True)(x)
+        return torch.equal(out, x - 1)
+    if context == "jit.trace":
+        seen = []
+        torch.jit.trace(lambda t: seen.append(model_new._nothing_watches(t, weight, bias)) or t,
+                        x, check_trace=False)
+        return seen == [False]
+    modes = {"torch function mode": verification.TorchOpGuard,
+             "torch dispatch mode": PassThroughDispatch,
+             "profiler": lambda: torch.profiler.profile(
+                 activities=[torch.profiler.ProfilerActivity.CPU])}
+    with modes[context]():
+        return not model_new._nothing_watches(x, weight, bias)
+
+
+@pytest.mark.parametrize("context", ["subclass", "fake tensors", "vmap", "torch.compile",
+                                     "jit.trace", "torch function mode", "torch dispatch mode",
+                                     "profiler"])
+def test_the_op_runs_wherever_something_watches(model_new, context):
+    assert watched_under(context, model_new)
+
+
 # ---- fuse_conv_relu_maxpool ---------------------------------------------------------------
 
 class Block(nn.Module):
@@ -694,6 +761,35 @@ def test_backward_through_model_new_raises_the_forward_only_error(model_new):
     fused.requires_grad_(False)
     with pytest.raises(RuntimeError, match="forward-only"):
         fused(only_input).sum().backward()
+
+
+@pytest.mark.requires_cuda
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "grad"])
+def test_eager_model_new_skips_the_op_dispatch_and_gives_the_ops_bits(model_new, op, mode,
+                                                                      monkeypatch):
+    reference, fused, x = gpu_pair(find_case("padding1"), model_new)
+    case_args = find_case("padding1").op_args()
+    with torch.no_grad():
+        expected = op(x, fused.conv.weight, fused.conv.bias, *case_args)
+    calls = []
+
+    def counted(*args):
+        calls.append(1)
+        return op(*args)
+
+    monkeypatch.setattr(torch.ops.fused_conv, "conv2d_relu_maxpool", counted)
+    context = {"no_grad": torch.no_grad, "inference_mode": torch.inference_mode,
+               "grad": torch.enable_grad}[mode]
+    with context():
+        out = fused(x)
+    assert calls == []
+    assert torch.equal(out.detach(), expected)  # the same kernel: the same bits
+    assert out.requires_grad == (mode == "grad")
+    if mode == "grad":
+        assert type(out.grad_fn).__name__ == "_ForwardOnlyBackward"
+    with context(), PassThroughDispatch():  # a mode is on: the op runs
+        watched = fused(x)
+    assert calls == [1] and torch.equal(watched.detach(), expected)
 
 
 @pytest.mark.requires_cuda

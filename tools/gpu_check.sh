@@ -3,8 +3,8 @@
 #
 #   bash tools/gpu_check.sh [STAGE[:SECONDS] ...]
 #
-# Stages: env build test verify profile suite suite16 layouts bench vgg16 distributed notebook
-# sanitize (default: env build test verify profile). SECONDS caps one stage (timeout), so a
+# Stages: env build test verify profile suite suite16 layouts bench host vgg16 distributed
+# notebook sanitize (default: env build test verify profile). SECONDS caps one stage (timeout), so a
 # long stage cannot eat the others' device time. Each stage's log lands in $OUT/<stage>.log;
 # the suite also writes $OUT/suite.json and $OUT/suite.png, suite16 (the suite in float16, then
 # bfloat16) $OUT/suite_float16.json and $OUT/suite_bfloat16.json, vgg16 $OUT/vgg16.json, notebook
@@ -130,6 +130,7 @@ for entry in "${stages[@]}"; do
     suite16) run_stage suite16 "$seconds" bash -c 'for d in float16 bfloat16; do python3 -m utils.profiling --suite --dtype $d --json "$0/suite_$d.json" || exit; done' "$OUT" ;;
     layouts) run_stage layouts "$seconds" bash -c 'python3 tools/bench_layouts.py default vgg_b2 vgg_b3 vgg_b5 && python3 tools/bench_layouts.py default vgg_b3 --dtype float16' ;;
     bench) run_stage bench "$seconds" python3 tools/bench_variants.py ;;
+    host) run_stage host "$seconds" python3 tools/bench_host.py ;;
     vgg16) run_stage vgg16 "$seconds" python3 tools/bench_vgg16.py --json "$OUT/vgg16.json" ;;
     distributed) run_stage distributed "$seconds" python3 tools/check_distributed.py ;;
     # Shell functions run through bash -c: timeout executes programs, not functions.
