@@ -1,5 +1,6 @@
-"""Times the small-layer kernels (small_fp32, small_tf32, small_16bit) on layers of few output
-channels. One line per (layer, dtype, variant): CUDA-event median of 200 calls (L2 flushed,
+"""Times the kernels for layers of few channels: the small kernels (small_fp32, small_tf32,
+small_16bit) on layers of few output channels, and, when asked for, any variant (e.g. the flat
+kernels on strided stems). One line per (layer, dtype, variant): CUDA-event median of 200 calls (L2 flushed,
 inputs rotated) and the torch.profiler kernel time per call over 30 (utils.profiling's
 time_calls and profiler_kernel_us), after a relative-L2 check against
 F.conv2d + relu + max_pool2d in float64. A variant the module does not have, or that cannot run
@@ -7,8 +8,12 @@ the layer, is skipped. For an A/B run, run it once per build, alternating, with 
 
     PYTHONPATH=path/to/old/tree python tools/bench_small.py old
     python tools/bench_small.py new lenet_c1,lenet_b256 float32
+    python tools/bench_small.py new alexnet_c1,resnet_stem float32,float16 \
+        tiled_tf32_flat,tiled_16bit_flat
 
-(the module on PYTHONPATH wins over this checkout's).
+(arguments: tag, layers, dtypes, variants; an empty one keeps its default;
+
+the module on PYTHONPATH wins over this checkout's).
 """
 import statistics
 import sys
@@ -30,6 +35,13 @@ LAYERS = [
     C("c3_k8_3x3", 64, 3, 8, 64, 64, (3, 3), padding=(1, 1)),
     C("c2_k16_5x5", 256, 2, 16, 32, 32, (5, 5)),                     # > 8 channels
     C("c3_k4_5x5_s2", 128, 3, 4, 96, 96, (5, 5), stride=(2, 2), padding=(2, 2)),
+    # Strided stems and few-channel layers with many outputs (the flat kernels: `variants`).
+    C("alexnet_c1", 32, 3, 64, 224, 224, (11, 11), stride=(4, 4), padding=(2, 2),
+      pool_kernel=(3, 3), pool_stride=(2, 2)),                       # the suite's
+    C("resnet_stem", 32, 3, 64, 224, 224, (7, 7), stride=(2, 2), padding=(3, 3),
+      pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1)),
+    C("c3_k32_5x5", 64, 3, 32, 128, 128, (5, 5), padding=(2, 2)),
+    C("c3_k64_7x7_s3", 32, 3, 64, 192, 192, (7, 7), stride=(3, 3), padding=(3, 3)),
 ]
 VARIANTS = {torch.float32: ("small_fp32", "small_tf32"),
             torch.float16: ("small_16bit",), torch.bfloat16: ("small_16bit",)}
@@ -44,7 +56,8 @@ def time_us(fn, inputs, flush: torch.Tensor) -> tuple[float, float]:
 def main() -> int:
     tag = sys.argv[1] if len(sys.argv) > 1 else "run"
     only = set(sys.argv[2].split(",")) if len(sys.argv) > 2 and sys.argv[2] else None
-    dtypes = sys.argv[3] if len(sys.argv) > 3 else "float32"
+    dtypes = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] else "float32"
+    asked = sys.argv[4].split(",") if len(sys.argv) > 4 and sys.argv[4] else None
     flush = torch.empty(L2_FLUSH_BYTES // 4, device="cuda")
     variants = ext.conv2d_relu_maxpool_variants()
     torch.manual_seed(0)
@@ -59,7 +72,7 @@ def main() -> int:
             reference = F.max_pool2d(F.relu(F.conv2d(
                 xs[0].double(), weight.double(), bias.double(), case.stride, case.padding,
                 case.dilation)), case.pool_kernel, case.effective_pool_stride)
-            for name in VARIANTS[dtype]:
+            for name in asked or VARIANTS[dtype]:
                 if name not in variants:
                     continue
                 args = (*case.op_args(), variants[name])
