@@ -71,7 +71,8 @@ def main() -> int:
             bias = torch.randn(case.out_channels, device="cuda").to(dtype)
             reference = F.max_pool2d(F.relu(F.conv2d(
                 xs[0].double(), weight.double(), bias.double(), case.stride, case.padding,
-                case.dilation)), case.pool_kernel, case.effective_pool_stride)
+                case.dilation)), case.pool_kernel, case.effective_pool_stride, case.pool_padding,
+                ceil_mode=case.ceil_mode)
             for name in asked or VARIANTS[dtype]:
                 if name not in variants:
                     continue
