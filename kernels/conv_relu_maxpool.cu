@@ -177,8 +177,7 @@ TilePlan make_tile_plan(const ConvPoolShape& s, int out_block, bool allow_fast) 
 // variants waste most work. Shared memory:
 //   weights [out_block][weight_row] (in the operands' type) | halo [in_channels][halo_plane]
 //   (fp32) | epilogue tile [out_block][kEpilogueRow] (fp32; persistent, else it reuses the
-//   halo) | k_offset [k_padded] (ints: byte offsets into the halo) | weight_gather [reduction]
-//   (ints) | bias [out_block]
+//   halo) | k_offset [k_padded] (ints) | weight_gather [reduction] (ints) | bias [out_block]
 //   (fp32) | 16-bit with p.flat_raw_planes: raw planes [in_channels][halo_plane] (16-byte
 //   aligned).
 TilePlan make_flat_plan(const ConvPoolShape& s, int out_block, int max_shared_bytes) {
@@ -702,7 +701,7 @@ __global__ void __launch_bounds__(Mainloop::kThreads, 1)
 
 // Flat-K tensor-core mainloop: the TF32 mainloop's warp layout and accumulators,
 // but each mma K step covers 8 consecutive (channel, tap) pairs of the flattened
-// reduction, located through a per-k table of byte offsets into the staged halo planes.
+// reduction, located through a per-k offset table into the staged halo planes.
 // Entries past the reduction (the last step's padding) have offset -1 and read as 0.
 // The weights are staged in the operands' type E and converted to fp32 as the B fragments
 // are read (exact: a 16-bit value fits TF32).
@@ -715,9 +714,7 @@ struct FlatTensorCoreMainloop : TensorCoreMainloop<kOutBlockT, false, kWarpsNT> 
   using Base::kWarpChannels;
 
   // Reduction steps [step_begin, step_end) (8 k each); kPadded: the steps may hold padding.
-  // kStrideW: the convolution's column stride when known at compile time (0: s.stride_w), so
-  // that the A loads of pixels 8, 16 and 24 columns on are immediate offsets from one address.
-  template <bool kPadded, class E, int kStrideW>
+  template <bool kPadded, class E>
   __device__ __forceinline__ void compute_steps(const float* halo,
                                                 const typename E::Raw* weights,
                                                 const int* k_offset, const ConvPoolShape& s,
@@ -726,17 +723,14 @@ struct FlatTensorCoreMainloop : TensorCoreMainloop<kOutBlockT, false, kWarpsNT> 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int warp_m = warp % 4, warp_n = warp / 4;
     const int group = lane / 4, thread_in_group = lane % 4;
-    const int stride_w = kStrideW > 0 ? kStrideW : s.stride_w;
-    // The m-tile's first pixel in the halo; k_offset holds byte offsets from it.
-    const char* a_base[kMTiles];
+    int a_offset[kMTiles];
 #pragma unroll
     for (int i = 0; i < kMTiles; ++i) {
       const int tile_row = 2 * warp_m + i / 2;
       const int tile_col = (i % 2) * 16 + group;
-      a_base[i] = reinterpret_cast<const char*>(
-          halo + tile_row * s.stride_h * p.halo_cols + tile_col * stride_w + col_shift);
+      a_offset[i] = tile_row * s.stride_h * p.halo_cols + tile_col * s.stride_w + col_shift;
     }
-    const int a_next8_bytes = 8 * stride_w * int(sizeof(float));
+    const int a_next8_pixels = 8 * s.stride_w;
     int b_offset[kNTiles];
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j)
@@ -748,19 +742,17 @@ struct FlatTensorCoreMainloop : TensorCoreMainloop<kOutBlockT, false, kWarpsNT> 
       uint32_t a[kMTiles][4], b[kNTiles][2];
 #pragma unroll
       for (int i = 0; i < kMTiles; ++i) {
-        const auto at = [&](int bytes) {
-          return *reinterpret_cast<const uint32_t*>(a_base[i] + bytes);
-        };
+        const float* src = halo + a_offset[i];
         if (kPadded) {
-          a[i][0] = low < 0 ? 0u : at(low);
-          a[i][1] = low < 0 ? 0u : at(low + a_next8_bytes);
-          a[i][2] = high < 0 ? 0u : at(high);
-          a[i][3] = high < 0 ? 0u : at(high + a_next8_bytes);
+          a[i][0] = low < 0 ? 0u : __float_as_uint(src[low]);
+          a[i][1] = low < 0 ? 0u : __float_as_uint(src[low + a_next8_pixels]);
+          a[i][2] = high < 0 ? 0u : __float_as_uint(src[high]);
+          a[i][3] = high < 0 ? 0u : __float_as_uint(src[high + a_next8_pixels]);
         } else {
-          a[i][0] = at(low);
-          a[i][1] = at(low + a_next8_bytes);
-          a[i][2] = at(high);
-          a[i][3] = at(high + a_next8_bytes);
+          a[i][0] = __float_as_uint(src[low]);
+          a[i][1] = __float_as_uint(src[low + a_next8_pixels]);
+          a[i][2] = __float_as_uint(src[high]);
+          a[i][3] = __float_as_uint(src[high + a_next8_pixels]);
         }
       }
 #pragma unroll
@@ -916,9 +908,7 @@ __device__ __forceinline__ void convert_raw_plane(const TilePlan& p, const uint1
 // 16-bit planes are loaded and converted by the threads, except with p.flat_raw_planes (and
 // 8-byte rows): then each tile starts by copying all the next tile's planes raw, and a released
 // plane is converted from there, so the loads run behind the math as the float32 copies do.
-// kStrideW: s.stride_w when the instance is specialized for it, 0 for any stride
-// (flat_stride_instance).
-template <class Mainloop, class E, int kStrideW>
+template <class Mainloop, class E>
 __global__ void __launch_bounds__(Mainloop::kThreads,
                                   Mainloop::kOutBlock <= 64 && Mainloop::kThreads == 256 ? 2 : 1)
     conv_pool_flat_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const TilePlan p) {
@@ -949,8 +939,7 @@ __global__ void __launch_bounds__(Mainloop::kThreads,
     if (k < reduction) {
       const int c = k / taps, tap = k - c * taps;
       const int r = tap / s.kernel_w, q = tap - r * s.kernel_w;
-      offset = int(sizeof(float)) *
-               (c * p.halo_plane + r * s.dilation_h * p.halo_cols + q * s.dilation_w);
+      offset = c * p.halo_plane + r * s.dilation_h * p.halo_cols + q * s.dilation_w;
       weight_gather[k] = int(c * ops.weight_stride[1] + r * ops.weight_stride[2] +
                              q * ops.weight_stride[3]);
     }
@@ -1043,13 +1032,13 @@ __global__ void __launch_bounds__(Mainloop::kThreads,
       const int begin = schedule.group_begin(c);
       const int end = c + 1 < s.in_channels ? schedule.group_begin(c + 1) : schedule.steps;
       if (c + 1 < s.in_channels || reduction % 8 == 0) {
-        mainloop.template compute_steps<false, E, kStrideW>(halo, weights, k_offset, s, p,
-                                                             col_shift, begin, end);
+        mainloop.template compute_steps<false, E>(halo, weights, k_offset, s, p, col_shift,
+                                                   begin, end);
       } else {  // the last group ends with the padded step
-        mainloop.template compute_steps<false, E, kStrideW>(halo, weights, k_offset, s, p,
-                                                             col_shift, begin, end - 1);
-        mainloop.template compute_steps<true, E, kStrideW>(halo, weights, k_offset, s, p,
-                                                            col_shift, end - 1, end);
+        mainloop.template compute_steps<false, E>(halo, weights, k_offset, s, p, col_shift,
+                                                   begin, end - 1);
+        mainloop.template compute_steps<true, E>(halo, weights, k_offset, s, p, col_shift,
+                                                  end - 1, end);
       }
       if (has_next && released < s.in_channels && schedule.last_group(released) <= c) {
         if (raw_planes) cp_async_wait<0>();  // the raw copies, issued when this tile began
@@ -1108,27 +1097,12 @@ TiledChoice pick(bool fast) {
           Mainloop::kOutBlock, Mainloop::kThreads};
 }
 
-// The flat kernel's instance for a column stride: specialized for 1, 2 and 4 (stems and
-// strided few-channel layers, e.g. AlexNet's first), the run-time stride for the others.
-constexpr int flat_stride_instance(int stride_w) {
-  return stride_w == 1 || stride_w == 2 || stride_w == 4 ? stride_w : 0;
-}
-
-template <class Mainloop, class E>
-TiledKernel flat_kernel(int stride_w) {
-  switch (flat_stride_instance(stride_w)) {
-    case 1: return conv_pool_flat_kernel<Mainloop, E, 1>;
-    case 2: return conv_pool_flat_kernel<Mainloop, E, 2>;
-    case 4: return conv_pool_flat_kernel<Mainloop, E, 4>;
-    default: return conv_pool_flat_kernel<Mainloop, E, 0>;
-  }
-}
-
 template <class Mainloop>
-TiledChoice flat(const ConvPoolShape& s) {
-  TiledKernel kernel = flat_kernel<Mainloop, Float32>(s.stride_w);
-  if (s.element == kElementFloat16) kernel = flat_kernel<Mainloop, Float16>(s.stride_w);
-  if (s.element == kElementBFloat16) kernel = flat_kernel<Mainloop, BFloat16>(s.stride_w);
+TiledChoice flat(int element) {
+  const TiledKernel kernel = element == kElementFloat16 ? conv_pool_flat_kernel<Mainloop, Float16>
+                             : element == kElementBFloat16
+                                 ? conv_pool_flat_kernel<Mainloop, BFloat16>
+                                 : conv_pool_flat_kernel<Mainloop, Float32>;
   return {kernel, Mainloop::kOutBlock, Mainloop::kThreads};
 }
 
@@ -1151,9 +1125,9 @@ TiledChoice tiled_choice(int variant, const ConvPoolShape& s, bool fast) {
       return pick<TensorCoreMainloop<64, false, 4>>(fast);
     case kVariantTiledTf32Flat:
     case kVariantTiled16Flat:
-      if (out_channels > 64) return flat<FlatTensorCoreMainloop<128>>(s);
-      if (out_channels > 32) return flat<FlatTensorCoreMainloop<64, 4>>(s);
-      return flat<FlatTensorCoreMainloop<32>>(s);
+      if (out_channels > 64) return flat<FlatTensorCoreMainloop<128>>(s.element);
+      if (out_channels > 32) return flat<FlatTensorCoreMainloop<64, 4>>(s.element);
+      return flat<FlatTensorCoreMainloop<32>>(s.element);
     case kVariantTiled3xTf32:
       if (out_channels > 32) return pick<TensorCoreMainloop<64, true>>(fast);
       return pick<TensorCoreMainloop<32, true>>(fast);

@@ -189,43 +189,6 @@ def test_small_tf32_kernels_issue_tf32_hmma_only(sass):
         assert "HGMMA" not in code and "FFMA" not in code, name
 
 
-def immediate_a_load_groups(code: str, stride: int) -> int:
-    """Shared loads [R] followed, within 20 loads, by loads [R + 32 * stride], [R + 64 *
-    stride] and [R + 96 * stride] bytes: the A fragments of pixels 0, 8, 16 and 24 columns
-    apart in a flat kernel's step when the column stride is `stride`."""
-    loads = [line for line in code.splitlines() if "LDS" in line]
-    groups = 0
-    for i, line in enumerate(loads):
-        base = re.search(r"LDS R\d+, \[(R\d+)\]", line)
-        if base is None:
-            continue
-        window = "\n".join(loads[i:i + 20])
-        groups += all(re.search(rf"LDS R\d+, \[{base.group(1)}\+{4 * stride * pixels:#x}\]", window)
-                      for pixels in (8, 16, 24))
-    return groups
-
-
-def test_flat_kernels_have_column_stride_instances_with_immediate_a_offsets(sass):
-    """conv_pool_flat_kernel<Mainloop, E, kStrideW>: instances for column strides 1, 2 and 4,
-    whose steps load the A fragments of pixels 8, 16 and 24 columns on at immediate offsets
-    from one address (k steps unrolled: many such groups), and kStrideW = 0 for any stride,
-    which computes each of those addresses (a few groups at most, from other code)."""
-    flat = {name: code for name, code in sass.items() if "conv_pool_flat_kernel" in name}
-    for mainloop in ("ILi32ELi2EEE", "ILi64ELi4EEE", "ILi128ELi2EEE"):
-        for element in ("7Float32", "7Float16", "8BFloat16"):
-            instances = {}
-            for stride in (0, 1, 2, 4):
-                pattern = f"FlatTensorCoreMainloop{mainloop}{element}Li{stride}EEEv"
-                names = [name for name in flat if pattern in name]
-                assert len(names) == 1, (pattern, sorted(flat))
-                instances[stride] = flat[names[0]]
-            for stride in (1, 2, 4):
-                specialized = immediate_a_load_groups(instances[stride], stride)
-                any_stride = immediate_a_load_groups(instances[0], stride)
-                assert specialized >= any_stride + 12, (mainloop, element, stride, specialized,
-                                                        any_stride)
-
-
 def test_no_kernel_uses_local_memory(sass):
     local = [name for name, code in sass.items() if re.search(r"\b(LDL|STL)\b", code)]
     assert not local, f"kernels with local-memory traffic (spilled or indexed arrays): {local}"

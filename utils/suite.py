@@ -226,7 +226,7 @@ GRID: list[ConvPoolCase] = [
     C("no_bias", 2, 8, 16, 20, 20, (3, 3), bias=False),
     C("alexnet_like_11x11_s4", 2, 3, 16, 63, 63, (11, 11), stride=(4, 4), padding=(2, 2),
       pool_kernel=(3, 3), pool_stride=(2, 2)),
-    # A column stride the flat kernel has no compile-time instance for (1, 2 and 4 have one).
+    # Stride 3, a 7 x 7 kernel and overlapping 3 x 3 windows on 3 channels (the flat kernel).
     C("stride3_kernel7", 2, 3, 16, 41, 47, (7, 7), stride=(3, 3), padding=(3, 3),
       pool_kernel=(3, 3), pool_stride=(2, 2)),
     C("kernel5", 2, 8, 16, 28, 28, (5, 5), padding=(2, 2)),
