@@ -320,7 +320,7 @@ class _ForwardOnly(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
                 *settings: Any) -> torch.Tensor:
-        return cuda_extension.conv2d_relu_maxpool_forward(x, weight, bias, *settings)
+        return _conv2d_relu_maxpool_binding(x, weight, bias, *settings)
 
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> Tuple[Any, ...]:
@@ -378,9 +378,9 @@ def conv2d_relu_maxpool(x: torch.Tensor, weight: torch.Tensor, bias: Optional[to
                                     or (bias is not None and bias.requires_grad)):
         return _ForwardOnly.apply(x, weight, bias, stride, padding, dilation, pool_kernel,
                                   pool_stride, pool_padding, ceil_mode, config, packed_weight)
-    return cuda_extension.conv2d_relu_maxpool_forward(
-        x, weight, bias, stride, padding, dilation, pool_kernel, pool_stride, pool_padding,
-        ceil_mode, config, packed_weight)
+    return _conv2d_relu_maxpool_binding(x, weight, bias, stride, padding, dilation, pool_kernel,
+                                        pool_stride, pool_padding, ceil_mode, config,
+                                        packed_weight)
 
 
 # ---- the module ----------------------------------------------------------------------------
