@@ -2,6 +2,7 @@
 
     ncu --clock-control none -k regex:conv_pool --launch-skip 1 --launch-count 1 \
         python tools/run_case.py default tiled_tf32 --batch 16
+    ... python tools/run_case.py rgb_stem tiled_16bit_wgmma --dtype float16
 """
 import argparse
 import sys
@@ -21,19 +22,22 @@ def main() -> int:
     parser.add_argument("variant", help="kernel variant name, or auto")
     parser.add_argument("--batch", type=int, default=0, help="override the batch size")
     parser.add_argument("--calls", type=int, default=2, help="how many calls")
+    parser.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32",
+                        help="x, weight and bias dtype (default float32)")
     args = parser.parse_args()
     case = find_case(args.case)
     if args.batch:
         case = replace(case, batch=args.batch)
     config = -1 if args.variant == "auto" else cuda_extension.conv2d_relu_maxpool_variants()[args.variant]
     torch.manual_seed(0)
-    x = torch.randn(case.input_shape(), device="cuda")
-    w = torch.randn(case.weight_shape(), device="cuda") * 0.05
-    b = torch.randn(case.out_channels, device="cuda")
+    dtype = getattr(torch, args.dtype)
+    x = torch.randn(case.input_shape(), device="cuda").to(dtype)
+    w = (torch.randn(case.weight_shape(), device="cuda") * 0.05).to(dtype)
+    b = torch.randn(case.out_channels, device="cuda").to(dtype)
     for _ in range(args.calls):
         cuda_extension.conv2d_relu_maxpool_forward(x, w, b, *case.op_args(), config)
     torch.cuda.synchronize()
-    print("ran", case.label(), args.variant)
+    print("ran", case.label(), args.variant, args.dtype)
     return 0
 
 
