@@ -39,10 +39,13 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// max that lets NaN win, like PyTorch's max_pool2d.
+// max that lets NaN win, like PyTorch's max_pool2d: one max.NaN (FMNMX.NAN), whose NaN result
+// is the canonical one (PyTorch keeps the payload; both are NaN).
 __device__ __forceinline__ float max_keeping_nan(float running, float v) {
-  return (v > running || v != v) ? v : running;
+  float out;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(out) : "f"(running), "f"(v));
+  return out;
 }
 
 // ReLU that keeps NaN, like torch.relu.
-__device__ __forceinline__ float relu_keeping_nan(float v) { return (v > 0.f || v != v) ? v : 0.f; }
+__device__ __forceinline__ float relu_keeping_nan(float v) { return max_keeping_nan(v, 0.f); }
