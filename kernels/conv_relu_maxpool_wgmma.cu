@@ -44,7 +44,8 @@
 // of 4 consecutive pixels of the contiguous image plane, which may wrap to the next row (the
 // halo's border then holds zeros written once, at kernel start); for channels-last inputs, one
 // 16-byte vector per pixel (a slice's channels are contiguous there: already the staged layout,
-// no transpose), in kernel instances of their own; else 4 predicated scalars.
+// no transpose), in kernel instances of their own; else 4 predicated scalars (16-bit inputs
+// that need them on the two-blocks-per-SM tile run on its one-block twin: kScalarHalo).
 //
 // Block: 2 warpgroups; the tile is four 8 x 8 pixel squares (8 x 32 or 16 x 16 conv pixels, or
 // a strip: four consecutive squares of the batch's rows of squares, which may go on at the
@@ -96,15 +97,15 @@ enum TileShape : int {
 };
 
 template <class OperandsT, int kTileRowsT, int kTileColsT, int kNT, TileShape kShapeT = kBlockTile,
-          bool kFewTilesT = false>
+          bool kOneBlockTwinT = false>
 struct WgmmaTile {
   using Operands = OperandsT;             // Tf32Operands or HalfOperands<E>
   static constexpr int kTileRows = kTileRowsT, kTileCols = kTileColsT;
   static constexpr bool kStrip = kShapeT == kStripTile;
   static constexpr int kN = kNT;          // output channels per block = N of every wgmma
-  // Only for layers of few tiles (kFewTiles): one block per SM, never given packed weights
-  // (only the copy packed apart: packs_apart).
-  static constexpr bool kFewTilesOnly = kFewTilesT;
+  // The one-block-per-SM twin of the two-blocks-per-SM tile (OneBlockWideTile), never given
+  // packed weights (only the copy packed apart: packs_apart).
+  static constexpr bool kOneBlockTwin = kOneBlockTwinT;
   static constexpr int kAccs = kN / 2;    // accumulators per thread per 8 x 8 pixel square
   static constexpr int kSquareCols = kTileCols / 8;  // 8 x 8 pixel squares per tile row
   static_assert((kTileRows / 8) * kSquareCols == 4, "four 8 x 8 squares, two per warpgroup");
@@ -142,10 +143,12 @@ struct WgmmaTile {
   static_assert(kWeightChunkBytes % 16 == 0 && kHaloBytes % 16 == 0, "bulk-copy sizes");
   // N = 64 on the 8 x 32 tile fits two blocks per SM (<= 128 registers, 109 KB of shared
   // memory each): one block's epilogue then overlaps the other's wgmmas. (The 16 x 16 tile's
-  // halo indexing needs a few more registers than 128, and so does the 16-bit halo loader's
-  // strided fallback: 32 scalar loads in flight, which spilled at 128.)
-  static constexpr int kMinBlocksPerSm =
-      (kN == 64 && kTileRows == 8 && Operands::kChunk == 8 && !kFewTilesOnly) ? 2 : 1;
+  // halo indexing needs a few more registers than 128.)
+  static constexpr int kMinBlocksPerSm = (kN == 64 && kTileRows == 8 && !kOneBlockTwin) ? 2 : 1;
+  // Whether the kernel has the scalar halo loads (kHaloScalars). Not the 16-bit two-blocks-
+  // per-SM instance: 32 scalar loads in flight spilled at its 128-register cap (20 bytes), so
+  // launch() runs such inputs on the one-block twin.
+  static constexpr bool kScalarHalo = !(kMinBlocksPerSm == 2 && Operands::kChunk == 16);
 };
 
 // 8 x 32 conv pixels for wide images (the default problem), 16 x 16 for small ones (VGG block
@@ -159,13 +162,11 @@ template <class Operands, int kN>
 using SquareTile = WgmmaTile<Operands, 16, 16, kN>;
 template <class Operands>
 using StripTile = WgmmaTile<Operands, 8, 32, 128, kStripTile>;
-// The wide N = 64 tile of a layer of few tiles (kFewTiles), one block per SM: TF32's
-// WideTile<.., 64> is the two-blocks-per-SM instance, capped at 128 registers for a second
-// block that such a layer does not have; the 16-bit one already is this one.
+// The wide N = 64 tile at one block per SM, without WideTile<.., 64>'s 128-register cap: for
+// layers of few tiles (kFewTiles), which have no second block for an SM, and for 16-bit
+// inputs that need scalar halo loads (kScalarHalo).
 template <class Operands>
-using FewTilesWideTile =
-    std::conditional_t<WideTile<Operands, 64>::kMinBlocksPerSm == 1, WideTile<Operands, 64>,
-                       WgmmaTile<Operands, 8, 32, 64, kBlockTile, true>>;
+using OneBlockWideTile = WgmmaTile<Operands, 8, 32, 64, kBlockTile, true>;
 
 // How a halo unit's 4 pixels are read (4 elements: 16 bytes fp32, 8 bytes 16-bit).
 enum HaloLoad : int {
@@ -784,9 +785,10 @@ struct StepLoader {
         staged.pixel[j] = inside ? Operands::load_pixel(halo + j * ops.x_stride[3])
                                  : Operands::zero_pixel();
       }
-    } else if (p.halo_load != kHaloScalars) {
+    } else if (!Tile::kScalarHalo || p.halo_load != kHaloScalars) {
       // Row vectors: width % 4 == 0 and w0 % 4 == 0, so the vector is wholly inside the row or
-      // outside. Plane vectors: (h, w0) is inside the image.
+      // outside. Plane vectors: (h, w0) is inside the image. (No scalars in this instance:
+      // launch() does not run it on them.)
       const bool valid = row_valid && w0 >= 0 && w0 < s.in_width;
 #pragma unroll
       for (int e = 0; e < Operands::kSliceChannels; ++e)
@@ -1184,7 +1186,7 @@ auto with_operand_tile(const ConvPoolShape& s, F&& f) {
                     : square ? make_plan<SquareTile<Operands, 128>>(s).tiles
                              : make_plan<WideTile<Operands, 128>>(s).tiles;
   if (tiles <= kFewTiles)
-    return square ? f(SquareTile<Operands, 64>()) : f(FewTilesWideTile<Operands>());
+    return square ? f(SquareTile<Operands, 64>()) : f(OneBlockWideTile<Operands>());
   if (strip) return f(StripTile<Operands>());
   return square ? f(SquareTile<Operands, 128>()) : f(WideTile<Operands, 128>());
 }
@@ -1242,8 +1244,8 @@ int prepare_kernel(int device) {
   return blocks;
 }
 
-// Whether the tile's kernels have prepacked twins. Not the two-blocks-per-SM instance (TF32,
-// N = 64, 8 x 32): its prepacked twin spilled at the 128-register cap (8 bytes), and its two
+// Whether the tile's kernels have prepacked twins. Not the two-blocks-per-SM instances (N = 64,
+// 8 x 32): TF32's prepacked twin spilled at the 128-register cap (8 bytes), and two
 // co-resident blocks already hide part of the packing behind each other.
 template <class Tile>
 constexpr bool takes_packed_weight() {
@@ -1303,11 +1305,15 @@ cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
   } else {
     p.halo_load = pixel_vectors_apply<Tile>(ops, s) ? kHaloPixelVectors : kHaloScalars;
   }
+  if constexpr (!Tile::kScalarHalo) {
+    if (p.halo_load == kHaloScalars)
+      return launch<OneBlockWideTile<Operands>>(ops, s, device, stream);
+  }
   // 3x3 here: C * 9 % 4 == 0 (fp32) or % 8 == 0 (16-bit).
   p.vector_weights = vectorizable_weights(ops, s, Operands::kSliceChannels);
   const bool pixel_vectors = p.halo_load == kHaloPixelVectors;
   if (ops.packed_weight != nullptr) {
-    if constexpr (takes_packed_weight<Tile>() && !Tile::kFewTilesOnly) {
+    if constexpr (takes_packed_weight<Tile>() && !Tile::kOneBlockTwin) {
       if (wgmma_takes_packed_weight(s))
         return pixel_vectors ? launch_instance<Tile, true, true>(ops, s, p, device, stream)
                              : launch_instance<Tile, false, true>(ops, s, p, device, stream);
@@ -1367,7 +1373,7 @@ bool wgmma_takes_packed_weight(const ConvPoolShape& s) {
   const int packed_n = with_packing_tile(s, [](auto tile) { return decltype(tile)::kN; });
   return with_tile(s, [&](auto tile) {
     using Tile = decltype(tile);
-    return takes_packed_weight<Tile>() && !Tile::kFewTilesOnly && Tile::kN == packed_n;
+    return takes_packed_weight<Tile>() && !Tile::kOneBlockTwin && Tile::kN == packed_n;
   });
 }
 

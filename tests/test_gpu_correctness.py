@@ -12,6 +12,7 @@ every kernel variant that supports it. References:
 Skipped without a GPU.
 """
 import random
+import re
 from dataclasses import replace
 
 import pytest
@@ -512,8 +513,8 @@ def test_wgmma_strip_tiles(ext, choice, dtype, layout):
 @pytest.mark.parametrize("layout", ["dense", "channels_last", "every_other"])
 def test_wgmma_few_tiles_run_64_channel_blocks(ext, choice, dtype, layout):
     """Layers of at most 64 tiles of 128 output channels (batch 1 and the like) run blocks of
-    64 channels (kFewTiles): the wide tile (TF32's
-    one-block-per-SM instance of it), the square one over whole 14 x 14 images, and a strip
+    64 channels (kFewTiles): the wide tile (the one-block-per-SM
+    instance of it), the square one over whole 14 x 14 images, and a strip
     shape of few strips, which takes the wide tile; output-channel tails (136 and 200: a last
     block of 8). A large weight over few blocks is packed apart first, by a launch of its own
     (`packs_apart`), which the kernel instance for packed weights then reads. Weights packed
@@ -546,16 +547,56 @@ def test_wgmma_few_tiles_run_64_channel_blocks(ext, choice, dtype, layout):
         assert torch.equal(run_op(ext, case, x, weight, bias, -1, ignored), out), case.name
 
 
+def wgmma_kernels_run(fn) -> list:
+    """The wgmma kernel instances (demangled names) that `fn()` launches."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if "conv_pool_wgmma_kernel" in e.name]
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS.get)
+def test_wgmma_narrow_layers_take_every_halo_load(ext, choice, dtype):
+    """Layers of at most 64 output channels (rgb_stem, VGG block 1) run the 8 x 32 tile with
+    N = 64, two blocks per SM, through each halo loader: row vectors, channels-last pixel
+    vectors, and scalar loads (an odd width; channels-last with 3 channels). The 16-bit
+    two-blocks instance has no scalar loads (kScalarHalo): those inputs run on its
+    one-block-per-SM twin, the instance whose tile ends in `true>`."""
+    cases = [(ConvPoolCase("narrow_rows", 2, 3, 64, 34, 68, (3, 3), padding=(1, 1)), "dense",
+              False),
+             (ConvPoolCase("narrow_odd_width", 2, 3, 64, 34, 67, (3, 3), padding=(1, 1)),
+              "dense", True),
+             (ConvPoolCase("narrow_pixels", 2, 16, 48, 30, 66, (3, 3)), "channels_last", False),
+             (ConvPoolCase("narrow_last_c3", 3, 3, 40, 20, 130, (3, 3), padding=(1, 1)),
+              "channels_last", True),
+             (ConvPoolCase("narrow_every_other", 2, 24, 64, 18, 64, (3, 3)), "every_other",
+              False)]
+    seed = random.randrange(2**31)
+    for i, (case, layout, scalars) in enumerate(cases):
+        name, tolerance, x, weight, bias = wgmma_layout_operands(case, layout, dtype, seed + i)
+        assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
+        assert wgmma_tile(choice, case, dtype) == "wide_n64", case.name
+        outs = []
+        kernels = wgmma_kernels_run(lambda: outs.append(run_op(ext, case, x, weight, bias)))
+        torch.testing.assert_close(outs[0].double().cpu(), reference(case, x, weight, bias),
+                                   **tolerance, msg=lambda m: f"seed {seed} {case}: {m}")
+        # WgmmaTile<operands, 8, 32, 64, (TileShape)0, kOneBlockTwin>
+        tile = re.search(r", 8, 32, 64, [^,]*TileShape\)0, (true|false)>", kernels[0])
+        assert len(kernels) == 1 and tile, kernels
+        assert (tile.group(1) == "true") == (scalars and dtype != torch.float32), \
+            (case.name, kernels[0])
+
+
 # Weights packed ahead of time (conv2d_relu_maxpool_pack_weight): the 16 x 16 tile over whole
-# 14 x 14 images, the strips, the 8 x 32 tile with N = 64 (which TF32 runs on its two-blocks-
-# per-SM instance, the one that packs in the kernel whatever it is given: `ignored_by`), the
+# 14 x 14 images, the strips, the 8 x 32 tile with N = 64 (which runs on the two-blocks-per-SM
+# instance, the one that packs in the kernel whatever it is given: `ignored_by`), the
 # 16 x 16 tile with N = 64; channel tails in and out (C not a multiple of 8 or 16, K of 128).
 # The first two with more than 64 tiles of 128 channels (fewer would run 64-channel blocks,
 # which pack their own weights: kFewTiles, test_wgmma_few_tiles_...).
 PACKED_CASES = [
     (ConvPoolCase("packed_whole_images", 36, 40, 136, 14, 14, (3, 3), padding=(1, 1)), ()),
     (ConvPoolCase("packed_strips", 9, 24, 130, 22, 45, (3, 3)), ()),
-    (ConvPoolCase("packed_wide_n64", 2, 20, 48, 18, 64, (3, 3)), (torch.float32,)),
+    (ConvPoolCase("packed_wide_n64", 2, 20, 48, 18, 64, (3, 3)), tuple(ALL_DTYPES)),
     (ConvPoolCase("packed_square_n64", 2, 12, 64, 14, 14, (3, 3), padding=(1, 1)), ()),
 ]
 

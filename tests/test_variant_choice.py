@@ -380,9 +380,9 @@ def test_wgmma_tiles_of_the_public_suite(library, case, element):
     expected = EXPECTED_TILES.get(case.name)  # None: not a wgmma shape
     assert wgmma_tile(library, case, element) == expected, case.name
     if expected is not None:
-        # Packed weights are read but by batch1 (few tiles) and by TF32's rgb_stem, whose
+        # Packed weights are read but by batch1 (few tiles) and by rgb_stem, whose
         # two-blocks-per-SM tile always packs its own.
-        takes = case.name != "batch1" and not (element == FLOAT32 and case.name == "rgb_stem")
+        takes = case.name not in ("batch1", "rgb_stem")
         assert takes_packed_weight(library, case, element) == takes, case.name
 
 

@@ -43,6 +43,7 @@ LAYERS = [
     C("c3_k32_5x5", 64, 3, 32, 128, 128, (5, 5), padding=(2, 2)),
     C("c3_k64_7x7_s3", 32, 3, 64, 192, 192, (7, 7), stride=(3, 3), padding=(3, 3)),
     C("rgb_stem", 64, 3, 64, 224, 224, (3, 3), padding=(1, 1)),     # the suite's
+    C("vgg_b1", 32, 64, 64, 224, 224, (3, 3), padding=(1, 1)),      # VGG-16 block 1's 2nd conv
 ]
 VARIANTS = {torch.float32: ("small_fp32", "small_tf32"),
             torch.float16: ("small_16bit",), torch.bfloat16: ("small_16bit",)}

@@ -50,6 +50,12 @@ sanitize() {
   local cs=compute-sanitizer
   command -v $cs >/dev/null || cs=/usr/local/cuda/bin/compute-sanitizer
   # The kernels changed last first, so that a time cap cuts the ones checked before.
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py rgb_like tiled_16bit_wgmma float16 &&
+  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py rgb_like tiled_16bit_wgmma bfloat16 &&
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py rgb_like_odd tiled_16bit_wgmma bfloat16 &&
+  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py rgb_like_odd tiled_16bit_wgmma float16 &&
+  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py narrow_channels_last tiled_16bit_wgmma float16 &&
+  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py narrow_channels_last tiled_16bit_wgmma bfloat16 &&
   $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py small_aligned_rows small_tf32,small_fp32 &&
   $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py small_aligned_rows small_tf32,small_fp32 &&
   $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py small_strided_dilated small_tf32,small_fp32 &&

@@ -28,8 +28,16 @@ CASES = {
     "padded_odd": ConvPoolCase("padded_odd", 3, 13, 37, 45, 51, (3, 3), padding=(1, 1),
                                pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1),
                                ceil_mode=True),
-    # 64 output channels, 3 input channels, padded 3x3: the wgmma kernel's N = 64 instance.
+    # 64 output channels, 3 input channels, padded 3x3: the wgmma kernel's N = 64 instance
+    # (two blocks per SM), its rows read as vectors.
     "rgb_like": ConvPoolCase("rgb_like", 2, 3, 64, 40, 44, (3, 3), padding=(1, 1)),
+    # The same with an odd width: scalar halo loads, which 16-bit inputs run on the one-block-
+    # per-SM twin of that instance (kScalarHalo).
+    "rgb_like_odd": ConvPoolCase("rgb_like_odd", 2, 3, 64, 40, 43, (3, 3), padding=(1, 1)),
+    # 48 output channels, 16 input channels, channels-last (CHANNELS_LAST below): the N = 64
+    # two-blocks instance's pixel-vector twin, with an output-channel tail.
+    "narrow_channels_last": ConvPoolCase("narrow_channels_last", 2, 16, 48, 30, 38, (3, 3),
+                                         padding=(1, 1)),
     # The wgmma kernel's fast path with tails: 21 input channels (a full and a partial 16-channel
     # chunk), 72 output channels (a partial second N = 64 block: few tiles; with packed weights
     # a partial N = 128 one), width 38 (not a multiple of 4: the strided halo fallback of
@@ -90,7 +98,7 @@ CASES = {
                                        pool_stride=(2, 2)),
 }
 # Cases whose input is made channels-last (same values).
-CHANNELS_LAST = {"channels_last_tails", "strip_tiles_channels_last", "few_tiles_channels_last",
+CHANNELS_LAST = {"channels_last_tails", "narrow_channels_last", "strip_tiles_channels_last", "few_tiles_channels_last",
                  "few_tiles_packed_apart_channels_last"}
 
 
