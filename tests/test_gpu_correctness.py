@@ -513,13 +513,12 @@ def test_wgmma_strip_tiles(ext, choice, dtype, layout):
 @pytest.mark.parametrize("layout", ["dense", "channels_last", "every_other"])
 def test_wgmma_few_tiles_run_64_channel_blocks(ext, choice, dtype, layout):
     """Layers of at most 64 tiles of 128 output channels (batch 1 and the like) run blocks of
-    64 channels (kFewTiles): the wide tile (the one-block-per-SM
-    instance of it), the square one over whole 14 x 14 images, and a strip
-    shape of few strips, which takes the wide tile; output-channel tails (136 and 200: a last
-    block of 8). A large weight over few blocks is packed apart first, by a launch of its own
-    (`packs_apart`), which the kernel instance for packed weights then reads. Weights packed
-    ahead of time (for 128-channel blocks) are not read: the same output bit for bit, even
-    from a copy packed from 2 * weight."""
+    64 channels (kFewTiles): the wide tile (the one-block-per-SM instance of it), the square
+    one over whole 14 x 14 images, and a strip shape of few strips, which takes the wide tile;
+    output-channel tails (136 and 200: a last block of 8). A large weight over few blocks is
+    packed apart first, by a launch of its own (`packs_apart`), which the kernel instance for
+    packed weights then reads. Weights packed ahead of time (for 128-channel blocks) are not
+    read: the same output bit for bit, even from a copy packed from 2 * weight."""
     cases = [(ConvPoolCase("few_wide", 1, 16, 136, 34, 66, (3, 3)), "wide_n64", False),
              (ConvPoolCase("few_square", 3, 24, 200, 14, 14, (3, 3), padding=(1, 1)),
               "square_n64", False),
@@ -580,9 +579,10 @@ def test_wgmma_narrow_layers_take_every_halo_load(ext, choice, dtype):
         kernels = wgmma_kernels_run(lambda: outs.append(run_op(ext, case, x, weight, bias)))
         torch.testing.assert_close(outs[0].double().cpu(), reference(case, x, weight, bias),
                                    **tolerance, msg=lambda m: f"seed {seed} {case}: {m}")
+        assert len(kernels) == 1, kernels
         # WgmmaTile<operands, 8, 32, 64, (TileShape)0, kOneBlockTwin>
         tile = re.search(r", 8, 32, 64, [^,]*TileShape\)0, (true|false)>", kernels[0])
-        assert len(kernels) == 1 and tile, kernels
+        assert tile, kernels
         assert (tile.group(1) == "true") == (scalars and dtype != torch.float32), \
             (case.name, kernels[0])
 

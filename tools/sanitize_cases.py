@@ -98,8 +98,8 @@ CASES = {
                                        pool_stride=(2, 2)),
 }
 # Cases whose input is made channels-last (same values).
-CHANNELS_LAST = {"channels_last_tails", "narrow_channels_last", "strip_tiles_channels_last", "few_tiles_channels_last",
-                 "few_tiles_packed_apart_channels_last"}
+CHANNELS_LAST = {"channels_last_tails", "narrow_channels_last", "strip_tiles_channels_last",
+                 "few_tiles_channels_last", "few_tiles_packed_apart_channels_last"}
 
 
 def main(name: str, variants: str = "all", dtype_name: str = "float32",
