@@ -49,70 +49,78 @@ run_stage() {  # name, seconds (0 = no cap), command...
 sanitize() {
   local cs=compute-sanitizer
   command -v $cs >/dev/null || cs=/usr/local/cuda/bin/compute-sanitizer
-  # The kernels changed last first, so that a time cap cuts the ones checked before.
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py rgb_like tiled_16bit_wgmma float16 &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py rgb_like tiled_16bit_wgmma bfloat16 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py rgb_like_odd tiled_16bit_wgmma bfloat16 &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py rgb_like_odd tiled_16bit_wgmma float16 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py narrow_channels_last tiled_16bit_wgmma float16 &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py narrow_channels_last tiled_16bit_wgmma bfloat16 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py small_aligned_rows small_tf32,small_fp32 &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py small_aligned_rows small_tf32,small_fp32 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py small_strided_dilated small_tf32,small_fp32 &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py small_strided_dilated small_tf32 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py lenet_persistent small_tf32 &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py lenet_persistent small_tf32 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py few_tiles_packed_apart tiled_tf32_wgmma &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py few_tiles_packed_apart tiled_tf32_wgmma &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py few_tiles_packed_apart_channels_last tiled_tf32_wgmma &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py few_tiles_packed_apart tiled_16bit_wgmma float16 &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py few_tiles_packed_apart_channels_last tiled_16bit_wgmma bfloat16 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py few_tiles tiled_tf32_wgmma &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py few_tiles tiled_tf32_wgmma &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py few_tiles_channels_last tiled_tf32_wgmma &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py few_tiles tiled_16bit_wgmma float16 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py few_tiles_channels_last tiled_16bit_wgmma bfloat16 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py few_tiles tiled_tf32_wgmma float32 prepacked &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py strip_tiles tiled_tf32_wgmma float32 prepacked &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py strip_tiles tiled_tf32_wgmma float32 prepacked &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py small_images tiled_16bit_wgmma bfloat16 prepacked &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py wgmma_tails tiled_16bit_wgmma float16 prepacked &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py channels_last_tails tiled_tf32_wgmma float32 prepacked &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py strip_tiles tiled_tf32_wgmma &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py strip_tiles tiled_tf32_wgmma &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py strip_tiles tiled_16bit_wgmma bfloat16 &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py strip_tiles tiled_16bit_wgmma float16 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py strip_tiles_channels_last tiled_tf32_wgmma &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py strip_tiles_channels_last tiled_16bit_wgmma float16 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py lenet_persistent small_16bit float16 &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py lenet_persistent small_16bit bfloat16 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py alexnet_persistent tiled_16bit_flat bfloat16 &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py alexnet_persistent tiled_16bit_flat float16 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py few_channels_large_kernel small_16bit,tiled_16bit_flat float16 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py channels_last_tails tiled_tf32_wgmma &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py channels_last_tails tiled_tf32_wgmma &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py channels_last_tails tiled_16bit_wgmma float16 &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py channels_last_tails tiled_16bit_wgmma bfloat16 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py small_images tiled_tf32_wgmma &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py small_images tiled_tf32_wgmma &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py small_images tiled_16bit_wgmma bfloat16 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py wgmma_tails tiled_16bit_wgmma float16 &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py wgmma_tails tiled_16bit_wgmma float16 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py rgb_like tiled_16bit_wgmma bfloat16 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py default_small_batch tiled_16bit_wgmma float16 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py tiny_layer &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py lenet_persistent small_fp32 &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py lenet_persistent small_fp32 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py few_channels_large_kernel &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py alexnet_persistent auto &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py alexnet_persistent auto &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py padded_odd all float16 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py default_small_batch tiled_16bit_mma bfloat16 &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py padded_odd tiled_16bit_mma float16 &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py padded_odd &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py rgb_like &&
-  $cs --tool memcheck --error-exitcode 9 python3 tools/sanitize_cases.py default_small_batch &&
-  $cs --tool racecheck --error-exitcode 9 python3 tools/sanitize_cases.py default_small_batch
+  # One run per line: tool, then tools/sanitize_cases.py's arguments (case [variants [dtype
+  # [prepacked]]]). The kernels changed last first, so that a time cap cuts the ones checked
+  # before; the first failure stops the list.
+  local tool args
+  while read -r tool args; do
+    # shellcheck disable=SC2086  # args holds several words
+    $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
+  done <<'RUNS'
+memcheck  rgb_like tiled_16bit_wgmma float16
+racecheck rgb_like tiled_16bit_wgmma bfloat16
+memcheck  rgb_like_odd tiled_16bit_wgmma bfloat16
+racecheck rgb_like_odd tiled_16bit_wgmma float16
+memcheck  narrow_channels_last tiled_16bit_wgmma float16
+racecheck narrow_channels_last tiled_16bit_wgmma bfloat16
+memcheck  small_aligned_rows small_tf32,small_fp32
+racecheck small_aligned_rows small_tf32,small_fp32
+memcheck  small_strided_dilated small_tf32,small_fp32
+racecheck small_strided_dilated small_tf32
+memcheck  lenet_persistent small_tf32
+racecheck lenet_persistent small_tf32
+memcheck  few_tiles_packed_apart tiled_tf32_wgmma
+racecheck few_tiles_packed_apart tiled_tf32_wgmma
+memcheck  few_tiles_packed_apart_channels_last tiled_tf32_wgmma
+memcheck  few_tiles_packed_apart tiled_16bit_wgmma float16
+racecheck few_tiles_packed_apart_channels_last tiled_16bit_wgmma bfloat16
+memcheck  few_tiles tiled_tf32_wgmma
+racecheck few_tiles tiled_tf32_wgmma
+memcheck  few_tiles_channels_last tiled_tf32_wgmma
+racecheck few_tiles tiled_16bit_wgmma float16
+memcheck  few_tiles_channels_last tiled_16bit_wgmma bfloat16
+memcheck  few_tiles tiled_tf32_wgmma float32 prepacked
+memcheck  strip_tiles tiled_tf32_wgmma float32 prepacked
+racecheck strip_tiles tiled_tf32_wgmma float32 prepacked
+memcheck  small_images tiled_16bit_wgmma bfloat16 prepacked
+racecheck wgmma_tails tiled_16bit_wgmma float16 prepacked
+memcheck  channels_last_tails tiled_tf32_wgmma float32 prepacked
+memcheck  strip_tiles tiled_tf32_wgmma
+racecheck strip_tiles tiled_tf32_wgmma
+memcheck  strip_tiles tiled_16bit_wgmma bfloat16
+racecheck strip_tiles tiled_16bit_wgmma float16
+memcheck  strip_tiles_channels_last tiled_tf32_wgmma
+memcheck  strip_tiles_channels_last tiled_16bit_wgmma float16
+memcheck  lenet_persistent small_16bit float16
+racecheck lenet_persistent small_16bit bfloat16
+memcheck  alexnet_persistent tiled_16bit_flat bfloat16
+racecheck alexnet_persistent tiled_16bit_flat float16
+memcheck  few_channels_large_kernel small_16bit,tiled_16bit_flat float16
+memcheck  channels_last_tails tiled_tf32_wgmma
+racecheck channels_last_tails tiled_tf32_wgmma
+memcheck  channels_last_tails tiled_16bit_wgmma float16
+racecheck channels_last_tails tiled_16bit_wgmma bfloat16
+memcheck  small_images tiled_tf32_wgmma
+racecheck small_images tiled_tf32_wgmma
+memcheck  small_images tiled_16bit_wgmma bfloat16
+memcheck  wgmma_tails tiled_16bit_wgmma float16
+racecheck wgmma_tails tiled_16bit_wgmma float16
+memcheck  rgb_like tiled_16bit_wgmma bfloat16
+memcheck  default_small_batch tiled_16bit_wgmma float16
+memcheck  tiny_layer
+memcheck  lenet_persistent small_fp32
+racecheck lenet_persistent small_fp32
+memcheck  few_channels_large_kernel
+memcheck  alexnet_persistent auto
+racecheck alexnet_persistent auto
+memcheck  padded_odd all float16
+memcheck  default_small_batch tiled_16bit_mma bfloat16
+racecheck padded_odd tiled_16bit_mma float16
+memcheck  padded_odd
+memcheck  rgb_like
+memcheck  default_small_batch
+racecheck default_small_batch
+RUNS
 }
 
 notebook() {
