@@ -45,7 +45,7 @@
 // halo's border then holds zeros written once, at kernel start); for channels-last inputs, one
 // 16-byte vector per pixel (a slice's channels are contiguous there: already the staged layout,
 // no transpose), in kernel instances of their own; else 4 predicated scalars (16-bit inputs
-// that need them on the two-blocks-per-SM tile run on its one-block twin: kScalarHalo).
+// that need them on a two-blocks-per-SM tile run on its one-block twin: kScalarHalo).
 //
 // Block: 2 warpgroups; the tile is four 8 x 8 pixel squares (8 x 32 or 16 x 16 conv pixels, or
 // a strip: four consecutive squares of the batch's rows of squares, which may go on at the
@@ -103,8 +103,8 @@ struct WgmmaTile {
   static constexpr int kTileRows = kTileRowsT, kTileCols = kTileColsT;
   static constexpr bool kStrip = kShapeT == kStripTile;
   static constexpr int kN = kNT;          // output channels per block = N of every wgmma
-  // The one-block-per-SM twin of the two-blocks-per-SM tile (OneBlockWideTile), never given
-  // packed weights (only the copy packed apart: packs_apart).
+  // The one-block-per-SM twin of a two-blocks-per-SM tile (OneBlockWideTile,
+  // OneBlockSquareTile), never given packed weights (only the copy packed apart: packs_apart).
   static constexpr bool kOneBlockTwin = kOneBlockTwinT;
   static constexpr int kAccs = kN / 2;    // accumulators per thread per 8 x 8 pixel square
   static constexpr int kSquareCols = kTileCols / 8;  // 8 x 8 pixel squares per tile row
@@ -141,10 +141,10 @@ struct WgmmaTile {
   static constexpr int kSmemBytes = kBarrierOffset + kStages * 8;
   static_assert(kBarrierOffset % 8 == 0, "aligned mbarriers");
   static_assert(kWeightChunkBytes % 16 == 0 && kHaloBytes % 16 == 0, "bulk-copy sizes");
-  // N = 64 on the 8 x 32 tile fits two blocks per SM (<= 128 registers, 109 KB of shared
-  // memory each): one block's epilogue then overlaps the other's wgmmas. (The 16 x 16 tile's
-  // halo indexing needs a few more registers than 128.)
-  static constexpr int kMinBlocksPerSm = (kN == 64 && kTileRows == 8 && !kOneBlockTwin) ? 2 : 1;
+  // N = 64 fits two blocks per SM (<= 128 registers, 109 KB (8 x 32) or 112 KB (16 x 16) of
+  // shared memory each): one block's epilogue and barriers then overlap the other's wgmmas.
+  static constexpr int kMinBlocksPerSm = (kN == 64 && !kOneBlockTwin) ? 2 : 1;
+  using OneBlockTwin = WgmmaTile<OperandsT, kTileRowsT, kTileColsT, kNT, kShapeT, true>;
   // Whether the kernel has the scalar halo loads (kHaloScalars). Not the 16-bit two-blocks-
   // per-SM instance: 32 scalar loads in flight spilled at its 128-register cap (20 bytes), so
   // launch() runs such inputs on the one-block twin.
@@ -162,11 +162,13 @@ template <class Operands, int kN>
 using SquareTile = WgmmaTile<Operands, 16, 16, kN>;
 template <class Operands>
 using StripTile = WgmmaTile<Operands, 8, 32, 128, kStripTile>;
-// The wide N = 64 tile at one block per SM, without WideTile<.., 64>'s 128-register cap: for
-// layers of few tiles (kFewTiles), which have no second block for an SM, and for 16-bit
+// The N = 64 tiles at one block per SM, without the two-blocks instances' 128-register cap:
+// for layers of few tiles (kFewTiles), which have no second block for an SM, and for 16-bit
 // inputs that need scalar halo loads (kScalarHalo).
 template <class Operands>
-using OneBlockWideTile = WgmmaTile<Operands, 8, 32, 64, kBlockTile, true>;
+using OneBlockWideTile = typename WideTile<Operands, 64>::OneBlockTwin;
+template <class Operands>
+using OneBlockSquareTile = typename SquareTile<Operands, 64>::OneBlockTwin;
 
 // How a halo unit's 4 pixels are read (4 elements: 16 bytes fp32, 8 bytes 16-bit).
 enum HaloLoad : int {
@@ -1173,20 +1175,28 @@ constexpr int kFewTiles = 64;
 // of the wide, square and (N = 128) strip tiles the one that computes the fewest unused pooled
 // outputs, the wide one on a tie (a geometric choice, the same for every element type); 128
 // output channels per block, or 64 when the layer has no more, or when the 128-channel tiles
-// are few (kFewTiles: the wide or square tile then, the strip has no N = 64 form).
+// are few (kFewTiles: the wide or square tile then, the strip has no N = 64 form). A layer of
+// no more than 64 channels runs its N = 64 tile two blocks per SM, but the square one when its
+// tiles are too few to pair blocks on a 128-SM GPU: capped for two blocks, the square tile was
+// 6-9% slower with one block per SM (H200, 2026-11-30; docs/PERF.md v26).
 template <class Operands, class F>
 auto with_operand_tile(const ConvPoolShape& s, F&& f) {
   const double wide_waste = tile_waste<WideTile<Operands, 128>>(s);
   const double square_waste = tile_waste<SquareTile<Operands, 128>>(s);
   const bool square = square_waste < wide_waste;
-  if (narrow_blocks(s)) return square ? f(SquareTile<Operands, 64>()) : f(WideTile<Operands, 64>());
+  if (narrow_blocks(s)) {
+    if (!square) return f(WideTile<Operands, 64>());
+    if (make_plan<SquareTile<Operands, 64>>(s).tiles <= 2 * kFewTiles)
+      return f(OneBlockSquareTile<Operands>());
+    return f(SquareTile<Operands, 64>());
+  }
   const bool strip = strips_apply(s) &&
                      tile_waste<StripTile<Operands>>(s) < std::min(wide_waste, square_waste);
   const int tiles = strip    ? make_plan<StripTile<Operands>>(s).tiles
                     : square ? make_plan<SquareTile<Operands, 128>>(s).tiles
                              : make_plan<WideTile<Operands, 128>>(s).tiles;
   if (tiles <= kFewTiles)
-    return square ? f(SquareTile<Operands, 64>()) : f(OneBlockWideTile<Operands>());
+    return square ? f(OneBlockSquareTile<Operands>()) : f(OneBlockWideTile<Operands>());
   if (strip) return f(StripTile<Operands>());
   return square ? f(SquareTile<Operands, 128>()) : f(WideTile<Operands, 128>());
 }
@@ -1244,9 +1254,9 @@ int prepare_kernel(int device) {
   return blocks;
 }
 
-// Whether the tile's kernels have prepacked twins. Not the two-blocks-per-SM instances (N = 64,
-// 8 x 32): TF32's prepacked twin spilled at the 128-register cap (8 bytes), and two
-// co-resident blocks already hide part of the packing behind each other.
+// Whether the tile's kernels have prepacked twins. Not the two-blocks-per-SM instances (N = 64):
+// TF32's wide prepacked twin spilled at the 128-register cap (8 bytes), and two co-resident
+// blocks already hide part of the packing behind each other.
 template <class Tile>
 constexpr bool takes_packed_weight() {
   return Tile::kMinBlocksPerSm == 1;
@@ -1307,7 +1317,7 @@ cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
   }
   if constexpr (!Tile::kScalarHalo) {
     if (p.halo_load == kHaloScalars)
-      return launch<OneBlockWideTile<Operands>>(ops, s, device, stream);
+      return launch<typename Tile::OneBlockTwin>(ops, s, device, stream);
   }
   // 3x3 here: C * 9 % 4 == 0 (fp32) or % 8 == 0 (16-bit).
   p.vector_weights = vectorizable_weights(ops, s, Operands::kSliceChannels);

@@ -44,6 +44,9 @@ LAYERS = [
     C("c3_k64_7x7_s3", 32, 3, 64, 192, 192, (7, 7), stride=(3, 3), padding=(3, 3)),
     C("rgb_stem", 64, 3, 64, 224, 224, (3, 3), padding=(1, 1)),     # the suite's
     C("vgg_b1", 32, 64, 64, 224, 224, (3, 3), padding=(1, 1)),      # VGG-16 block 1's 2nd conv
+    # 64 channels on the 16 x 16 tile (whole 14 x 14 images; 112 = 7 squares of 16).
+    C("narrow_sq14", 256, 64, 64, 14, 14, (3, 3), padding=(1, 1)),
+    C("narrow_sq112", 32, 64, 64, 112, 112, (3, 3), padding=(1, 1)),
 ]
 VARIANTS = {torch.float32: ("small_fp32", "small_tf32"),
             torch.float16: ("small_16bit",), torch.bfloat16: ("small_16bit",)}

@@ -57,6 +57,14 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  narrow_squares tiled_tf32_wgmma
+racecheck narrow_squares tiled_16bit_wgmma float16
+memcheck  narrow_squares tiled_16bit_wgmma bfloat16
+racecheck narrow_squares_odd tiled_tf32_wgmma
+memcheck  narrow_squares_odd tiled_16bit_wgmma float16
+memcheck  narrow_squares_channels_last tiled_tf32_wgmma
+racecheck narrow_squares_channels_last tiled_16bit_wgmma bfloat16
+memcheck  narrow_squares_channels_last tiled_16bit_wgmma float16
 memcheck  rgb_like tiled_16bit_wgmma float16
 racecheck rgb_like tiled_16bit_wgmma bfloat16
 memcheck  rgb_like_odd tiled_16bit_wgmma bfloat16

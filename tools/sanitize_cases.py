@@ -38,6 +38,15 @@ CASES = {
     # two-blocks instance's pixel-vector twin, with an output-channel tail.
     "narrow_channels_last": ConvPoolCase("narrow_channels_last", 2, 16, 48, 30, 38, (3, 3),
                                          padding=(1, 1)),
+    # 64 output channels over 140 whole 14 x 14 images: the 16 x 16 tile with N = 64, two
+    # blocks per SM (more than 128 tiles), its planes read as vectors; the same with 13 x 13
+    # images (scalar halo loads, which 16-bit inputs run on the one-block twin); 48 output
+    # channels, 8 input channels, channels-last (pixel vectors).
+    "narrow_squares": ConvPoolCase("narrow_squares", 140, 3, 64, 14, 14, (3, 3), padding=(1, 1)),
+    "narrow_squares_odd": ConvPoolCase("narrow_squares_odd", 140, 3, 64, 13, 13, (3, 3),
+                                       padding=(1, 1)),
+    "narrow_squares_channels_last": ConvPoolCase("narrow_squares_channels_last", 140, 8, 48,
+                                                 14, 14, (3, 3), padding=(1, 1)),
     # The wgmma kernel's fast path with tails: 21 input channels (a full and a partial 16-channel
     # chunk), 72 output channels (a partial second N = 64 block: few tiles; with packed weights
     # a partial N = 128 one), width 38 (not a multiple of 4: the strided halo fallback of
@@ -99,7 +108,8 @@ CASES = {
 }
 # Cases whose input is made channels-last (same values).
 CHANNELS_LAST = {"channels_last_tails", "narrow_channels_last", "strip_tiles_channels_last",
-                 "few_tiles_channels_last", "few_tiles_packed_apart_channels_last"}
+                 "few_tiles_channels_last", "few_tiles_packed_apart_channels_last",
+                 "narrow_squares_channels_last"}
 
 
 def main(name: str, variants: str = "all", dtype_name: str = "float32",
