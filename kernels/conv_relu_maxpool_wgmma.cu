@@ -103,7 +103,7 @@ struct WgmmaTile {
   static constexpr int kTileRows = kTileRowsT, kTileCols = kTileColsT;
   static constexpr bool kStrip = kShapeT == kStripTile;
   static constexpr int kN = kNT;          // output channels per block = N of every wgmma
-  // The one-block-per-SM twin of a two-blocks-per-SM tile (OneBlockWideTile,
+  // The one-block-per-SM twin of a two-blocks-per-SM tile (OneBlockWideTile, TF32's
   // OneBlockSquareTile), never given packed weights (only the copy packed apart: packs_apart).
   static constexpr bool kOneBlockTwin = kOneBlockTwinT;
   static constexpr int kAccs = kN / 2;    // accumulators per thread per 8 x 8 pixel square
@@ -143,7 +143,10 @@ struct WgmmaTile {
   static_assert(kWeightChunkBytes % 16 == 0 && kHaloBytes % 16 == 0, "bulk-copy sizes");
   // N = 64 fits two blocks per SM (<= 128 registers, 109 KB (8 x 32) or 112 KB (16 x 16) of
   // shared memory each): one block's epilogue and barriers then overlap the other's wgmmas.
-  static constexpr int kMinBlocksPerSm = (kN == 64 && !kOneBlockTwin) ? 2 : 1;
+  // Not the 16-bit 16 x 16 tile: capped so, it was 2.5% slower on a layer of many tiles (H200,
+  // 2026-11-30; docs/PERF.md v26).
+  static constexpr int kMinBlocksPerSm =
+      (kN == 64 && !kOneBlockTwin && (kTileRows == 8 || Operands::kChunk == 8)) ? 2 : 1;
   using OneBlockTwin = WgmmaTile<OperandsT, kTileRowsT, kTileColsT, kNT, kShapeT, true>;
   // Whether the kernel has the scalar halo loads (kHaloScalars). Not the 16-bit two-blocks-
   // per-SM instance: 32 scalar loads in flight spilled at its 128-register cap (20 bytes), so
@@ -164,11 +167,13 @@ template <class Operands>
 using StripTile = WgmmaTile<Operands, 8, 32, 128, kStripTile>;
 // The N = 64 tiles at one block per SM, without the two-blocks instances' 128-register cap:
 // for layers of few tiles (kFewTiles), which have no second block for an SM, and for 16-bit
-// inputs that need scalar halo loads (kScalarHalo).
+// inputs that need scalar halo loads (kScalarHalo). The 16-bit square tile is one already.
 template <class Operands>
 using OneBlockWideTile = typename WideTile<Operands, 64>::OneBlockTwin;
 template <class Operands>
-using OneBlockSquareTile = typename SquareTile<Operands, 64>::OneBlockTwin;
+using OneBlockSquareTile =
+    std::conditional_t<SquareTile<Operands, 64>::kMinBlocksPerSm == 1, SquareTile<Operands, 64>,
+                       typename SquareTile<Operands, 64>::OneBlockTwin>;
 
 // How a halo unit's 4 pixels are read (4 elements: 16 bytes fp32, 8 bytes 16-bit).
 enum HaloLoad : int {
@@ -1176,9 +1181,9 @@ constexpr int kFewTiles = 64;
 // outputs, the wide one on a tie (a geometric choice, the same for every element type); 128
 // output channels per block, or 64 when the layer has no more, or when the 128-channel tiles
 // are few (kFewTiles: the wide or square tile then, the strip has no N = 64 form). A layer of
-// no more than 64 channels runs its N = 64 tile two blocks per SM, but the square one when its
-// tiles are too few to pair blocks on a 128-SM GPU: capped for two blocks, the square tile was
-// 6-9% slower with one block per SM (H200, 2026-11-30; docs/PERF.md v26).
+// no more than 64 channels runs its N = 64 tile two blocks per SM where it has that form, but
+// the square one only when its tiles are enough to pair blocks on a 128-SM GPU (capped for two
+// blocks, it was 6-9% slower with one block per SM: H200, 2026-11-30; docs/PERF.md v26).
 template <class Operands, class F>
 auto with_operand_tile(const ConvPoolShape& s, F&& f) {
   const double wide_waste = tile_waste<WideTile<Operands, 128>>(s);

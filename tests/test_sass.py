@@ -95,23 +95,27 @@ def test_wgmma_kernels_issue_hgmma(sass):
     # with 128 and 64 output channels per block, and strips of four squares (TileShape 1) with
     # 128; each for NCHW-like inputs and for channels-last ones (the kernel's first bool
     # template argument, kPixelVectors); each of those in a twin for weights packed ahead of
-    # time (the second, kPrepacked), but for the two-blocks-per-SM tiles (N = 64), which
-    # always pack in the kernel; and the one-block-per-SM twins of those two tiles (their last
-    # WgmmaTile argument true: layers of few tiles, 16-bit inputs that need scalar halo loads),
-    # with their prepacked twins (which run on weights packed apart, never on the caller's):
-    # per operand type 3 x 4 + 2 x 2 + 2 x 4.
-    assert len(wgmma) == 3 * 24, sorted(sass)
+    # time (the second, kPrepacked), but for the two-blocks-per-SM tiles (N = 64: 8 x 32, and
+    # 16 x 16 in TF32 only), which always pack in the kernel; and the one-block-per-SM twins of
+    # those tiles (their last WgmmaTile argument true: layers of few tiles, 16-bit inputs that
+    # need scalar halo loads), with their prepacked twins (which run on weights packed apart,
+    # never on the caller's): per operand type 3 x 4 + 2 x 2 + 2 x 4 in TF32, 4 x 4 + 2 + 4
+    # in 16 bits.
+    assert len(wgmma) == 24 + 2 * 22, sorted(sass)
     for operands, pattern in HGMMA_BY_OPERANDS.items():
         instances = {name: code for name, code in wgmma.items() if operands in name}
         flags = {name: re.search(r"ELb([01])ELb([01])EEEv", name).groups() for name in instances}
         packing = [name for name in instances if flags[name][1] == "0"]
         prepacked = [name for name in instances if flags[name][1] == "1"]
-        assert len(packing) == 14, (operands, sorted(instances))
-        assert sum(flags[name][0] == "1" for name in packing) == 7, (operands, sorted(packing))
-        assert sum(bool(re.search(r"TileShapeE0ELb1EE", name)) for name in instances) == 8, \
-            operands
+        tf32 = operands == "Tf32Operands"
+        assert len(packing) == (14 if tf32 else 12), (operands, sorted(instances))
+        assert sum(flags[name][0] == "1" for name in packing) == (7 if tf32 else 6), \
+            (operands, sorted(packing))
+        assert sum(bool(re.search(r"TileShapeE0ELb1EE", name)) for name in instances) == \
+            (8 if tf32 else 4), operands
         # The two-blocks-per-SM tiles (the last WgmmaTile argument false) have no twin.
-        no_twin = r"Li(8ELi32|16ELi16)ELi64ELN\w*TileShapeE0ELb0EE"
+        no_twin = (r"Li(8ELi32|16ELi16)ELi64ELN\w*TileShapeE0ELb0EE" if tf32
+                   else r"Li8ELi32ELi64ELN\w*TileShapeE0ELb0EE")
         assert sorted(prepacked) == sorted(
             name.replace(f"ELb{flags[name][0]}ELb0EEEv", f"ELb{flags[name][0]}ELb1EEEv")
             for name in packing if not re.search(no_twin, name)), operands

@@ -410,16 +410,18 @@ def test_a_layer_of_few_tiles_runs_64_channel_blocks(library):
     assert wgmma_tile(library, replace(b5, batch=17)) == "square_n128"
 
 
-def test_narrow_square_layers_pack_their_own_weights(library):
-    # 64 output channels over whole 14 x 14 images: the 16 x 16 tile with N = 64, one block
-    # per SM up to 128 tiles (one per image here), two from 129 on; neither reads weights
-    # packed ahead of time, like the 8 x 32 tile of narrow layers.
+def test_narrow_square_layers_run_two_blocks_per_sm_in_tf32(library):
+    # 64 output channels over whole 14 x 14 images: the 16 x 16 tile with N = 64. In TF32 one
+    # block per SM up to 128 tiles (one per image here), two from 129 on, neither reading
+    # weights packed ahead of time (like the 8 x 32 tile of narrow layers); in 16 bits one
+    # block per SM, which reads them.
     narrow = ConvPoolCase("narrow_squares", 1, 16, 64, 14, 14, (3, 3), padding=(1, 1))
     for element in (FLOAT32, FLOAT16, BFLOAT16):
         for batch in (1, 128, 129, 1000):
             case = replace(narrow, batch=batch)
             assert wgmma_tile(library, case, element) == "square_n64", (batch, element)
-            assert not takes_packed_weight(library, case, element), (batch, element)
+            assert takes_packed_weight(library, case, element) == (element != FLOAT32), \
+                (batch, element)
 
 
 def test_only_the_wgmma_variants_have_tiles(library, variant_names):
