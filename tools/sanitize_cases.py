@@ -38,10 +38,10 @@ CASES = {
     # two-blocks instance's pixel-vector twin, with an output-channel tail.
     "narrow_channels_last": ConvPoolCase("narrow_channels_last", 2, 16, 48, 30, 38, (3, 3),
                                          padding=(1, 1)),
-    # 64 output channels over 140 whole 14 x 14 images: the 16 x 16 tile with N = 64, two
-    # blocks per SM (more than 128 tiles), its planes read as vectors; the same with 13 x 13
-    # images (scalar halo loads, which 16-bit inputs run on the one-block twin); 48 output
-    # channels, 8 input channels, channels-last (pixel vectors).
+    # 64 output channels over 140 whole 14 x 14 images: the 16 x 16 tile with N = 64 (two
+    # blocks per SM in TF32: more than 128 tiles; one in 16 bits), its planes read as vectors;
+    # the same with 13 x 13 images (scalar halo loads); 48 output channels, 8 input channels,
+    # channels-last (pixel vectors).
     "narrow_squares": ConvPoolCase("narrow_squares", 140, 3, 64, 14, 14, (3, 3), padding=(1, 1)),
     "narrow_squares_odd": ConvPoolCase("narrow_squares_odd", 140, 3, 64, 13, 13, (3, 3),
                                        padding=(1, 1)),
