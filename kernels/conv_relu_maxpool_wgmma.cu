@@ -1374,7 +1374,8 @@ const char* wgmma_conv_pool_unsupported(const ConvPoolShape& s, const ConvPoolDe
            "a 2x2 / stride 2 pool inside the conv output";
   return with_tile(s, [&](auto tile) -> const char* {
     using Tile = decltype(tile);
-    if (Tile::kSmemBytes > device.max_shared_bytes) return "its pipeline does not fit in shared memory";
+    if (Tile::kSmemBytes > device.max_shared_bytes)
+      return "its pipeline does not fit in shared memory";
     const WgmmaPlan p = make_plan<Tile>(s);
     if (int64_t(p.tiles) * p.chunks >= INT32_MAX / 2)
       return "more than 2^30 (tile, channel chunk) steps";
@@ -1383,7 +1384,8 @@ const char* wgmma_conv_pool_unsupported(const ConvPoolShape& s, const ConvPoolDe
 #endif
 }
 
-// A layer of few tiles does not: it runs N = 64 on weights packed for N = 128 (kFewTiles).
+// Not the two-blocks-per-SM tiles nor their twins (takes_packed_weight, kOneBlockTwin); not a
+// layer of few tiles, which runs N = 64 on weights packed for N = 128 (kFewTiles).
 bool wgmma_takes_packed_weight(const ConvPoolShape& s) {
   const int packed_n = with_packing_tile(s, [](auto tile) { return decltype(tile)::kN; });
   return with_tile(s, [&](auto tile) {

@@ -26,8 +26,9 @@ int64_t wgmma_packed_weight_bytes(const ConvPoolShape& shape);
 bool wgmma_packs_weight(const ConvPoolShape& shape, const ConvPoolDevice& device);
 
 // Whether the launch for this shape reads operands.packed_weight (when given) instead of
-// packing into its workspace: every tile but one (wgmma.cu, takes_packed_weight), for all
-// but layers of few tiles (kFewTiles).
+// packing into its workspace: the one-block-per-SM tiles (wgmma.cu, takes_packed_weight), not
+// the two-blocks ones of layers of at most 64 channels nor their twins, and not layers of few
+// tiles (kFewTiles).
 bool wgmma_takes_packed_weight(const ConvPoolShape& shape);
 
 // Whether a launch without packed weights packs them in a kernel of its own on every SM first
