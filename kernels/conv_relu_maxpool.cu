@@ -1154,6 +1154,30 @@ bool is_tiled(int variant) {
 
 }  // namespace
 
+extern "C" cudaError_t conv_relu_maxpool_query_device(int device, ConvPoolDevice* info) {
+  ConvPoolDevice d{};
+  int major = 0, minor = 0, current = 0;
+  cudaError_t err = cudaDeviceGetAttribute(&d.max_shared_bytes,
+                                           cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (err == cudaSuccess)
+    err = cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, device);
+  if (err == cudaSuccess)
+    err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (err == cudaSuccess)
+    err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (err != cudaSuccess) return err;
+  d.compute_capability = 10 * major + minor;
+  if (d.compute_capability == 90) {  // the only cluster launches: the wgmma kernels'
+    err = cudaGetDevice(&current);
+    if (err == cudaSuccess && current != device) err = cudaSetDevice(device);
+    if (err != cudaSuccess) return err;
+    wgmma_cluster_capacity(d.max_clusters);
+    if (current != device) err = cudaSetDevice(current);
+  }
+  *info = d;
+  return err;
+}
+
 extern "C" const char* conv_relu_maxpool_variant_name(int variant) {
   switch (variant) {
     case kVariantDirect: return "direct";
@@ -1276,6 +1300,14 @@ extern "C" bool conv_relu_maxpool_packs_weight_apart(const ConvPoolShape* s, int
                                                      const ConvPoolDevice* device) {
   return wgmma_variant_for(*s, variant) && fast_path_applies(*s) &&
          device->compute_capability == 90 && wgmma_packs_weight_apart(*s, *device);
+}
+
+extern "C" int conv_relu_maxpool_wgmma_split(const ConvPoolShape* s, int variant,
+                                             const ConvPoolDevice* device) {
+  return wgmma_variant_for(*s, variant) && fast_path_applies(*s) &&
+                 device->compute_capability == 90
+             ? wgmma_split(*s, *device)
+             : 1;
 }
 
 extern "C" cudaError_t conv_relu_maxpool_pack_weight(const ConvPoolOperands* ops,

@@ -30,14 +30,23 @@ enum ConvPoolVariant : int {
   kVariantCount = 14,
 };
 
-// What the choice of variant needs to know about the GPU (the binding fills it per device).
+// What the choice of variant needs to know about the GPU (conv_relu_maxpool_query_device; the
+// binding fills it once per device).
+constexpr int kConvPoolMaxCluster = 8;  // the portable limit of blocks per cluster
 struct ConvPoolDevice {
   int max_shared_bytes;    // cudaDevAttrMaxSharedMemoryPerBlockOptin
   int sm_count;            // cudaDevAttrMultiProcessorCount
   int compute_capability;  // 10 * major + minor, e.g. 90 for Hopper
+  // max_clusters[s]: clusters of s blocks, each filling an SM, that the GPU runs at once
+  // (cudaOccupancyMaxActiveClusters; its GPCs bound it, not only sm_count), s = 2..8; 0 where
+  // unknown or unsupported (no cluster launches then).
+  int max_clusters[kConvPoolMaxCluster + 1];
 };
 
 extern "C" {
+
+// `device`'s ConvPoolDevice (the caller's current device is kept).
+cudaError_t conv_relu_maxpool_query_device(int device, ConvPoolDevice* info);
 
 // Name of a variant ("direct", "tiled_fp32", ...), or nullptr when out of range.
 const char* conv_relu_maxpool_variant_name(int variant);
@@ -98,9 +107,16 @@ const char* conv_relu_maxpool_wgmma_tile(const ConvPoolShape* shape, int variant
 
 // Whether a wgmma `variant`, given no packed weights, packs them in a launch of its own on all
 // of `device`'s SMs before the convolution (a large weight over few blocks) instead of in the
-// convolution's blocks. For tests and tuning.
+// convolution's blocks (a large weight over few blocks, or a split reduction). For tests and
+// tuning.
 bool conv_relu_maxpool_packs_weight_apart(const ConvPoolShape* shape, int variant,
                                           const ConvPoolDevice* device);
+
+// Blocks per tile of a wgmma `variant` on `device`: > 1 when a layer of few tiles splits each
+// tile's reduction over a cluster of that many blocks (partial sums added in distributed shared
+// memory before the pooling); 1 otherwise, and for the other variants. For tests and tuning.
+int conv_relu_maxpool_wgmma_split(const ConvPoolShape* shape, int variant,
+                                  const ConvPoolDevice* device);
 
 // Packs operands->weight (its strides in operands->weight_stride) into `packed`
 // (conv_relu_maxpool_packed_weight_bytes bytes, 16-byte aligned) on `stream`.

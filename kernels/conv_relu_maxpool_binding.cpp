@@ -228,15 +228,7 @@ const ConvPoolDevice& device_info(int device) {
               message("CUDA device index ", device, " is out of range (at most ", kMaxDevices - 1,
                       ")"));
   std::call_once(queried[device], [device] {
-    ConvPoolDevice d{};
-    int major = 0, minor = 0;
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&d.max_shared_bytes,
-                                          cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, device));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    d.compute_capability = 10 * major + minor;
-    info[device] = d;
+    C10_CUDA_CHECK(conv_relu_maxpool_query_device(device, &info[device]));
   });
   return info[device];
 }

@@ -194,6 +194,10 @@ struct WgmmaPlan {
   float* packed;        // [channel block][chunk] x Tile::kWeightChunkWords: the workspace, or
                         // the caller's copy packed ahead of time (kPrepacked kernels)
   int squares;  // strips: images x square rows x square cols (<= kMaxStripSquares)
+  // Blocks per tile, each reducing a share of its chunks (the kSplitK instances: one cluster
+  // per tile, partial sums added through distributed shared memory before the pooling); 1
+  // elsewhere.
+  int split;
 };
 
 // Where one tile sits. A strip's squares [0, first_squares) are its first piece (at image,
@@ -337,6 +341,44 @@ __device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, 
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
       ::"r"(shared_address(dst)), "l"(src), "r"(bytes), "r"(shared_address(barrier))
       : "memory");
+}
+
+// Thread block clusters (PTX ISA 7.8+, sm_90): this block's rank in its cluster and the
+// cluster's index in the grid (x: the kernels launch 1-D clusters); a barrier over the
+// cluster's threads in two halves (the release orders this thread's shared-memory writes
+// before the other blocks' reads after their wait); the address in the shared memory of the
+// cluster's block `rank` of what this block's `p` points to, and 16 bytes read from there.
+__device__ __forceinline__ int cluster_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return int(rank);
+}
+__device__ __forceinline__ int cluster_index() {
+  uint32_t index;
+  asm volatile("mov.u32 %0, %%clusterid.x;\n" : "=r"(index));
+  return int(index);
+}
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ uint32_t cluster_shared_address(const void* p, int rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+               : "=r"(remote)
+               : "r"(shared_address(p)), "r"(rank));
+  return remote;
+}
+// (Volatile, so that it stays between the cluster barriers; no memory clobber, so that the
+// compiler may keep several in flight.)
+__device__ __forceinline__ float4 load_cluster_shared(uint32_t address) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+      : "r"(address));
+  return v;
 }
 
 // Keeps the compiler from moving accumulator reads or writes across a wgmma wait.
@@ -697,13 +739,21 @@ struct StepLoader {
   const float* weights;  // the chunk's packed weights
 
   __device__ __forceinline__ StepLoader(const ConvPoolOperands& ops, const ConvPoolShape& s,
-                                        const WgmmaPlan& p) {
+                                        const WgmmaPlan& p, int first_tile) {
     const int units = !kPixelVectors && p.halo_load == kHaloPlaneVectors
                           ? 2 * p.plane_vectors
                           : Tile::kHaloUnits;
     unit = int(threadIdx.x) < units ? int(threadIdx.x) : -1;
-    tile = blockIdx.x;
+    tile = first_tile;
     start_tile(ops, s, p);
+  }
+
+  // Split reductions: the first tile's loads start at chunk `first` (< p.chunks).
+  __device__ __forceinline__ void skip_chunks(const ConvPoolOperands& ops, int first) {
+    chunk = first;
+    halo += int64_t(first) * Operands::kChunk * ops.x_stride[1];
+    channel += first * Operands::kChunk;
+    weights += int64_t(first) * Tile::kWeightChunkWords;
   }
 
   __device__ __forceinline__ void start_tile(const ConvPoolOperands& ops, const ConvPoolShape& s,
@@ -901,11 +951,12 @@ __device__ __forceinline__ void pool_accumulators(const float (&acc)[2][Tile::kA
 }
 
 // The pooled tile -> out, with bias and ReLU. kThreads is a multiple of the pooled tile's
-// size, so each thread keeps one (row, col) and walks the channels.
-template <class Tile>
+// size, so each thread keeps one (row, col) and walks the channels. kSplitK: only the channel
+// groups this block of the cluster summed (reduce_split).
+template <class Tile, bool kSplitK = false>
 __device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                              const TileOrigin& o, const float* pooled,
-                                             const float* bias) {
+                                             const float* bias, int split = 1, int rank = 0) {
   constexpr int kPooledTile = Tile::kPooledRows * Tile::kPooledCols;
   static_assert(kThreads % kPooledTile == 0, "fixed (row, col) per thread");
   constexpr int kChannelStep = kThreads / kPooledTile;
@@ -933,18 +984,76 @@ __device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const 
   const int channels = min(Tile::kN, s.out_channels - o.channel0);
 #pragma unroll 4
   for (int k = k0; k < channels; k += kChannelStep) {
-    *out = Operands::to_output(relu_keeping_nan(*src + bias[k]));
+    if (!kSplitK || (k / 8) % split == rank)
+      *out = Operands::to_output(relu_keeping_nan(*src + bias[k]));
     out += kChannelStep * plane;
     src += kChannelStep * Tile::kPooledPlane;
   }
 }
 
+// Split reductions (kSplitK): the p.split blocks of a cluster hold partial sums of one tile, each
+// over its share of the chunks, in the same registers. Each block writes its partials to its
+// pipeline stages (idle now); then block `rank` adds the p.split partials of the channel groups
+// g with g % split == rank (8 channels: accumulators 4 g .. 4 g + 3 of each square, one 16-byte
+// load each), in rank order, so every run adds in the same order. Its other accumulators keep
+// its own partials, which store_pooled<Tile, true> does not write. Ends with this block's
+// arrival at the cluster barrier that the kernel waits at before it exits (the others read its
+// stages until then).
+template <class Tile>
+__device__ __forceinline__ void reduce_split(float (&acc)[2][Tile::kAccs], unsigned char* smem,
+                                             int split, int rank) {
+  constexpr int kGroups = Tile::kN / 8;
+  static_assert(2 * Tile::kAccs * kThreads * 4 <= Tile::kPipelineBytes, "partials fit");
+  float4* partial = reinterpret_cast<float4*>(smem);  // [square][group][thread]
+  __syncthreads();  // both warpgroups' wgmmas are done with the stages
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g)
+      partial[(m * kGroups + g) * kThreads + threadIdx.x] =
+          make_float4(acc[m][4 * g], acc[m][4 * g + 1], acc[m][4 * g + 2], acc[m][4 * g + 3]);
+  cluster_arrive();
+  cluster_wait();  // every block's partials are written
+  bool mine[kGroups];
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    mine[g] = g % split == rank;
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (mine[g]) acc[m][4 * g + e] = 0.f;
+  }
+  // Unrolled over the largest cluster, so that every load of every rank is in flight at once.
+#pragma unroll
+  for (int q = 0; q < kConvPoolMaxCluster; ++q) {
+    if (q >= split) break;
+    const uint32_t base = cluster_shared_address(partial + threadIdx.x, q);
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        if (!mine[g]) continue;
+        const float4 v =
+            load_cluster_shared(base + uint32_t((m * kGroups + g) * kThreads * sizeof(float4)));
+        acc[m][4 * g] += v.x;
+        acc[m][4 * g + 1] += v.y;
+        acc[m][4 * g + 2] += v.z;
+        acc[m][4 * g + 3] += v.w;
+      }
+  }
+  cluster_arrive();
+}
+
 // kPrepacked: p.packed holds the weights packed by an earlier launch (pack_weights_kernel), so
 // this one neither packs nor waits at a grid barrier (and is not launched cooperatively). A
 // template parameter rather than a branch: the branch rescheduled the whole kernel.
-template <class Tile, bool kPixelVectors, bool kPrepacked>
+// kSplitK (with kPrepacked, N = 64, launched in clusters of p.split blocks): the blocks of a
+// cluster share one tile, each computing a share of its chunks (reduce_split).
+template <class Tile, bool kPixelVectors, bool kPrepacked, bool kSplitK = false>
 __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
     conv_pool_wgmma_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const WgmmaPlan p) {
+  static_assert(!kSplitK || (kPrepacked && Tile::kN == 64), "split reductions: see launch()");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) unsigned char smem[];
   float* pooled = reinterpret_cast<float*>(smem + Tile::kPipelineBytes);
@@ -977,13 +1086,25 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
   }
 
   // This block's tiles are blockIdx.x, blockIdx.x + gridDim.x, ...; its loads run over the
-  // flat sequence of (tile, chunk) steps, ahead of the tensor cores and across tiles.
-  const int my_tiles = (p.tiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x);
-  const int steps = my_tiles * p.chunks;
+  // flat sequence of (tile, chunk) steps, ahead of the tensor cores and across tiles. Split
+  // reductions: the cluster's tile, chunks [first_chunk, first_chunk + tile_chunks).
+  int first_tile = int(blockIdx.x), my_tiles, tile_chunks = p.chunks, first_chunk = 0, rank = 0;
+  if constexpr (kSplitK) {
+    first_tile = cluster_index();
+    rank = cluster_rank();
+    const int share = (p.chunks + p.split - 1) / p.split;
+    first_chunk = rank * share;
+    tile_chunks = min(share, p.chunks - first_chunk);  // >= 1 (split_for)
+    my_tiles = 1;
+  } else {
+    my_tiles = (p.tiles - int(blockIdx.x) + int(gridDim.x) - 1) / int(gridDim.x);
+  }
+  const int steps = my_tiles * tile_chunks;
   auto next_stage = [](int stage) { return stage == kStages - 1 ? 0 : stage + 1; };
 
   // Prologue: step 0's halo in stage 0, step 1's in registers; the weights of both in flight.
-  StepLoader<Tile, kPixelVectors> loader(ops, s, p);
+  StepLoader<Tile, kPixelVectors> loader(ops, s, p, first_tile);
+  if constexpr (kSplitK) loader.skip_chunks(ops, first_chunk);
   HaloUnit<typename Tile::Operands, kPixelVectors> halo;
   loader.copy_weights(smem, weights_landed);
   loader.load_halo(halo, ops, s, p);
@@ -1003,7 +1124,7 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
   float acc[2][Tile::kAccs];  // written by the first wgmma of each tile (accumulate = false)
   int step = 0, stage = 0;
   for (int t = 0; t < my_tiles; ++t) {
-    const TileOrigin origin = tile_origin<Tile>(s, p, int(blockIdx.x) + t * int(gridDim.x));
+    const TileOrigin origin = tile_origin<Tile>(s, p, first_tile + t * int(gridDim.x));
     uint32_t square_base[2];
 #pragma unroll
     for (int m = 0; m < 2; ++m) {
@@ -1018,7 +1139,7 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
     }
     // The accumulators are touched only by wgmmas inside this loop (ordinary instructions
     // reading them here would make the compiler drain the tensor cores every step).
-    for (int chunk = 0; chunk < p.chunks; ++chunk, ++step) {
+    for (int chunk = 0; chunk < tile_chunks; ++chunk, ++step) {
       // Here: `stage` holds this step's halo, visible to the tensor cores, and its weights
       // landed or in flight; the next stage has its weights in flight and its halo in `halo`;
       // the wgmmas of step - 1 may still run, all earlier ones have completed.
@@ -1049,6 +1170,7 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
     wgmma_wait<0>();
     fence_registers(acc[0]);
     fence_registers(acc[1]);
+    if constexpr (kSplitK) reduce_split<Tile>(acc, smem, p.split, rank);
     // The tile's bias, one load per channel into shared memory; its latency overlaps the
     // pooling (a load per output in the store loop below cost 13-24% on the H200: the L1
     // left beside the stages is small, so those loads went to L2).
@@ -1060,9 +1182,10 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
     pool_accumulators<Tile>(acc, pooled);
     if (threadIdx.x < Tile::kN) bias[threadIdx.x] = tile_bias;
     __syncthreads();
-    store_pooled<Tile>(ops, s, origin, pooled, bias);
+    store_pooled<Tile, kSplitK>(ops, s, origin, pooled, bias, p.split, rank);
     // `pooled` is rewritten only after the next tile's chunk barriers.
   }
+  if constexpr (kSplitK) cluster_wait();  // no block of the cluster reads these stages now
 #endif
 }
 
@@ -1076,6 +1199,7 @@ WgmmaPlan packing_plan(const ConvPoolShape& s) {
   WgmmaPlan p{};
   p.channel_blocks = (s.out_channels + Tile::kN - 1) / Tile::kN;
   p.chunks = (s.in_channels + Tile::Operands::kChunk - 1) / Tile::Operands::kChunk;
+  p.split = 1;
   return p;
 }
 
@@ -1235,7 +1359,7 @@ auto with_packing_tile(const ConvPoolShape& s, F&& f) {
 
 // Once per kernel and device: raise its dynamic shared-memory limit (a constant) and ask how
 // many blocks fit on an SM. Returns that count, or a negative cudaError_t.
-template <class Tile, bool kPixelVectors, bool kPrepacked>
+template <class Tile, bool kPixelVectors, bool kPrepacked, bool kSplitK = false>
 int prepare_kernel(int device) {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> blocks_per_sm[kMaxDevices];  // 0 = not yet asked
@@ -1243,15 +1367,13 @@ int prepare_kernel(int device) {
     const int known = blocks_per_sm[device].load(std::memory_order_acquire);
     if (known > 0) return known;
   }
-  cudaError_t err = cudaFuncSetAttribute(
-      conv_pool_wgmma_kernel<Tile, kPixelVectors, kPrepacked>,
-      cudaFuncAttributeMaxDynamicSharedMemorySize,
-      Tile::kSmemBytes);
+  const auto kernel = conv_pool_wgmma_kernel<Tile, kPixelVectors, kPrepacked, kSplitK>;
+  cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Tile::kSmemBytes);
   int blocks = 0;
   if (err == cudaSuccess)
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &blocks, conv_pool_wgmma_kernel<Tile, kPixelVectors, kPrepacked>, kThreads,
-        Tile::kSmemBytes);
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads,
+                                                        Tile::kSmemBytes);
   if (err != cudaSuccess) return -int(err);
   if (blocks < 1) return -int(cudaErrorInvalidConfiguration);
   if (device >= 0 && device < kMaxDevices)
@@ -1307,6 +1429,93 @@ cudaError_t launch_instance(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                        Tile::kSmemBytes, stream);
 }
 
+// Split reductions: the N = 64 tiles of one block per SM that read packed weights (the tiles
+// of layers of few tiles, kFewTiles) can run a tile's chunks over the blocks of a cluster, when
+// the layer's tiles leave SMs idle. Cluster sizes 2 to 8 (the portable limit), each block
+// given at least kMinSplitChunks chunks. Cost model, fitted on the H200 (VGG-16's blocks 3-5
+// at batch 1 and block 5 at batch 8, every split from 1 to 8 forced, float32 and float16;
+// docs/PERF.md v27): kernel time ~ rounds x (chunks per block + kRoundChunks), ~1 us a chunk,
+// where rounds = tiles over the clusters that run at once (ConvPoolDevice::max_clusters; for
+// no split, one block per SM); the least cost wins, the smaller split on a tie.
+constexpr int kMinSplitChunks = 4;
+constexpr int kRoundChunks = 7;  // a round's fixed time (prologue, epilogue, reduction)
+
+template <class Tile>
+constexpr bool splits() {
+  return takes_packed_weight<Tile>() && Tile::kN == 64 && !Tile::kStrip;
+}
+
+// The blocks per tile for this plan (1: no split).
+template <class Tile>
+int split_for(const WgmmaPlan& p, const ConvPoolDevice& device) {
+  int best = 1;
+  if constexpr (splits<Tile>()) {
+    const auto rounds = [&](int64_t at_once) { return (p.tiles + at_once - 1) / at_once; };
+    int64_t best_cost = rounds(std::max(device.sm_count, 1)) * (p.chunks + kRoundChunks);
+    for (int split = 2; split <= kConvPoolMaxCluster; ++split) {
+      const int share = (p.chunks + split - 1) / split;
+      if (share < kMinSplitChunks || (split - 1) * share >= p.chunks ||
+          device.max_clusters[split] < 1 || int64_t(p.tiles) * split > INT32_MAX)
+        continue;
+      const int64_t cost = rounds(device.max_clusters[split]) * (share + kRoundChunks);
+      if (cost < best_cost) {
+        best = split;
+        best_cost = cost;
+      }
+    }
+  }
+  (void)p;
+  (void)device;
+  return best;
+}
+
+// A kernel that fills an SM (more than half its shared memory), for the cluster occupancy.
+__global__ void one_block_per_sm_probe() {}
+
+// The weights -> the workspace, by a kernel of its own on every SM (v20 in docs/PERF.md); the
+// operands the kernel instance for packed weights then reads.
+template <class Tile>
+cudaError_t pack_into_workspace(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                const WgmmaPlan& p, const ConvPoolDevice& device,
+                                cudaStream_t stream, ConvPoolOperands& packed_ops) {
+  WgmmaPlan packing = p;
+  packing.packed = ops.workspace;
+  const int64_t items = int64_t(p.channel_blocks) * p.chunks * 2 * Tile::kN;
+  const int64_t blocks = std::min<int64_t>((items + kThreads - 1) / kThreads,
+                                           int64_t(8) * std::max(device.sm_count, 1));
+  // (The wide tile of the same operands and N packs the same layout: no new instance.)
+  pack_weights_kernel<WideTile<typename Tile::Operands, Tile::kN>>
+      <<<unsigned(blocks), kThreads, 0, stream>>>(ops, s, packing);
+  packed_ops = ops;
+  packed_ops.packed_weight = ops.workspace;
+  return cudaGetLastError();
+}
+
+// The split instance, p.tiles clusters of p.split blocks (one tile each, not persistent).
+template <class Tile, bool kPixelVectors>
+cudaError_t launch_split_instance(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                  WgmmaPlan p, cudaStream_t stream) {
+  int current = -1;
+  const cudaError_t err = cudaGetDevice(&current);
+  if (err != cudaSuccess) return err;
+  const int blocks_per_sm = prepare_kernel<Tile, kPixelVectors, true, true>(current);
+  if (blocks_per_sm < 0) return cudaError_t(-blocks_per_sm);
+  p.packed = const_cast<float*>(ops.packed_weight);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(p.tiles * p.split));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = Tile::kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute cluster;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = unsigned(p.split);
+  cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, conv_pool_wgmma_kernel<Tile, kPixelVectors, true, true>, ops,
+                            s, p);
+}
+
 template <class Tile>
 cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
                    const ConvPoolDevice& device, cudaStream_t stream) {
@@ -1335,22 +1544,24 @@ cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
     }
     return cudaErrorInvalidValue;  // the caller checks wgmma_takes_packed_weight
   }
+  if constexpr (splits<Tile>()) {
+    p.split = split_for<Tile>(p, device);
+    if (p.split > 1) {
+      // The weights packed apart (as below), then the tiles' chunks over clusters.
+      ConvPoolOperands packed_ops;
+      const cudaError_t err = pack_into_workspace<Tile>(ops, s, p, device, stream, packed_ops);
+      if (err != cudaSuccess) return err;
+      return pixel_vectors ? launch_split_instance<Tile, true>(packed_ops, s, p, stream)
+                           : launch_split_instance<Tile, false>(packed_ops, s, p, stream);
+    }
+  }
   if constexpr (takes_packed_weight<Tile>()) {
     if (packs_apart<Tile>(p, device)) {
       // The packing on every SM, a kernel of its own, into the workspace; then the instance
       // that reads packed weights, from there (still in L2).
-      WgmmaPlan packing = p;
-      packing.packed = ops.workspace;
-      const int64_t items = int64_t(p.channel_blocks) * p.chunks * 2 * Tile::kN;
-      const int64_t blocks = std::min<int64_t>((items + kThreads - 1) / kThreads,
-                                               int64_t(8) * std::max(device.sm_count, 1));
-      // (The wide tile of the same operands and N packs the same layout: no new instance.)
-      pack_weights_kernel<WideTile<Operands, Tile::kN>>
-          <<<unsigned(blocks), kThreads, 0, stream>>>(ops, s, packing);
-      const cudaError_t err = cudaGetLastError();
+      ConvPoolOperands packed_ops;
+      const cudaError_t err = pack_into_workspace<Tile>(ops, s, p, device, stream, packed_ops);
       if (err != cudaSuccess) return err;
-      ConvPoolOperands packed_ops = ops;
-      packed_ops.packed_weight = ops.workspace;
       return pixel_vectors
                  ? launch_instance<Tile, true, true>(packed_ops, s, p, device, stream)
                  : launch_instance<Tile, false, true>(packed_ops, s, p, device, stream);
@@ -1361,6 +1572,40 @@ cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
 }
 
 }  // namespace
+
+void wgmma_cluster_capacity(int (&max_clusters)[kConvPoolMaxCluster + 1]) {
+  for (int& n : max_clusters) n = 0;
+#if defined(CONV_POOL_WITH_WGMMA)
+  int device = 0, shared = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess)
+    return;
+  const int bytes = shared / 2 + 1024;
+  if (cudaFuncSetAttribute(one_block_per_sm_probe, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  for (int split = 2; split <= kConvPoolMaxCluster; ++split) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(unsigned(split));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = size_t(bytes);
+    cudaLaunchAttribute cluster;
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = unsigned(split);
+    cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    if (cudaOccupancyMaxActiveClusters(&max_clusters[split], one_block_per_sm_probe, &config) !=
+        cudaSuccess) {
+      cudaGetLastError();  // not a sticky error: no split of this size
+      max_clusters[split] = 0;
+    }
+  }
+#endif
+}
 
 const char* wgmma_conv_pool_unsupported(const ConvPoolShape& s, const ConvPoolDevice& device) {
 #if !defined(CONV_POOL_WITH_WGMMA)
@@ -1397,7 +1642,15 @@ bool wgmma_takes_packed_weight(const ConvPoolShape& s) {
 bool wgmma_packs_weight_apart(const ConvPoolShape& s, const ConvPoolDevice& device) {
   return with_tile(s, [&](auto tile) {
     using Tile = decltype(tile);
-    return packs_apart<Tile>(make_plan<Tile>(s), device);
+    const WgmmaPlan p = make_plan<Tile>(s);
+    return packs_apart<Tile>(p, device) || split_for<Tile>(p, device) > 1;
+  });
+}
+
+int wgmma_split(const ConvPoolShape& s, const ConvPoolDevice& device) {
+  return with_tile(s, [&](auto tile) {
+    using Tile = decltype(tile);
+    return split_for<Tile>(make_plan<Tile>(s), device);
   });
 }
 

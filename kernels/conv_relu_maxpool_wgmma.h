@@ -8,6 +8,10 @@
 
 #include "conv_relu_maxpool.h"
 
+// ConvPoolDevice::max_clusters of the current device (zeros where a cluster launch fails:
+// off Hopper, or a module without sm_90a code).
+void wgmma_cluster_capacity(int (&max_clusters)[kConvPoolMaxCluster + 1]);
+
 // Why the wgmma kernel cannot run `shape` on `device`, or nullptr when it can.
 const char* wgmma_conv_pool_unsupported(const ConvPoolShape& shape, const ConvPoolDevice& device);
 
@@ -35,6 +39,10 @@ bool wgmma_takes_packed_weight(const ConvPoolShape& shape);
 // (a large weight over few blocks) rather than in its blocks (conv_relu_maxpool_wgmma_tile's
 // companion, for tests).
 bool wgmma_packs_weight_apart(const ConvPoolShape& shape, const ConvPoolDevice& device);
+
+// Blocks per tile when the launch splits its tiles' chunks over clusters (a layer of few
+// tiles on many SMs; conv_relu_maxpool_wgmma_split), else 1.
+int wgmma_split(const ConvPoolShape& shape, const ConvPoolDevice& device);
 
 // The tile the launch runs (conv_relu_maxpool_wgmma_tile): "wide_n128", "strip_n128", ...
 const char* wgmma_tile_name(const ConvPoolShape& shape);

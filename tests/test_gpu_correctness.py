@@ -516,9 +516,11 @@ def test_wgmma_few_tiles_run_64_channel_blocks(ext, choice, dtype, layout):
     64 channels (kFewTiles): the wide tile (the one-block-per-SM instance of it), the square
     one over whole 14 x 14 images, and a strip shape of few strips, which takes the wide tile;
     output-channel tails (136 and 200: a last block of 8). A large weight over few blocks is
-    packed apart first, by a launch of its own (`packs_apart`), which the kernel instance for
-    packed weights then reads. Weights packed ahead of time (for 128-channel blocks) are not
-    read: the same output bit for bit, even from a copy packed from 2 * weight."""
+    packed apart first, by a launch of its own, which a kernel instance for packed weights
+    then reads (the two cases with 200 and 264 input channels, which also split their tiles'
+    reductions: test_wgmma_split_reductions). Weights packed ahead of time (for 128-channel
+    blocks) are not read: the same output bit for bit, even from a copy packed from
+    2 * weight."""
     cases = [(ConvPoolCase("few_wide", 1, 16, 136, 34, 66, (3, 3)), "wide_n64", False),
              (ConvPoolCase("few_square", 3, 24, 200, 14, 14, (3, 3), padding=(1, 1)),
               "square_n64", False),
@@ -528,7 +530,7 @@ def test_wgmma_few_tiles_run_64_channel_blocks(ext, choice, dtype, layout):
               "square_n64", True),
              (ConvPoolCase("few_wide_packed_apart", 1, 200, 136, 18, 34, (3, 3)), "wide_n64",
               True)]
-    device = kernel_choice.device_of(torch.cuda.current_device())
+    device = kernel_choice.device_of(choice, torch.cuda.current_device())
     seed = random.randrange(2**31)
     for i, (case, tile, apart) in enumerate(cases):
         name, tolerance, x, weight, bias = wgmma_layout_operands(case, layout, dtype, seed + i)
@@ -544,6 +546,43 @@ def test_wgmma_few_tiles_run_64_channel_blocks(ext, choice, dtype, layout):
         ignored = ext.conv2d_relu_maxpool_pack_weight(2 * weight)
         assert ignored.numel() > 0
         assert torch.equal(run_op(ext, case, x, weight, bias, -1, ignored), out), case.name
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS.get)
+@pytest.mark.parametrize("layout", ["dense", "channels_last", "every_other"])
+def test_wgmma_split_reductions(ext, choice, dtype, layout):
+    """Layers of few tiles with long reductions split each tile's chunks over a cluster of
+    2, 4 or 8 blocks, whose partial sums meet in distributed shared memory before the pooling
+    (kSplitK): the square tile over one 14 x 14 image with an output-channel tail (8 blocks a
+    tile on the H200), shares that do not divide (200 input channels: there 7 blocks of 4, 4,
+    4, 4, 4, 4 and 1 TF32 chunks; 4 of 4, 4, 4, 1 16-bit ones), the wide tile, and NaN / inf
+    inputs, which the partial sums carry as one sum would. Against float64; the kernel
+    launched is the split instance (its last template argument true)."""
+    cases = [ConvPoolCase("split_square", 1, 512, 136, 14, 14, (3, 3), padding=(1, 1)),
+             ConvPoolCase("split_uneven", 2, 200, 128, 14, 14, (3, 3), padding=(1, 1)),
+             ConvPoolCase("split_wide", 1, 160, 72, 18, 66, (3, 3)),
+             ConvPoolCase("split_nan", 2, 256, 128, 18, 20, (3, 3), padding=(1, 1))]
+    device = kernel_choice.device_of(choice, torch.cuda.current_device())
+    seed = random.randrange(2**31)
+    for i, case in enumerate(cases):
+        name, tolerance, x, weight, bias = wgmma_layout_operands(case, layout, dtype, seed + i)
+        if case.name == "split_nan":
+            inject_nan_and_inf(x)
+        assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
+        assert kernel_choice.wgmma_split(choice, case, ELEMENT_OF[dtype], device) > 1, case
+        outs = []
+        kernels = wgmma_kernels_run(lambda: outs.append(run_op(ext, case, x, weight, bias)))
+        assert len(kernels) == 1 and re.search(r", (true|false), true, true>", kernels[0]), \
+            kernels
+        out, expected = outs[0].double().cpu(), reference(case, x, weight, bias)
+        if case.name == "split_nan":
+            assert expected.isnan().any() and expected.isinf().any()
+            assert torch.equal(out.isnan(), expected.isnan()), seed
+            assert torch.equal(out.isinf(), expected.isinf()), seed
+            finite = expected.isfinite()
+            out, expected = out[finite], expected[finite]
+        torch.testing.assert_close(out, expected, **tolerance,
+                                   msg=lambda m: f"seed {seed} {case}: {m}")
 
 
 def wgmma_kernels_run(fn) -> list:

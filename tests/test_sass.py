@@ -11,7 +11,8 @@ report in tests/test_build.py; here we check what the disassembly shows:
     (bfloat16), 18 per chunk (9 taps x 2 squares), with the same two waits (WARPGROUP.DEPBAR)
     and two WARPGROUP.ARRIVE (one per run of the chunk's wgmmas) in every instance, the
     channels-last ones included: no drain added inside the chunk loop; the instances for
-    weights packed ahead of time have no grid barrier, the others do;
+    weights packed ahead of time have no grid barrier, the others do; the split-reduction
+    instances (a tile's chunks over a cluster) have the cluster barriers and no grid barrier;
   * the 16-bit tensor-core kernels (tiled_16bit_mma) issue HMMA.16816.F32 (float16) and
     HMMA.16816.F32.BF16 (bfloat16): m16n8k16 with fp32 accumulators, nothing narrower;
   * small_tf32's kernels (the small kernel's tensor-core loop) issue HMMA.1688.F32.TF32 and
@@ -75,6 +76,10 @@ def is_packing_kernel(name: str) -> bool:
     return "pack_input_kernel" in name or "pack_weights_kernel" in name  # copies only
 
 
+def is_probe_kernel(name: str) -> bool:
+    return "one_block_per_sm_probe" in name  # empty: cudaOccupancyMaxActiveClusters asks
+
+
 def test_tensor_core_kernels_issue_hmma(sass):
     tensor_core = {name: code for name, code in sass.items() if is_tensor_core_kernel(name)}
     assert len(tensor_core) >= 10, sorted(sass)
@@ -100,24 +105,34 @@ def test_wgmma_kernels_issue_hgmma(sass):
     # those tiles (their last WgmmaTile argument true: layers of few tiles, 16-bit inputs that
     # need scalar halo loads), with their prepacked twins (which run on weights packed apart,
     # never on the caller's): per operand type 3 x 4 + 2 x 2 + 2 x 4 in TF32, 4 x 4 + 2 + 4
-    # in 16 bits.
-    assert len(wgmma) == 24 + 2 * 22, sorted(sass)
+    # in 16 bits; and the split-reduction instances (the third bool, kSplitK) of the N = 64
+    # tiles that run one block per SM (TF32's twins; in 16 bits the wide twin and the square
+    # tile), from weights packed apart: 2 x 2 per operand type.
+    assert len(wgmma) == 28 + 2 * 26, sorted(sass)
     for operands, pattern in HGMMA_BY_OPERANDS.items():
         instances = {name: code for name, code in wgmma.items() if operands in name}
-        flags = {name: re.search(r"ELb([01])ELb([01])EEEv", name).groups() for name in instances}
+        flags = {name: re.search(r"ELb([01])ELb([01])ELb([01])EEEv", name).groups()
+                 for name in instances}
         packing = [name for name in instances if flags[name][1] == "0"]
-        prepacked = [name for name in instances if flags[name][1] == "1"]
+        prepacked = [name for name in instances if flags[name][1:] == ("1", "0")]
+        split = [name for name in instances if flags[name][2] == "1"]
         tf32 = operands == "Tf32Operands"
         assert len(packing) == (14 if tf32 else 12), (operands, sorted(instances))
         assert sum(flags[name][0] == "1" for name in packing) == (7 if tf32 else 6), \
             (operands, sorted(packing))
         assert sum(bool(re.search(r"TileShapeE0ELb1EE", name)) for name in instances) == \
-            (8 if tf32 else 4), operands
+            (12 if tf32 else 6), operands
+        one_block_n64 = (r"Li(8ELi32|16ELi16)ELi64ELN\w*TileShapeE0ELb1EE" if tf32
+                         else r"Li(8ELi32ELi64ELN\w*TileShapeE0ELb1|16ELi16ELi64ELN\w*"
+                              r"TileShapeE0ELb0)EE")
+        assert sorted(split) == sorted(
+            name.replace("ELb1ELb0EEEv", "ELb1ELb1EEEv")
+            for name in prepacked if re.search(one_block_n64, name)), operands
         # The two-blocks-per-SM tiles (the last WgmmaTile argument false) have no twin.
         no_twin = (r"Li(8ELi32|16ELi16)ELi64ELN\w*TileShapeE0ELb0EE" if tf32
                    else r"Li8ELi32ELi64ELN\w*TileShapeE0ELb0EE")
         assert sorted(prepacked) == sorted(
-            name.replace(f"ELb{flags[name][0]}ELb0EEEv", f"ELb{flags[name][0]}ELb1EEEv")
+            name.replace(f"ELb{flags[name][0]}ELb0ELb0EEEv", f"ELb{flags[name][0]}ELb1ELb0EEEv")
             for name in packing if not re.search(no_twin, name)), operands
         strips = [name for name in instances
                   if re.search(r"Li8ELi32ELi128ELN\w*TileShapeE1E", name)]
@@ -146,6 +161,11 @@ def test_wgmma_kernels_issue_hgmma(sass):
             # on the barrier word) is in the packing instances only.
             grid_barrier = re.search(r"\bATOM\.E\.ADD\.STRONG\.GPU\b", code) is not None
             assert grid_barrier == (name in packing), name
+            # A split instance's blocks meet at the cluster barrier twice (the partials
+            # written; the partials read, waited for before the block exits).
+            cluster_barriers = (len(re.findall(r"\bUCGABAR_ARV\b", code)),
+                                len(re.findall(r"\bUCGABAR_WAIT\b", code)))
+            assert cluster_barriers == ((2, 2) if name in split else (0, 0)), name
 
 
 def test_16bit_tensor_core_kernels_issue_m16n8k16_with_fp32_accumulators(sass):
@@ -175,7 +195,7 @@ def test_cuda_core_kernels_have_no_hmma(sass):
     assert sum("direct16_kernel" in name for name in others) == 2  # float16, bfloat16
     for name, code in others.items():
         assert "HMMA" not in code and "HGMMA" not in code, name
-        if not is_packing_kernel(name):
+        if not is_packing_kernel(name) and not is_probe_kernel(name):
             assert "FFMA" in code, f"{name} does no fp32 FMA at all?"
 
 

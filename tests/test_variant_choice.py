@@ -13,8 +13,8 @@ from dataclasses import replace
 import pytest
 
 from utils.kernel_choice import (A100_LIKE, BFLOAT16, FLOAT16, FLOAT32, H200, ConvPoolDevice,
-                                 ConvPoolShape, load, packs_weight_apart, shape_of,
-                                 takes_packed_weight, wgmma_tile)
+                                 ConvPoolShape, clusters, load, packs_weight_apart,
+                                 shape_of, takes_packed_weight, wgmma_split, wgmma_tile)
 from utils.suite import GRID, SUITE, ConvPoolCase, find_case
 
 AUTO = -1
@@ -432,17 +432,24 @@ def test_only_the_wgmma_variants_have_tiles(library, variant_names):
 
 
 def test_a_large_weight_over_few_blocks_is_packed_apart(library):
-    # Packed weight elements per block >= 32768: VGG-16's blocks 4 and 5 at batch 1 (32 and 8
-    # blocks of 64 channels for 2.4M weights), block 5 at batch 8 (64 blocks); not block 3 at
-    # batch 1 (56 blocks, 0.6M weights), nor the default problem at batch 1, nor any shape of
-    # the suite (VGG block 5 at batch 32: 128 blocks of 128 channels, 18k each).
+    # Packed weight elements per block >= 32768, or a split reduction (which reads weights
+    # packed apart; test_layers_of_few_tiles_split_...): VGG-16's blocks 4 and 5 at batch 1
+    # (32 and 8 tiles of 64 channels for 2.4M weights), block 5 at batch 8 (64 tiles), block 3
+    # at batch 1 (52 tiles, 0.6M weights: split in 2); not the default problem at batch 1 (128
+    # tiles of 37k weights), nor any shape of the suite (VGG block 5 at batch 32: 128 tiles of
+    # 128 channels, 18k each). 30 images of 1712 channels into 200 over 14 x 14: 120 tiles of
+    # 64 channels, which no split would run in fewer rounds, of 33k weights each: apart, no
+    # split.
+    apart_unsplit = ConvPoolCase("apart_unsplit", 30, 1712, 200, 14, 14, (3, 3), padding=(1, 1))
     for element in (FLOAT32, FLOAT16, BFLOAT16):
         for name, batch, apart in (("vgg_b5", 1, True), ("vgg_b5", 8, True),
-                                   ("vgg_b3", 1, False), ("batch1", 1, False)):
+                                   ("vgg_b3", 1, True), ("batch1", 1, False)):
             case = replace(find_case(name), batch=batch)
             assert packs_weight_apart(library, case, element) == apart, (name, batch, element)
         b4 = ConvPoolCase("vgg_b4_batch1", 1, 512, 512, 28, 28, (3, 3), padding=(1, 1))
         assert packs_weight_apart(library, b4, element)
+        assert packs_weight_apart(library, apart_unsplit, element)
+        assert wgmma_split(library, apart_unsplit, element) == 1
         for case in SUITE:
             assert not packs_weight_apart(library, case, element), case.name
     # Per block: with fewer SMs there are fewer blocks, so larger shares.
@@ -451,3 +458,51 @@ def test_a_large_weight_over_few_blocks_is_packed_apart(library):
     # Off Hopper no wgmma kernel runs, so nothing packs.
     case = replace(find_case("vgg_b5"), batch=1)
     assert not packs_weight_apart(library, case, FLOAT32, device=A100_LIKE)
+
+
+def test_layers_of_few_tiles_split_their_reduction_over_clusters(library):
+    # The N = 64 tiles that run one block per SM split a tile's chunks over a cluster of 2 to 8
+    # blocks where that takes fewer rounds x (chunks per block + 7) than no split (the cost
+    # model of split_for, fitted on the H200), every block getting at least 4 chunks (8
+    # channels each in TF32, 16 in 16 bits). Clusters at once on the H200: 66 of 2, 39 of 3,
+    # 30 of 4, 22 of 5, 17 of 6, 15 of 7 or 8. VGG-16 at batch 1: block 5 has 8 tiles (1 image
+    # x 8 blocks of 64 channels), 8 blocks each; block 4 32 tiles, 3 each (4 would take two
+    # rounds); block 3 52 tiles, 2 each; block 5 at batch 8 64 tiles, 2 each. Not block 5 at
+    # batch 16 (128 tiles), nor the default problem at batch 1 (128 tiles), nor the suite.
+    b4 = ConvPoolCase("vgg_b4_batch1", 1, 512, 512, 28, 28, (3, 3), padding=(1, 1))
+    b5 = find_case("vgg_b5")
+    expected = [(replace(b5, batch=1), 8), (b4, 3), (replace(find_case("vgg_b3"), batch=1), 2),
+                (replace(b5, batch=8), 2), (replace(b5, batch=16), 1),
+                (replace(find_case("default"), batch=1), 1)]
+    for element in (FLOAT32, FLOAT16, BFLOAT16):
+        for case, split in expected:
+            assert wgmma_split(library, case, element) == split, (case, element)
+            if split > 1:
+                assert packs_weight_apart(library, case, element), case
+        for case in SUITE:
+            assert wgmma_split(library, case, element) == 1, case.name
+    # Shares that do not divide: 200 input channels over 4 tiles are 25 TF32 chunks, 7 blocks
+    # of 4, 4, 4, 4, 4, 4, 1 (8 would leave the last none); 13 16-bit chunks, 4 of 4, 4, 4, 1.
+    uneven = ConvPoolCase("split_uneven", 2, 200, 128, 14, 14, (3, 3), padding=(1, 1))
+    assert [wgmma_split(library, uneven, e) for e in (FLOAT32, FLOAT16, BFLOAT16)] == [7, 4, 4]
+    # Fewer than 4 chunks a block: 24 input channels are 3 chunks, no split; 64 channels are 8
+    # TF32 chunks (2 blocks) but 4 16-bit ones (none).
+    few_chunks = ConvPoolCase("few_chunks", 1, 24, 200, 14, 14, (3, 3), padding=(1, 1))
+    assert wgmma_split(library, few_chunks, FLOAT32) == 1
+    replaced = replace(few_chunks, in_channels=64)
+    assert [wgmma_split(library, replaced, e) for e in (FLOAT32, FLOAT16)] == [2, 1]
+    # A layer of at most 64 output channels over few whole images: its one-block square tile
+    # splits too (TF32's twin, the 16-bit tile itself): 32 TF32 chunks over 8 blocks, 16
+    # 16-bit ones over 4.
+    narrow = ConvPoolCase("narrow_deep", 2, 256, 64, 14, 14, (3, 3), padding=(1, 1))
+    for element, split in ((FLOAT32, 8), (FLOAT16, 4), (BFLOAT16, 4)):
+        assert wgmma_tile(library, narrow, element) == "square_n64"
+        assert wgmma_split(library, narrow, element) == split, element
+    # 16 SMs, 8 clusters of 2, 4 of 4, 2 of 8: VGG block 5 at batch 1 (8 tiles) splits in 2
+    # (4 or 8 would take two or four rounds). Unknown cluster counts (0): no split; off Hopper,
+    # never.
+    few_sms = ConvPoolDevice(H200.max_shared_bytes, 16, 90, clusters({2: 8, 4: 4, 8: 2}))
+    assert wgmma_split(library, replace(b5, batch=1), FLOAT32, device=few_sms) == 2
+    unknown = ConvPoolDevice(H200.max_shared_bytes, 132, 90)
+    assert wgmma_split(library, replace(b5, batch=1), FLOAT32, device=unknown) == 1
+    assert wgmma_split(library, replace(b5, batch=1), FLOAT32, device=A100_LIKE) == 1

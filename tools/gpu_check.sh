@@ -57,6 +57,12 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  split_square tiled_tf32_wgmma
+racecheck split_square tiled_tf32_wgmma
+memcheck  split_square tiled_16bit_wgmma float16
+racecheck split_square tiled_16bit_wgmma bfloat16
+memcheck  split_square_channels_last tiled_tf32_wgmma
+memcheck  split_square_channels_last tiled_16bit_wgmma bfloat16
 memcheck  narrow_squares tiled_tf32_wgmma
 racecheck narrow_squares tiled_16bit_wgmma float16
 memcheck  narrow_squares tiled_16bit_wgmma bfloat16

@@ -74,13 +74,20 @@ CASES = {
     "few_tiles": ConvPoolCase("few_tiles", 1, 20, 136, 34, 66, (3, 3)),
     "few_tiles_channels_last": ConvPoolCase("few_tiles_channels_last", 1, 24, 136, 34, 66,
                                             (3, 3)),
-    # A layer of few tiles with a large weight (57k packed elements per block): packed apart by
-    # a launch of its own, then the prepacked instance of the 64-channel wide tile reads it;
-    # 200 input channels (a 16-bit half chunk). And on a channels-last input.
+    # A layer of few tiles with a large weight: packed apart by a launch of its own, then the
+    # split instance of the 64-channel wide tile reads it (on the H200 7 blocks a tile: 4 TF32
+    # chunks each but 1 for the last; 4 blocks of 4, 4, 4, 1 16-bit ones); 200 input channels
+    # (a 16-bit half chunk). And on a channels-last input.
     "few_tiles_packed_apart": ConvPoolCase("few_tiles_packed_apart", 1, 200, 136, 18, 34,
                                            (3, 3)),
     "few_tiles_packed_apart_channels_last": ConvPoolCase(
         "few_tiles_packed_apart_channels_last", 1, 200, 136, 18, 34, (3, 3)),
+    # One 14 x 14 image, 512 channels in, 136 out: 3 square tiles of 64 channels, each split
+    # over a cluster of 8 blocks (partial sums read from the other blocks' shared memory). And
+    # on a channels-last input.
+    "split_square": ConvPoolCase("split_square", 1, 512, 136, 14, 14, (3, 3), padding=(1, 1)),
+    "split_square_channels_last": ConvPoolCase("split_square_channels_last", 1, 512, 136, 14,
+                                               14, (3, 3), padding=(1, 1)),
     # 6 output channels, 1 input channel, 5x5: the small kernel (lenet-like).
     "tiny_layer": ConvPoolCase("tiny_layer", 4, 1, 6, 32, 32, (5, 5)),
     # LeNet at batch 1100: more tiles than resident small-kernel blocks, so blocks loop and copy
@@ -109,7 +116,7 @@ CASES = {
 # Cases whose input is made channels-last (same values).
 CHANNELS_LAST = {"channels_last_tails", "narrow_channels_last", "strip_tiles_channels_last",
                  "few_tiles_channels_last", "few_tiles_packed_apart_channels_last",
-                 "narrow_squares_channels_last"}
+                 "narrow_squares_channels_last", "split_square_channels_last"}
 
 
 def main(name: str, variants: str = "all", dtype_name: str = "float32",

@@ -28,14 +28,27 @@ class ConvPoolShape(ctypes.Structure):
                                                      ("element", ctypes.c_int)]
 
 
+MAX_CLUSTER = 8  # kConvPoolMaxCluster
+
+
 class ConvPoolDevice(ctypes.Structure):
     """Mirror of ConvPoolDevice in kernels/conv_relu_maxpool.h."""
     _fields_ = [("max_shared_bytes", ctypes.c_int), ("sm_count", ctypes.c_int),
-                ("compute_capability", ctypes.c_int)]
+                ("compute_capability", ctypes.c_int),
+                ("max_clusters", ctypes.c_int * (MAX_CLUSTER + 1))]
 
 
-# What the binding reads off the H200 (cudaDeviceGetAttribute), and an Ampere-like device.
-H200 = ConvPoolDevice(232448, 132, 90)
+def clusters(at_once: dict) -> ctypes.Array:
+    """A max_clusters array from {cluster size: clusters at once}."""
+    return (ctypes.c_int * (MAX_CLUSTER + 1))(*(at_once.get(s, 0)
+                                                for s in range(MAX_CLUSTER + 1)))
+
+
+# What the binding reads off the H200 (conv_relu_maxpool_query_device: device attributes, and
+# cudaOccupancyMaxActiveClusters of one-block-per-SM clusters of 2-8, measured there on
+# 2026-11-30 by tools/cluster_occupancy.cu), and an Ampere-like device.
+H200_CLUSTERS = {2: 66, 3: 39, 4: 30, 5: 22, 6: 17, 7: 15, 8: 15}
+H200 = ConvPoolDevice(232448, 132, 90, clusters(H200_CLUSTERS))
 A100_LIKE = ConvPoolDevice(166912, 108, 80)
 
 
@@ -58,15 +71,21 @@ def load(extension) -> ctypes.CDLL:
     lib.conv_relu_maxpool_packs_weight_apart.restype = ctypes.c_bool
     lib.conv_relu_maxpool_packs_weight_apart.argtypes = [shape, ctypes.c_int,
                                                          ctypes.POINTER(ConvPoolDevice)]
+    lib.conv_relu_maxpool_query_device.restype = ctypes.c_int
+    lib.conv_relu_maxpool_query_device.argtypes = [ctypes.c_int, ctypes.POINTER(ConvPoolDevice)]
+    lib.conv_relu_maxpool_wgmma_split.restype = ctypes.c_int
+    lib.conv_relu_maxpool_wgmma_split.argtypes = [shape, ctypes.c_int,
+                                                  ctypes.POINTER(ConvPoolDevice)]
     return lib
 
 
-def device_of(index: int = 0) -> ConvPoolDevice:
+def device_of(lib: ctypes.CDLL, index: int = 0) -> ConvPoolDevice:
     """The ConvPoolDevice the binding reads off CUDA device `index` (needs a GPU)."""
-    import torch
-    props = torch.cuda.get_device_properties(index)
-    return ConvPoolDevice(props.shared_memory_per_block_optin, props.multi_processor_count,
-                          10 * props.major + props.minor)
+    device = ConvPoolDevice()
+    error = lib.conv_relu_maxpool_query_device(index, ctypes.byref(device))
+    if error != 0:
+        raise RuntimeError(f"conv_relu_maxpool_query_device({index}): cudaError_t {error}")
+    return device
 
 
 def shape_of(case: ConvPoolCase, element: int = FLOAT32) -> ConvPoolShape:
@@ -117,3 +136,11 @@ def packs_weight_apart(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOA
     return lib.conv_relu_maxpool_packs_weight_apart(ctypes.byref(shape_of(case, element)),
                                                     wgmma_variant(lib, element),
                                                     ctypes.byref(device))
+
+
+def wgmma_split(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
+                device: ConvPoolDevice = H200) -> int:
+    """Blocks per tile of the wgmma variant of `element`: > 1 when it splits each tile's
+    reduction over a cluster of that many blocks (conv_relu_maxpool_wgmma_split)."""
+    return lib.conv_relu_maxpool_wgmma_split(ctypes.byref(shape_of(case, element)),
+                                             wgmma_variant(lib, element), ctypes.byref(device))
