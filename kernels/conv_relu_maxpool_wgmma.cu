@@ -55,10 +55,14 @@
 // accumulators per thread; their layout is the same for k8 TF32 and k16 16-bit wgmmas.
 // Persistent: the grid is as many blocks as fit at once and each block walks its tiles' chunks
 // as one flat sequence, so the next tile's first chunks load under the current tile's last
-// ones. Epilogue per tile: wgmma accumulator rows are pixels, so the 2 x 2 pool is a max of two
-// registers and one shuffle (lane ^ 4) into shared memory, then out coalesced, with bias and
-// ReLU applied after the max (and, for 16-bit outputs, the one rounding: rounding is monotonic,
-// so the rounded maximum is the maximum of the rounded values).
+// ones. Split reductions (kSplitK): where a layer's tiles are too few for the SMs and its
+// reduction is long (VGG-16's blocks 3-5 at batch 1), a cluster of 2-8 blocks shares each
+// tile, each block a share of its chunks; the partial sums meet in distributed shared memory
+// before the pooling (reduce_split; the split: split_for). Epilogue per tile: wgmma
+// accumulator rows are pixels, so the 2 x 2 pool is a max of two registers and one shuffle
+// (lane ^ 4) into shared memory, then out coalesced, with bias and ReLU applied after the max
+// (and, for 16-bit outputs, the one rounding: rounding is monotonic, so the rounded maximum is
+// the maximum of the rounded values).
 #include <cuda_runtime.h>
 
 #include <cooperative_groups.h>

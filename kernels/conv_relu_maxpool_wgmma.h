@@ -36,8 +36,8 @@ bool wgmma_packs_weight(const ConvPoolShape& shape, const ConvPoolDevice& device
 bool wgmma_takes_packed_weight(const ConvPoolShape& shape);
 
 // Whether a launch without packed weights packs them in a kernel of its own on every SM first
-// (a large weight over few blocks) rather than in its blocks (conv_relu_maxpool_wgmma_tile's
-// companion, for tests).
+// (a large weight over few blocks, or a split reduction) rather than in its blocks
+// (conv_relu_maxpool_wgmma_tile's companion, for tests).
 bool wgmma_packs_weight_apart(const ConvPoolShape& shape, const ConvPoolDevice& device);
 
 // Blocks per tile when the launch splits its tiles' chunks over clusters (a layer of few

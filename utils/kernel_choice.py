@@ -1,13 +1,16 @@
 """The extension's host-side choice functions (kernels/conv_relu_maxpool.h) through ctypes:
 which variant, and which wgmma tile, the op picks for a shape on a described device. Plain
-host code in the built module, so no GPU is needed. For tests and tuning:
+host code in the built module, so no GPU is needed (device_of reads a real GPU's description;
+H200 is the one measured). For tests and tuning:
 
+    from dataclasses import replace
     import cuda_extension
     from utils import kernel_choice
     from utils.suite import find_case
     lib = kernel_choice.load(cuda_extension)
     kernel_choice.wgmma_tile(lib, find_case("batch1"))              # 'wide_n64'
     kernel_choice.takes_packed_weight(lib, find_case("batch1"))     # False
+    kernel_choice.wgmma_split(lib, replace(find_case("vgg_b5"), batch=1))   # 8 (on the H200)
 """
 import ctypes
 from typing import Optional
