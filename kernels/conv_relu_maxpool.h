@@ -106,9 +106,8 @@ bool conv_relu_maxpool_takes_packed_weight(const ConvPoolShape* shape, int varia
 const char* conv_relu_maxpool_wgmma_tile(const ConvPoolShape* shape, int variant);
 
 // Whether a wgmma `variant`, given no packed weights, packs them in a launch of its own on all
-// of `device`'s SMs before the convolution (a large weight over few blocks) instead of in the
-// convolution's blocks (a large weight over few blocks, or a split reduction). For tests and
-// tuning.
+// of `device`'s SMs before the convolution (a large weight over few blocks, or a split
+// reduction) instead of in the convolution's blocks. For tests and tuning.
 bool conv_relu_maxpool_packs_weight_apart(const ConvPoolShape* shape, int variant,
                                           const ConvPoolDevice* device);
 

@@ -1476,6 +1476,26 @@ int split_for(const WgmmaPlan& p, const ConvPoolDevice& device) {
 // A kernel that fills an SM (more than half its shared memory), for the cluster occupancy.
 __global__ void one_block_per_sm_probe() {}
 
+// A launch of `clusters` clusters of `split` blocks of kThreads threads (1-D). Not copyable:
+// config points at its own attribute.
+struct ClusterLaunch {
+  cudaLaunchAttribute cluster;
+  cudaLaunchConfig_t config{};
+  ClusterLaunch(int clusters, int split, int shared_bytes, cudaStream_t stream) {
+    config.gridDim = dim3(unsigned(clusters) * unsigned(split));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = size_t(shared_bytes);
+    config.stream = stream;
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = unsigned(split);
+    cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
 // The weights -> the workspace, by a kernel of its own on every SM (v20 in docs/PERF.md); the
 // operands the kernel instance for packed weights then reads.
 template <class Tile>
@@ -1505,19 +1525,9 @@ cudaError_t launch_split_instance(const ConvPoolOperands& ops, const ConvPoolSha
   const int blocks_per_sm = prepare_kernel<Tile, kPixelVectors, true, true>(current);
   if (blocks_per_sm < 0) return cudaError_t(-blocks_per_sm);
   p.packed = const_cast<float*>(ops.packed_weight);
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(p.tiles * p.split));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = Tile::kSmemBytes;
-  config.stream = stream;
-  cudaLaunchAttribute cluster;
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = unsigned(p.split);
-  cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, conv_pool_wgmma_kernel<Tile, kPixelVectors, true, true>, ops,
-                            s, p);
+  const ClusterLaunch clusters(p.tiles, p.split, Tile::kSmemBytes, stream);
+  return cudaLaunchKernelEx(&clusters.config,
+                            conv_pool_wgmma_kernel<Tile, kPixelVectors, true, true>, ops, s, p);
 }
 
 template <class Tile>
@@ -1592,18 +1602,9 @@ void wgmma_cluster_capacity(int (&max_clusters)[kConvPoolMaxCluster + 1]) {
     return;
   }
   for (int split = 2; split <= kConvPoolMaxCluster; ++split) {
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(unsigned(split));
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = size_t(bytes);
-    cudaLaunchAttribute cluster;
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = unsigned(split);
-    cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-    if (cudaOccupancyMaxActiveClusters(&max_clusters[split], one_block_per_sm_probe, &config) !=
-        cudaSuccess) {
+    const ClusterLaunch probe(1, split, bytes, nullptr);
+    if (cudaOccupancyMaxActiveClusters(&max_clusters[split], one_block_per_sm_probe,
+                                       &probe.config) != cudaSuccess) {
       cudaGetLastError();  // not a sticky error: no split of this size
       max_clusters[split] = 0;
     }
