@@ -231,6 +231,48 @@ def test_runs_on_the_current_stream_and_in_a_cuda_graph(ext):
                                **TF32_TOLERANCE)
 
 
+def test_split_reductions_on_a_side_stream_and_in_a_cuda_graph(ext, choice):
+    """A layer whose tiles split their reduction over clusters (VGG block 5's geometry at batch
+    1 with 136 output channels) launches two kernels, the weight packing and the cluster
+    launch: both run on the current stream, and a CUDA graph captures both, so a replay packs
+    again and a weight changed in place between replays is used. The partial sums are added
+    in a fixed order, so the stream's and the graph's outputs equal the eager call's bit for
+    bit."""
+    case = ConvPoolCase("split_graph", 1, 512, 136, 14, 14, (3, 3), padding=(1, 1))
+    device = kernel_choice.device_of(choice, torch.cuda.current_device())
+    assert kernel_choice.wgmma_split(choice, case, kernel_choice.FLOAT32, device) > 1
+    seed = random.randrange(2**31)
+    x, weight, bias = make_operands(case, seed)
+    eager = run_op(ext, case, x, weight, bias)
+    torch.testing.assert_close(eager.double().cpu(), reference(case, x, weight, bias),
+                               **TF32_TOLERANCE)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        on_stream = run_op(ext, case, x, weight, bias)
+    torch.cuda.current_stream().wait_stream(stream)
+    assert torch.equal(on_stream, eager)
+
+    static_x, static_weight = x.clone(), weight.clone()
+    with torch.cuda.stream(stream):  # warm-up outside capture
+        run_op(ext, case, static_x, static_weight, bias)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = run_op(ext, case, static_x, static_weight, bias)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(static_out, eager)
+    fresh_x, fresh_weight, _ = make_operands(case, seed + 1)
+    static_x.copy_(fresh_x)
+    static_weight.copy_(fresh_weight)
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(static_out.double().cpu(),
+                               reference(case, fresh_x, fresh_weight, bias), **TF32_TOLERANCE,
+                               msg=lambda m: f"seed {seed}: {m}")
+
+
 def test_repeated_calls_are_bitwise_equal(ext):
     case = find_case("default_small")
     x, weight, bias = make_operands(case, seed=random.randrange(2**31))
