@@ -29,6 +29,13 @@ inline bool vectorizable_input_16bit(const ConvPoolOperands& ops, const ConvPool
   return input_rows_in_runs_of_4(ops, s) && aligned(ops.x16, 8);
 }
 
+// 16-byte copies of float16 / bfloat16 input rows (8 elements each): unit column stride, every
+// row start a multiple of 8 elements from a 16-byte aligned x, a width that is a multiple of 8.
+inline bool input_rows_in_runs_of_8_16bit(const ConvPoolOperands& ops, const ConvPoolShape& s) {
+  return ops.x_stride[3] == 1 && ops.x_stride[2] % 8 == 0 && ops.x_stride[1] % 8 == 0 &&
+         ops.x_stride[0] % 8 == 0 && s.in_width % 8 == 0 && aligned16(ops.x16);
+}
+
 // 4-byte copies of float16 / bfloat16 input rows in column pairs: unit column stride, every row
 // start an even number of elements from a 4-byte aligned x, an even width.
 inline bool input_rows_in_pairs_16bit(const ConvPoolOperands& ops, const ConvPoolShape& s) {

@@ -63,15 +63,22 @@ struct SmallPlan {
   bool vector_input;
   int buffers;           // input regions staged: 2 (the next tile's copy overlaps this one) or 1
   // 16 bits: one fp32 region, plus (raw_cols > 0) a raw 16-bit copy of the next tile's region,
-  // rows of raw_cols words from the even column at or left of the first; used when the input
-  // moves in 4-byte pairs (raw_input, decided at launch), else the threads load and convert.
+  // used when the input moves in 4-byte pairs (raw_input, decided at launch), else the threads
+  // load and convert. Its rows are raw_cols words from the even column at or left of the first;
+  // or, with raw_vectors (decided at launch: raw_aligned, and input rows in aligned runs of 8),
+  // whole 16-byte vectors from the first column, raw_cols = in_cols rounded up to 8.
   int raw_cols;
   bool raw_input;
+  bool raw_aligned;  // every tile's region starts at a multiple of 8 columns; in_cols % 4 == 0
+  bool raw_vectors;
   int64_t tiles;         // batch * tiles_h * tiles_w
   int smem_bytes;
 };
 
 constexpr int weight_row(int out_block) { return (out_block + 3) / 4 * 4; }  // floats per (c, tap)
+
+// 16 bits, raw_vectors: the raw row pitch, whole 8-word vectors.
+constexpr int raw_vector_cols(const SmallPlan& p) { return (p.in_cols + 7) / 8 * 8; }
 
 SmallPlan make_plan(const ConvPoolShape& s, bool tensor_cores) {
   SmallPlan p{};
@@ -112,9 +119,16 @@ SmallPlan make_plan(const ConvPoolShape& s, bool tensor_cores) {
   int64_t raw_bytes = 0;
   if (s.element != kElementFloat32) {
     p.buffers = 1;
+    p.raw_aligned = p.in_cols % 4 == 0 && (first_col % 8 + 8) % 8 == 0 &&
+                    (p.tiles_w == 1 || col_step % 8 == 0);
     p.raw_cols = (p.in_cols + 2) / 2 * 2;  // in_cols + 1 (the shift) rounded up to even
-    raw_bytes = 2 * int64_t(s.in_channels) * p.in_rows * p.raw_cols;
-    if (4 * (weight_floats + region_floats) + raw_bytes > 48 * 1024) p.raw_cols = raw_bytes = 0;
+    // Room for either layout of the raw rows (the launch picks one).
+    const int raw_pitch = p.raw_aligned ? std::max(p.raw_cols, raw_vector_cols(p)) : p.raw_cols;
+    raw_bytes = 2 * int64_t(s.in_channels) * p.in_rows * raw_pitch;
+    if (4 * (weight_floats + region_floats) + raw_bytes > 48 * 1024) {
+      p.raw_cols = raw_bytes = 0;
+      p.raw_aligned = false;
+    }
   }
   p.smem_bytes = int(std::min<int64_t>(
       4 * (weight_floats + p.buffers * region_floats) + raw_bytes, INT32_MAX));
@@ -252,6 +266,41 @@ __device__ __forceinline__ void convert_raw_region(const ConvPoolShape& s, const
   for (int row = warp; row < s.in_channels * p.in_rows; row += int(blockDim.x) / 32)
     for (int col = lane; col < p.in_cols; col += 32)
       region[row * p.in_cols + col] = E::to_float(raw[row * p.raw_cols + shift + col]);
+}
+
+// 16 bits, p.raw_vectors: the tile's region copied as it is, as 16-byte cp.async copies of 8
+// columns over the flattened (channel, row, vector) list, from in_col0 (a multiple of 8: every
+// vector is wholly inside the image or wholly outside, then zeros) into `raw`.
+__device__ __forceinline__ void copy_raw_vectors(const ConvPoolOperands& ops,
+                                                 const ConvPoolShape& s, const SmallPlan& p,
+                                                 int64_t tile, uint16_t* raw) {
+  const SmallTile t = locate_tile(s, p, tile);
+  const uint16_t* x = ops.x16 + t.image * ops.x_stride[0];
+  const int vectors = p.raw_cols / 8;  // per region row
+  const int items = s.in_channels * p.in_rows * vectors;
+  for (int i = threadIdx.x; i < items; i += blockDim.x) {
+    const int row = i / vectors, w = t.in_col0 + 8 * (i - row * vectors);
+    const int c = row / p.in_rows, h = t.in_row0 + (row - c * p.in_rows);
+    const bool inside = h >= 0 && h < s.in_height && w >= 0 && w < s.in_width;
+    cp_async_16(reinterpret_cast<float*>(raw + 8 * i),
+                reinterpret_cast<const float*>(
+                    inside ? x + c * ops.x_stride[1] + int64_t(h) * ops.x_stride[2] + w : ops.x16),
+                inside);
+  }
+}
+
+// The raw region of copy_raw_vectors to fp32 in `region`: 4 columns (8 bytes in, 16 out) per
+// thread and step.
+template <class E>
+__device__ __forceinline__ void convert_raw_vectors(const ConvPoolShape& s, const SmallPlan& p,
+                                                    const uint16_t* raw, float* region) {
+  const int groups = p.in_cols / 4;  // per region row
+  const int items = s.in_channels * p.in_rows * groups;
+  for (int i = threadIdx.x; i < items; i += blockDim.x) {
+    const int row = i / groups, col = 4 * (i - row * groups);
+    reinterpret_cast<float4*>(region)[i] =
+        to_float4<E>(*reinterpret_cast<const uint2*>(raw + row * p.raw_cols + col));
+  }
 }
 
 // One tile from its staged region: each thread computes one pooling window for all channels.
@@ -505,25 +554,38 @@ __device__ __forceinline__ void small_kernel_body(const ConvPoolOperands& ops,
   if constexpr (!ElementOperands<E>::kFloat) {
     // 16 bits, one region: with p.raw_input the next tile's region is copied raw while this
     // one is computed, then converted into the region; else loaded and converted after it.
+    // The tile loop in two copies, as for float32 below: raw 16-byte vectors, or the rest.
     uint16_t* raw = reinterpret_cast<uint16_t*>(input + region);
-    if (tile < p.tiles) stage_region<E>(ops, s, p, tile, input);
-    for (; tile < p.tiles; tile += gridDim.x) {
-      const int64_t next = tile + gridDim.x;
-      __syncthreads();  // the region is staged; the raw copy of it has been read
-      if (p.raw_input && next < p.tiles) {
-        copy_raw_region(ops, s, p, next, raw);
-        cp_async_commit();
+    const auto tile_loop = [&](auto vectors) {
+      constexpr bool kVectors = decltype(vectors)::value;
+      if (tile < p.tiles) stage_region<E>(ops, s, p, tile, input);
+      for (; tile < p.tiles; tile += gridDim.x) {
+        const int64_t next = tile + gridDim.x;
+        __syncthreads();  // the region is staged; the raw copy of it has been read
+        if ((kVectors || p.raw_input) && next < p.tiles) {
+          if constexpr (kVectors)
+            copy_raw_vectors(ops, s, p, next, raw);
+          else
+            copy_raw_region(ops, s, p, next, raw);
+          cp_async_commit();
+        }
+        compute(tile, input);
+        if (next < p.tiles) {
+          if (kVectors || p.raw_input) cp_async_wait<0>();
+          __syncthreads();  // the region is read by all before it is overwritten
+          if constexpr (kVectors)
+            convert_raw_vectors<E>(s, p, raw, input);
+          else if (p.raw_input)
+            convert_raw_region<E>(s, p, next, raw, input);
+          else
+            stage_region<E>(ops, s, p, next, input);
+        }
       }
-      compute(tile, input);
-      if (next < p.tiles) {
-        if (p.raw_input) cp_async_wait<0>();
-        __syncthreads();  // the region is read by all before it is overwritten
-        if (p.raw_input)
-          convert_raw_region<E>(s, p, next, raw, input);
-        else
-          stage_region<E>(ops, s, p, next, input);
-      }
-    }
+    };
+    if (p.raw_vectors)
+      tile_loop(std::true_type{});
+    else
+      tile_loop(std::false_type{});
     return;
   }
   // float32: the tile loop in two copies, one per way of staging (p.vector_input), so that
@@ -694,6 +756,8 @@ cudaError_t small_conv_pool_launch(const ConvPoolOperands& ops, const ConvPoolSh
                                    bool tensor_cores, cudaStream_t stream) {
   SmallPlan p = make_plan(s, tensor_cores);
   p.raw_input = p.raw_cols > 0 && input_rows_in_pairs_16bit(ops, s);
+  p.raw_vectors = p.raw_input && p.raw_aligned && input_rows_in_runs_of_8_16bit(ops, s);
+  if (p.raw_vectors) p.raw_cols = raw_vector_cols(p);
   p.vector_input = s.element == kElementFloat32 && p.aligned_cols && vectorizable_input(ops, s);
   switch (s.element) {
     case kElementFloat16: return launch_for_element<Float16>(ops, s, p, stream);

@@ -205,24 +205,38 @@ def test_non_contiguous_inputs_are_handled(ext, layout):
                                **TF32_TOLERANCE)
 
 
-def test_runs_on_the_current_stream_and_in_a_cuda_graph(ext):
-    case = find_case("default_small")
-    x, weight, bias = make_operands(case, seed=random.randrange(2**31))
+def on_side_stream(fn):
+    """fn() on a new stream that waits for the current one, which then waits for it: (its
+    result, the stream)."""
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        on_stream = run_op(ext, case, x, weight, bias)
+        out = fn()
     torch.cuda.current_stream().wait_stream(stream)
+    return out, stream
+
+
+def captured(fn, stream):
+    """A CUDA graph of fn() and the output it writes, after one warm-up call on `stream`
+    outside capture."""
+    with torch.cuda.stream(stream):
+        fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
+
+
+def test_runs_on_the_current_stream_and_in_a_cuda_graph(ext):
+    case = find_case("default_small")
+    x, weight, bias = make_operands(case, seed=random.randrange(2**31))
+    on_stream, stream = on_side_stream(lambda: run_op(ext, case, x, weight, bias))
     torch.testing.assert_close(on_stream.double().cpu(), reference(case, x, weight, bias),
                                **TF32_TOLERANCE)
 
     static_x = x.clone()
-    with torch.cuda.stream(stream):  # warm-up outside capture
-        run_op(ext, case, static_x, weight, bias)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out = run_op(ext, case, static_x, weight, bias)
+    graph, static_out = captured(lambda: run_op(ext, case, static_x, weight, bias), stream)
     fresh = torch.randn_like(x)
     static_x.copy_(fresh)
     graph.replay()
@@ -246,20 +260,12 @@ def test_split_reductions_on_a_side_stream_and_in_a_cuda_graph(ext, choice):
     eager = run_op(ext, case, x, weight, bias)
     torch.testing.assert_close(eager.double().cpu(), reference(case, x, weight, bias),
                                **TF32_TOLERANCE)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        on_stream = run_op(ext, case, x, weight, bias)
-    torch.cuda.current_stream().wait_stream(stream)
+    on_stream, stream = on_side_stream(lambda: run_op(ext, case, x, weight, bias))
     assert torch.equal(on_stream, eager)
 
     static_x, static_weight = x.clone(), weight.clone()
-    with torch.cuda.stream(stream):  # warm-up outside capture
-        run_op(ext, case, static_x, static_weight, bias)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out = run_op(ext, case, static_x, static_weight, bias)
+    graph, static_out = captured(lambda: run_op(ext, case, static_x, static_weight, bias),
+                                 stream)
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(static_out, eager)
@@ -279,17 +285,20 @@ def test_repeated_calls_are_bitwise_equal(ext):
     assert torch.equal(run_op(ext, case, x, weight, bias), run_op(ext, case, x, weight, bias))
 
 
-@pytest.mark.parametrize("width, padding", [(32, 0), (32, 1), (31, 0)],
-                         ids=["lenet", "odd_first_column", "odd_width"])
+@pytest.mark.parametrize("width, padding", [(32, 0), (32, 8), (32, 1), (31, 0)],
+                         ids=["lenet", "padding_8", "odd_first_column", "odd_width"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16],
                          ids=["float32", "float16", "bfloat16"])
 def test_small_blocks_that_loop_over_several_tiles_match_reference(ext, dtype, width, padding):
     """small_fp32 / small_tf32 / small_16bit launch only the blocks that fit at once; with 1500
-    LeNet images (one tile each) every block computes several tiles, staging the next one's
-    input meanwhile. float32: rows of whole 4-column vectors from a column multiple of 4 (LeNet)
-    move as 16-byte copies, the others (padding 1, odd width) element by element. 16 bits: the
-    next region moves as column pairs from the even column at or left of its first (padding 1:
-    one column left), or element by element when the width is odd."""
+    LeNet images (one tile each; 4 with padding 8) every block computes several tiles, staging
+    the next one's input meanwhile. float32: rows of whole 4-column vectors from a column
+    multiple of 4 (LeNet, padding 8) move as 16-byte copies, the others (padding 1, odd width)
+    element by element. 16 bits: the next region moves as 16-byte vectors of 8 columns where
+    every region starts at a multiple of 8 (LeNet; padding 8, whose regions of 36 columns start
+    at -8 and 24: vectors wholly outside the image on both sides), as column pairs from the even
+    column at or left of its first (padding 1: one column left), or element by element when the
+    width is odd."""
     case = ConvPoolCase("lenet_many_tiles", 1500, 1, 6, 32, width, (5, 5),
                         padding=(padding, padding))
     x, weight, bias = (t.to(dtype) for t in make_operands(case, seed=random.randrange(2**31)))

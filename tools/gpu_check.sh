@@ -57,6 +57,9 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  small_16bit_vectors small_16bit float16
+racecheck small_16bit_vectors small_16bit bfloat16
+memcheck  lenet_persistent small_16bit bfloat16
 memcheck  split_square tiled_tf32_wgmma
 racecheck split_square tiled_tf32_wgmma
 memcheck  split_square tiled_16bit_wgmma float16

@@ -93,6 +93,10 @@ CASES = {
     # LeNet at batch 1100: more tiles than resident small-kernel blocks, so blocks loop and copy
     # the next tile's input while computing the current one.
     "lenet_persistent": ConvPoolCase("lenet_persistent", 1100, 1, 6, 32, 32, (5, 5)),
+    # LeNet with padding 8: 4 tiles per image, regions of 36 columns from -8 and 24; in 16 bits
+    # copied raw as 16-byte vectors, some wholly outside the image (zeros).
+    "small_16bit_vectors": ConvPoolCase("small_16bit_vectors", 300, 1, 6, 32, 32, (5, 5),
+                                        padding=(8, 8)),
     # The small kernel on float32 rows moved as 16-byte copies (regions from column -4, some
     # vectors wholly outside the image), 7 output channels, a 2 x 5 x 5 reduction (a padded last
     # K step for small_tf32), 9 tiles per image over 300 images: blocks loop over tiles.
