@@ -1,7 +1,8 @@
 // Fused Conv2d -> ReLU -> MaxPool2d for few output channels, one kernel body for three variants:
 // `small_fp32` (float32 operands, FFMA on CUDA cores), `small_16bit` (float16 / bfloat16
-// operands converted to fp32 in shared memory, the next tile's region copied raw while this one
-// computes; one rounding to the 16-bit type at the store) and `small_tf32` (float32 operands,
+// operands converted to fp32 in shared memory, the next tile's region copied raw (16-byte
+// vectors where every region starts at a multiple of 8 columns) while this one computes; one
+// rounding to the 16-bit type at the store) and `small_tf32` (float32 operands,
 // TF32 mma.sync on tensor cores; at most 8 output channels and 2x2 / stride 2 windows).
 //
 // For problems like LeNet's first layer (1 input channel, 6 output channels, 5x5) a 64- or
@@ -552,40 +553,35 @@ __device__ __forceinline__ void small_kernel_body(const ConvPoolOperands& ops,
   const int region = s.in_channels * p.in_rows * p.in_cols;
   int64_t tile = blockIdx.x;
   if constexpr (!ElementOperands<E>::kFloat) {
-    // 16 bits, one region: with p.raw_input the next tile's region is copied raw while this
-    // one is computed, then converted into the region; else loaded and converted after it.
-    // The tile loop in two copies, as for float32 below: raw 16-byte vectors, or the rest.
+    // 16 bits, one region: with p.raw_input the next tile's region is copied raw (16-byte
+    // vectors with p.raw_vectors, else column pairs) while this one is computed, then converted
+    // into the region; else loaded and converted after it. One loop with branches: two copies
+    // of it, one per kind of raw copy as float32 has below, measured slower on the H200 (LeNet
+    // 17.2 against 16.2 us, 28 x 28 images with padding 2 20.2 against 18.8; docs/PERF.md v28).
     uint16_t* raw = reinterpret_cast<uint16_t*>(input + region);
-    const auto tile_loop = [&](auto vectors) {
-      constexpr bool kVectors = decltype(vectors)::value;
-      if (tile < p.tiles) stage_region<E>(ops, s, p, tile, input);
-      for (; tile < p.tiles; tile += gridDim.x) {
-        const int64_t next = tile + gridDim.x;
-        __syncthreads();  // the region is staged; the raw copy of it has been read
-        if ((kVectors || p.raw_input) && next < p.tiles) {
-          if constexpr (kVectors)
-            copy_raw_vectors(ops, s, p, next, raw);
-          else
-            copy_raw_region(ops, s, p, next, raw);
-          cp_async_commit();
-        }
-        compute(tile, input);
-        if (next < p.tiles) {
-          if (kVectors || p.raw_input) cp_async_wait<0>();
-          __syncthreads();  // the region is read by all before it is overwritten
-          if constexpr (kVectors)
-            convert_raw_vectors<E>(s, p, raw, input);
-          else if (p.raw_input)
-            convert_raw_region<E>(s, p, next, raw, input);
-          else
-            stage_region<E>(ops, s, p, next, input);
-        }
+    if (tile < p.tiles) stage_region<E>(ops, s, p, tile, input);
+    for (; tile < p.tiles; tile += gridDim.x) {
+      const int64_t next = tile + gridDim.x;
+      __syncthreads();  // the region is staged; the raw copy of it has been read
+      if (p.raw_input && next < p.tiles) {
+        if (p.raw_vectors)
+          copy_raw_vectors(ops, s, p, next, raw);
+        else
+          copy_raw_region(ops, s, p, next, raw);
+        cp_async_commit();
       }
-    };
-    if (p.raw_vectors)
-      tile_loop(std::true_type{});
-    else
-      tile_loop(std::false_type{});
+      compute(tile, input);
+      if (next < p.tiles) {
+        if (p.raw_input) cp_async_wait<0>();
+        __syncthreads();  // the region is read by all before it is overwritten
+        if (p.raw_vectors)
+          convert_raw_vectors<E>(s, p, raw, input);
+        else if (p.raw_input)
+          convert_raw_region<E>(s, p, next, raw, input);
+        else
+          stage_region<E>(ops, s, p, next, input);
+      }
+    }
     return;
   }
   // float32: the tile loop in two copies, one per way of staging (p.vector_input), so that
