@@ -1008,6 +1008,29 @@ def test_input_on_second_gpu_runs_there(model_new):
 
 @pytest.mark.requires_cuda
 @two_gpus
+def test_split_layer_on_second_gpu_runs_there(model_new, extension):
+    """A layer whose tiles split their reduction over clusters (VGG block 5 at batch 1 with 136
+    channels) launches the weight packing and then the cluster kernel, sized from the GPU's
+    own cluster counts: with cuda:0 current and the module on cuda:1, both run on cuda:1,
+    plainly and after prepack() (which this layer ignores: it packs apart)."""
+    case = ConvPoolCase("split_second_gpu", 1, 512, 136, 14, 14, (3, 3), padding=(1, 1))
+    library = kernel_choice.load(extension)
+    second = kernel_choice.device_of(library, 1)
+    assert kernel_choice.wgmma_split(library, case, kernel_choice.FLOAT32, second) > 1
+    torch.cuda.set_device(0)
+    reference, fused, x = gpu_pair(case, model_new, device="cuda:1")
+    with torch.no_grad():
+        expected = reference(x)
+        out = fused(x)
+        packed = fused.prepack()(x)
+    assert torch.cuda.current_device() == 0
+    for result in (out, packed):
+        assert result.device == torch.device("cuda:1")
+        torch.testing.assert_close(result, expected, **TOLERANCE)
+
+
+@pytest.mark.requires_cuda
+@two_gpus
 def test_two_nccl_processes_each_match_model_on_their_gpu():
     env = dict(os.environ, NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1")
     result = subprocess.run([sys.executable, str(REPO / "tools" / "check_distributed.py")],
