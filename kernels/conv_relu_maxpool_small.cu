@@ -211,24 +211,35 @@ __device__ __forceinline__ void stage_region(const ConvPoolOperands& ops, const 
   }
 }
 
-// float32 with p.vector_input: the region as 16-byte copies, one per thread and step over the
-// flattened (channel, row, 4-column vector) list (a quarter of stage_region's copies, and no
-// division per row of a warp). Zeros outside the image, as there.
+// The region of `tile` as 16-byte cp.async copies, one per thread and step over the flattened
+// (channel, row, vector) list of rows `cols` elements long from in_col0 (T: float, 4 per copy,
+// or a 16-bit word, 8 per copy); no division per row of a warp. Each vector lies wholly inside
+// the image or wholly outside (zeros), which the callers' plans guarantee.
+template <class T>
+__device__ __forceinline__ void copy_region_vectors(const T* x_base, const ConvPoolOperands& ops,
+                                                    const ConvPoolShape& s, const SmallPlan& p,
+                                                    int64_t tile, int cols, T* dst) {
+  constexpr int kPerCopy = 16 / sizeof(T);
+  const SmallTile t = locate_tile(s, p, tile);
+  const T* x = x_base + t.image * ops.x_stride[0];
+  const int vectors = cols / kPerCopy;  // per region row
+  const int items = s.in_channels * p.in_rows * vectors;
+  for (int i = threadIdx.x; i < items; i += blockDim.x) {
+    const int row = i / vectors, w = t.in_col0 + kPerCopy * (i - row * vectors);
+    const int c = row / p.in_rows, h = t.in_row0 + (row - c * p.in_rows);
+    const bool inside = h >= 0 && h < s.in_height && w >= 0 && w < s.in_width;
+    cp_async_16(reinterpret_cast<float*>(dst + kPerCopy * i),
+                reinterpret_cast<const float*>(
+                    inside ? x + c * ops.x_stride[1] + int64_t(h) * ops.x_stride[2] + w : x_base),
+                inside);
+  }
+}
+
+// float32 with p.vector_input: the region as 16-byte copies (a quarter of stage_region's).
 __device__ __forceinline__ void stage_region_vectors(const ConvPoolOperands& ops,
                                                      const ConvPoolShape& s, const SmallPlan& p,
                                                      int64_t tile, float* region) {
-  const SmallTile t = locate_tile(s, p, tile);
-  const float* x = ops.x + t.image * ops.x_stride[0];
-  const int vectors = p.in_cols / 4;  // per region row
-  const int items = s.in_channels * p.in_rows * vectors;
-  for (int i = threadIdx.x; i < items; i += blockDim.x) {
-    const int row = i / vectors, w = t.in_col0 + 4 * (i - row * vectors);
-    const int c = row / p.in_rows, h = t.in_row0 + (row - c * p.in_rows);
-    const bool inside = h >= 0 && h < s.in_height && w >= 0 && w < s.in_width;
-    cp_async_16(region + 4 * i,
-                inside ? x + c * ops.x_stride[1] + int64_t(h) * ops.x_stride[2] + w : ops.x,
-                inside);
-  }
+  copy_region_vectors(ops.x, ops, s, p, tile, p.in_cols, region);
 }
 
 // Raw regions start at the even column at or left of in_col0 (which may be negative): the
@@ -269,25 +280,12 @@ __device__ __forceinline__ void convert_raw_region(const ConvPoolShape& s, const
       region[row * p.in_cols + col] = E::to_float(raw[row * p.raw_cols + shift + col]);
 }
 
-// 16 bits, p.raw_vectors: the tile's region copied as it is, as 16-byte cp.async copies of 8
-// columns over the flattened (channel, row, vector) list, from in_col0 (a multiple of 8: every
-// vector is wholly inside the image or wholly outside, then zeros) into `raw`.
+// 16 bits, p.raw_vectors: the tile's region copied as it is into `raw`, as 16-byte copies of 8
+// columns from in_col0 (a multiple of 8, and so is the width).
 __device__ __forceinline__ void copy_raw_vectors(const ConvPoolOperands& ops,
                                                  const ConvPoolShape& s, const SmallPlan& p,
                                                  int64_t tile, uint16_t* raw) {
-  const SmallTile t = locate_tile(s, p, tile);
-  const uint16_t* x = ops.x16 + t.image * ops.x_stride[0];
-  const int vectors = p.raw_cols / 8;  // per region row
-  const int items = s.in_channels * p.in_rows * vectors;
-  for (int i = threadIdx.x; i < items; i += blockDim.x) {
-    const int row = i / vectors, w = t.in_col0 + 8 * (i - row * vectors);
-    const int c = row / p.in_rows, h = t.in_row0 + (row - c * p.in_rows);
-    const bool inside = h >= 0 && h < s.in_height && w >= 0 && w < s.in_width;
-    cp_async_16(reinterpret_cast<float*>(raw + 8 * i),
-                reinterpret_cast<const float*>(
-                    inside ? x + c * ops.x_stride[1] + int64_t(h) * ops.x_stride[2] + w : ops.x16),
-                inside);
-  }
+  copy_region_vectors(ops.x16, ops, s, p, tile, p.raw_cols, raw);
 }
 
 // The raw region of copy_raw_vectors to fp32 in `region`: 4 columns (8 bytes in, 16 out) per
