@@ -18,7 +18,8 @@
 // weight row side by side in 16-byte units, a "channel slice" of 4 fp32 or 8 16-bit channels.
 // A chunk is two slices (the two core matrices of one wgmma's K), so the staged bytes are the
 // same for both element types:
-//   input halo   [channel slice 2][halo row][halo col][16 bytes]
+//   input halo   [channel slice 2][halo row][halo col][16 bytes], rows kHaloPitch slots apart
+//                (one more than the columns where shared memory allows: no bank conflicts)
 //   weights      [tap 9][channel slice 2][out channel 128][16 bytes]
 // A wgmma core matrix is 8 rows x 16 bytes. For the weights the 8 rows are 8 output channels
 // (contiguous). For the input they are 8 consecutive pixels of one conv row, which are 8
@@ -60,7 +61,8 @@
 // tile, each block a share of its chunks; the partial sums meet in distributed shared memory
 // before the pooling (reduce_split; the split: split_for). Epilogue per tile: wgmma
 // accumulator rows are pixels, so the 2 x 2 pool is a max of two registers and one shuffle
-// (lane ^ 4) into shared memory, then out coalesced, with bias and ReLU applied after the max
+// (lane ^ 4) into shared memory, then out coalesced (runs of 4 outputs as one vector where the
+// output rows allow: p.vector_out), with bias and ReLU applied after the max
 // (and, for 16-bit outputs, the one rounding: rounding is monotonic, so the rounded maximum is
 // the maximum of the rounded values).
 #include <cuda_runtime.h>
@@ -126,31 +128,48 @@ struct WgmmaTile {
   static_assert(kHaloUnits <= kThreads, "one halo unit per thread");
   // Plane loads: units (slice, 4 consecutive pixels of the image plane).
   static constexpr int kMaxPlaneVectors = kThreads / 2;
-  static constexpr int kSlicePlaneBytes = kHaloRows * kHaloCols * kSliceBytes;
-  static constexpr int kHaloBytes = 2 * kSlicePlaneBytes;
   static constexpr int kWeightTapBytes = 2 * kN * kSliceBytes;
   // One chunk's weights in the staged layout, [tap][channel slice][out channel][16 bytes], in
   // 4-byte words (the workspace's unit).
   static constexpr int kWeightChunkWords = kTaps * 2 * kN * 4;
   static constexpr int kWeightChunkBytes = kTaps * kWeightTapBytes;
-  static constexpr int kStageBytes = kHaloBytes + kWeightChunkBytes;
   static constexpr int kPooledRows = kTileRows / 2, kPooledCols = kTileCols / 2;
   // + 4 floats: the epilogue's stores of one warp (8 channels x 4 columns) hit 32 banks.
   static constexpr int kPooledPlane = kPooledRows * kPooledCols + 4;
-  static constexpr int kPipelineBytes = kStages * kStageBytes;
   static constexpr int kPooledBytes = kN * kPooledPlane * 4;
   static constexpr int kBiasBytes = kN * 4;
-  // + one "weights landed" mbarrier per stage
-  static constexpr int kBarrierOffset = kPipelineBytes + kPooledBytes + kBiasBytes;
-  static constexpr int kSmemBytes = kBarrierOffset + kStages * 8;
-  static_assert(kBarrierOffset % 8 == 0, "aligned mbarriers");
-  static_assert(kWeightChunkBytes % 16 == 0 && kHaloBytes % 16 == 0, "bulk-copy sizes");
-  // N = 64 fits two blocks per SM (<= 128 registers, 109 KB (8 x 32) or 112 KB (16 x 16) of
+  // N = 64 fits two blocks per SM (<= 128 registers, 110 KB (8 x 32) or 112 KB (16 x 16) of
   // shared memory each): one block's epilogue and barriers then overlap the other's wgmmas.
   // Not the 16-bit 16 x 16 tile: capped so, it was 2.5% slower on a layer of many tiles (H200,
   // 2026-11-30; docs/PERF.md v26).
   static constexpr int kMinBlocksPerSm =
       (kN == 64 && !kOneBlockTwin && (kTileRows == 8 || Operands::kChunk == 8)) ? 2 : 1;
+  // Shared memory of a block whose halo rows are `pitch` 16-byte slots apart.
+  static constexpr int smem_bytes(int pitch) {
+    return kStages * (2 * kHaloRows * pitch * kSliceBytes + kWeightChunkBytes) + kPooledBytes +
+           kBiasBytes + kStages * 8;
+  }
+  // Halo row pitch in 16-byte slots. kHaloCols is a multiple of 8 slots (128 bytes), so rows
+  // of kHaloCols slots all start at bank 0, and a warp's halo stores (4 consecutive slots per
+  // thread, threads along a row's vectors, then the rows) fall into 2 of the 8 16-byte bank
+  // groups: 4-way conflicts. One slot more moves each row a bank group on, and the stores
+  // spread over all 8. Kept at kHaloCols where the extra slot would not leave room for the
+  // tile's blocks per SM (the TF32 16 x 16 N = 64 tile: 227 KB for two blocks, plus the
+  // 1 KB per block the driver reserves).
+  static constexpr int kHaloPitch =
+      kMinBlocksPerSm * (smem_bytes(kHaloCols + 1) + 1024) <= 227 * 1024 + 1024
+          ? kHaloCols + 1
+          : kHaloCols;
+  static constexpr int kSlicePlaneBytes = kHaloRows * kHaloPitch * kSliceBytes;
+  static constexpr int kHaloBytes = 2 * kSlicePlaneBytes;
+  static constexpr int kStageBytes = kHaloBytes + kWeightChunkBytes;
+  static constexpr int kPipelineBytes = kStages * kStageBytes;
+  // + one "weights landed" mbarrier per stage
+  static constexpr int kBarrierOffset = kPipelineBytes + kPooledBytes + kBiasBytes;
+  static constexpr int kSmemBytes = kBarrierOffset + kStages * 8;
+  static_assert(kSmemBytes == smem_bytes(kHaloPitch), "one sum");
+  static_assert(kBarrierOffset % 8 == 0, "aligned mbarriers");
+  static_assert(kWeightChunkBytes % 16 == 0 && kHaloBytes % 16 == 0, "bulk-copy sizes");
   using OneBlockTwin = WgmmaTile<OperandsT, kTileRowsT, kTileColsT, kNT, kShapeT, true>;
   // Whether the kernel has the scalar halo loads (kHaloScalars). Not the 16-bit two-blocks-
   // per-SM instance: 32 scalar loads in flight spilled at its 128-register cap (20 bytes), so
@@ -189,6 +208,38 @@ enum HaloLoad : int {
                           // channels-last memory (pixel_vectors_apply); a kernel of its own
 };
 
+// Division by a divisor fixed for a launch (1 <= d < 2^31) of a dividend 0 <= n < 2^31, as a
+// multiply-high, an add and a shift (Granlund and Montgomery's round-up method): the tile loop
+// splits a tile index into (image, row, column, channel block) twice per tile, and a layer
+// of one chunk per tile (rgb_stem) runs that for every step. With s = ceil(log2 d) and
+// m = floor(2^32 (2^s - d) / d) + 1, n / d = (umulhi(n, m) + n) >> s; the sum stays below
+// 2^32 because umulhi(n, m) <= n < 2^31.
+struct FastDivisor {
+  int divisor = 1;
+  uint32_t multiplier = 1;
+  uint32_t shift = 0;
+  FastDivisor() = default;
+  explicit FastDivisor(int d) : divisor(d) {
+    while ((int64_t(1) << shift) < d) ++shift;
+    multiplier =
+        uint32_t((uint64_t(1) << 32) * ((uint64_t(1) << shift) - uint64_t(d)) / uint64_t(d) + 1);
+  }
+  __host__ __device__ __forceinline__ int quotient(int n) const {
+#if defined(__CUDA_ARCH__)
+    const uint32_t high = __umulhi(uint32_t(n), multiplier);
+#else
+    const uint32_t high = uint32_t((uint64_t(uint32_t(n)) * multiplier) >> 32);
+#endif
+    return int((high + uint32_t(n)) >> shift);
+  }
+  // n = q d + remainder: returns q, sets remainder.
+  __host__ __device__ __forceinline__ int divide(int n, int& remainder) const {
+    const int q = quotient(n);
+    remainder = n - q * divisor;
+    return q;
+  }
+};
+
 struct WgmmaPlan {
   int tiles_h, tiles_w, channel_blocks, chunks;  // strips: tiles_h, tiles_w count squares
   int tiles;  // < 2^30 / chunks (checked on the host), so steps fit in 32 bits too
@@ -202,6 +253,12 @@ struct WgmmaPlan {
   // per tile, partial sums added through distributed shared memory before the pooling); 1
   // elsewhere.
   int split;
+  // p.channel_blocks, p.tiles_w, p.tiles_h and (strips) p.tiles_h * p.tiles_w as divisors
+  // (make_plan).
+  FastDivisor channel_blocks_div, tiles_w_div, tiles_h_div, image_squares_div;
+  // Output rows in aligned runs of 4 (width % 4 == 0, an aligned output): the epilogue stores
+  // runs of 4 pooled outputs (store_pooled).
+  bool vector_out;
 };
 
 // Where one tile sits. A strip's squares [0, first_squares) are its first piece (at image,
@@ -227,14 +284,13 @@ template <class Tile>
 __host__ __device__ __forceinline__ TileOrigin tile_origin(const ConvPoolShape& s,
                                                            const WgmmaPlan& p, int tile) {
   TileOrigin o;
-  const int channel_block = tile % p.channel_blocks;
-  tile /= p.channel_blocks;
+  int channel_block;
+  tile = p.channel_blocks_div.divide(tile, channel_block);
   if constexpr (Tile::kStrip) {
     const int first = 4 * tile;  // its first square, < p.squares
-    const int image_squares = p.tiles_h * p.tiles_w;
-    o.image = first / image_squares;
-    const int rest = first - int(o.image) * image_squares;
-    const int square_row = rest / p.tiles_w, square_col = rest - square_row * p.tiles_w;
+    int rest, square_col;
+    o.image = p.image_squares_div.divide(first, rest);
+    const int square_row = p.tiles_w_div.divide(rest, square_col);
     o.channel0 = channel_block * Tile::kN;
     o.out_row0 = 4 * square_row;
     o.out_col0 = 4 * square_col;
@@ -259,10 +315,9 @@ __host__ __device__ __forceinline__ TileOrigin tile_origin(const ConvPoolShape& 
   o.squares = o.first_squares = 4;
   o.first_vectors = Tile::kHaloVectors;
   o.next_vectors = 0;
-  const int tile_col = tile % p.tiles_w;
-  tile /= p.tiles_w;
-  const int tile_row = tile % p.tiles_h;
-  o.image = tile / p.tiles_h;
+  int tile_col, tile_row;
+  tile = p.tiles_w_div.divide(tile, tile_col);
+  o.image = p.tiles_h_div.divide(tile, tile_row);
   o.channel0 = channel_block * Tile::kN;
   o.out_row0 = tile_row * Tile::kPooledRows;
   o.out_col0 = tile_col * Tile::kPooledCols;
@@ -493,6 +548,11 @@ struct Tf32Operands {
     return __ldg(ops.bias + int64_t(channel) * ops.bias_stride);
   }
   static __device__ __forceinline__ float to_output(float v) { return v; }
+  // 4 consecutive outputs, 16-byte aligned (store_pooled).
+  static __device__ __forceinline__ void store_run(float* out, float a, float b, float c,
+                                                   float d) {
+    *reinterpret_cast<float4*>(out) = make_float4(a, b, c, d);
+  }
   static __device__ __forceinline__ float load(const float* p) { return __ldg(p); }
   static __device__ __forceinline__ float4 load_row(const float* p) {
     return __ldg(reinterpret_cast<const float4*>(p));
@@ -601,6 +661,12 @@ struct HalfOperands : Wgmma16<E> {
     return E::to_float(__ldg(ops.bias16 + int64_t(channel) * ops.bias_stride));
   }
   static __device__ __forceinline__ uint16_t to_output(float v) { return E::from_float(v); }
+  // 4 consecutive outputs, 8-byte aligned (store_pooled).
+  static __device__ __forceinline__ void store_run(uint16_t* out, float a, float b, float c,
+                                                   float d) {
+    *reinterpret_cast<uint2*>(out) = make_uint2(pair(to_output(a), to_output(b)),
+                                                pair(to_output(c), to_output(d)));
+  }
   static __device__ __forceinline__ uint16_t load(const uint16_t* p) { return __ldg(p); }
   static __device__ __forceinline__ uint2 load_row(const uint16_t* p) {
     return __ldg(reinterpret_cast<const uint2*>(p));
@@ -735,7 +801,6 @@ struct StepLoader {
   int unit;            // this thread's halo unit, or -1: threads past the units load weights
                        // only
   int halo_offset;     // the unit's first pixel's 16-byte slot in a stage
-  PixelWrap wrap;      // where its other pixels go
   int tile, chunk;     // the step being loaded
   int h, w0;           // input row and first column of the unit
   int channel;         // input channel of the unit's first row vector or pixel vector
@@ -776,7 +841,6 @@ struct StepLoader {
       w0 = pixel - h * s.in_width;
       halo_row = h - o.in_row0;
       halo_col = w0 - o.staged_col0;
-      wrap = PixelWrap{s.in_width - w0, Tile::kHaloCols - s.in_width};
     } else {
       // Unit = (slice, halo row, 4-column vector). Pixel vectors: the slice varies fastest, so
       // that two neighbouring threads read a pixel's 8 (fp32) or 16 (16-bit) channels of the
@@ -794,7 +858,6 @@ struct StepLoader {
       halo_col = 4 * vector;
       h = o.in_row0 + halo_row;
       w0 = o.staged_col0 + halo_col;
-      wrap = PixelWrap{4, 0};
       if (Tile::kStrip && vector >= o.first_vectors) {
         // The strip's second piece, or past both: a row outside every image (zeros, no load)
         // in halo columns that no square reads.
@@ -804,7 +867,7 @@ struct StepLoader {
         w0 = o.next_staged_col0 + 4 * next_vector;
       }
     }
-    halo_offset = (slice * Tile::kHaloRows + halo_row) * Tile::kHaloCols + halo_col;
+    halo_offset = (slice * Tile::kHaloRows + halo_row) * Tile::kHaloPitch + halo_col;
     channel = Operands::kSliceChannels * slice;
     halo = Operands::input(ops) + image * ops.x_stride[0] + int64_t(channel) * ops.x_stride[1] +
            int64_t(h) * ops.x_stride[2] + int64_t(w0) * ops.x_stride[3];
@@ -872,8 +935,11 @@ struct StepLoader {
     }
   }
 
+  // (Stores the previous step's loads: the unit's slots and, for plane vectors, where its
+  // pixels wrap are the same for every tile, so the loader's state at the next step serves.)
   __device__ __forceinline__ void store_halo_unit(const HaloUnit<Operands, kPixelVectors>& staged,
-                                                  unsigned char* stage) const {
+                                                  unsigned char* stage, const ConvPoolShape& s,
+                                                  const WgmmaPlan& p) const {
     if (unit < 0) return;
     typename Operands::Pixel* dst =
         reinterpret_cast<typename Operands::Pixel*>(stage) + halo_offset;
@@ -881,6 +947,10 @@ struct StepLoader {
 #pragma unroll
       for (int j = 0; j < 4; ++j) dst[j] = staged.pixel[j];
     } else {
+      // Computed here rather than kept through the main loop: two registers fewer there.
+      const PixelWrap wrap = p.halo_load == kHaloPlaneVectors
+                                 ? PixelWrap{s.in_width - w0, Tile::kHaloPitch - s.in_width}
+                                 : PixelWrap{4, 0};
       Operands::store_pixels(staged.channel, dst, wrap);
     }
   }
@@ -905,7 +975,7 @@ __device__ __forceinline__ ChunkDescriptors chunk_descriptors(const uint32_t (&s
 #pragma unroll
   for (int m = 0; m < 2; ++m)
     d.a0[m] = matrix_descriptor(square_base[m] + stage, Tile::kSlicePlaneBytes,
-                                Tile::kHaloCols * kSliceBytes);
+                                Tile::kHaloPitch * kSliceBytes);
   return d;
 }
 
@@ -920,7 +990,7 @@ __device__ __forceinline__ void mma_taps(float (&acc)[2][Tile::kAccs], const Chu
     const uint64_t b = d.b0 + uint64_t(tap * Tile::kWeightTapBytes / kSliceBytes);
 #pragma unroll
     for (int m = 0; m < 2; ++m)
-      Tile::Operands::mma(acc[m], d.a0[m] + uint64_t(r * Tile::kHaloCols + q), b,
+      Tile::Operands::mma(acc[m], d.a0[m] + uint64_t(r * Tile::kHaloPitch + q), b,
                           !(first_chunk && tap == 0));
   }
 }
@@ -942,30 +1012,43 @@ __device__ __forceinline__ void pool_accumulators(const float (&acc)[2][Tile::kA
     const int pooled_col = (square % Tile::kSquareCols) * 4 + group / 2;
 #pragma unroll
     for (int j = 0; j < Tile::kN / 8; ++j) {
-      float even_channel = max_keeping_nan(acc[m][4 * j], acc[m][4 * j + 2]);
-      float odd_channel = max_keeping_nan(acc[m][4 * j + 1], acc[m][4 * j + 3]);
-      even_channel = max_keeping_nan(even_channel, __shfl_xor_sync(0xffffffffu, even_channel, 4));
-      odd_channel = max_keeping_nan(odd_channel, __shfl_xor_sync(0xffffffffu, odd_channel, 4));
-      // Both lanes of the pair hold both maxima: the even one stores channel 2t, the odd 2t + 1.
+      const float even_channel = max_keeping_nan(acc[m][4 * j], acc[m][4 * j + 2]);
+      const float odd_channel = max_keeping_nan(acc[m][4 * j + 1], acc[m][4 * j + 3]);
+      // The even lane of the pair stores channel 2t, the odd one 2t + 1: each keeps its own
+      // channel's vertical maximum and sends the other to its partner (one shuffle, not two).
+      const float kept = odd ? odd_channel : even_channel;
+      const float sent = odd ? even_channel : odd_channel;
       const int channel = 8 * j + 2 * thread_in_group + (odd ? 1 : 0);
       pooled[channel * Tile::kPooledPlane + pooled_row * Tile::kPooledCols + pooled_col] =
-          odd ? odd_channel : even_channel;
+          max_keeping_nan(kept, __shfl_xor_sync(0xffffffffu, sent, 4));
     }
   }
 }
 
-// The pooled tile -> out, with bias and ReLU. kThreads is a multiple of the pooled tile's
-// size, so each thread keeps one (row, col) and walks the channels. kSplitK: only the channel
-// groups this block of the cluster summed (reduce_split).
+// The pooled tile -> out, with bias and ReLU. Each thread keeps one run of `run` pooled
+// columns of one row (run = 4 where the output rows split into aligned runs of 4,
+// p.vector_out: one 16-byte (fp32) or 8-byte (16-bit) store per run, a quarter of the stores,
+// shared loads and address arithmetic; else 1) and walks the channels. A run lies in one
+// 8 x 8 square (4 pooled columns), so a strip's two pieces split between runs, and a run of 4
+// is wholly inside the output or wholly past its width. One loop for both run lengths: two
+// loops under a branch spilled at the two-blocks instances' 128-register cap. kSplitK: only
+// the channel groups this block of the cluster summed (reduce_split).
 template <class Tile, bool kSplitK = false>
 __device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                              const TileOrigin& o, const float* pooled,
-                                             const float* bias, int split = 1, int rank = 0) {
+                                             const float* bias, bool vector_out, int split = 1,
+                                             int rank = 0) {
   constexpr int kPooledTile = Tile::kPooledRows * Tile::kPooledCols;
-  static_assert(kThreads % kPooledTile == 0, "fixed (row, col) per thread");
-  constexpr int kChannelStep = kThreads / kPooledTile;
-  const int pooled_col = threadIdx.x % Tile::kPooledCols;
-  const int pooled_row = (threadIdx.x / Tile::kPooledCols) % Tile::kPooledRows;
+  static_assert(kThreads % kPooledTile == 0, "fixed run per thread");
+  // Runs per channel and row (a power of 2 each), for runs of 4 and of 1.
+  constexpr int kRuns4 = kPooledTile / 4, kRowRuns4 = Tile::kPooledCols / 4;
+  const int runs = vector_out ? kRuns4 : kPooledTile;
+  const int row_runs = vector_out ? kRowRuns4 : Tile::kPooledCols;
+  const int channel_step = vector_out ? kThreads / kRuns4 : kThreads / kPooledTile;
+  const int r = threadIdx.x % runs;
+  const int pooled_col = vector_out ? 4 * (r % kRowRuns4) : r % Tile::kPooledCols;
+  const int pooled_row = vector_out ? r / kRowRuns4 : r / Tile::kPooledCols;
+  (void)row_runs;
   int out_row = o.out_row0 + pooled_row, out_col = o.out_col0 + pooled_col;
   int64_t image = o.image;
   if constexpr (Tile::kStrip) {
@@ -978,7 +1061,7 @@ __device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const 
     }
   }
   if (out_row >= s.out_height || out_col >= s.out_width) return;
-  const int k0 = threadIdx.x / kPooledTile;
+  const int k0 = vector_out ? threadIdx.x / kRuns4 : threadIdx.x / kPooledTile;
   const int64_t plane = int64_t(s.out_height) * s.out_width;
   using Operands = typename Tile::Operands;
   typename Operands::Element* out =
@@ -986,12 +1069,22 @@ __device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const 
                int64_t(out_row) * s.out_width + out_col;
   const float* src = pooled + k0 * Tile::kPooledPlane + pooled_row * Tile::kPooledCols + pooled_col;
   const int channels = min(Tile::kN, s.out_channels - o.channel0);
+  const int64_t out_step = channel_step * plane;
+  const int src_step = channel_step * Tile::kPooledPlane;
 #pragma unroll 4
-  for (int k = k0; k < channels; k += kChannelStep) {
-    if (!kSplitK || (k / 8) % split == rank)
-      *out = Operands::to_output(relu_keeping_nan(*src + bias[k]));
-    out += kChannelStep * plane;
-    src += kChannelStep * Tile::kPooledPlane;
+  for (int k = k0; k < channels; k += channel_step) {
+    if (!kSplitK || (k / 8) % split == rank) {
+      const float b = bias[k];
+      if (vector_out) {
+        const float4 v = *reinterpret_cast<const float4*>(src);
+        Operands::store_run(out, relu_keeping_nan(v.x + b), relu_keeping_nan(v.y + b),
+                            relu_keeping_nan(v.z + b), relu_keeping_nan(v.w + b));
+      } else {
+        *out = Operands::to_output(relu_keeping_nan(*src + b));
+      }
+    }
+    out += out_step;
+    src += src_step;
   }
 }
 
@@ -1112,7 +1205,7 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
   HaloUnit<typename Tile::Operands, kPixelVectors> halo;
   loader.copy_weights(smem, weights_landed);
   loader.load_halo(halo, ops, s, p);
-  loader.store_halo_unit(halo, smem);
+  loader.store_halo_unit(halo, smem, s, p);
   loader.advance(ops, s, p);
   if (steps > 1) {
     loader.copy_weights(smem + Tile::kStageBytes, weights_landed + 1);
@@ -1138,7 +1231,7 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
       const int halo_col = Tile::kStrip && square >= origin.first_squares
                                ? 4 * origin.first_vectors + 8 * (square - origin.first_squares)
                                : square_col * 8;
-      square_base[m] = smem_base + (square_row * 8 * Tile::kHaloCols + halo_col +
+      square_base[m] = smem_base + (square_row * 8 * Tile::kHaloPitch + halo_col +
                                     origin.col_shift) * kSliceBytes;
     }
     // The accumulators are touched only by wgmmas inside this loop (ordinary instructions
@@ -1154,7 +1247,8 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
           square_base, smem_base + Tile::kHaloBytes, uint32_t(stage * Tile::kStageBytes));
       wgmma_fence();
       mma_taps<Tile, 0, kSplitTap>(acc, descriptors, chunk == 0);
-      if (step + 1 < steps) loader.store_halo_unit(halo, smem + stage1 * Tile::kStageBytes);
+      if (step + 1 < steps)
+        loader.store_halo_unit(halo, smem + stage1 * Tile::kStageBytes, s, p);
       const bool refill = step + 2 < steps;
       if (refill) loader.load_halo(halo, ops, s, p);
       wgmma_fence();  // the halo code wrote registers (ptxas would insert this fence itself)
@@ -1186,7 +1280,7 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
     pool_accumulators<Tile>(acc, pooled);
     if (threadIdx.x < Tile::kN) bias[threadIdx.x] = tile_bias;
     __syncthreads();
-    store_pooled<Tile, kSplitK>(ops, s, origin, pooled, bias, p.split, rank);
+    store_pooled<Tile, kSplitK>(ops, s, origin, pooled, bias, p.vector_out, p.split, rank);
     // `pooled` is rewritten only after the next tile's chunk barriers.
   }
   if constexpr (kSplitK) cluster_wait();  // no block of the cluster reads these stages now
@@ -1229,6 +1323,11 @@ WgmmaPlan make_plan(const ConvPoolShape& s) {
     tiles = int64_t(s.batch) * p.tiles_h * p.tiles_w * p.channel_blocks;
   }
   p.tiles = int(std::min<int64_t>(tiles, INT32_MAX));
+  p.channel_blocks_div = FastDivisor(p.channel_blocks);
+  p.tiles_w_div = FastDivisor(p.tiles_w);
+  p.tiles_h_div = FastDivisor(p.tiles_h);
+  if constexpr (Tile::kStrip)
+    p.image_squares_div = FastDivisor(int(std::min<int64_t>(int64_t(p.tiles_h) * p.tiles_w, INT32_MAX)));
   return p;
 }
 
@@ -1549,6 +1648,11 @@ cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
   }
   // 3x3 here: C * 9 % 4 == 0 (fp32) or % 8 == 0 (16-bit).
   p.vector_weights = vectorizable_weights(ops, s, Operands::kSliceChannels);
+  // (The output is contiguous NCHW: with width % 4 == 0 every row starts 4 elements aligned.)
+  const void* out = std::is_same_v<typename Operands::Element, float>
+                        ? static_cast<const void*>(ops.out)
+                        : static_cast<const void*>(ops.out16);
+  p.vector_out = s.out_width % 4 == 0 && aligned(out, 4 * sizeof(typename Operands::Element));
   const bool pixel_vectors = p.halo_load == kHaloPixelVectors;
   if (ops.packed_weight != nullptr) {
     if constexpr (takes_packed_weight<Tile>() && !Tile::kOneBlockTwin) {

@@ -636,6 +636,32 @@ def test_wgmma_split_reductions(ext, choice, dtype, layout):
                                    msg=lambda m: f"seed {seed} {case}: {m}")
 
 
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS.get)
+def test_wgmma_output_rows_in_runs_of_4(ext, choice, dtype):
+    """Pooled widths that are a multiple of 4 (rgb_stem's 112, VGG's 56 and 28): the epilogue
+    stores runs of 4 pooled outputs as one vector (p.vector_out), on every tile: wide N = 128,
+    square N = 128, strips (whose second piece starts a run), the wide N = 64 tile two blocks
+    per SM with a last tile past the width (36 of 48 columns) and rows past the height, and
+    the square N = 64 one; output-channel tails (136 and 48 channels). Against float64."""
+    cases = [(ConvPoolCase("runs_wide", 20, 16, 136, 10, 66, (3, 3)), "wide_n128"),
+             (ConvPoolCase("runs_square", 40, 16, 136, 16, 16, (3, 3), padding=(1, 1)),
+              "square_n128"),
+             (ConvPoolCase("runs_strip", 12, 16, 136, 24, 56, (3, 3), padding=(1, 1)),
+              "strip_n128"),
+             (ConvPoolCase("runs_narrow", 3, 3, 64, 40, 72, (3, 3), padding=(1, 1)), "wide_n64"),
+             (ConvPoolCase("runs_narrow_square", 16, 8, 48, 40, 40, (3, 3), padding=(1, 1)),
+              "square_n64")]
+    seed = random.randrange(2**31)
+    for i, (case, tile) in enumerate(cases):
+        name, tolerance, (x, weight, bias) = wgmma_run(dtype, *make_operands(case, seed + i))
+        assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
+        assert wgmma_tile(choice, case, dtype) == tile, case.name
+        out = run_op(ext, case, x, weight, bias)
+        assert out.shape[-1] % 4 == 0, out.shape
+        torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias),
+                                   **tolerance, msg=lambda m: f"seed {seed} {case}: {m}")
+
+
 def wgmma_kernels_run(fn) -> list:
     """The wgmma kernel instances (demangled names) that `fn()` launches."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:

@@ -43,14 +43,18 @@ def words_to_bytes(words) -> bytes:
 
 
 class Tile:
-    def __init__(self, rows: int, cols: int, n: int, strip: bool = False):
+    """WgmmaTile's staged geometry. pad_rows: halo rows one 16-byte slot longer than their
+    kHaloCols columns (kHaloPitch; every 16-bit instance has the room for it)."""
+
+    def __init__(self, rows: int, cols: int, n: int, strip: bool = False, pad_rows: bool = True):
         self.rows, self.cols, self.n = rows, cols, n
         self.square_cols = cols // 8
         self.halo_rows = rows + 2
         self.halo_cols = 48 if strip else (cols + 2 + 3 + 3) // 4 * 4
+        self.halo_pitch = self.halo_cols + (1 if pad_rows else 0)
         self.halo_vectors = self.halo_cols // 4
         self.halo_units = 2 * self.halo_rows * self.halo_vectors
-        self.slice_plane_bytes = self.halo_rows * self.halo_cols * SLICE_BYTES
+        self.slice_plane_bytes = self.halo_rows * self.halo_pitch * SLICE_BYTES
         self.halo_bytes = 2 * self.slice_plane_bytes
         self.weight_tap_bytes = 2 * n * SLICE_BYTES
         self.stage_bytes = self.halo_bytes + 9 * self.weight_tap_bytes
@@ -87,7 +91,7 @@ def stage_chunk(tile: Tile, x_bits, w_bits, pad: int, out_row0: int, out_col0: i
         slice_ = unit // (tile.halo_rows * tile.halo_vectors)
         rest = unit - slice_ * tile.halo_rows * tile.halo_vectors
         row, vec = divmod(rest, tile.halo_vectors)
-        halo_offset = (slice_ * tile.halo_rows + row) * tile.halo_cols + 4 * vec
+        halo_offset = (slice_ * tile.halo_rows + row) * tile.halo_pitch + 4 * vec
         channel = chunk * CHUNK + SLICE_CHANNELS * slice_
         n, h, w0 = source(row, vec)
         rows = [(pair(x_at(n, channel + e, h, w0), x_at(n, channel + e, h, w0 + 1)),
@@ -141,8 +145,8 @@ def square_product(tile: Tile, stage: bytearray, square_base: int):
     acc = np.zeros((64, tile.n))
     for tap in range(9):
         r, q = divmod(tap, 3)
-        a = read_operand(stage, square_base + (r * tile.halo_cols + q) * SLICE_BYTES,
-                         lbo=tile.slice_plane_bytes, sbo=tile.halo_cols * SLICE_BYTES, rows=64)
+        a = read_operand(stage, square_base + (r * tile.halo_pitch + q) * SLICE_BYTES,
+                         lbo=tile.slice_plane_bytes, sbo=tile.halo_pitch * SLICE_BYTES, rows=64)
         b = read_operand(stage, tile.halo_bytes + tap * tile.weight_tap_bytes,
                          lbo=tile.n * SLICE_BYTES, sbo=8 * SLICE_BYTES, rows=tile.n)
         acc += as_float(a) @ as_float(b).T
@@ -166,13 +170,15 @@ def direct_square(x, w, pad: int, conv_row0: int, conv_col0: int):
 
 @pytest.mark.parametrize("rows,cols,n", [(8, 32, 128), (16, 16, 64)], ids=["wide", "square"])
 @pytest.mark.parametrize("pad,out_col0", [(0, 0), (1, 16), (1, 3)], ids=["pad0", "pad1", "shift"])
-def test_staged_chunk_read_by_wgmma_descriptors_is_the_convolution(rows, cols, n, pad, out_col0):
+@pytest.mark.parametrize("pad_rows", [True, False], ids=["pitch_plus_1", "pitch_cols"])
+def test_staged_chunk_read_by_wgmma_descriptors_is_the_convolution(rows, cols, n, pad, out_col0,
+                                                                   pad_rows):
     rng = np.random.default_rng(rows * 1000 + pad * 100 + out_col0)
     channels, out_channels, height, width = 29, n + 5, rows + 6, 2 * out_col0 + cols + 5
     x = rng.standard_normal((channels, height, width)).astype(np.float16)
     w = rng.standard_normal((out_channels, channels, 3, 3)).astype(np.float16)
     x_bits, w_bits = x.view(np.uint16), w.view(np.uint16)
-    tile = Tile(rows, cols, n)
+    tile = Tile(rows, cols, n, pad_rows=pad_rows)
     assert tile.halo_units <= 256
     out_row0 = 1
     xf, wf = x.astype(np.float64), w[:n].astype(np.float64)
@@ -181,7 +187,7 @@ def test_staged_chunk_read_by_wgmma_descriptors_is_the_convolution(rows, cols, n
         channels_of_chunk = slice(chunk * CHUNK, min((chunk + 1) * CHUNK, channels))
         for square in range(4):
             square_row, square_col = divmod(square, tile.square_cols)
-            square_base = ((square_row * 8 * tile.halo_cols + square_col * 8 + col_shift)
+            square_base = ((square_row * 8 * tile.halo_pitch + square_col * 8 + col_shift)
                            * SLICE_BYTES)
             expected = direct_square(xf[channels_of_chunk], wf[:, channels_of_chunk], pad,
                                      2 * out_row0 + square_row * 8, 2 * out_col0 + square_col * 8)

@@ -68,15 +68,16 @@ def plane_vectors_apply(tile: Tile, height: int, width: int, pad: int) -> bool:
     return height - in_row0 <= tile.halo_rows and width - staged_col0 <= tile.halo_cols
 
 
-def plane_halo(tile: Tile, height: int, width: int, pad: int):
-    """The halo of one channel as the plane units write it: pixel index per slot, -1 = zero."""
+def plane_halo(tile: Tile, height: int, width: int, pad: int, pitch: int):
+    """The halo of one channel as the plane units write it: pixel index per slot, -1 = zero.
+    Rows are `pitch` slots apart (kHaloPitch: kHaloCols, or one more)."""
     in_row0, staged_col0 = origin(pad)
-    halo = [-1] * (tile.halo_rows * tile.halo_cols)
+    halo = [-1] * (tile.halo_rows * pitch)
     for vector in range(height * width // 4):
         pixel = 4 * vector
         h, w0 = divmod(pixel, width)
-        halo_offset = (h - in_row0) * tile.halo_cols + (w0 - staged_col0)
-        first_wrapped, skip = width - w0, tile.halo_cols - width  # PixelWrap
+        halo_offset = (h - in_row0) * pitch + (w0 - staged_col0)
+        first_wrapped, skip = width - w0, pitch - width  # PixelWrap (store_halo_unit)
         for j in range(4):
             slot = halo_offset + (j + skip if j >= first_wrapped else j)
             assert 0 <= slot < len(halo) and halo[slot] == -1, (vector, j, slot)
@@ -84,13 +85,16 @@ def plane_halo(tile: Tile, height: int, width: int, pad: int):
     return halo
 
 
-def defined_halo(tile: Tile, height: int, width: int, pad: int):
+def defined_halo(tile: Tile, height: int, width: int, pad: int, pitch: int):
+    """Slot (r, c) for c < kHaloCols holds pixel (in_row0 + r, staged_col0 + c); the slots
+    past kHaloCols in a row (the pitch's padding) hold nothing."""
     in_row0, staged_col0 = origin(pad)
     halo = []
     for r in range(tile.halo_rows):
-        for c in range(tile.halo_cols):
+        for c in range(pitch):
             h, w = in_row0 + r, staged_col0 + c
-            halo.append(h * width + w if 0 <= h < height and 0 <= w < width else -1)
+            inside = c < tile.halo_cols and 0 <= h < height and 0 <= w < width
+            halo.append(h * width + w if inside else -1)
     return halo
 
 
@@ -114,8 +118,9 @@ def test_plane_units_fill_the_halo_the_definition_asks_for():
         tile = chosen_tile(pooled(height, pad), pooled(width, pad))
         # One unit per thread: 2 slices x height * width / 4 vectors.
         assert 2 * (height * width // 4) <= THREADS
-        assert plane_halo(tile, height, width, pad) == defined_halo(tile, height, width, pad), \
-            (height, width, pad)
+        for pitch in (tile.halo_cols, tile.halo_cols + 1):
+            assert plane_halo(tile, height, width, pad, pitch) == \
+                defined_halo(tile, height, width, pad, pitch), (height, width, pad, pitch)
 
 
 def test_strips_where_rows_of_squares_are_not_a_multiple_of_4():

@@ -57,6 +57,16 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  rgb_runs tiled_tf32_wgmma
+racecheck rgb_runs tiled_tf32_wgmma
+memcheck  rgb_runs tiled_16bit_wgmma float16
+racecheck rgb_runs tiled_16bit_wgmma bfloat16
+memcheck  strip_tiles tiled_tf32_wgmma
+racecheck strip_tiles tiled_16bit_wgmma bfloat16
+memcheck  small_images tiled_tf32_wgmma
+racecheck small_images tiled_16bit_wgmma float16
+memcheck  default_small_batch tiled_tf32_wgmma
+racecheck default_small_batch tiled_tf32_wgmma
 memcheck  small_16bit_vectors small_16bit float16
 racecheck small_16bit_vectors small_16bit bfloat16
 memcheck  lenet_persistent small_16bit bfloat16

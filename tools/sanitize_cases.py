@@ -31,6 +31,9 @@ CASES = {
     # 64 output channels, 3 input channels, padded 3x3: the wgmma kernel's N = 64 instance
     # (two blocks per SM), its rows read as vectors.
     "rgb_like": ConvPoolCase("rgb_like", 2, 3, 64, 40, 44, (3, 3), padding=(1, 1)),
+    # The same with a pooled width of 36: the epilogue's runs of 4 (p.vector_out), a last
+    # tile past the width (4 of its 16 pooled columns inside).
+    "rgb_runs": ConvPoolCase("rgb_runs", 2, 3, 64, 40, 72, (3, 3), padding=(1, 1)),
     # The same with an odd width: scalar halo loads, which 16-bit inputs run on the one-block-
     # per-SM twin of that instance (kScalarHalo).
     "rgb_like_odd": ConvPoolCase("rgb_like_odd", 2, 3, 64, 40, 43, (3, 3), padding=(1, 1)),
