@@ -1040,15 +1040,13 @@ __device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const 
                                              int rank = 0) {
   constexpr int kPooledTile = Tile::kPooledRows * Tile::kPooledCols;
   static_assert(kThreads % kPooledTile == 0, "fixed run per thread");
-  // Runs per channel and row (a power of 2 each), for runs of 4 and of 1.
+  // Runs of 4 per channel and per row.
   constexpr int kRuns4 = kPooledTile / 4, kRowRuns4 = Tile::kPooledCols / 4;
   const int runs = vector_out ? kRuns4 : kPooledTile;
-  const int row_runs = vector_out ? kRowRuns4 : Tile::kPooledCols;
   const int channel_step = vector_out ? kThreads / kRuns4 : kThreads / kPooledTile;
   const int r = threadIdx.x % runs;
   const int pooled_col = vector_out ? 4 * (r % kRowRuns4) : r % Tile::kPooledCols;
   const int pooled_row = vector_out ? r / kRowRuns4 : r / Tile::kPooledCols;
-  (void)row_runs;
   int out_row = o.out_row0 + pooled_row, out_col = o.out_col0 + pooled_col;
   int64_t image = o.image;
   if constexpr (Tile::kStrip) {
@@ -1326,8 +1324,10 @@ WgmmaPlan make_plan(const ConvPoolShape& s) {
   p.channel_blocks_div = FastDivisor(p.channel_blocks);
   p.tiles_w_div = FastDivisor(p.tiles_w);
   p.tiles_h_div = FastDivisor(p.tiles_h);
-  if constexpr (Tile::kStrip)
-    p.image_squares_div = FastDivisor(int(std::min<int64_t>(int64_t(p.tiles_h) * p.tiles_w, INT32_MAX)));
+  if constexpr (Tile::kStrip) {  // (a shape that strips_apply refuses is never launched)
+    const int64_t image_squares = int64_t(p.tiles_h) * p.tiles_w;
+    p.image_squares_div = FastDivisor(int(std::min<int64_t>(image_squares, INT32_MAX)));
+  }
   return p;
 }
 
