@@ -1296,6 +1296,15 @@ extern "C" const char* conv_relu_maxpool_wgmma_tile(const ConvPoolShape* s, int 
   return wgmma_variant_for(*s, variant) && fast_path_applies(*s) ? wgmma_tile_name(*s) : nullptr;
 }
 
+extern "C" int conv_relu_maxpool_wgmma_tile_origin(const ConvPoolShape* s, int variant, int tile,
+                                                   int64_t* origin) {
+  if (!wgmma_variant_for(*s, variant) || !fast_path_applies(*s)) return 0;
+  int64_t o[4] = {0, 0, 0, 0};
+  const int tiles = wgmma_tile_origin(*s, tile, o);
+  for (int i = 0; i < 4; ++i) origin[i] = o[i];
+  return tiles;
+}
+
 extern "C" bool conv_relu_maxpool_packs_weight_apart(const ConvPoolShape* s, int variant,
                                                      const ConvPoolDevice* device) {
   return wgmma_variant_for(*s, variant) && fast_path_applies(*s) &&

@@ -105,6 +105,13 @@ bool conv_relu_maxpool_takes_packed_weight(const ConvPoolShape* shape, int varia
 // variants and outside the wgmma kernels' geometry. For tests and tuning.
 const char* conv_relu_maxpool_wgmma_tile(const ConvPoolShape* shape, int variant);
 
+// The number of tiles a wgmma `variant` runs `shape` in (0 for the other variants and outside
+// the wgmma kernels' geometry); for 0 <= tile < that number, origin[0..3] = the tile's image,
+// first output channel, first pooled row and first pooled column (a strip's first piece), as
+// the kernel computes them. For tests.
+int conv_relu_maxpool_wgmma_tile_origin(const ConvPoolShape* shape, int variant, int tile,
+                                        int64_t* origin);
+
 // Whether a wgmma `variant`, given no packed weights, packs them in a launch of its own on all
 // of `device`'s SMs before the convolution (a large weight over few blocks, or a split
 // reduction) instead of in the convolution's blocks. For tests and tuning.

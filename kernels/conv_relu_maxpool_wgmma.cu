@@ -1772,6 +1772,21 @@ const char* wgmma_tile_name(const ConvPoolShape& s) {
   });
 }
 
+int wgmma_tile_origin(const ConvPoolShape& s, int tile, int64_t (&origin)[4]) {
+  return with_tile(s, [&](auto t) {
+    using Tile = decltype(t);
+    const WgmmaPlan p = make_plan<Tile>(s);
+    if (tile >= 0 && tile < p.tiles) {
+      const TileOrigin o = tile_origin<Tile>(s, p, tile);
+      origin[0] = o.image;
+      origin[1] = o.channel0;
+      origin[2] = o.out_row0;
+      origin[3] = o.out_col0;
+    }
+    return p.tiles;
+  });
+}
+
 bool wgmma_packs_weight(const ConvPoolShape& s, const ConvPoolDevice& device) {
 #if !defined(CONV_POOL_WITH_WGMMA)
   (void)s;

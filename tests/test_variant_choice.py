@@ -8,13 +8,15 @@ dispatch (float32 variants refuse 16-bit shapes and the other way round), and th
 kernels' pixel tile and channel-block width (conv_relu_maxpool_wgmma_tile).
 """
 import ctypes
+import random
 from dataclasses import replace
 
 import pytest
 
 from utils.kernel_choice import (A100_LIKE, BFLOAT16, FLOAT16, FLOAT32, H200, ConvPoolDevice,
                                  ConvPoolShape, clusters, load, packs_weight_apart,
-                                 shape_of, takes_packed_weight, wgmma_split, wgmma_tile)
+                                 shape_of, takes_packed_weight, wgmma_split, wgmma_tile,
+                                 wgmma_tile_origins)
 from utils.suite import GRID, SUITE, ConvPoolCase, find_case
 
 AUTO = -1
@@ -384,6 +386,59 @@ def test_wgmma_tiles_of_the_public_suite(library, case, element):
         # two-blocks-per-SM tile always packs its own.
         takes = case.name not in ("batch1", "rgb_stem")
         assert takes_packed_weight(library, case, element) == takes, case.name
+
+
+def expected_tile_origin(case: ConvPoolCase, tile_name: str, tile: int):
+    """(tile count, origin of `tile`) by plain integer division: the kernel's tile order is
+    channel block fastest, then (block tiles) tile column, tile row, image, or (strips) the
+    sequence of 8 x 8 squares (image, square row, square column), four per strip."""
+    out_h, out_w = case.pooled_out()
+    n = 64 if tile_name.endswith("n64") else 128
+    blocks = -(-case.out_channels // n)
+    block, rest = tile % blocks, tile // blocks
+    if tile_name == "strip_n128":
+        rows, cols = -(-out_h // 4), -(-out_w // 4)
+        count = -(-(case.batch * rows * cols) // 4) * blocks
+        image, square = divmod(4 * rest, rows * cols)
+        return count, (image, block * n, 4 * (square // cols), 4 * (square % cols))
+    pooled_rows, pooled_cols = (4, 16) if tile_name.startswith("wide") else (8, 8)
+    rows, cols = -(-out_h // pooled_rows), -(-out_w // pooled_cols)
+    count = case.batch * rows * cols * blocks
+    rest, col = divmod(rest, cols)
+    image, row = divmod(rest, rows)
+    return count, (image, block * n, row * pooled_rows, col * pooled_cols)
+
+
+TILE_ORDER_CASES = [c for c in SUITE if c.name in EXPECTED_TILES] + [
+    ConvPoolCase("tails", 7, 16, 200, 30, 90, (3, 3), padding=(1, 1)),      # 2 blocks of 128
+    ConvPoolCase("strip_tails", 5, 16, 330, 22, 45, (3, 3)),                 # 3 blocks, strips
+    ConvPoolCase("square_tails", 40, 16, 136, 16, 16, (3, 3), padding=(1, 1)),
+    ConvPoolCase("narrow_odd", 3, 3, 40, 35, 77, (3, 3), padding=(2, 2)),
+    # 2^24 images of the default problem's geometry: 2^30 tiles, dividends near 2^30.
+    replace(find_case("default"), name="huge_batch", batch=2**24),
+]
+
+
+@pytest.mark.parametrize("case", TILE_ORDER_CASES, ids=lambda c: c.name)
+def test_wgmma_tile_origins_are_the_integer_divisions(library, case):
+    """The kernel splits a tile index into (image, channel block, tile row and column) with
+    multiply-high divisions by the plan's counts (FastDivisor, docs/PERF.md v29); through the
+    exported host copy of that code, every tile of the smaller layers, and the first, last and
+    random ones of the larger, sit where plain division puts them."""
+    name = wgmma_tile(library, case)
+    assert name is not None, case.name
+    count = expected_tile_origin(case, name, 0)[0]
+    rng = random.Random(case.batch * 7919 + case.width)
+    tiles = (range(count) if count <= 30000 else
+             [*range(3000), *range(count - 3000, count),
+              *(rng.randrange(count) for _ in range(3000))])
+    got_count, origins = wgmma_tile_origins(library, case, tiles)
+    assert got_count == count, (case.name, got_count, count)
+    assert len(origins) == len(set(tiles))
+    for tile, origin in origins.items():
+        assert origin == expected_tile_origin(case, name, tile)[1], (case.name, name, tile)
+    if count <= 30000:  # every (image, channel block, tile) once
+        assert len(set(origins.values())) == count
 
 
 def test_a_layer_of_few_tiles_runs_64_channel_blocks(library):

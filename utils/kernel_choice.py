@@ -76,6 +76,9 @@ def load(extension) -> ctypes.CDLL:
                                                          ctypes.POINTER(ConvPoolDevice)]
     lib.conv_relu_maxpool_query_device.restype = ctypes.c_int
     lib.conv_relu_maxpool_query_device.argtypes = [ctypes.c_int, ctypes.POINTER(ConvPoolDevice)]
+    lib.conv_relu_maxpool_wgmma_tile_origin.restype = ctypes.c_int
+    lib.conv_relu_maxpool_wgmma_tile_origin.argtypes = [shape, ctypes.c_int, ctypes.c_int,
+                                                        ctypes.POINTER(ctypes.c_int64)]
     lib.conv_relu_maxpool_wgmma_split.restype = ctypes.c_int
     lib.conv_relu_maxpool_wgmma_split.argtypes = [shape, ctypes.c_int,
                                                   ctypes.POINTER(ConvPoolDevice)]
@@ -123,6 +126,21 @@ def wgmma_tile(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32) -> 
     tile = lib.conv_relu_maxpool_wgmma_tile(ctypes.byref(shape_of(case, element)),
                                             wgmma_variant(lib, element))
     return None if tile is None else tile.decode()
+
+
+def wgmma_tile_origins(lib: ctypes.CDLL, case: ConvPoolCase, tiles, element: int = FLOAT32):
+    """(tile count, {tile: (image, first output channel, first pooled row, first pooled
+    column)}) of the wgmma variant of `element` on `case`, for the tile indices in `tiles`
+    below the count (conv_relu_maxpool_wgmma_tile_origin: the kernel's tile_origin)."""
+    shape, variant = shape_of(case, element), wgmma_variant(lib, element)
+    origin = (ctypes.c_int64 * 4)()
+    count = lib.conv_relu_maxpool_wgmma_tile_origin(ctypes.byref(shape), variant, -1, origin)
+    origins = {}
+    for tile in tiles:
+        if 0 <= tile < count:
+            lib.conv_relu_maxpool_wgmma_tile_origin(ctypes.byref(shape), variant, tile, origin)
+            origins[tile] = tuple(origin)
+    return count, origins
 
 
 def takes_packed_weight(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32) -> bool:
