@@ -1278,6 +1278,11 @@ static bool wgmma_variant_for(const ConvPoolShape& s, int variant) {
          (variant == kVariantTiled16Wgmma && !float32);
 }
 
+// ... and the shape inside the wgmma kernels' geometry: what the tile queries below answer for.
+static bool wgmma_runs(const ConvPoolShape& s, int variant) {
+  return wgmma_variant_for(s, variant) && fast_path_applies(s);
+}
+
 extern "C" int64_t conv_relu_maxpool_workspace_bytes(const ConvPoolShape* s, int variant) {
   if (variant == kVariantTiled16Mma) return half_conv_pool_workspace_bytes(*s, variant);
   return wgmma_variant_for(*s, variant) ? wgmma_conv_pool_workspace_bytes(*s) : 0;
@@ -1293,30 +1298,24 @@ extern "C" bool conv_relu_maxpool_takes_packed_weight(const ConvPoolShape* s, in
 }
 
 extern "C" const char* conv_relu_maxpool_wgmma_tile(const ConvPoolShape* s, int variant) {
-  return wgmma_variant_for(*s, variant) && fast_path_applies(*s) ? wgmma_tile_name(*s) : nullptr;
+  return wgmma_runs(*s, variant) ? wgmma_tile_name(*s) : nullptr;
 }
 
 extern "C" int conv_relu_maxpool_wgmma_tile_origin(const ConvPoolShape* s, int variant, int tile,
                                                    int64_t* origin) {
-  if (!wgmma_variant_for(*s, variant) || !fast_path_applies(*s)) return 0;
-  int64_t o[4] = {0, 0, 0, 0};
-  const int tiles = wgmma_tile_origin(*s, tile, o);
-  for (int i = 0; i < 4; ++i) origin[i] = o[i];
-  return tiles;
+  return wgmma_runs(*s, variant) ? wgmma_tile_origin(*s, tile, origin) : 0;
 }
 
 extern "C" bool conv_relu_maxpool_packs_weight_apart(const ConvPoolShape* s, int variant,
                                                      const ConvPoolDevice* device) {
-  return wgmma_variant_for(*s, variant) && fast_path_applies(*s) &&
-         device->compute_capability == 90 && wgmma_packs_weight_apart(*s, *device);
+  return wgmma_runs(*s, variant) && device->compute_capability == 90 &&
+         wgmma_packs_weight_apart(*s, *device);
 }
 
 extern "C" int conv_relu_maxpool_wgmma_split(const ConvPoolShape* s, int variant,
                                              const ConvPoolDevice* device) {
-  return wgmma_variant_for(*s, variant) && fast_path_applies(*s) &&
-                 device->compute_capability == 90
-             ? wgmma_split(*s, *device)
-             : 1;
+  return wgmma_runs(*s, variant) && device->compute_capability == 90 ? wgmma_split(*s, *device)
+                                                                      : 1;
 }
 
 extern "C" cudaError_t conv_relu_maxpool_pack_weight(const ConvPoolOperands* ops,

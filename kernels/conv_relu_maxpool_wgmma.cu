@@ -254,7 +254,7 @@ struct WgmmaPlan {
   // elsewhere.
   int split;
   // p.channel_blocks, p.tiles_w, p.tiles_h and (strips) p.tiles_h * p.tiles_w as divisors
-  // (make_plan).
+  // (make_plan_with_divisors: only plans that reach tile_origin have them).
   FastDivisor channel_blocks_div, tiles_w_div, tiles_h_div, image_squares_div;
   // Output rows in aligned runs of 4 (width % 4 == 0, an aligned output): the epilogue stores
   // runs of 4 pooled outputs (store_pooled).
@@ -1321,6 +1321,14 @@ WgmmaPlan make_plan(const ConvPoolShape& s) {
     tiles = int64_t(s.batch) * p.tiles_h * p.tiles_w * p.channel_blocks;
   }
   p.tiles = int(std::min<int64_t>(tiles, INT32_MAX));
+  return p;
+}
+
+// make_plan plus the divisors tile_origin needs: for the plan that is launched (the tile
+// choice builds several plans per call for their tile counts alone).
+template <class Tile>
+WgmmaPlan make_plan_with_divisors(const ConvPoolShape& s) {
+  WgmmaPlan p = make_plan<Tile>(s);
   p.channel_blocks_div = FastDivisor(p.channel_blocks);
   p.tiles_w_div = FastDivisor(p.tiles_w);
   p.tiles_h_div = FastDivisor(p.tiles_h);
@@ -1632,7 +1640,7 @@ cudaError_t launch_split_instance(const ConvPoolOperands& ops, const ConvPoolSha
 template <class Tile>
 cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
                    const ConvPoolDevice& device, cudaStream_t stream) {
-  WgmmaPlan p = make_plan<Tile>(s);
+  WgmmaPlan p = make_plan_with_divisors<Tile>(s);
   using Operands = typename Tile::Operands;
   if (plane_vectors_apply<Tile>(ops, s, p)) {
     p.halo_load = kHaloPlaneVectors;
@@ -1772,10 +1780,10 @@ const char* wgmma_tile_name(const ConvPoolShape& s) {
   });
 }
 
-int wgmma_tile_origin(const ConvPoolShape& s, int tile, int64_t (&origin)[4]) {
+int wgmma_tile_origin(const ConvPoolShape& s, int tile, int64_t* origin) {
   return with_tile(s, [&](auto t) {
     using Tile = decltype(t);
-    const WgmmaPlan p = make_plan<Tile>(s);
+    const WgmmaPlan p = make_plan_with_divisors<Tile>(s);
     if (tile >= 0 && tile < p.tiles) {
       const TileOrigin o = tile_origin<Tile>(s, p, tile);
       origin[0] = o.image;

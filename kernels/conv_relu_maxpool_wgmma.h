@@ -47,10 +47,10 @@ int wgmma_split(const ConvPoolShape& shape, const ConvPoolDevice& device);
 // The tile the launch runs (conv_relu_maxpool_wgmma_tile): "wide_n128", "strip_n128", ...
 const char* wgmma_tile_name(const ConvPoolShape& shape);
 
-// The launch's tile count; for 0 <= tile < count also where that tile sits: image, first
-// output channel, first pooled row and column (a strip's first piece), as the kernel's
+// The launch's tile count; for 0 <= tile < count also where that tile sits (origin[0..3]):
+// image, first output channel, first pooled row and column (a strip's first piece), as the kernel's
 // tile_origin computes them (conv_relu_maxpool_wgmma_tile_origin, for tests).
-int wgmma_tile_origin(const ConvPoolShape& shape, int tile, int64_t (&origin)[4]);
+int wgmma_tile_origin(const ConvPoolShape& shape, int tile, int64_t* origin);
 
 // Packs operands.weight into `packed` (wgmma_packed_weight_bytes, 16-byte aligned) in the
 // staged layout, on `stream`: a launch given it as operands.packed_weight skips the packing.
