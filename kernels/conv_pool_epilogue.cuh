@@ -16,6 +16,8 @@ namespace conv_pool_epilogue {
 
 constexpr int kTileRows = 8;    // conv rows of a block tile
 constexpr int kTileCols = 32;   // conv cols of a block tile
+// m16n8 mma tiles of 16 pixels in a block tile (16 consecutive conv columns of one row each).
+constexpr int kTileMTiles = kTileRows * kTileCols / 16;
 // Row of the fp32 epilogue tile [channel][pixel]: 260 = 4 (mod 32) makes the accumulator
 // stores of one warp (8 pixels x 4 channel pairs) hit 32 different banks.
 constexpr int kRow = kTileRows * kTileCols + 4;
@@ -31,19 +33,20 @@ __device__ __forceinline__ void zero_mma_accumulators(float (&acc)[kMTiles][kNTi
       for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
 }
 
-// m16n8 accumulators (rows = pixels, cols = channels; warps 4 along the pixels, the rest
-// along the channels) + bias -> tile[channel][pixel].
+// m16n8 accumulators (rows = pixels, cols = channels; warps 16 / kMTiles along the pixels, each
+// kMTiles consecutive m-tiles, the rest along the channels) + bias -> tile[channel][pixel].
 template <int kMTiles, int kNTiles, int kWarpChannels>
 __device__ __forceinline__ void store_mma_accumulators(const float (&acc)[kMTiles][kNTiles][4],
                                                        float* tile, const float* bias) {
+  constexpr int kWarpsM = kTileMTiles / kMTiles;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int warp_m = warp % 4, warp_n = warp / 4;
+  const int warp_m = warp % kWarpsM, warp_n = warp / kWarpsM;
   const int group = lane / 4, thread_in_group = lane % 4;
 #pragma unroll
   for (int i = 0; i < kMTiles; ++i)
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j) {
-      const int pixel = warp_m * 64 + i * 16 + group;
+      const int pixel = (warp_m * kMTiles + i) * 16 + group;
       const int channel = warp_n * kWarpChannels + j * 8 + 2 * thread_in_group;
       tile[channel * kRow + pixel] = acc[i][j][0] + bias[channel];
       tile[(channel + 1) * kRow + pixel] = acc[i][j][1] + bias[channel + 1];

@@ -27,7 +27,9 @@
 //                     multiplied) and kernels whose 8-channel halo would not fit.
 //                     All weights and every input channel's halo are staged;
 //                     persistent blocks keep the weights and copy the next tile's
-//                     planes while this tile computes (conv_pool_flat_kernel).
+//                     planes while this tile computes (conv_pool_flat_kernel); the
+//                     warp tiling depends on the channels and on whether two blocks
+//                     share an SM (flat_tiling).
 //  12 tiled_16bit_flat As 5 for float16 / bfloat16 operands: the planes are staged as
 //                     fp32 (persistent blocks copy the next tile's raw with cp.async and
 //                     convert them when released), the weights stay 16-bit and become
@@ -190,8 +192,10 @@ TilePlan make_flat_plan(const ConvPoolShape& s, int out_block, int max_shared_by
   const int64_t reduction = int64_t(s.in_channels) * s.taps();
   p.k_padded = int((reduction + 7) / 8 * 8);
   p.channel_chunks = 1;
-  // B fragment loads (row g, column k + t) hit 32 banks when the row is 4 (mod 8).
-  p.weight_row = round_up_to_residue(p.k_padded, 8, 4);
+  // B fragment pairs (row g, slots k + 2t and k + 2t + 1: flat_weight_slot) load without bank
+  // conflicts when the row is 8 (mod 16) elements: 8-byte fp32 loads go by half-warps (rows
+  // g < 4 start 0, 8, 16, 24 words apart), 4-byte 16-bit pairs by warps (rows 4 words apart).
+  p.weight_row = round_up_to_residue(p.k_padded, 16, 8);
   const int element_bytes = s.element == kElementFloat32 ? 4 : 2;
   const int64_t weights = int64_t(out_block) * p.weight_row;
   const int64_t halo = int64_t(s.in_channels) * p.halo_plane;
@@ -199,9 +203,9 @@ TilePlan make_flat_plan(const ConvPoolShape& s, int out_block, int max_shared_by
   const int64_t tables = p.k_padded + reduction + out_block;
   const int64_t persistent_bytes = element_bytes * weights + 4 * (halo + epilogue + tables);
   const int64_t raw_bytes = 16 + 2 * halo;  // + 16: the alignment of the raw planes
-  // Blocks loop over tiles only when they all share one output-channel block (the weights
-  // are staged once per block).
-  p.flat_persistent = p.channel_blocks == 1 && persistent_bytes <= max_shared_bytes;
+  // Blocks loop over tiles of one output-channel block (the weights are staged once per block;
+  // the launch makes the grid a multiple of the channel blocks).
+  p.flat_persistent = persistent_bytes <= max_shared_bytes;
   p.flat_raw_planes = p.flat_persistent && element_bytes == 2 &&
                       persistent_bytes + raw_bytes <= max_shared_bytes;
   const int64_t bytes =
@@ -699,19 +703,40 @@ __global__ void __launch_bounds__(Mainloop::kThreads, 1)
   }
 }
 
-// Flat-K tensor-core mainloop: the TF32 mainloop's warp layout and accumulators,
-// but each mma K step covers 8 consecutive (channel, tap) pairs of the flattened
-// reduction, located through a per-k offset table into the staged halo planes.
+// Position of flattened reduction entry e in a staged flat weight row: within each step of 8,
+// k, k + 4, k + 1, k + 5, ..., so that the two B values of a thread's m16n8k8 fragment
+// (k + t and k + t + 4) sit side by side and move as one 8-byte (fp32) or 4-byte (16-bit)
+// shared load.
+__host__ __device__ __forceinline__ int flat_weight_slot(int e) {
+  return (e & ~7) + 2 * (e & 3) + ((e >> 2) & 1);
+}
+
+// Flat-K tensor-core mainloop: each mma K step covers 8 consecutive (channel, tap) pairs of the
+// flattened reduction, located through a per-k offset table into the staged halo planes.
 // Entries past the reduction (the last step's padding) have offset -1 and read as 0.
-// The weights are staged in the operands' type E and converted to fp32 as the B fragments
-// are read (exact: a 16-bit value fits TF32).
-template <int kOutBlockT, int kWarpsNT = 2>
-struct FlatTensorCoreMainloop : TensorCoreMainloop<kOutBlockT, false, kWarpsNT> {
-  using Base = TensorCoreMainloop<kOutBlockT, false, kWarpsNT>;
-  using Base::acc;
-  using Base::kMTiles;
-  using Base::kNTiles;
-  using Base::kWarpChannels;
+// Warps: kWarpsM = 16 / kMTiles along the tile's 16 m-tiles of 16 pixels (m-tile
+// P = warp_m * kMTiles + i is tile row P / 2, columns (P % 2) * 16 + [0, 16)), kWarpsN along
+// the channels. A step loads 2 table entries, 4 gathered A values per m-tile and one B pair per
+// n-tile (flat_weight_slot) for kMTiles x kNTiles mmas. The weights are staged in the operands'
+// type E and converted to fp32 as the B fragments are read (exact: a 16-bit value fits TF32).
+template <int kOutBlockT, int kWarpsNT, int kMTilesT>
+struct FlatTensorCoreMainloop {
+  static constexpr int kOutBlock = kOutBlockT;
+  static constexpr int kWarpsN = kWarpsNT;
+  static constexpr int kMTiles = kMTilesT;
+  static constexpr int kWarpsM = conv_pool_epilogue::kTileMTiles / kMTiles;
+  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
+  static constexpr int kWarpChannels = kOutBlock / kWarpsN;
+  static constexpr int kNTiles = kWarpChannels / 8;
+  // Blocks of 256 threads and at most 64 channels are built for two per SM (<= 128 registers).
+  static constexpr int kMinBlocks = kOutBlock <= 64 && kThreads == 256 ? 2 : 1;
+  static_assert(kWarpsM * kMTiles == conv_pool_epilogue::kTileMTiles && kNTiles * 8 * kWarpsN ==
+                kOutBlock, "warp tiling");
+  float acc[kMTiles][kNTiles][4];
+
+  __device__ __forceinline__ FlatTensorCoreMainloop() {
+    conv_pool_epilogue::zero_mma_accumulators(acc);
+  }
 
   // Reduction steps [step_begin, step_end) (8 k each); kPadded: the steps may hold padding.
   template <bool kPadded, class E>
@@ -721,22 +746,27 @@ struct FlatTensorCoreMainloop : TensorCoreMainloop<kOutBlockT, false, kWarpsNT> 
                                                 const TilePlan& p, int col_shift, int step_begin,
                                                 int step_end) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int warp_m = warp % 4, warp_n = warp / 4;
+    const int warp_m = warp % kWarpsM, warp_n = warp / kWarpsM;
     const int group = lane / 4, thread_in_group = lane % 4;
     int a_offset[kMTiles];
 #pragma unroll
     for (int i = 0; i < kMTiles; ++i) {
-      const int tile_row = 2 * warp_m + i / 2;
-      const int tile_col = (i % 2) * 16 + group;
+      const int m_tile = warp_m * kMTiles + i;
+      const int tile_row = m_tile / 2;
+      const int tile_col = (m_tile % 2) * 16 + group;
       a_offset[i] = tile_row * s.stride_h * p.halo_cols + tile_col * s.stride_w + col_shift;
     }
     const int a_next8_pixels = 8 * s.stride_w;
     int b_offset[kNTiles];
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j)
-      b_offset[j] = (warp_n * kWarpChannels + j * 8 + group) * p.weight_row + thread_in_group;
+      b_offset[j] = (warp_n * kWarpChannels + j * 8 + group) * p.weight_row + 2 * thread_in_group;
 
-#pragma unroll 2
+    // Two steps per iteration, except for 64 fp32 accumulators under the 128-register cap (8
+    // warps of 32 x 64), which spilled 4 bytes with two.
+    constexpr int kUnroll =
+        kMinBlocks == 2 && kMTiles * kNTiles >= 16 && ElementOperands<E>::kFloat ? 1 : 2;
+#pragma unroll kUnroll
     for (int k = 8 * step_begin; k < 8 * step_end; k += 8) {
       const int low = k_offset[k + thread_in_group], high = k_offset[k + thread_in_group + 4];
       uint32_t a[kMTiles][4], b[kNTiles][2];
@@ -757,14 +787,26 @@ struct FlatTensorCoreMainloop : TensorCoreMainloop<kOutBlockT, false, kWarpsNT> 
       }
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j) {
-        b[j][0] = __float_as_uint(E::to_float(weights[b_offset[j] + k]));
-        b[j][1] = __float_as_uint(E::to_float(weights[b_offset[j] + k + 4]));
+        if constexpr (ElementOperands<E>::kFloat) {
+          const float2 pair = *reinterpret_cast<const float2*>(weights + b_offset[j] + k);
+          b[j][0] = __float_as_uint(pair.x);
+          b[j][1] = __float_as_uint(pair.y);
+        } else {
+          const uint32_t pair = *reinterpret_cast<const uint32_t*>(weights + b_offset[j] + k);
+          b[j][0] = __float_as_uint(E::to_float(uint16_t(pair)));
+          b[j][1] = __float_as_uint(E::to_float(uint16_t(pair >> 16)));
+        }
       }
 #pragma unroll
       for (int i = 0; i < kMTiles; ++i)
 #pragma unroll
         for (int j = 0; j < kNTiles; ++j) mma_tf32(acc[i][j], a[i], b[j]);
     }
+  }
+
+  // Accumulator (pixel, channel) -> tile[channel][pixel], adding the bias.
+  __device__ __forceinline__ void store(float* tile, const float* bias) const {
+    conv_pool_epilogue::store_mma_accumulators<kMTiles, kNTiles, kWarpChannels>(acc, tile, bias);
   }
 };
 
@@ -902,15 +944,14 @@ __device__ __forceinline__ void convert_raw_plane(const TilePlan& p, const uint1
 // read, and the TF32 mma multiplies 16-bit values exactly, since their significands fit TF32's).
 // Two blocks per SM where the accumulators and shared memory allow (<= 128 registers).
 // Persistent plan (p.flat_persistent): the block stages the weights once and loops over tiles
-// blockIdx.x, + gridDim.x, ...; input plane c of the next tile is copied as soon as the last
+// blockIdx.x, + gridDim.x, ... (one channel block's: the grid is a multiple of them); input plane c of the next tile is copied as soon as the last
 // reduction step reading plane c of this tile is done, so the copies run under the rest of this
 // tile's steps and its epilogue. Otherwise one tile per block, the epilogue reusing the halo.
 // 16-bit planes are loaded and converted by the threads, except with p.flat_raw_planes (and
 // 8-byte rows): then each tile starts by copying all the next tile's planes raw, and a released
 // plane is converted from there, so the loads run behind the math as the float32 copies do.
 template <class Mainloop, class E>
-__global__ void __launch_bounds__(Mainloop::kThreads,
-                                  Mainloop::kOutBlock <= 64 && Mainloop::kThreads == 256 ? 2 : 1)
+__global__ void __launch_bounds__(Mainloop::kThreads, Mainloop::kMinBlocks)
     conv_pool_flat_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const TilePlan p) {
   constexpr int kBlockThreads = Mainloop::kThreads;
   extern __shared__ __align__(16) float smem[];
@@ -965,7 +1006,7 @@ __global__ void __launch_bounds__(Mainloop::kThreads,
       Raw* dst = weights + k * p.weight_row;
       for (int e = lane; e < p.k_padded; e += 32) {
         const bool valid = k_valid && e < reduction;
-        cp_async_4(dst + e, valid ? src + weight_gather[e] : weight_in, valid);
+        cp_async_4(dst + flat_weight_slot(e), valid ? src + weight_gather[e] : weight_in, valid);
       }
     }
     for (int c = 0; c < s.in_channels; ++c) {
@@ -996,7 +1037,7 @@ __global__ void __launch_bounds__(Mainloop::kThreads,
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
         const int i = i0 + u * kBlockThreads, k = i / p.k_padded, e = i - k * p.k_padded;
-        if (i < weight_elements) weights[k * p.weight_row + e] = v[u];
+        if (i < weight_elements) weights[k * p.weight_row + flat_weight_slot(e)] = v[u];
       }
     }
     if (raw_planes) {
@@ -1106,11 +1147,38 @@ TiledChoice flat(int element) {
   return {kernel, Mainloop::kOutBlock, Mainloop::kThreads};
 }
 
+// Shared memory the hardware keeps per resident block on top of the dynamic allocation (1 KB on
+// sm_80 .. sm_90); `max_shared_bytes` is the per-block opt-in limit, 1 KB under the SM's total.
+constexpr int kSmemReservedPerBlock = 1024;
+
+bool two_blocks_per_sm(int smem_bytes, int max_shared_bytes) {
+  return 2 * (int64_t(smem_bytes) + kSmemReservedPerBlock) <=
+         int64_t(max_shared_bytes) + kSmemReservedPerBlock;
+}
+
+// The flat kernel's warp tiling (FlatTensorCoreMainloop<out_block, warps N, m-tiles per warp>).
+// More than 64 output channels: blocks of 128 (8 warps of 64 pixels x 64 channels) where their
+// weights fit, else blocks of 64. 33..64: 8 warps of 32 pixels x 64 channels where two blocks
+// share an SM, else 16 warps of 32 x 32 (one block alone: 8 warps of 32 x 64 were 4-24% slower
+// there, docs/PERF.md v30). At most 32: 8 warps of 32 x 32.
+enum class FlatTiling { k128, k64Wide, k64, k32 };
+
+FlatTiling flat_tiling(const ConvPoolShape& s, int max_shared_bytes) {
+  if (s.out_channels > 64 && make_flat_plan(s, 128, max_shared_bytes).smem_bytes <= max_shared_bytes)
+    return FlatTiling::k128;
+  if (s.out_channels > 32)
+    return two_blocks_per_sm(make_flat_plan(s, 64, max_shared_bytes).smem_bytes, max_shared_bytes)
+               ? FlatTiling::k64Wide
+               : FlatTiling::k64;
+  return FlatTiling::k32;
+}
+
 // Tensor cores: the widest block the output channels fill well; the 3xTF32 split
 // doubles the fragment registers, so it stops at 64 to stay clear of spills.
 // `fast`: the compile-time 3x3 conv / 2x2 pool geometry (fast_path_applies). The flat kernel
-// comes in the shape's element type (tiled_tf32_flat for float32, tiled_16bit_flat else).
-TiledChoice tiled_choice(int variant, const ConvPoolShape& s, bool fast) {
+// comes in the shape's element type (tiled_tf32_flat for float32, tiled_16bit_flat else), its
+// tiling chosen by flat_tiling for the device's shared memory.
+TiledChoice tiled_choice(int variant, const ConvPoolShape& s, bool fast, int max_shared_bytes) {
   const int out_channels = s.out_channels;
   switch (variant) {
     case kVariantTiledFp32:
@@ -1125,9 +1193,12 @@ TiledChoice tiled_choice(int variant, const ConvPoolShape& s, bool fast) {
       return pick<TensorCoreMainloop<64, false, 4>>(fast);
     case kVariantTiledTf32Flat:
     case kVariantTiled16Flat:
-      if (out_channels > 64) return flat<FlatTensorCoreMainloop<128>>(s.element);
-      if (out_channels > 32) return flat<FlatTensorCoreMainloop<64, 4>>(s.element);
-      return flat<FlatTensorCoreMainloop<32>>(s.element);
+      switch (flat_tiling(s, max_shared_bytes)) {
+        case FlatTiling::k128: return flat<FlatTensorCoreMainloop<128, 2, 4>>(s.element);
+        case FlatTiling::k64Wide: return flat<FlatTensorCoreMainloop<64, 1, 2>>(s.element);
+        case FlatTiling::k64: return flat<FlatTensorCoreMainloop<64, 2, 2>>(s.element);
+        default: return flat<FlatTensorCoreMainloop<32, 1, 2>>(s.element);
+      }
     case kVariantTiled3xTf32:
       if (out_channels > 32) return pick<TensorCoreMainloop<64, true>>(fast);
       return pick<TensorCoreMainloop<32, true>>(fast);
@@ -1142,7 +1213,7 @@ bool is_flat(int variant) {
 
 // The tiling a tiled variant runs with (the fast geometry is not built for FFMA).
 TilePlan plan_for(const ConvPoolShape& s, int variant, const ConvPoolDevice& device) {
-  const int out_block = tiled_choice(variant, s, false).out_block;
+  const int out_block = tiled_choice(variant, s, false, device.max_shared_bytes).out_block;
   if (is_flat(variant)) return make_flat_plan(s, out_block, device.max_shared_bytes);
   return make_tile_plan(s, out_block, variant != kVariantTiledFp32);
 }
@@ -1318,6 +1389,17 @@ extern "C" int conv_relu_maxpool_wgmma_split(const ConvPoolShape* s, int variant
                                                                       : 1;
 }
 
+extern "C" const char* conv_relu_maxpool_flat_tiling(const ConvPoolShape* s, int variant,
+                                                      const ConvPoolDevice* device) {
+  if (!is_flat(variant)) return nullptr;
+  switch (flat_tiling(*s, device->max_shared_bytes)) {
+    case FlatTiling::k128: return "n128_warp64x64";
+    case FlatTiling::k64Wide: return "n64_warp32x64";
+    case FlatTiling::k64: return "n64_warp32x32";
+    default: return "n32_warp32x32";
+  }
+}
+
 extern "C" cudaError_t conv_relu_maxpool_pack_weight(const ConvPoolOperands* ops,
                                                      const ConvPoolShape* s, float* packed,
                                                      const ConvPoolDevice* device,
@@ -1350,18 +1432,22 @@ extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
                       (s->element == kElementFloat32 ? vectorizable_input(*ops, *s)
                                                      : vectorizable_input_16bit(*ops, *s));
   plan.vector_weights = plan.fast && vectorizable_weights(*ops, *s);
-  const TiledChoice choice = tiled_choice(variant, *s, plan.fast);
+  const TiledChoice choice = tiled_choice(variant, *s, plan.fast, device->max_shared_bytes);
   const TiledKernel kernel = choice.kernel;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          plan.smem_bytes);
   if (err != cudaSuccess) return err;
   int64_t grid = plan.blocks;
-  if (plan.flat_persistent) {  // as many blocks as are resident at once; each loops over tiles
+  if (plan.flat_persistent) {
+    // As many blocks as are resident at once, rounded down to a multiple of the channel blocks:
+    // each loops over tiles blockIdx.x, + gridDim.x, ..., which then all have the channel block
+    // of its first (the fastest index of tile_coords), whose weights it stages once.
     int per_sm = 0;
     err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, choice.threads,
                                                         plan.smem_bytes);
     if (err != cudaSuccess) return err;
     grid = std::min<int64_t>(grid, int64_t(std::max(per_sm, 1)) * device->sm_count);
+    grid = std::max<int64_t>(grid / plan.channel_blocks, 1) * plan.channel_blocks;
   }
   kernel<<<unsigned(grid), choice.threads, plan.smem_bytes, stream>>>(*ops, *s, plan);
   return cudaGetLastError();

@@ -124,6 +124,13 @@ bool conv_relu_maxpool_packs_weight_apart(const ConvPoolShape* shape, int varian
 int conv_relu_maxpool_wgmma_split(const ConvPoolShape* shape, int variant,
                                   const ConvPoolDevice* device);
 
+// The warp tiling the flat variants (tiled_tf32_flat, tiled_16bit_flat) run `shape` with on
+// `device`: "n128_warp64x64" (blocks of 128 output channels, 8 warps of 64 pixels x 64
+// channels), "n64_warp32x64" (8 warps, two blocks per SM), "n64_warp32x32" (16 warps) or
+// "n32_warp32x32"; nullptr for the other variants. For tests and tuning.
+const char* conv_relu_maxpool_flat_tiling(const ConvPoolShape* shape, int variant,
+                                          const ConvPoolDevice* device);
+
 // Packs operands->weight (its strides in operands->weight_stride) into `packed`
 // (conv_relu_maxpool_packed_weight_bytes bytes, 16-byte aligned) on `stream`.
 cudaError_t conv_relu_maxpool_pack_weight(const ConvPoolOperands* operands,

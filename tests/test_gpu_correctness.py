@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from utils import kernel_choice
-from utils.suite import GRID, SUITE, ConvPoolCase, find_case
+from utils.suite import FLAT_TILING_CASES, GRID, SUITE, ConvPoolCase, find_case
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -334,6 +334,29 @@ def test_flat_persistent_blocks_over_several_tiles_match_reference(ext, dtype, w
     assert out.dtype == dtype
     tolerance = TF32_TOLERANCE if dtype == torch.float32 else SIXTEEN_BIT_TOLERANCE[dtype]
     torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias), **tolerance)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16],
+                         ids=["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("case", FLAT_TILING_CASES, ids=lambda c: c.name)
+def test_flat_warp_tilings_match_reference(ext, choice, case, dtype):
+    """Each warp tiling of the flat kernels (flat_tiling: blocks of 128 channels, 8 warps of
+    32 x 64 two blocks per SM, 16 warps of 32 x 32, blocks of 32), persistent blocks looping over
+    tiles of one channel block (two and five blocks of 64 for 96 and 300 channels), through the
+    automatic choice, against float64."""
+    element = ELEMENT_OF[dtype]
+    device = kernel_choice.device_of(choice, torch.cuda.current_device())
+    tiling = kernel_choice.flat_tiling(choice, case, element, device)
+    if device.max_shared_bytes == kernel_choice.H200.max_shared_bytes:
+        assert tiling == kernel_choice.flat_tiling(choice, case, element)  # the H200's
+    x, weight, bias = (t.to(dtype) for t in make_operands(case, seed=random.randrange(2**31)))
+    name = "tiled_tf32_flat" if dtype == torch.float32 else "tiled_16bit_flat"
+    assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
+    out = run_op(ext, case, x, weight, bias)
+    assert out.dtype == dtype
+    tolerance = TF32_TOLERANCE if dtype == torch.float32 else SIXTEEN_BIT_TOLERANCE[dtype]
+    torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias), **tolerance,
+                               msg=lambda m: f"{tiling}: {m}")
 
 
 def test_empty_batch_returns_empty_output(ext):

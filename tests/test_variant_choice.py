@@ -15,9 +15,9 @@ import pytest
 
 from utils.kernel_choice import (A100_LIKE, BFLOAT16, FLOAT16, FLOAT32, H200, ConvPoolDevice,
                                  ConvPoolShape, clusters, load, packs_weight_apart,
-                                 shape_of, takes_packed_weight, wgmma_split, wgmma_tile,
-                                 wgmma_tile_origins)
-from utils.suite import GRID, SUITE, ConvPoolCase, find_case
+                                 flat_tiling, shape_of, takes_packed_weight, wgmma_split,
+                                 wgmma_tile, wgmma_tile_origins)
+from utils.suite import FLAT_TILING_CASES, GRID, SUITE, ConvPoolCase, find_case
 
 AUTO = -1
 SIXTEEN_BIT_VARIANTS = ("direct_16bit", "tiled_16bit_mma", "tiled_16bit_wgmma", "small_16bit",
@@ -279,7 +279,13 @@ def test_16_bit_tensor_core_kernel_falls_back_when_shared_memory_is_small(librar
 def test_float32_variants_refuse_16_bit_shapes(library, variant_names, element):
     for config, name in variant_names.items():
         why = unsupported(library, find_case("default"), config, element=element)
-        if name in TWINS:  # too many output channels / too large a halo, as their twins
+        if name == "tiled_16bit_flat":
+            # Its 16-bit weights take half the shared memory of its float32 twin's: blocks of
+            # 64 channels fit the default problem, which its twin's do not.
+            assert why is None and unsupported(
+                library, find_case("default"),
+                variant_names_to_ids(variant_names)[TWINS[name]]) is not None
+        elif name in TWINS:  # too many output channels, as its twin
             assert why == unsupported(library, find_case("default"),
                                       variant_names_to_ids(variant_names)[TWINS[name]]), name
         elif name in SIXTEEN_BIT_VARIANTS:
@@ -561,3 +567,30 @@ def test_layers_of_few_tiles_split_their_reduction_over_clusters(library):
     unknown = ConvPoolDevice(H200.max_shared_bytes, 132, 90)
     assert wgmma_split(library, replace(b5, batch=1), FLOAT32, device=unknown) == 1
     assert wgmma_split(library, replace(b5, batch=1), FLOAT32, device=A100_LIKE) == 1
+
+
+# The flat kernels' warp tiling on the H200 (float32, 16 bits): blocks of 128 channels where
+# their weights fit; for 33..64 channels (or more, in blocks of 64) 8 warps of 32 pixels x 64
+# channels where two blocks share an SM, else 16 warps of 32 x 32.
+FLAT_TILINGS = {
+    "flat_alexnet": ("n64_warp32x32", "n64_warp32x32"),
+    "flat_alexnet_k96": ("n64_warp32x32", "n64_warp32x32"),
+    "flat_k300": ("n64_warp32x32", "n64_warp32x32"),
+    "flat_resnet_stem": ("n64_warp32x32", "n64_warp32x64"),
+    "flat_k96_7x7": ("n128_warp64x64", "n128_warp64x64"),
+    "flat_k32_5x5": ("n32_warp32x32", "n32_warp32x32"),
+    "flat_k64_5x5": ("n64_warp32x64", "n64_warp32x64"),
+}
+
+
+@pytest.mark.parametrize("case", FLAT_TILING_CASES, ids=lambda c: c.name)
+def test_flat_layers_run_the_flat_kernels_with_their_tiling(library, variant_names, case):
+    """Every layer of FLAT_TILING_CASES takes the flat kernel of its element type (AlexNet's
+    first layer with 96 channels used to take `direct` in float32: no 128-channel block fit),
+    with the warp tiling listed above."""
+    for element, name, tiling in ((FLOAT32, "tiled_tf32_flat", FLAT_TILINGS[case.name][0]),
+                                  (FLOAT16, "tiled_16bit_flat", FLAT_TILINGS[case.name][1]),
+                                  (BFLOAT16, "tiled_16bit_flat", FLAT_TILINGS[case.name][1])):
+        assert choose(library, variant_names, case, element=element) == name
+        assert flat_tiling(library, case, element) == tiling
+    assert set(FLAT_TILINGS) == {c.name for c in FLAT_TILING_CASES}

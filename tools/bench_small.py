@@ -11,7 +11,8 @@ the layer, is skipped. For an A/B run, run it once per build, alternating, with 
     python tools/bench_small.py new alexnet_c1,resnet_stem float32,float16 \
         tiled_tf32_flat,tiled_16bit_flat
 
-(arguments: tag, layers, dtypes, variants; an empty one keeps its default;
+(arguments: tag, layers, dtypes, variants; an empty one keeps its default; variant "auto" is
+the automatic choice;
 
 the module on PYTHONPATH wins over this checkout's).
 """
@@ -38,9 +39,12 @@ LAYERS = [
     # Strided stems and few-channel layers with many outputs (the flat kernels: `variants`).
     C("alexnet_c1", 32, 3, 64, 224, 224, (11, 11), stride=(4, 4), padding=(2, 2),
       pool_kernel=(3, 3), pool_stride=(2, 2)),                       # the suite's
+    C("alexnet_k96", 32, 3, 96, 224, 224, (11, 11), stride=(4, 4), padding=(2, 2),
+      pool_kernel=(3, 3), pool_stride=(2, 2)),                       # AlexNet's 96 channels
     C("resnet_stem", 32, 3, 64, 224, 224, (7, 7), stride=(2, 2), padding=(3, 3),
       pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1)),
     C("c3_k32_5x5", 64, 3, 32, 128, 128, (5, 5), padding=(2, 2)),
+    C("c3_k64_5x5", 64, 3, 64, 128, 128, (5, 5), padding=(2, 2)),
     C("c3_k64_7x7_s3", 32, 3, 64, 192, 192, (7, 7), stride=(3, 3), padding=(3, 3)),
     C("rgb_stem", 64, 3, 64, 224, 224, (3, 3), padding=(1, 1)),     # the suite's
     C("vgg_b1", 32, 64, 64, 224, 224, (3, 3), padding=(1, 1)),      # VGG-16 block 1's 2nd conv
@@ -79,9 +83,9 @@ def main() -> int:
                 case.dilation)), case.pool_kernel, case.effective_pool_stride, case.pool_padding,
                 ceil_mode=case.ceil_mode)
             for name in asked or VARIANTS[dtype]:
-                if name not in variants:
+                if name not in variants and name != "auto":
                     continue
-                args = (*case.op_args(), variants[name])
+                args = (*case.op_args(), -1 if name == "auto" else variants[name])
                 try:
                     out = ext.conv2d_relu_maxpool_forward(xs[0], weight, bias, *args)
                 except RuntimeError:

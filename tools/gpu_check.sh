@@ -57,6 +57,14 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  flat_channel_blocks tiled_tf32_flat
+racecheck flat_channel_blocks tiled_tf32_flat
+memcheck  flat_two_per_sm tiled_tf32_flat
+racecheck flat_two_per_sm tiled_16bit_flat float16
+memcheck  flat_n128 tiled_16bit_flat bfloat16
+racecheck flat_n128 tiled_tf32_flat
+memcheck  alexnet_persistent tiled_tf32_flat
+racecheck alexnet_persistent tiled_tf32_flat
 memcheck  rgb_runs tiled_tf32_wgmma
 racecheck rgb_runs tiled_tf32_wgmma
 memcheck  rgb_runs tiled_16bit_wgmma float16

@@ -12,6 +12,7 @@ right answer. A fourth argument "prepacked" packs the weight first
 (conv2d_relu_maxpool_pack_weight, itself under the tool) and passes it to every call.
 """
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -19,7 +20,12 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import cuda_extension  # noqa: E402
-from utils.suite import ConvPoolCase  # noqa: E402
+from utils.suite import FLAT_TILING_CASES, ConvPoolCase  # noqa: E402
+
+
+def find_flat(name: str) -> ConvPoolCase:
+    return next(case for case in FLAT_TILING_CASES if case.name == name)
+
 
 CASES = {
     # The default problem's geometry at batch 2 (the full batch is slow under the tools).
@@ -119,6 +125,13 @@ CASES = {
     "alexnet_persistent": ConvPoolCase("alexnet_persistent", 8, 3, 64, 224, 224, (11, 11),
                                        stride=(4, 4), padding=(2, 2), pool_kernel=(3, 3),
                                        pool_stride=(2, 2)),
+    # The flat kernels' tilings (utils.suite.FLAT_TILING_CASES, at batches that still loop):
+    # AlexNet's first layer with 96 channels (two channel blocks of 64, 144 tiles for 132
+    # persistent blocks), 64 channels of 5 x 5 (two blocks of 8 warps per SM, 320 tiles for
+    # 264), a 96-channel 7 x 7 / stride 2 layer (blocks of 128, 152 tiles).
+    "flat_channel_blocks": replace(find_flat("flat_alexnet_k96"), batch=4),
+    "flat_two_per_sm": replace(find_flat("flat_k64_5x5"), batch=5),
+    "flat_n128": replace(find_flat("flat_k96_7x7"), batch=2),
 }
 # Cases whose input is made channels-last (same values).
 CHANNELS_LAST = {"channels_last_tails", "narrow_channels_last", "strip_tiles_channels_last",

@@ -82,6 +82,9 @@ def load(extension) -> ctypes.CDLL:
     lib.conv_relu_maxpool_wgmma_split.restype = ctypes.c_int
     lib.conv_relu_maxpool_wgmma_split.argtypes = [shape, ctypes.c_int,
                                                   ctypes.POINTER(ConvPoolDevice)]
+    lib.conv_relu_maxpool_flat_tiling.restype = ctypes.c_char_p
+    lib.conv_relu_maxpool_flat_tiling.argtypes = [shape, ctypes.c_int,
+                                                  ctypes.POINTER(ConvPoolDevice)]
     return lib
 
 
@@ -126,6 +129,15 @@ def wgmma_tile(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32) -> 
     tile = lib.conv_relu_maxpool_wgmma_tile(ctypes.byref(shape_of(case, element)),
                                             wgmma_variant(lib, element))
     return None if tile is None else tile.decode()
+
+
+def flat_tiling(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
+                device: ConvPoolDevice = H200) -> str:
+    """The warp tiling the flat variant of `element` runs `case` with on `device`
+    ("n64_warp32x32", ...; conv_relu_maxpool_flat_tiling)."""
+    variant = variant_id(lib, "tiled_tf32_flat" if element == FLOAT32 else "tiled_16bit_flat")
+    return lib.conv_relu_maxpool_flat_tiling(ctypes.byref(shape_of(case, element)), variant,
+                                             ctypes.byref(device)).decode()
 
 
 def wgmma_tile_origins(lib: ctypes.CDLL, case: ConvPoolCase, tiles, element: int = FLOAT32):

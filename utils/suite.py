@@ -274,6 +274,27 @@ GRID: list[ConvPoolCase] = [
     C("small_tf32_tiny_image", 3, 1, 2, 9, 11, (3, 3)),
 ]
 
+# The flat kernels' warp tilings (kernels/conv_relu_maxpool.cu, flat_tiling; the one each layer
+# runs on the H200 is pinned in tests/test_variant_choice.py), each layer on more tiles than
+# the blocks resident at once, so that the persistent blocks loop: AlexNet's first layer (16
+# warps of 32 x 32), with 96 and 300 output channels (two and five channel blocks of 64: the
+# grid a multiple of them), a ResNet stem (float32: 16 warps; 16 bits: two blocks of 8 warps of
+# 32 x 64 per SM), a 96-channel one (blocks of 128), and 5 x 5 layers of 32 and 64 channels.
+FLAT_TILING_CASES: list[ConvPoolCase] = [
+    C("flat_alexnet", 12, 3, 64, 224, 224, (11, 11), stride=(4, 4), padding=(2, 2),
+      pool_kernel=(3, 3), pool_stride=(2, 2)),
+    C("flat_alexnet_k96", 4, 3, 96, 224, 224, (11, 11), stride=(4, 4), padding=(2, 2),
+      pool_kernel=(3, 3), pool_stride=(2, 2)),
+    C("flat_k300", 16, 3, 300, 63, 63, (11, 11), stride=(4, 4), padding=(2, 2),
+      pool_kernel=(3, 3), pool_stride=(2, 2)),
+    C("flat_resnet_stem", 4, 3, 64, 224, 224, (7, 7), stride=(2, 2), padding=(3, 3),
+      pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1)),
+    C("flat_k96_7x7", 4, 3, 96, 224, 224, (7, 7), stride=(2, 2), padding=(3, 3),
+      pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1)),
+    C("flat_k32_5x5", 8, 3, 32, 128, 128, (5, 5), padding=(2, 2)),
+    C("flat_k64_5x5", 8, 3, 64, 128, 128, (5, 5), padding=(2, 2)),
+]
+
 del C
 
 
