@@ -65,6 +65,7 @@ memcheck  flat_n128 tiled_16bit_flat bfloat16
 racecheck flat_n128 tiled_tf32_flat
 memcheck  alexnet_persistent tiled_tf32_flat
 racecheck alexnet_persistent tiled_tf32_flat
+memcheck  default_small_batch tiled_16bit_flat float16
 memcheck  rgb_runs tiled_tf32_wgmma
 racecheck rgb_runs tiled_tf32_wgmma
 memcheck  rgb_runs tiled_16bit_wgmma float16
