@@ -1157,15 +1157,13 @@ bool two_blocks_per_sm(int smem_bytes, int max_shared_bytes) {
 }
 
 // The flat kernel's warp tiling (FlatTensorCoreMainloop<out_block, warps N, m-tiles per warp>).
-// More than 64 output channels: blocks of 128 (8 warps of 64 pixels x 64 channels) where their
-// weights fit, else blocks of 64. 33..64: 8 warps of 32 pixels x 64 channels where two blocks
-// share an SM, else 16 warps of 32 x 32 (one block alone: 8 warps of 32 x 64 were 4-24% slower
-// there, docs/PERF.md v30). At most 32: 8 warps of 32 x 32.
-enum class FlatTiling { k128, k64Wide, k64, k32 };
+// More than 32 output channels: blocks of 64 (several channel blocks above 64: blocks of 128,
+// 8 warps of 64 pixels x 64 channels, were 2-27% slower, docs/PERF.md v30), as 8 warps of 32
+// pixels x 64 channels where two blocks share an SM, else 16 warps of 32 x 32 (one block alone:
+// 8 warps of 32 x 64 were 11-24% slower there). At most 32: 8 warps of 32 x 32.
+enum class FlatTiling { k64Wide, k64, k32 };
 
 FlatTiling flat_tiling(const ConvPoolShape& s, int max_shared_bytes) {
-  if (s.out_channels > 64 && make_flat_plan(s, 128, max_shared_bytes).smem_bytes <= max_shared_bytes)
-    return FlatTiling::k128;
   if (s.out_channels > 32)
     return two_blocks_per_sm(make_flat_plan(s, 64, max_shared_bytes).smem_bytes, max_shared_bytes)
                ? FlatTiling::k64Wide
@@ -1194,7 +1192,6 @@ TiledChoice tiled_choice(int variant, const ConvPoolShape& s, bool fast, int max
     case kVariantTiledTf32Flat:
     case kVariantTiled16Flat:
       switch (flat_tiling(s, max_shared_bytes)) {
-        case FlatTiling::k128: return flat<FlatTensorCoreMainloop<128, 2, 4>>(s.element);
         case FlatTiling::k64Wide: return flat<FlatTensorCoreMainloop<64, 1, 2>>(s.element);
         case FlatTiling::k64: return flat<FlatTensorCoreMainloop<64, 2, 2>>(s.element);
         default: return flat<FlatTensorCoreMainloop<32, 1, 2>>(s.element);
@@ -1393,7 +1390,6 @@ extern "C" const char* conv_relu_maxpool_flat_tiling(const ConvPoolShape* s, int
                                                       const ConvPoolDevice* device) {
   if (!is_flat(variant)) return nullptr;
   switch (flat_tiling(*s, device->max_shared_bytes)) {
-    case FlatTiling::k128: return "n128_warp64x64";
     case FlatTiling::k64Wide: return "n64_warp32x64";
     case FlatTiling::k64: return "n64_warp32x32";
     default: return "n32_warp32x32";

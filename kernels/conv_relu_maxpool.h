@@ -125,9 +125,9 @@ int conv_relu_maxpool_wgmma_split(const ConvPoolShape* shape, int variant,
                                   const ConvPoolDevice* device);
 
 // The warp tiling the flat variants (tiled_tf32_flat, tiled_16bit_flat) run `shape` with on
-// `device`: "n128_warp64x64" (blocks of 128 output channels, 8 warps of 64 pixels x 64
-// channels), "n64_warp32x64" (8 warps, two blocks per SM), "n64_warp32x32" (16 warps) or
-// "n32_warp32x32"; nullptr for the other variants. For tests and tuning.
+// `device`: "n64_warp32x64" (blocks of 64 output channels, 8 warps of 32 pixels x 64
+// channels, two blocks per SM), "n64_warp32x32" (16 warps of 32 x 32) or "n32_warp32x32"
+// (blocks of 32); nullptr for the other variants. For tests and tuning.
 const char* conv_relu_maxpool_flat_tiling(const ConvPoolShape* shape, int variant,
                                           const ConvPoolDevice* device);
 

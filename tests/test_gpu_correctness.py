@@ -340,10 +340,10 @@ def test_flat_persistent_blocks_over_several_tiles_match_reference(ext, dtype, w
                          ids=["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("case", FLAT_TILING_CASES, ids=lambda c: c.name)
 def test_flat_warp_tilings_match_reference(ext, choice, case, dtype):
-    """Each warp tiling of the flat kernels (flat_tiling: blocks of 128 channels, 8 warps of
-    32 x 64 two blocks per SM, 16 warps of 32 x 32, blocks of 32), persistent blocks looping over
-    tiles of one channel block (two and five blocks of 64 for 96 and 300 channels), through the
-    automatic choice, against float64."""
+    """Each warp tiling of the flat kernels (flat_tiling: 8 warps of 32 x 64 two blocks per SM,
+    16 warps of 32 x 32, blocks of 32), persistent blocks looping over tiles of one channel
+    block (two and five blocks of 64 for 96 and 300 channels), through the automatic choice,
+    against float64."""
     element = ELEMENT_OF[dtype]
     device = kernel_choice.device_of(choice, torch.cuda.current_device())
     tiling = kernel_choice.flat_tiling(choice, case, element, device)

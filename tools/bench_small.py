@@ -41,6 +41,10 @@ LAYERS = [
       pool_kernel=(3, 3), pool_stride=(2, 2)),                       # the suite's
     C("alexnet_k96", 32, 3, 96, 224, 224, (11, 11), stride=(4, 4), padding=(2, 2),
       pool_kernel=(3, 3), pool_stride=(2, 2)),                       # AlexNet's 96 channels
+    C("c3_k96_7x7_s2", 32, 3, 96, 224, 224, (7, 7), stride=(2, 2), padding=(3, 3),
+      pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1)),
+    C("c3_k128_5x5", 32, 3, 128, 128, 128, (5, 5), padding=(2, 2)),
+    C("c4_k256_3x3_s2", 32, 4, 256, 112, 112, (3, 3), stride=(2, 2), padding=(1, 1)),
     C("resnet_stem", 32, 3, 64, 224, 224, (7, 7), stride=(2, 2), padding=(3, 3),
       pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1)),
     C("c3_k32_5x5", 64, 3, 32, 128, 128, (5, 5), padding=(2, 2)),

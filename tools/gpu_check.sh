@@ -61,8 +61,8 @@ memcheck  flat_channel_blocks tiled_tf32_flat
 racecheck flat_channel_blocks tiled_tf32_flat
 memcheck  flat_two_per_sm tiled_tf32_flat
 racecheck flat_two_per_sm tiled_16bit_flat float16
-memcheck  flat_n128 tiled_16bit_flat bfloat16
-racecheck flat_n128 tiled_tf32_flat
+memcheck  flat_k96_7x7 tiled_16bit_flat bfloat16
+racecheck flat_k96_7x7 tiled_tf32_flat
 memcheck  alexnet_persistent tiled_tf32_flat
 racecheck alexnet_persistent tiled_tf32_flat
 memcheck  default_small_batch tiled_16bit_flat float16

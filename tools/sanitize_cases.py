@@ -128,10 +128,11 @@ CASES = {
     # The flat kernels' tilings (utils.suite.FLAT_TILING_CASES, at batches that still loop):
     # AlexNet's first layer with 96 channels (two channel blocks of 64, 144 tiles for 132
     # persistent blocks), 64 channels of 5 x 5 (two blocks of 8 warps per SM, 320 tiles for
-    # 264), a 96-channel 7 x 7 / stride 2 layer (blocks of 128, 152 tiles).
+    # 264), a 96-channel 7 x 7 / stride 2 layer (16 bits: two blocks of 8 warps per SM over two
+    # channel blocks, 304 tiles for 264).
     "flat_channel_blocks": replace(find_flat("flat_alexnet_k96"), batch=4),
     "flat_two_per_sm": replace(find_flat("flat_k64_5x5"), batch=5),
-    "flat_n128": replace(find_flat("flat_k96_7x7"), batch=2),
+    "flat_k96_7x7": replace(find_flat("flat_k96_7x7"), batch=2),
 }
 # Cases whose input is made channels-last (same values).
 CHANNELS_LAST = {"channels_last_tails", "narrow_channels_last", "strip_tiles_channels_last",

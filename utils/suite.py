@@ -279,7 +279,8 @@ GRID: list[ConvPoolCase] = [
 # the blocks resident at once, so that the persistent blocks loop: AlexNet's first layer (16
 # warps of 32 x 32), with 96 and 300 output channels (two and five channel blocks of 64: the
 # grid a multiple of them), a ResNet stem (float32: 16 warps; 16 bits: two blocks of 8 warps of
-# 32 x 64 per SM), a 96-channel one (blocks of 128), and 5 x 5 layers of 32 and 64 channels.
+# 32 x 64 per SM), the same with 96 channels (16 bits: two such blocks per SM, two channel
+# blocks), and 5 x 5 layers of 32 and 64 channels.
 FLAT_TILING_CASES: list[ConvPoolCase] = [
     C("flat_alexnet", 12, 3, 64, 224, 224, (11, 11), stride=(4, 4), padding=(2, 2),
       pool_kernel=(3, 3), pool_stride=(2, 2)),
