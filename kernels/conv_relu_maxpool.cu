@@ -75,7 +75,6 @@ namespace {
 constexpr int kThreads = 256;  // direct kernel, FFMA mainloop, and the 8-warp tensor-core one
 constexpr int kTileRows = 8;   // conv rows per block tile
 constexpr int kTileCols = 32;  // conv cols per block tile: two m16 fragments per row
-constexpr int kTilePixels = kTileRows * kTileCols;
 constexpr int kChannelChunk = 8;  // input channels per pipeline stage = mma K
 constexpr int kStages = 3;
 // Row length of the epilogue tile (conv_pool_epilogue.cuh): 260 = 4 (mod 32).
@@ -944,9 +943,9 @@ __device__ __forceinline__ void convert_raw_plane(const TilePlan& p, const uint1
 // read, and the TF32 mma multiplies 16-bit values exactly, since their significands fit TF32's).
 // Two blocks per SM where the accumulators and shared memory allow (<= 128 registers).
 // Persistent plan (p.flat_persistent): the block stages the weights once and loops over tiles
-// blockIdx.x, + gridDim.x, ... (one channel block's: the grid is a multiple of them); input plane c of the next tile is copied as soon as the last
-// reduction step reading plane c of this tile is done, so the copies run under the rest of this
-// tile's steps and its epilogue. Otherwise one tile per block, the epilogue reusing the halo.
+// blockIdx.x, + gridDim.x, ... (of one channel block: the grid is a multiple of them); input
+// plane c of the next tile is copied as soon as the last reduction step reading plane c of this
+// tile is done, so the copies run under the rest of this tile's steps and its epilogue. Otherwise one tile per block, the epilogue reusing the halo.
 // 16-bit planes are loaded and converted by the threads, except with p.flat_raw_planes (and
 // 8-byte rows): then each tile starts by copying all the next tile's planes raw, and a released
 // plane is converted from there, so the loads run behind the math as the float32 copies do.
@@ -1156,27 +1155,36 @@ bool two_blocks_per_sm(int smem_bytes, int max_shared_bytes) {
          int64_t(max_shared_bytes) + kSmemReservedPerBlock;
 }
 
-// The flat kernel's warp tiling (FlatTensorCoreMainloop<out_block, warps N, m-tiles per warp>).
-// More than 32 output channels: blocks of 64 (several channel blocks above 64: blocks of 128,
-// 8 warps of 64 pixels x 64 channels, were 2-27% slower, docs/PERF.md v30), as 8 warps of 32
-// pixels x 64 channels where two blocks share an SM, else 16 warps of 32 x 32 (one block alone:
-// 8 warps of 32 x 64 were 11-24% slower there). At most 32: 8 warps of 32 x 32.
+// The flat kernels' output-channel block: 64 above 32 channels (several channel blocks above 64:
+// blocks of 128, 8 warps of 64 pixels x 64 channels, were 2-27% slower, docs/PERF.md v30).
+int flat_out_block(const ConvPoolShape& s) { return s.out_channels > 32 ? 64 : 32; }
+
+// Their warp tiling (FlatTensorCoreMainloop<out_block, warps N, m-tiles per warp>) for plan `p`:
+// blocks of 64 as 8 warps of 32 pixels x 64 channels where two blocks share an SM, else as 16
+// warps of 32 x 32 (one block alone: 8 warps of 32 x 64 were 11-24% slower there); blocks of
+// 32 as 8 warps of 32 x 32.
 enum class FlatTiling { k64Wide, k64, k32 };
 
-FlatTiling flat_tiling(const ConvPoolShape& s, int max_shared_bytes) {
-  if (s.out_channels > 32)
-    return two_blocks_per_sm(make_flat_plan(s, 64, max_shared_bytes).smem_bytes, max_shared_bytes)
-               ? FlatTiling::k64Wide
-               : FlatTiling::k64;
-  return FlatTiling::k32;
+FlatTiling flat_tiling(const TilePlan& p, int max_shared_bytes) {
+  if (p.out_block == 32) return FlatTiling::k32;
+  return two_blocks_per_sm(p.smem_bytes, max_shared_bytes) ? FlatTiling::k64Wide : FlatTiling::k64;
+}
+
+// The flat kernel in the shape's element type (tiled_tf32_flat for float32, tiled_16bit_flat
+// else) with the tiling of plan `p`.
+TiledChoice flat_choice(const ConvPoolShape& s, const TilePlan& p, int max_shared_bytes) {
+  switch (flat_tiling(p, max_shared_bytes)) {
+    case FlatTiling::k64Wide: return flat<FlatTensorCoreMainloop<64, 1, 2>>(s.element);
+    case FlatTiling::k64: return flat<FlatTensorCoreMainloop<64, 2, 2>>(s.element);
+    default: return flat<FlatTensorCoreMainloop<32, 1, 2>>(s.element);
+  }
 }
 
 // Tensor cores: the widest block the output channels fill well; the 3xTF32 split
 // doubles the fragment registers, so it stops at 64 to stay clear of spills.
-// `fast`: the compile-time 3x3 conv / 2x2 pool geometry (fast_path_applies). The flat kernel
-// comes in the shape's element type (tiled_tf32_flat for float32, tiled_16bit_flat else), its
-// tiling chosen by flat_tiling for the device's shared memory.
-TiledChoice tiled_choice(int variant, const ConvPoolShape& s, bool fast, int max_shared_bytes) {
+// `fast`: the compile-time 3x3 conv / 2x2 pool geometry (fast_path_applies). Not the flat
+// variants (flat_choice).
+TiledChoice tiled_choice(int variant, const ConvPoolShape& s, bool fast) {
   const int out_channels = s.out_channels;
   switch (variant) {
     case kVariantTiledFp32:
@@ -1189,13 +1197,6 @@ TiledChoice tiled_choice(int variant, const ConvPoolShape& s, bool fast, int max
     case kVariantTiledTf32Wide:
       if (out_channels > 64) return pick<TensorCoreMainloop<128, false, 4>>(fast);
       return pick<TensorCoreMainloop<64, false, 4>>(fast);
-    case kVariantTiledTf32Flat:
-    case kVariantTiled16Flat:
-      switch (flat_tiling(s, max_shared_bytes)) {
-        case FlatTiling::k64Wide: return flat<FlatTensorCoreMainloop<64, 1, 2>>(s.element);
-        case FlatTiling::k64: return flat<FlatTensorCoreMainloop<64, 2, 2>>(s.element);
-        default: return flat<FlatTensorCoreMainloop<32, 1, 2>>(s.element);
-      }
     case kVariantTiled3xTf32:
       if (out_channels > 32) return pick<TensorCoreMainloop<64, true>>(fast);
       return pick<TensorCoreMainloop<32, true>>(fast);
@@ -1210,9 +1211,9 @@ bool is_flat(int variant) {
 
 // The tiling a tiled variant runs with (the fast geometry is not built for FFMA).
 TilePlan plan_for(const ConvPoolShape& s, int variant, const ConvPoolDevice& device) {
-  const int out_block = tiled_choice(variant, s, false, device.max_shared_bytes).out_block;
-  if (is_flat(variant)) return make_flat_plan(s, out_block, device.max_shared_bytes);
-  return make_tile_plan(s, out_block, variant != kVariantTiledFp32);
+  if (is_flat(variant)) return make_flat_plan(s, flat_out_block(s), device.max_shared_bytes);
+  return make_tile_plan(s, tiled_choice(variant, s, false).out_block,
+                        variant != kVariantTiledFp32);
 }
 
 bool is_tiled(int variant) {
@@ -1389,7 +1390,7 @@ extern "C" int conv_relu_maxpool_wgmma_split(const ConvPoolShape* s, int variant
 extern "C" const char* conv_relu_maxpool_flat_tiling(const ConvPoolShape* s, int variant,
                                                       const ConvPoolDevice* device) {
   if (!is_flat(variant)) return nullptr;
-  switch (flat_tiling(*s, device->max_shared_bytes)) {
+  switch (flat_tiling(plan_for(*s, variant, *device), device->max_shared_bytes)) {
     case FlatTiling::k64Wide: return "n64_warp32x64";
     case FlatTiling::k64: return "n64_warp32x32";
     default: return "n32_warp32x32";
@@ -1428,7 +1429,8 @@ extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
                       (s->element == kElementFloat32 ? vectorizable_input(*ops, *s)
                                                      : vectorizable_input_16bit(*ops, *s));
   plan.vector_weights = plan.fast && vectorizable_weights(*ops, *s);
-  const TiledChoice choice = tiled_choice(variant, *s, plan.fast, device->max_shared_bytes);
+  const TiledChoice choice = is_flat(variant) ? flat_choice(*s, plan, device->max_shared_bytes)
+                                              : tiled_choice(variant, *s, plan.fast);
   const TiledKernel kernel = choice.kernel;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          plan.smem_bytes);
