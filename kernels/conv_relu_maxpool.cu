@@ -35,6 +35,8 @@
 //                     convert them when released), the weights stay 16-bit and become
 //                     fp32 as the fragments are read; the TF32 mma multiplies them
 //                     exactly, the store rounds once.
+//  14 tiled_3xtf32_flat As 5 with 3xTF32 (as 3), float32 only: the fp32-accurate path for
+//                     few input channels and large kernels (allow_tf32=False).
 // (6 and 10 are the wgmma kernels, conv_relu_maxpool_wgmma.cu; 7 and 11 the CUDA-core
 // small_fp32 / small_16bit and 13 their TF32 tensor-core twin small_tf32,
 // conv_relu_maxpool_small.cu; 8 and 9 the other 16-bit kernels, conv_relu_maxpool_half.cu.)
@@ -718,11 +720,14 @@ __host__ __device__ __forceinline__ int flat_weight_slot(int e) {
 // the channels. A step loads 2 table entries, 4 gathered A values per m-tile and one B pair per
 // n-tile (flat_weight_slot) for kMTiles x kNTiles mmas. The weights are staged in the operands'
 // type E and converted to fp32 as the B fragments are read (exact: a 16-bit value fits TF32).
-template <int kOutBlockT, int kWarpsNT, int kMTilesT>
+// kSplit (tiled_3xtf32_flat, float32 only): 3xTF32 as TensorCoreMainloop's, three mmas per
+// fragment pair from operands split as they are read; the staging is the TF32 kernel's.
+template <int kOutBlockT, int kWarpsNT, int kMTilesT, bool kSplitT = false>
 struct FlatTensorCoreMainloop {
   static constexpr int kOutBlock = kOutBlockT;
   static constexpr int kWarpsN = kWarpsNT;
   static constexpr int kMTiles = kMTilesT;
+  static constexpr bool kSplit = kSplitT;
   static constexpr int kWarpsM = conv_pool_epilogue::kTileMTiles / kMTiles;
   static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
   static constexpr int kWarpChannels = kOutBlock / kWarpsN;
@@ -762,9 +767,10 @@ struct FlatTensorCoreMainloop {
       b_offset[j] = (warp_n * kWarpChannels + j * 8 + group) * p.weight_row + 2 * thread_in_group;
 
     // Two steps per iteration, except for 64 fp32 accumulators under the 128-register cap (8
-    // warps of 32 x 64), which spilled 4 bytes with two.
+    // warps of 32 x 64), which spilled 4 bytes with two, and for 3xTF32's three fragment sets.
     constexpr int kUnroll =
-        kMinBlocks == 2 && kMTiles * kNTiles >= 16 && ElementOperands<E>::kFloat ? 1 : 2;
+        kSplit || (kMinBlocks == 2 && kMTiles * kNTiles >= 16 && ElementOperands<E>::kFloat) ? 1
+                                                                                           : 2;
 #pragma unroll kUnroll
     for (int k = 8 * step_begin; k < 8 * step_end; k += 8) {
       const int low = k_offset[k + thread_in_group], high = k_offset[k + thread_in_group + 4];
@@ -796,10 +802,34 @@ struct FlatTensorCoreMainloop {
           b[j][1] = __float_as_uint(E::to_float(uint16_t(pair >> 16)));
         }
       }
+      if constexpr (kSplit) {
+        static_assert(ElementOperands<E>::kFloat, "3xTF32 is for float32 operands");
+        uint32_t a_big[kMTiles][4], a_small[kMTiles][4], a_cross[kMTiles][4];
+        uint32_t b_big[kNTiles][2], b_small[kNTiles][2], b_cross[kNTiles][2];
 #pragma unroll
-      for (int i = 0; i < kMTiles; ++i)
+        for (int i = 0; i < kMTiles; ++i)
 #pragma unroll
-        for (int j = 0; j < kNTiles; ++j) mma_tf32(acc[i][j], a[i], b[j]);
+          for (int v = 0; v < 4; ++v)
+            split_tf32(__uint_as_float(a[i][v]), a_big[i][v], a_small[i][v], a_cross[i][v]);
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+          for (int v = 0; v < 2; ++v)
+            split_tf32(__uint_as_float(b[j][v]), b_big[j][v], b_small[j][v], b_cross[j][v]);
+#pragma unroll
+        for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+          for (int j = 0; j < kNTiles; ++j) {
+            mma_tf32(acc[i][j], a_small[i], b_cross[j]);
+            mma_tf32(acc[i][j], a_cross[i], b_small[j]);
+            mma_tf32(acc[i][j], a_big[i], b_big[j]);
+          }
+      } else {
+#pragma unroll
+        for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+          for (int j = 0; j < kNTiles; ++j) mma_tf32(acc[i][j], a[i], b[j]);
+      }
     }
   }
 
@@ -1162,18 +1192,32 @@ int flat_out_block(const ConvPoolShape& s) { return s.out_channels > 32 ? 64 : 3
 // Their warp tiling (FlatTensorCoreMainloop<out_block, warps N, m-tiles per warp>) for plan `p`:
 // blocks of 64 as 8 warps of 32 pixels x 64 channels where two blocks share an SM, else as 16
 // warps of 32 x 32 (one block alone: 8 warps of 32 x 64 were 11-24% slower there); blocks of
-// 32 as 8 warps of 32 x 32.
+// 32 as 8 warps of 32 x 32. 3xTF32 (`split`) never takes 32 x 64: its 64 accumulators and three
+// fragment sets would not fit 128 registers.
 enum class FlatTiling { k64Wide, k64, k32 };
 
-FlatTiling flat_tiling(const TilePlan& p, int max_shared_bytes) {
+FlatTiling flat_tiling(const TilePlan& p, int max_shared_bytes, bool split) {
   if (p.out_block == 32) return FlatTiling::k32;
-  return two_blocks_per_sm(p.smem_bytes, max_shared_bytes) ? FlatTiling::k64Wide : FlatTiling::k64;
+  return !split && two_blocks_per_sm(p.smem_bytes, max_shared_bytes) ? FlatTiling::k64Wide
+                                                                     : FlatTiling::k64;
 }
 
-// The flat kernel in the shape's element type (tiled_tf32_flat for float32, tiled_16bit_flat
-// else) with the tiling of plan `p`.
-TiledChoice flat_choice(const ConvPoolShape& s, const TilePlan& p, int max_shared_bytes) {
-  switch (flat_tiling(p, max_shared_bytes)) {
+bool is_split_flat(int variant) { return variant == kVariantTiled3xTf32Flat; }
+
+// The flat kernel of `variant` (tiled_tf32_flat / tiled_3xtf32_flat for float32,
+// tiled_16bit_flat else) with the tiling of plan `p`.
+TiledChoice flat_choice(const ConvPoolShape& s, const TilePlan& p, int variant,
+                        int max_shared_bytes) {
+  if (is_split_flat(variant)) {
+    using Wide = FlatTensorCoreMainloop<64, 2, 2, true>;
+    using Narrow = FlatTensorCoreMainloop<32, 1, 2, true>;
+    return flat_tiling(p, max_shared_bytes, true) == FlatTiling::k32
+               ? TiledChoice{conv_pool_flat_kernel<Narrow, Float32>, Narrow::kOutBlock,
+                             Narrow::kThreads}
+               : TiledChoice{conv_pool_flat_kernel<Wide, Float32>, Wide::kOutBlock,
+                             Wide::kThreads};
+  }
+  switch (flat_tiling(p, max_shared_bytes, false)) {
     case FlatTiling::k64Wide: return flat<FlatTensorCoreMainloop<64, 1, 2>>(s.element);
     case FlatTiling::k64: return flat<FlatTensorCoreMainloop<64, 2, 2>>(s.element);
     default: return flat<FlatTensorCoreMainloop<32, 1, 2>>(s.element);
@@ -1206,7 +1250,8 @@ TiledChoice tiled_choice(int variant, const ConvPoolShape& s, bool fast) {
 }
 
 bool is_flat(int variant) {
-  return variant == kVariantTiledTf32Flat || variant == kVariantTiled16Flat;
+  return variant == kVariantTiledTf32Flat || variant == kVariantTiled16Flat ||
+         variant == kVariantTiled3xTf32Flat;
 }
 
 // The tiling a tiled variant runs with (the fast geometry is not built for FFMA).
@@ -1263,6 +1308,7 @@ extern "C" const char* conv_relu_maxpool_variant_name(int variant) {
     case kVariantTiled16Wgmma: return "tiled_16bit_wgmma";
     case kVariantSmall16: return "small_16bit";
     case kVariantTiled16Flat: return "tiled_16bit_flat";
+    case kVariantTiled3xTf32Flat: return "tiled_3xtf32_flat";
     default: return nullptr;
   }
 }
@@ -1321,7 +1367,15 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   if (allow_tf32 && runs(kVariantSmallTf32) && !small_conv_pool_patch_loop(*s))
     return kVariantSmallTf32;
   if (runs(kVariantSmallFp32)) return kVariantSmallFp32;
-  if (!allow_tf32) return runs(kVariantTiled3xTf32) ? kVariantTiled3xTf32 : kVariantDirect;
+  // fp32-accurate tensor-core paths (3xTF32) as the TF32 ones below: the flat reduction for
+  // fewer than 8 input channels off the fast path (AlexNet's first layer took `direct`, whose
+  // 8-channel tiles do not fit its 11 x 11 halo), else the 8-channel chunks where they fit.
+  if (!allow_tf32) {
+    if (s->in_channels < kChannelChunk && !fast_path_applies(*s) && runs(kVariantTiled3xTf32Flat))
+      return kVariantTiled3xTf32Flat;
+    if (runs(kVariantTiled3xTf32)) return kVariantTiled3xTf32;
+    return runs(kVariantTiled3xTf32Flat) ? kVariantTiled3xTf32Flat : kVariantDirect;
+  }
   // Fewer than 8 input channels off the fast path: the flattened reduction skips the
   // zero channels an 8-channel chunk would multiply, and it fits large kernels
   // (lenet_c1 0.41 -> 0.12 ms, alexnet_c1 6.3 -> 0.16 ms on the H200). On the fast
@@ -1390,7 +1444,8 @@ extern "C" int conv_relu_maxpool_wgmma_split(const ConvPoolShape* s, int variant
 extern "C" const char* conv_relu_maxpool_flat_tiling(const ConvPoolShape* s, int variant,
                                                       const ConvPoolDevice* device) {
   if (!is_flat(variant)) return nullptr;
-  switch (flat_tiling(plan_for(*s, variant, *device), device->max_shared_bytes)) {
+  switch (flat_tiling(plan_for(*s, variant, *device), device->max_shared_bytes,
+                      is_split_flat(variant))) {
     case FlatTiling::k64Wide: return "n64_warp32x64";
     case FlatTiling::k64: return "n64_warp32x32";
     default: return "n32_warp32x32";
@@ -1429,7 +1484,8 @@ extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
                       (s->element == kElementFloat32 ? vectorizable_input(*ops, *s)
                                                      : vectorizable_input_16bit(*ops, *s));
   plan.vector_weights = plan.fast && vectorizable_weights(*ops, *s);
-  const TiledChoice choice = is_flat(variant) ? flat_choice(*s, plan, device->max_shared_bytes)
+  const TiledChoice choice = is_flat(variant) ? flat_choice(*s, plan, variant,
+                                                           device->max_shared_bytes)
                                               : tiled_choice(variant, *s, plan.fast);
   const TiledKernel kernel = choice.kernel;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -27,7 +27,8 @@ enum ConvPoolVariant : int {
   kVariantSmall16 = 11,      // as 7 for f16/bf16 operands (converted to fp32 in shared memory)
   kVariantTiled16Flat = 12,  // as 5 for f16/bf16 operands (converted to fp32; exact in TF32)
   kVariantSmallTf32 = 13,    // as 7 on TF32 tensor cores (mma.sync): <= 8 channels, 2x2 / 2 pool
-  kVariantCount = 14,
+  kVariantTiled3xTf32Flat = 14, // as 5 with 3xTF32 (as 3): fp32-level accuracy, few channels
+  kVariantCount = 15,
 };
 
 // What the choice of variant needs to know about the GPU (conv_relu_maxpool_query_device; the

@@ -4,7 +4,8 @@ Every case of utils.suite.GRID runs through the automatic choice and through
 every kernel variant that supports it. References:
   * TF32 variants (and the automatic choice under PyTorch's default allow_tf32)
     against the float64 result at the workspace tolerance, atol = rtol = 1e-2;
-  * FP32-accurate variants (direct, tiled_fp32, tiled_3xtf32) against float64 at
+  * FP32-accurate variants (direct, tiled_fp32, tiled_3xtf32, tiled_3xtf32_flat, small_fp32)
+    against float64 at
     atol = rtol = 1e-4, far tighter than TF32 could pass;
   * float16 / bfloat16 inputs (direct_16bit, tiled_16bit_mma, tiled_16bit_wgmma on Hopper, the
     automatic choice, ModelNew after .half() / .bfloat16(), torch.compile) against float64 and
@@ -24,7 +25,7 @@ from utils.suite import FLAT_TILING_CASES, GRID, SUITE, ConvPoolCase, find_case
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
-FP32_VARIANTS = ("direct", "tiled_fp32", "tiled_3xtf32", "small_fp32")
+FP32_VARIANTS = ("direct", "tiled_fp32", "tiled_3xtf32", "tiled_3xtf32_flat", "small_fp32")
 TF32_TOLERANCE = dict(atol=1e-2, rtol=1e-2)
 FP32_TOLERANCE = dict(atol=1e-4, rtol=1e-4)
 
@@ -151,6 +152,7 @@ def test_tf32_disallowed_selects_fp32_accurate_path(ext):
 @pytest.mark.parametrize("config_name,case_name", [
     ("auto", "padding1"), ("direct", "padding1"), ("tiled_tf32", "padding1"),
     ("tiled_tf32_16w", "padding1"), ("tiled_3xtf32", "padding1"),
+    ("tiled_tf32_flat", "padding1"), ("tiled_3xtf32_flat", "padding1"),
     ("tiled_tf32_wgmma", "padding1"), ("small_fp32", "kernel5"),
     ("small_tf32", "patch3_single_buffer")])
 def test_nan_and_inf_propagate_like_pytorch(ext, config_name, case_name):
@@ -357,6 +359,32 @@ def test_flat_warp_tilings_match_reference(ext, choice, case, dtype):
     tolerance = TF32_TOLERANCE if dtype == torch.float32 else SIXTEEN_BIT_TOLERANCE[dtype]
     torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias), **tolerance,
                                msg=lambda m: f"{tiling}: {m}")
+
+
+@pytest.mark.parametrize("case", FLAT_TILING_CASES, ids=lambda c: c.name)
+def test_flat_3xtf32_tilings_match_float64_at_fp32_tolerance(ext, choice, case):
+    """allow_tf32 = False on the flat layers (AlexNet's first layer took `direct` before): the
+    automatic choice is tiled_3xtf32_flat, with blocks of 32 or of 64 channels as 16 warps
+    (flat_tiling), persistent blocks looping over tiles, and it matches float64 at the fp32
+    tolerance, which TF32 products do not."""
+    device = kernel_choice.device_of(choice, torch.cuda.current_device())
+    tiling = kernel_choice.flat_tiling(choice, case, device=device, name="tiled_3xtf32_flat")
+    x, weight, bias = make_operands(case, seed=random.randrange(2**31))
+    expected = reference(case, x, weight, bias)
+    previous = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = False
+        chosen = ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args())
+        out = run_op(ext, case, x, weight, bias)
+    finally:
+        torch.backends.cudnn.allow_tf32 = previous
+    assert chosen == "tiled_3xtf32_flat"
+    torch.testing.assert_close(out.double().cpu(), expected, **FP32_TOLERANCE,
+                               msg=lambda m: f"{tiling}: {m}")
+    tf32 = run_op(ext, case, x, weight, bias, ext.conv2d_relu_maxpool_variants()["tiled_tf32_flat"])
+    tf32_error = (tf32.double().cpu() - expected).norm() / expected.norm()
+    error = (out.double().cpu() - expected).norm() / expected.norm()
+    assert error < tf32_error / 10, (error.item(), tf32_error.item())
 
 
 def test_empty_batch_returns_empty_output(ext):

@@ -470,6 +470,16 @@ def test_profiling_arguments(tmp_path):
                 ["--iters", "many"], ["--dtype", "float64"]):
         with pytest.raises(SystemExit):
             parser.parse_args(bad)
+    assert not args.no_tf32 and parser.parse_args(["--no-tf32"]).no_tf32
+
+
+def test_profiling_refuses_no_tf32_for_16_bit_runs(capsys):
+    """allow_tf32 does not apply to 16-bit operands: the flag is an error there, before any GPU
+    work (this runs on a CPU-only machine too)."""
+    with pytest.raises(SystemExit) as exit_info:
+        profiling.main(["--no-tf32", "--dtype", "float16"])
+    assert exit_info.value.code == 2
+    assert "--no-tf32 applies to --dtype float32 only" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("module", ["utils.verification", "utils.profiling"])

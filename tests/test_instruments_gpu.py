@@ -147,6 +147,23 @@ def test_measured_times_never_beat_the_floor(model_new_class, tmp_path):
         assert target["percent_of_floor"] < 100, name
 
 
+def test_profiling_no_tf32_runs_every_target_fp32_accurate(model_new_class, tmp_path):
+    """--no-tf32: allow_tf32 = False for the whole run, recorded in the JSON; ModelNew takes
+    its fp32-accurate kernel (AlexNet's first layer: the flat 3xTF32 one) and matches Model."""
+    json_path = tmp_path / "profile.json"
+    run = run_profiling("--case", "alexnet_c1", "--no-tf32", "--targets", "new,eager",
+                        "--iters", "5", "--warmup", "1", "--no-profiler", "--json",
+                        str(json_path))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "fp32-accurate (allow_tf32 = False)" in run.stdout
+    record = json.loads(json_path.read_text())
+    assert record["settings"]["cudnn_allow_tf32"] is False
+    case = record["cases"][0]
+    assert case["variant"] == "tiled_3xtf32_flat" and case["matches_model"] is True
+    for name, target in case["targets"].items():
+        assert target["median_us"] > case["floor_us"], name
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_profiling_runs_every_target_in_the_requested_dtype(model_new_class, tmp_path, dtype):
     """--dtype converts Model, ModelNew and the inputs; the op still matches Model there, and

@@ -90,14 +90,45 @@ def test_wgmma_only_for_the_fast_path_geometry(library, variant_names):
     assert why is not None and b"3x3" in why
 
 
+# allow_tf32 = False: an fp32-accurate kernel (3xTF32 or FFMA) for every shape of the suite.
+EXPECTED_FP32_ACCURATE = {
+    "default": "tiled_3xtf32",
+    "vgg_b2": "tiled_3xtf32",
+    "vgg_b3": "tiled_3xtf32",
+    "vgg_b5": "tiled_3xtf32",
+    "rgb_stem": "tiled_3xtf32",         # on the fast path: 8-channel chunks, as TF32's choice
+    "alexnet_c1": "tiled_3xtf32_flat",  # no 8-channel stage fits its 11 x 11 halo
+    "lenet_c1": "small_fp32",
+    "batch1": "tiled_3xtf32",
+}
+
+
 @pytest.mark.parametrize("case", SUITE, ids=lambda c: c.name)
 def test_tf32_off_takes_an_fp32_accurate_path(library, variant_names, case):
-    assert choose(library, variant_names, case, allow_tf32=False) in (
-        "tiled_3xtf32", "small_fp32", "direct")
+    assert choose(library, variant_names, case, allow_tf32=False) == (
+        EXPECTED_FP32_ACCURATE[case.name])
 
 
-def test_tf32_off_falls_back_to_direct_where_no_tile_fits(library, variant_names):
-    assert choose(library, variant_names, find_case("alexnet_c1"), allow_tf32=False) == "direct"
+def test_tf32_off_takes_the_flat_3xtf32_kernel_for_few_channels(library, variant_names):
+    """AlexNet's first layer used to take `direct` with allow_tf32 = False (12 ms at batch 32
+    with 96 channels): the 8-channel 3xTF32 stages do not fit its 11 x 11 halo. The flat
+    3xTF32 kernel runs it, and every flat layer, with the tilings whose three fragment sets fit
+    128 registers (never 8 warps of 32 x 64). Where neither tile fits (16 channels of 11 x 11:
+    a 496 KB flat weight), `direct`."""
+    ids = variant_names_to_ids(variant_names)
+    for case in FLAT_TILING_CASES:
+        assert choose(library, variant_names, case, allow_tf32=False) == "tiled_3xtf32_flat"
+        assert flat_tiling(library, case, name="tiled_3xtf32_flat") == (
+            "n32_warp32x32" if case.out_channels <= 32 else "n64_warp32x32"), case.name
+    for name in ("alexnet_c1", "flat_alexnet_k96"):
+        case = next(c for c in SUITE + FLAT_TILING_CASES if c.name == name)
+        assert unsupported(library, case, ids["tiled_3xtf32"]) is not None, name
+    wide = replace(find_case("alexnet_c1"), in_channels=16)
+    assert unsupported(library, wide, ids["tiled_3xtf32_flat"]) is not None
+    assert choose(library, variant_names, wide, allow_tf32=False) == "direct"
+    # The flat kernels refuse 16-bit operands only where it is float32-only.
+    assert unsupported(library, find_case("alexnet_c1"), ids["tiled_3xtf32_flat"],
+                       element=FLOAT16) == b"needs float32 input"
 
 
 @pytest.mark.parametrize("case, patch_loop", [
@@ -154,7 +185,7 @@ def test_every_variant_supports_the_default_problem_except_flat_and_small(librar
         why = unsupported(library, find_case("default"), config)
         if name in SIXTEEN_BIT_VARIANTS:  # a float32 shape
             assert why == b"needs float16 or bfloat16 input", name
-        elif name == "tiled_tf32_flat":  # 64 channels x 9 taps of halo do not fit
+        elif name in ("tiled_tf32_flat", "tiled_3xtf32_flat"):  # 64 x 9 taps of halo do not fit
             assert why is not None and b"shared memory" in why
         elif name in ("small_fp32", "small_tf32"):  # 128 output channels
             assert why is not None and b"16 output channels" in why
@@ -307,7 +338,8 @@ def test_variants_keep_their_ids(variant_names):
     assert variant_names[8] == "direct_16bit" and variant_names[9] == "tiled_16bit_mma"
     assert variant_names[10] == "tiled_16bit_wgmma" and variant_names[11] == "small_16bit"
     assert variant_names[12] == "tiled_16bit_flat" and variant_names[13] == "small_tf32"
-    assert len(variant_names) == 14
+    assert variant_names[14] == "tiled_3xtf32_flat"
+    assert len(variant_names) == 15
 
 
 def test_workspace_of_the_16_bit_tensor_core_kernel(library, variant_names):

@@ -11,8 +11,12 @@ the layer, is skipped. For an A/B run, run it once per build, alternating, with 
     python tools/bench_small.py new alexnet_c1,resnet_stem float32,float16 \
         tiled_tf32_flat,tiled_16bit_flat
 
-(arguments: tag, layers, dtypes, variants; an empty one keeps its default; variant "auto" is
-the automatic choice;
+    python tools/bench_small.py new alexnet_c1 float32 auto,tiled_3xtf32_flat,eager no-tf32
+
+(arguments: tag, layers, dtypes, variants, precision; an empty one keeps its default; variant
+"auto" is the automatic choice, "eager" PyTorch's F.conv2d + relu + max_pool2d (cuDNN) on the
+same operands; precision "no-tf32" sets torch.backends.cudnn.allow_tf32 = False for the run,
+which the automatic choice and cuDNN follow;
 
 the module on PYTHONPATH wins over this checkout's).
 """
@@ -71,6 +75,11 @@ def main() -> int:
     only = set(sys.argv[2].split(",")) if len(sys.argv) > 2 and sys.argv[2] else None
     dtypes = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] else "float32"
     asked = sys.argv[4].split(",") if len(sys.argv) > 4 and sys.argv[4] else None
+    precision = sys.argv[5] if len(sys.argv) > 5 else ""
+    if precision not in ("", "no-tf32"):
+        raise SystemExit(f"the fifth argument is 'no-tf32' or nothing, got {precision!r}")
+    if precision:
+        torch.backends.cudnn.allow_tf32 = False
     flush = torch.empty(L2_FLUSH_BYTES // 4, device="cuda")
     variants = ext.conv2d_relu_maxpool_variants()
     torch.manual_seed(0)
@@ -87,18 +96,27 @@ def main() -> int:
                 case.dilation)), case.pool_kernel, case.effective_pool_stride, case.pool_padding,
                 ceil_mode=case.ceil_mode)
             for name in asked or VARIANTS[dtype]:
-                if name not in variants and name != "auto":
+                if name not in variants and name not in ("auto", "eager"):
                     continue
-                args = (*case.op_args(), -1 if name == "auto" else variants[name])
+                if name == "eager":
+                    def fn(x, case=case, weight=weight, bias=bias):
+                        return F.max_pool2d(F.relu(F.conv2d(
+                            x, weight, bias, case.stride, case.padding, case.dilation)),
+                            case.pool_kernel, case.effective_pool_stride, case.pool_padding,
+                            ceil_mode=case.ceil_mode)
+                else:
+                    args = (*case.op_args(), -1 if name == "auto" else variants[name])
+
+                    def fn(x, weight=weight, bias=bias, args=args):
+                        return ext.conv2d_relu_maxpool_forward(x, weight, bias, *args)
                 try:
-                    out = ext.conv2d_relu_maxpool_forward(xs[0], weight, bias, *args)
+                    out = fn(xs[0])
                 except RuntimeError:
                     continue
                 error = ((out.double() - reference).norm() / reference.norm()).item()
-                event, kernel = time_us(lambda x: ext.conv2d_relu_maxpool_forward(
-                    x, weight, bias, *args), xs, flush)
+                event, kernel = time_us(fn, xs, flush)
                 kernel_text = "    n/a" if kernel is None else f"{kernel:7.1f}"
-                print(f"{tag:4s} {case.name:12s} {str(dtype)[6:]:8s} {name:11s} event "
+                print(f"{tag:4s} {case.name:12s} {str(dtype)[6:]:8s} {name:17s} event "
                       f"{event:7.1f} us  kernel {kernel_text} us  relerr {error:.1e}", flush=True)
     return 0
 

@@ -57,6 +57,10 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  flat_channel_blocks tiled_3xtf32_flat
+racecheck flat_channel_blocks tiled_3xtf32_flat
+memcheck  few_channels_large_kernel tiled_3xtf32_flat
+racecheck few_channels_large_kernel tiled_3xtf32_flat
 memcheck  flat_channel_blocks tiled_tf32_flat
 racecheck flat_channel_blocks tiled_tf32_flat
 memcheck  flat_two_per_sm tiled_tf32_flat

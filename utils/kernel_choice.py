@@ -132,10 +132,13 @@ def wgmma_tile(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32) -> 
 
 
 def flat_tiling(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
-                device: ConvPoolDevice = H200) -> str:
-    """The warp tiling the flat variant of `element` runs `case` with on `device`
-    ("n64_warp32x32", ...; conv_relu_maxpool_flat_tiling)."""
-    variant = variant_id(lib, "tiled_tf32_flat" if element == FLOAT32 else "tiled_16bit_flat")
+                device: ConvPoolDevice = H200, name: Optional[str] = None) -> str:
+    """The warp tiling the flat variant `name` (by default the one of `element`: tiled_tf32_flat
+    or tiled_16bit_flat) runs `case` with on `device` ("n64_warp32x32", ...;
+    conv_relu_maxpool_flat_tiling)."""
+    if name is None:
+        name = "tiled_tf32_flat" if element == FLOAT32 else "tiled_16bit_flat"
+    variant = variant_id(lib, name)
     return lib.conv_relu_maxpool_flat_tiling(ctypes.byref(shape_of(case, element)), variant,
                                              ctypes.byref(device)).decode()
 

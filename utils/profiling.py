@@ -5,6 +5,7 @@
     python -m utils.profiling --max-autotune --channels-last   # add those two peers
     python -m utils.profiling --suite --json out.json --plot speedup.png
     python -m utils.profiling --suite --dtype bfloat16   # model.bfloat16() against its peers
+    python -m utils.profiling --suite --no-tf32     # fp32-accurate: allow_tf32 = False for all
     ncu --nvtx --nvtx-include "new/" python -m utils.profiling --single-run new
 
 How a time is taken: after a warm-up, each call is bracketed by its own pair of CUDA events;
@@ -17,7 +18,10 @@ max(FLOPs / TF32 ceiling, min bytes / HBM bandwidth), with the ceilings from
 ../shared/PEERS-H200.md unless --measure-ceilings (or --tf32-tflops / --hbm-tbps) says otherwise.
 With --dtype float16 or bfloat16 every target runs in that dtype (Model and ModelNew
 converted with .to(dtype), inputs created in it); the floor then takes the 16-bit tensor-core
-ceiling (cuBLAS bf16 matmul, --half-tflops) and 2 bytes per element.
+ceiling (cuBLAS bf16 matmul, --half-tflops) and 2 bytes per element. With --no-tf32 every
+target runs under torch.backends.cudnn.allow_tf32 = False (PyTorch's fp32-accurate setting:
+ModelNew takes its 3xTF32 / FFMA kernels, cuDNN its fp32 algorithms); the floor stays the TF32
+one, a bound no fp32-accurate path reaches.
 
 Peers run in the same process on the same weights: eager Model, torch.compile(Model) (default
 mode), and on request torch.compile(mode="max-autotune-no-cudagraphs") and channels-last
@@ -578,6 +582,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--half-tflops", type=float, default=DEFAULT_HALF_TFLOPS,
                         help="16-bit tensor-core ceiling for the floor of --dtype float16 / "
                              f"bfloat16 runs (default {DEFAULT_HALF_TFLOPS})")
+    parser.add_argument("--no-tf32", action="store_true",
+                        help="run every target with torch.backends.cudnn.allow_tf32 (and "
+                             "cuda.matmul.allow_tf32) False: fp32-accurate paths (float32 only)")
     parser.add_argument("--no-profiler", action="store_true",
                         help="skip the torch.profiler kernel-time sum")
     parser.add_argument("--json", type=Path, metavar="PATH",
@@ -612,6 +619,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.iters < 1 or args.warmup < 0:
         parser.error("--iters must be >= 1 and --warmup >= 0")
+    if args.no_tf32 and args.dtype != "float32":
+        parser.error("--no-tf32 applies to --dtype float32 only (16-bit products are exact)")
     try:
         cases = requested_cases(args)
     except KeyError as error:
@@ -622,6 +631,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
+    if args.no_tf32:  # before any target is built or compiled: all of them see it
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
     if args.single_run:
         single_run(cases, args.single_run, DTYPES[args.dtype])
         return 0
@@ -662,7 +674,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         except ImportError as error:
             print(f"error: --plot needs matplotlib ({error})", file=sys.stderr)
     tensor_tflops = ceilings.tf32_tflops if args.dtype == "float32" else ceilings.half_tflops
-    print(f"\n{args.dtype}, median of {args.iters} calls, microseconds; 'x peer' = peer time / "
+    precision = ", fp32-accurate (allow_tf32 = False)" if args.no_tf32 else ""
+    print(f"\n{args.dtype}{precision}, median of {args.iters} calls, microseconds; "
+          f"'x peer' = peer time / "
           f"op time; floor at {tensor_tflops:.0f} TFLOP/s, {ceilings.hbm_tbps:.2f} TB/s "
           f"({ceilings.source})")
     print(format_table(results), flush=True)
