@@ -61,6 +61,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cstdint>
 
 #include "conv_pool_16bit.cuh"
@@ -220,20 +221,19 @@ TilePlan make_flat_plan(const ConvPoolShape& s, int out_block, int max_shared_by
 // ---------------------------------------------------------------------------
 // Small device helpers.
 
-__device__ __forceinline__ uint32_t to_tf32(float v) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(v));
-  return r;
-}
-
-// 3xTF32 operand split (see TensorCoreMainloop): small = 0 and cross = 0 for
-// non-finite v, so no cross product can turn an infinity into NaN.
-__device__ __forceinline__ void split_tf32(float v, uint32_t& big, uint32_t& small,
-                                           uint32_t& cross) {
-  big = to_tf32(v);
-  const bool finite = fabsf(v) < INFINITY;
-  small = finite ? to_tf32(v - __uint_as_float(big)) : 0u;
-  cross = finite ? big : 0u;
+// 3xTF32 operand split: x ~ big + small, x * y ~ big * big' + small * cross' + cross * small'.
+// The tensor cores read the top 19 bits of an fp32 word (truncation to TF32), so x itself is
+// the big operand; small = x - trunc(x), exact in fp32, is truncated in turn (|small| <
+// 2^-10 |x|, its own truncation and the dropped small * small' below 2^-20 |x y|). cross is x
+// clamped to +-FLT_MAX, and small is taken from it: for x = +-inf both are finite with x's
+// sign (for NaN, -FLT_MAX), so an infinity or NaN comes from big * big' alone, as from an fp32
+// product (a cross term inf * 0 would add a NaN), and a cross term that overflows has the sign
+// of big * big'.
+// Four instructions, no predicates (rounding each part to nearest took ~15 per operand).
+__device__ __forceinline__ void split_tf32(float x, uint32_t& small, uint32_t& cross) {
+  const float clamped = fminf(fmaxf(x, -FLT_MAX), FLT_MAX);  // NaN -> -FLT_MAX
+  cross = __float_as_uint(clamped);
+  small = __float_as_uint(clamped - __uint_as_float(cross & 0xffffe000u));
 }
 
 // ---------------------------------------------------------------------------
@@ -473,22 +473,23 @@ struct TensorCoreMainloop {
           b[j][1] = src[b_next4_channels];
         }
         if constexpr (kSplit) {
-          // x = big + small, both TF32; x*y ~ big*big + (small*big' + big'*small),
-          // where big' is big for finite x and 0 for +-inf/NaN: the infinite part
-          // then comes from big*big alone, as an fp32 product would give it (a
-          // cross term inf * small could otherwise add an opposite infinity).
+          // split_tf32: the raw words are the big parts; the small terms first.
           uint32_t a_big[kMTiles][4], a_small[kMTiles][4], a_cross[kMTiles][4];
           uint32_t b_big[kNTiles][2], b_small[kNTiles][2], b_cross[kNTiles][2];
 #pragma unroll
           for (int i = 0; i < kMTiles; ++i)
 #pragma unroll
-            for (int v = 0; v < 4; ++v)
-              split_tf32(a[i][v], a_big[i][v], a_small[i][v], a_cross[i][v]);
+            for (int v = 0; v < 4; ++v) {
+              a_big[i][v] = __float_as_uint(a[i][v]);
+              split_tf32(a[i][v], a_small[i][v], a_cross[i][v]);
+            }
 #pragma unroll
           for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
-            for (int v = 0; v < 2; ++v)
-              split_tf32(b[j][v], b_big[j][v], b_small[j][v], b_cross[j][v]);
+            for (int v = 0; v < 2; ++v) {
+              b_big[j][v] = __float_as_uint(b[j][v]);
+              split_tf32(b[j][v], b_small[j][v], b_cross[j][v]);
+            }
 #pragma unroll
           for (int i = 0; i < kMTiles; ++i)
 #pragma unroll
@@ -804,25 +805,26 @@ struct FlatTensorCoreMainloop {
       }
       if constexpr (kSplit) {
         static_assert(ElementOperands<E>::kFloat, "3xTF32 is for float32 operands");
-        uint32_t a_big[kMTiles][4], a_small[kMTiles][4], a_cross[kMTiles][4];
-        uint32_t b_big[kNTiles][2], b_small[kNTiles][2], b_cross[kNTiles][2];
+        // split_tf32: a and b hold the big parts.
+        uint32_t a_small[kMTiles][4], a_cross[kMTiles][4];
+        uint32_t b_small[kNTiles][2], b_cross[kNTiles][2];
 #pragma unroll
         for (int i = 0; i < kMTiles; ++i)
 #pragma unroll
           for (int v = 0; v < 4; ++v)
-            split_tf32(__uint_as_float(a[i][v]), a_big[i][v], a_small[i][v], a_cross[i][v]);
+            split_tf32(__uint_as_float(a[i][v]), a_small[i][v], a_cross[i][v]);
 #pragma unroll
         for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
           for (int v = 0; v < 2; ++v)
-            split_tf32(__uint_as_float(b[j][v]), b_big[j][v], b_small[j][v], b_cross[j][v]);
+            split_tf32(__uint_as_float(b[j][v]), b_small[j][v], b_cross[j][v]);
 #pragma unroll
         for (int i = 0; i < kMTiles; ++i)
 #pragma unroll
           for (int j = 0; j < kNTiles; ++j) {
             mma_tf32(acc[i][j], a_small[i], b_cross[j]);
             mma_tf32(acc[i][j], a_cross[i], b_small[j]);
-            mma_tf32(acc[i][j], a_big[i], b_big[j]);
+            mma_tf32(acc[i][j], a[i], b[j]);
           }
       } else {
 #pragma unroll

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 sys.path.append(str(Path(__file__).resolve().parents[1]))
 import cuda_extension as ext  # noqa: E402
 from utils.profiling import L2_FLUSH_BYTES, profiler_kernel_us, time_calls  # noqa: E402
-from utils.suite import ConvPoolCase  # noqa: E402
+from utils.suite import ConvPoolCase, find_case  # noqa: E402
 
 C = ConvPoolCase
 LAYERS = [
@@ -59,6 +59,8 @@ LAYERS = [
     # 64 channels on the 16 x 16 tile (whole 14 x 14 images; 112 = 7 squares of 16).
     C("narrow_sq14", 256, 64, 64, 14, 14, (3, 3), padding=(1, 1)),
     C("narrow_sq112", 32, 64, 64, 112, 112, (3, 3), padding=(1, 1)),
+    # Layers of many channels (the chunked kernels: tiled_3xtf32 for allow_tf32 = False).
+    *(find_case(name) for name in ("default", "vgg_b2", "vgg_b3", "vgg_b5", "batch1")),
 ]
 VARIANTS = {torch.float32: ("small_fp32", "small_tf32"),
             torch.float16: ("small_16bit",), torch.bfloat16: ("small_16bit",)}
