@@ -61,7 +61,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cfloat>
 #include <cstdint>
 
 #include "conv_pool_16bit.cuh"
@@ -225,13 +224,16 @@ TilePlan make_flat_plan(const ConvPoolShape& s, int out_block, int max_shared_by
 // The tensor cores read the top 19 bits of an fp32 word (truncation to TF32), so x itself is
 // the big operand; small = x - trunc(x), exact in fp32, is truncated in turn (|small| <
 // 2^-10 |x|, its own truncation and the dropped small * small' below 2^-20 |x y|). cross is x
-// clamped to +-FLT_MAX, and small is taken from it: for x = +-inf both are finite with x's
-// sign (for NaN, -FLT_MAX), so an infinity or NaN comes from big * big' alone, as from an fp32
-// product (a cross term inf * 0 would add a NaN), and a cross term that overflows has the sign
-// of big * big'.
-// Four instructions, no predicates (rounding each part to nearest took ~15 per operand).
+// clamped to +-FLT_MAX by max.NaN / min.NaN, and small is taken from it: for x = +-inf both are
+// finite with x's sign, so the infinity comes from big * big' alone, as from an fp32 product (a
+// cross term inf * 0 would add a NaN), and a cross term that overflows has the sign of
+// big * big'. A NaN x gives a canonical NaN (0x7fffffff) in both, which the truncation keeps
+// even where x's own payload lies in the 13 bits the big part drops. Four instructions, no
+// predicates (rounding each part to nearest took ~15 per operand, docs/PERF.md v31).
 __device__ __forceinline__ void split_tf32(float x, uint32_t& small, uint32_t& cross) {
-  const float clamped = fminf(fmaxf(x, -FLT_MAX), FLT_MAX);  // NaN -> -FLT_MAX
+  float clamped;
+  asm("max.NaN.f32 %0, %1, 0fFF7FFFFF;\n\tmin.NaN.f32 %0, %0, 0f7F7FFFFF;"
+      : "=f"(clamped) : "f"(x));
   cross = __float_as_uint(clamped);
   small = __float_as_uint(clamped - __uint_as_float(cross & 0xffffe000u));
 }
@@ -1226,11 +1228,14 @@ TiledChoice flat_choice(const ConvPoolShape& s, const TilePlan& p, int variant,
   }
 }
 
-// Tensor cores: the widest block the output channels fill well; the 3xTF32 split
-// doubles the fragment registers, so it stops at 64 to stay clear of spills.
+// Tensor cores: the widest block the output channels fill well. 3xTF32 takes blocks of 128
+// channels only where they fit and still give every SM a block (batch-1 VGG layers: 64 blocks
+// of 128 for 132 SMs took 75 us against 45 for 128 blocks of 64; where they fill it, 13-17%
+// faster than 64, docs/PERF.md v31).
 // `fast`: the compile-time 3x3 conv / 2x2 pool geometry (fast_path_applies). Not the flat
 // variants (flat_choice).
-TiledChoice tiled_choice(int variant, const ConvPoolShape& s, bool fast) {
+TiledChoice tiled_choice(int variant, const ConvPoolShape& s, bool fast,
+                         const ConvPoolDevice& device) {
   const int out_channels = s.out_channels;
   switch (variant) {
     case kVariantTiledFp32:
@@ -1244,6 +1249,11 @@ TiledChoice tiled_choice(int variant, const ConvPoolShape& s, bool fast) {
       if (out_channels > 64) return pick<TensorCoreMainloop<128, false, 4>>(fast);
       return pick<TensorCoreMainloop<64, false, 4>>(fast);
     case kVariantTiled3xTf32:
+      if (out_channels > 64) {
+        const TilePlan wide = make_tile_plan(s, 128, true);
+        if (wide.blocks >= device.sm_count && wide.smem_bytes <= device.max_shared_bytes)
+          return pick<TensorCoreMainloop<128, true>>(fast);
+      }
       if (out_channels > 32) return pick<TensorCoreMainloop<64, true>>(fast);
       return pick<TensorCoreMainloop<32, true>>(fast);
     default:
@@ -1259,7 +1269,7 @@ bool is_flat(int variant) {
 // The tiling a tiled variant runs with (the fast geometry is not built for FFMA).
 TilePlan plan_for(const ConvPoolShape& s, int variant, const ConvPoolDevice& device) {
   if (is_flat(variant)) return make_flat_plan(s, flat_out_block(s), device.max_shared_bytes);
-  return make_tile_plan(s, tiled_choice(variant, s, false).out_block,
+  return make_tile_plan(s, tiled_choice(variant, s, false, device).out_block,
                         variant != kVariantTiledFp32);
 }
 
@@ -1454,6 +1464,11 @@ extern "C" const char* conv_relu_maxpool_flat_tiling(const ConvPoolShape* s, int
   }
 }
 
+extern "C" int conv_relu_maxpool_tiled_out_block(const ConvPoolShape* s, int variant,
+                                                 const ConvPoolDevice* device) {
+  return is_tiled(variant) ? plan_for(*s, variant, *device).out_block : 0;
+}
+
 extern "C" cudaError_t conv_relu_maxpool_pack_weight(const ConvPoolOperands* ops,
                                                      const ConvPoolShape* s, float* packed,
                                                      const ConvPoolDevice* device,
@@ -1488,7 +1503,7 @@ extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
   plan.vector_weights = plan.fast && vectorizable_weights(*ops, *s);
   const TiledChoice choice = is_flat(variant) ? flat_choice(*s, plan, variant,
                                                            device->max_shared_bytes)
-                                              : tiled_choice(variant, *s, plan.fast);
+                                              : tiled_choice(variant, *s, plan.fast, *device);
   const TiledKernel kernel = choice.kernel;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          plan.smem_bytes);

@@ -132,6 +132,12 @@ int conv_relu_maxpool_wgmma_split(const ConvPoolShape* shape, int variant,
 const char* conv_relu_maxpool_flat_tiling(const ConvPoolShape* shape, int variant,
                                           const ConvPoolDevice* device);
 
+// The output channels per block the chunked and flat tiled variants (1-5, 12, 14) run `shape`
+// with on `device` (tiled_3xtf32: 128 or 64 by the grid it fills); 0 for the other variants.
+// For tests and tuning.
+int conv_relu_maxpool_tiled_out_block(const ConvPoolShape* shape, int variant,
+                                      const ConvPoolDevice* device);
+
 // Packs operands->weight (its strides in operands->weight_stride) into `packed`
 // (conv_relu_maxpool_packed_weight_bytes bytes, 16-byte aligned) on `stream`.
 cudaError_t conv_relu_maxpool_pack_weight(const ConvPoolOperands* operands,

@@ -169,6 +169,28 @@ def test_nan_and_inf_propagate_like_pytorch(ext, config_name, case_name):
     torch.testing.assert_close(out[finite], expected[finite], **TF32_TOLERANCE)
 
 
+@pytest.mark.parametrize("config_name,case_name", [
+    ("tiled_3xtf32", "padding1"), ("tiled_3xtf32_flat", "padding1"), ("small_fp32", "kernel5"),
+    ("direct", "padding1")])
+def test_fp32_accurate_paths_keep_nans_whose_payload_is_in_the_low_bits(ext, config_name,
+                                                                        case_name):
+    """A NaN whose mantissa bits all lie in the 13 a TF32 operand drops (0x7f800001) still
+    gives NaN on the fp32-accurate paths: 3xTF32's small and cross parts carry a canonical NaN
+    (the big part alone would read as infinity)."""
+    case = find_case(case_name)
+    x, weight, bias = make_operands(case, seed=random.randrange(2**31))
+    low_payload_nan = torch.tensor([0x7F800001, 0x7F801FFF], dtype=torch.int32).view(torch.float32)
+    x[0, 1, 4, 6], x[1, 0, 9, 3] = low_payload_nan.to(x.device)
+    weight[1, 2, 0, 0] = low_payload_nan[1]
+    expected = reference(case, x, weight, bias)
+    assert expected.isnan().any() and not expected.isnan().all()
+    config = ext.conv2d_relu_maxpool_variants()[config_name]
+    out = run_op(ext, case, x, weight, bias, config).double().cpu()
+    assert torch.equal(out.isnan(), expected.isnan())
+    finite = expected.isfinite()
+    torch.testing.assert_close(out[finite], expected[finite], **FP32_TOLERANCE)
+
+
 def test_all_negative_preactivations_give_zeros(ext):
     case = find_case("padding1")
     x, weight, bias = make_operands(case, seed=random.randrange(2**31))
@@ -385,6 +407,31 @@ def test_flat_3xtf32_tilings_match_float64_at_fp32_tolerance(ext, choice, case):
     tf32_error = (tf32.double().cpu() - expected).norm() / expected.norm()
     error = (out.double().cpu() - expected).norm() / expected.norm()
     assert error < tf32_error / 10, (error.item(), tf32_error.item())
+
+
+@pytest.mark.parametrize("case", [
+    ConvPoolCase("wide_3xtf32_fast", 8, 32, 136, 64, 64, (3, 3), padding=(1, 1)),
+    ConvPoolCase("wide_3xtf32_5x5", 8, 24, 136, 66, 70, (5, 5), padding=(1, 2),
+                 pool_kernel=(3, 3), pool_stride=(2, 2)),
+], ids=lambda c: c.name)
+def test_3xtf32_blocks_of_128_channels_match_float64(ext, choice, case):
+    """tiled_3xtf32's 128-channel blocks (layers that fill the GPU with them), on the fast
+    3x3 / 2x2 geometry and the generic one, with a channel tail (136 = 128 + 8), NaN and
+    infinities, against float64 at the fp32 tolerance."""
+    device = kernel_choice.device_of(choice, torch.cuda.current_device())
+    assert kernel_choice.tiled_out_block(choice, case, "tiled_3xtf32", device) == 128
+    x, weight, bias = make_operands(case, seed=random.randrange(2**31))
+    config = ext.conv2d_relu_maxpool_variants()["tiled_3xtf32"]
+    expected = reference(case, x, weight, bias)
+    torch.testing.assert_close(run_op(ext, case, x, weight, bias, config).double().cpu(),
+                               expected, **FP32_TOLERANCE)
+    inject_nan_and_inf(x)
+    expected = reference(case, x, weight, bias)
+    out = run_op(ext, case, x, weight, bias, config).double().cpu()
+    assert torch.equal(out.isnan(), expected.isnan()) and expected.isnan().any()
+    assert torch.equal(out.isinf(), expected.isinf()) and expected.isinf().any()
+    finite = expected.isfinite()
+    torch.testing.assert_close(out[finite], expected[finite], **FP32_TOLERANCE)
 
 
 def test_empty_batch_returns_empty_output(ext):

@@ -15,7 +15,8 @@ import pytest
 
 from utils.kernel_choice import (A100_LIKE, BFLOAT16, FLOAT16, FLOAT32, H200, ConvPoolDevice,
                                  ConvPoolShape, clusters, load, packs_weight_apart,
-                                 flat_tiling, shape_of, takes_packed_weight, wgmma_split,
+                                 flat_tiling, shape_of, takes_packed_weight, tiled_out_block,
+                                 wgmma_split,
                                  wgmma_tile, wgmma_tile_origins)
 from utils.suite import FLAT_TILING_CASES, GRID, SUITE, ConvPoolCase, find_case
 
@@ -129,6 +130,23 @@ def test_tf32_off_takes_the_flat_3xtf32_kernel_for_few_channels(library, variant
     # The flat kernels refuse 16-bit operands only where it is float32-only.
     assert unsupported(library, find_case("alexnet_c1"), ids["tiled_3xtf32_flat"],
                        element=FLOAT16) == b"needs float32 input"
+
+
+def test_3xtf32_takes_blocks_of_128_channels_where_they_fill_the_gpu(library, variant_names):
+    """tiled_3xtf32 runs blocks of 128 output channels above 64 when they give each of the
+    H200's 132 SMs a block and fit its shared memory, else blocks of 64: batch-1 VGG layers
+    (64 blocks of 128) and a GPU with 99 KB of shared memory per block, where the 128-channel
+    stages do not fit but the 64-channel ones do (it takes tiled_3xtf32, not `direct`)."""
+    for name in ("default", "vgg_b2", "vgg_b3", "vgg_b5"):
+        assert tiled_out_block(library, find_case(name), "tiled_3xtf32") == 128, name
+    assert tiled_out_block(library, find_case("batch1"), "tiled_3xtf32") == 64
+    assert tiled_out_block(library, find_case("rgb_stem"), "tiled_3xtf32") == 64
+    assert tiled_out_block(library, find_case("default"), "tiled_tf32") == 128
+    assert tiled_out_block(library, find_case("default"), "tiled_tf32_wgmma") == 0
+    small = ConvPoolDevice(101376, 84, 86)
+    assert tiled_out_block(library, find_case("default"), "tiled_3xtf32", small) == 64
+    assert choose(library, variant_names, find_case("default"), allow_tf32=False,
+                  device=small) == "tiled_3xtf32"
 
 
 @pytest.mark.parametrize("case, patch_loop", [

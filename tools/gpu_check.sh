@@ -57,6 +57,10 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  wide_3xtf32 tiled_3xtf32
+racecheck wide_3xtf32 tiled_3xtf32
+memcheck  wide_3xtf32_5x5 tiled_3xtf32
+racecheck wide_3xtf32_5x5 tiled_3xtf32
 memcheck  flat_channel_blocks tiled_3xtf32_flat
 racecheck flat_channel_blocks tiled_3xtf32_flat
 memcheck  few_channels_large_kernel tiled_3xtf32_flat

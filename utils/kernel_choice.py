@@ -85,6 +85,9 @@ def load(extension) -> ctypes.CDLL:
     lib.conv_relu_maxpool_flat_tiling.restype = ctypes.c_char_p
     lib.conv_relu_maxpool_flat_tiling.argtypes = [shape, ctypes.c_int,
                                                   ctypes.POINTER(ConvPoolDevice)]
+    lib.conv_relu_maxpool_tiled_out_block.restype = ctypes.c_int
+    lib.conv_relu_maxpool_tiled_out_block.argtypes = [shape, ctypes.c_int,
+                                                      ctypes.POINTER(ConvPoolDevice)]
     return lib
 
 
@@ -141,6 +144,14 @@ def flat_tiling(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
     variant = variant_id(lib, name)
     return lib.conv_relu_maxpool_flat_tiling(ctypes.byref(shape_of(case, element)), variant,
                                              ctypes.byref(device)).decode()
+
+
+def tiled_out_block(lib: ctypes.CDLL, case: ConvPoolCase, name: str,
+                    device: ConvPoolDevice = H200, element: int = FLOAT32) -> int:
+    """Output channels per block of tiled variant `name` on `case` and `device` (0 for the
+    variants without a tile plan; conv_relu_maxpool_tiled_out_block)."""
+    return lib.conv_relu_maxpool_tiled_out_block(ctypes.byref(shape_of(case, element)),
+                                                 variant_id(lib, name), ctypes.byref(device))
 
 
 def wgmma_tile_origins(lib: ctypes.CDLL, case: ConvPoolCase, tiles, element: int = FLOAT32):
