@@ -411,7 +411,7 @@ def test_flat_3xtf32_tilings_match_float64_at_fp32_tolerance(ext, choice, case):
 
 @pytest.mark.parametrize("case", [
     ConvPoolCase("wide_3xtf32_fast", 8, 32, 136, 64, 64, (3, 3), padding=(1, 1)),
-    ConvPoolCase("wide_3xtf32_5x5", 8, 24, 136, 66, 70, (5, 5), padding=(1, 2),
+    ConvPoolCase("wide_3xtf32_generic", 8, 24, 136, 66, 70, (3, 3), padding=(1, 2),
                  pool_kernel=(3, 3), pool_stride=(2, 2)),
 ], ids=lambda c: c.name)
 def test_3xtf32_blocks_of_128_channels_match_float64(ext, choice, case):

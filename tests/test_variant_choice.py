@@ -142,6 +142,9 @@ def test_3xtf32_takes_blocks_of_128_channels_where_they_fill_the_gpu(library, va
     assert tiled_out_block(library, find_case("batch1"), "tiled_3xtf32") == 64
     assert tiled_out_block(library, find_case("rgb_stem"), "tiled_3xtf32") == 64
     assert tiled_out_block(library, find_case("default"), "tiled_tf32") == 128
+    # 5 x 5: three stages of 128 channels' weights (313 KB) do not fit; blocks of 64 do.
+    five = ConvPoolCase("wide_5x5", 8, 24, 136, 66, 70, (5, 5), padding=(1, 2))
+    assert tiled_out_block(library, five, "tiled_3xtf32") == 64
     assert tiled_out_block(library, find_case("default"), "tiled_tf32_wgmma") == 0
     small = ConvPoolDevice(101376, 84, 86)
     assert tiled_out_block(library, find_case("default"), "tiled_3xtf32", small) == 64

@@ -59,8 +59,8 @@ sanitize() {
   done <<'RUNS'
 memcheck  wide_3xtf32 tiled_3xtf32
 racecheck wide_3xtf32 tiled_3xtf32
-memcheck  wide_3xtf32_5x5 tiled_3xtf32
-racecheck wide_3xtf32_5x5 tiled_3xtf32
+memcheck  wide_3xtf32_generic tiled_3xtf32
+racecheck wide_3xtf32_generic tiled_3xtf32
 memcheck  flat_channel_blocks tiled_3xtf32_flat
 racecheck flat_channel_blocks tiled_3xtf32_flat
 memcheck  few_channels_large_kernel tiled_3xtf32_flat

@@ -134,10 +134,11 @@ CASES = {
     "flat_two_per_sm": replace(find_flat("flat_k64_5x5"), batch=5),
     "flat_k96_7x7": replace(find_flat("flat_k96_7x7"), batch=2),
     # tiled_3xtf32's blocks of 128 channels (256 blocks: they fill the GPU) with a channel tail
-    # of 8, on the fast 3x3 / 2x2 geometry and on a generic 5 x 5, 3 x 3 / stride 2 one.
+    # of 8, on the fast 3x3 / 2x2 geometry and on a generic one (3 x 3 / stride 2 pooling).
     "wide_3xtf32": ConvPoolCase("wide_3xtf32", 8, 32, 136, 64, 64, (3, 3), padding=(1, 1)),
-    "wide_3xtf32_5x5": ConvPoolCase("wide_3xtf32_5x5", 8, 24, 136, 66, 70, (5, 5),
-                                    padding=(1, 2), pool_kernel=(3, 3), pool_stride=(2, 2)),
+    "wide_3xtf32_generic": ConvPoolCase("wide_3xtf32_generic", 8, 24, 136, 66, 70, (3, 3),
+                                        padding=(1, 2), pool_kernel=(3, 3),
+                                        pool_stride=(2, 2)),
 }
 # Cases whose input is made channels-last (same values).
 CHANNELS_LAST = {"channels_last_tails", "narrow_channels_last", "strip_tiles_channels_last",
