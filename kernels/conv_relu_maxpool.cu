@@ -238,6 +238,32 @@ __device__ __forceinline__ void split_tf32(float x, uint32_t& small, uint32_t& c
   small = __float_as_uint(clamped - __uint_as_float(cross & 0xffffe000u));
 }
 
+// acc[i][j] += a[i] * b[j] in 3xTF32 for m16n8k8 fragments of raw fp32 words (split_tf32:
+// the raw words are the big parts), the small terms first.
+template <int kMTiles, int kNTiles>
+__device__ __forceinline__ void mma_3xtf32(float (&acc)[kMTiles][kNTiles][4],
+                                           const uint32_t (&a)[kMTiles][4],
+                                           const uint32_t (&b)[kNTiles][2]) {
+  uint32_t a_small[kMTiles][4], a_cross[kMTiles][4];
+  uint32_t b_small[kNTiles][2], b_cross[kNTiles][2];
+#pragma unroll
+  for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+    for (int v = 0; v < 4; ++v) split_tf32(__uint_as_float(a[i][v]), a_small[i][v], a_cross[i][v]);
+#pragma unroll
+  for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+    for (int v = 0; v < 2; ++v) split_tf32(__uint_as_float(b[j][v]), b_small[j][v], b_cross[j][v]);
+#pragma unroll
+  for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+      mma_tf32(acc[i][j], a_small[i], b_cross[j]);
+      mma_tf32(acc[i][j], a_cross[i], b_small[j]);
+      mma_tf32(acc[i][j], a[i], b[j]);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Where a block's tile sits.
 struct TileCoords {
@@ -474,44 +500,20 @@ struct TensorCoreMainloop {
           b[j][0] = src[0];
           b[j][1] = src[b_next4_channels];
         }
+        // The tensor cores read the top 19 bits of each fp32 word (the low mantissa bits are
+        // ignored), so plain TF32 needs no conversion instructions.
+        uint32_t a_bits[kMTiles][4], b_bits[kNTiles][2];
+#pragma unroll
+        for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+          for (int v = 0; v < 4; ++v) a_bits[i][v] = __float_as_uint(a[i][v]);
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+          for (int v = 0; v < 2; ++v) b_bits[j][v] = __float_as_uint(b[j][v]);
         if constexpr (kSplit) {
-          // split_tf32: the raw words are the big parts; the small terms first.
-          uint32_t a_big[kMTiles][4], a_small[kMTiles][4], a_cross[kMTiles][4];
-          uint32_t b_big[kNTiles][2], b_small[kNTiles][2], b_cross[kNTiles][2];
-#pragma unroll
-          for (int i = 0; i < kMTiles; ++i)
-#pragma unroll
-            for (int v = 0; v < 4; ++v) {
-              a_big[i][v] = __float_as_uint(a[i][v]);
-              split_tf32(a[i][v], a_small[i][v], a_cross[i][v]);
-            }
-#pragma unroll
-          for (int j = 0; j < kNTiles; ++j)
-#pragma unroll
-            for (int v = 0; v < 2; ++v) {
-              b_big[j][v] = __float_as_uint(b[j][v]);
-              split_tf32(b[j][v], b_small[j][v], b_cross[j][v]);
-            }
-#pragma unroll
-          for (int i = 0; i < kMTiles; ++i)
-#pragma unroll
-            for (int j = 0; j < kNTiles; ++j) {
-              mma_tf32(acc[i][j], a_small[i], b_cross[j]);
-              mma_tf32(acc[i][j], a_cross[i], b_small[j]);
-              mma_tf32(acc[i][j], a_big[i], b_big[j]);
-            }
+          mma_3xtf32(acc, a_bits, b_bits);
         } else {
-          // Plain TF32: the tensor cores read the top 19 bits of each fp32 word
-          // (the low mantissa bits are ignored), so no conversion instructions.
-          uint32_t a_bits[kMTiles][4], b_bits[kNTiles][2];
-#pragma unroll
-          for (int i = 0; i < kMTiles; ++i)
-#pragma unroll
-            for (int v = 0; v < 4; ++v) a_bits[i][v] = __float_as_uint(a[i][v]);
-#pragma unroll
-          for (int j = 0; j < kNTiles; ++j)
-#pragma unroll
-            for (int v = 0; v < 2; ++v) b_bits[j][v] = __float_as_uint(b[j][v]);
 #pragma unroll
           for (int i = 0; i < kMTiles; ++i)
 #pragma unroll
@@ -807,27 +809,7 @@ struct FlatTensorCoreMainloop {
       }
       if constexpr (kSplit) {
         static_assert(ElementOperands<E>::kFloat, "3xTF32 is for float32 operands");
-        // split_tf32: a and b hold the big parts.
-        uint32_t a_small[kMTiles][4], a_cross[kMTiles][4];
-        uint32_t b_small[kNTiles][2], b_cross[kNTiles][2];
-#pragma unroll
-        for (int i = 0; i < kMTiles; ++i)
-#pragma unroll
-          for (int v = 0; v < 4; ++v)
-            split_tf32(__uint_as_float(a[i][v]), a_small[i][v], a_cross[i][v]);
-#pragma unroll
-        for (int j = 0; j < kNTiles; ++j)
-#pragma unroll
-          for (int v = 0; v < 2; ++v)
-            split_tf32(__uint_as_float(b[j][v]), b_small[j][v], b_cross[j][v]);
-#pragma unroll
-        for (int i = 0; i < kMTiles; ++i)
-#pragma unroll
-          for (int j = 0; j < kNTiles; ++j) {
-            mma_tf32(acc[i][j], a_small[i], b_cross[j]);
-            mma_tf32(acc[i][j], a_cross[i], b_small[j]);
-            mma_tf32(acc[i][j], a[i], b[j]);
-          }
+        mma_3xtf32(acc, a, b);
       } else {
 #pragma unroll
         for (int i = 0; i < kMTiles; ++i)

@@ -125,10 +125,11 @@ bool conv_relu_maxpool_packs_weight_apart(const ConvPoolShape* shape, int varian
 int conv_relu_maxpool_wgmma_split(const ConvPoolShape* shape, int variant,
                                   const ConvPoolDevice* device);
 
-// The warp tiling the flat variants (tiled_tf32_flat, tiled_16bit_flat) run `shape` with on
-// `device`: "n64_warp32x64" (blocks of 64 output channels, 8 warps of 32 pixels x 64
-// channels, two blocks per SM), "n64_warp32x32" (16 warps of 32 x 32) or "n32_warp32x32"
-// (blocks of 32); nullptr for the other variants. For tests and tuning.
+// The warp tiling the flat variants (tiled_tf32_flat, tiled_16bit_flat, tiled_3xtf32_flat) run
+// `shape` with on `device`: "n64_warp32x64" (blocks of 64 output channels, 8 warps of 32
+// pixels x 64 channels, two blocks per SM; never for 3xTF32), "n64_warp32x32" (16 warps of
+// 32 x 32) or "n32_warp32x32" (blocks of 32); nullptr for the other variants. For tests and
+// tuning.
 const char* conv_relu_maxpool_flat_tiling(const ConvPoolShape* shape, int variant,
                                           const ConvPoolDevice* device);
 

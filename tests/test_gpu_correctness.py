@@ -12,6 +12,7 @@ every kernel variant that supports it. References:
     PyTorch's own 16-bit ops, at the tolerances explained above SIXTEEN_BIT_TOLERANCE.
 Skipped without a GPU.
 """
+import contextlib
 import random
 import re
 from dataclasses import replace
@@ -84,6 +85,18 @@ def inject_nan_and_inf(x: torch.Tensor) -> None:
     x[0, 2, 17, 18] = float("-inf")
 
 
+@contextlib.contextmanager
+def tf32_disallowed():
+    """torch.backends.cudnn.allow_tf32 = False inside (the op's fp32-accurate paths, cuDNN's
+    fp32 algorithms), restored after."""
+    previous = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32 = previous
+
+
 def run_op(ext, case: ConvPoolCase, x, weight, bias, config: int = -1, packed_weight=None):
     return ext.conv2d_relu_maxpool_forward(x, weight, bias, *case.op_args(), config,
                                            packed_weight)
@@ -137,13 +150,9 @@ def test_default_problem_matches_model_and_uses_tensor_cores(ext):
 def test_tf32_disallowed_selects_fp32_accurate_path(ext):
     case = find_case("default_small")
     x, weight, bias = make_operands(case, seed=random.randrange(2**31))
-    previous = torch.backends.cudnn.allow_tf32
-    try:
-        torch.backends.cudnn.allow_tf32 = False
+    with tf32_disallowed():
         chosen = ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args())
         out = run_op(ext, case, x, weight, bias)
-    finally:
-        torch.backends.cudnn.allow_tf32 = previous
     assert chosen in FP32_VARIANTS
     torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias),
                                **FP32_TOLERANCE)
@@ -393,13 +402,9 @@ def test_flat_3xtf32_tilings_match_float64_at_fp32_tolerance(ext, choice, case):
     tiling = kernel_choice.flat_tiling(choice, case, device=device, name="tiled_3xtf32_flat")
     x, weight, bias = make_operands(case, seed=random.randrange(2**31))
     expected = reference(case, x, weight, bias)
-    previous = torch.backends.cudnn.allow_tf32
-    try:
-        torch.backends.cudnn.allow_tf32 = False
+    with tf32_disallowed():
         chosen = ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args())
         out = run_op(ext, case, x, weight, bias)
-    finally:
-        torch.backends.cudnn.allow_tf32 = previous
     assert chosen == "tiled_3xtf32_flat"
     torch.testing.assert_close(out.double().cpu(), expected, **FP32_TOLERANCE,
                                msg=lambda m: f"{tiling}: {m}")
@@ -461,12 +466,8 @@ def test_input_over_2_pow_31_elements(ext):
     weight = torch.randn(case.weight_shape(), device="cuda") / 6
     bias = torch.randn(case.out_channels, device="cuda")
     out = run_op(ext, case, x, weight, bias)
-    previous = torch.backends.cudnn.allow_tf32
-    try:
-        torch.backends.cudnn.allow_tf32 = False
+    with tf32_disallowed():
         expected = F.max_pool2d(F.relu(F.conv2d(x, weight, bias, 1, 1)), 2)
-    finally:
-        torch.backends.cudnn.allow_tf32 = previous
     torch.testing.assert_close(out, expected, **TF32_TOLERANCE)
     # The last image's last rows are where 32-bit offsets would have wrapped.
     torch.testing.assert_close(out[-1, :, -8:], expected[-1, :, -8:], **TF32_TOLERANCE)
@@ -871,13 +872,9 @@ def test_packed_weights_are_ignored_where_no_wgmma_kernel_runs(ext):
     case, _ = PACKED_CASES[0]
     x, weight, bias = make_operands(case, seed=random.randrange(2**31))
     wrong = ext.conv2d_relu_maxpool_pack_weight(2 * weight)  # would show if it were read
-    previous = torch.backends.cudnn.allow_tf32
-    try:
-        torch.backends.cudnn.allow_tf32 = False
+    with tf32_disallowed():
         assert torch.equal(run_op(ext, case, x, weight, bias, -1, wrong),
                            run_op(ext, case, x, weight, bias))
-    finally:
-        torch.backends.cudnn.allow_tf32 = previous
     direct = ext.conv2d_relu_maxpool_variants()["direct"]
     assert torch.equal(run_op(ext, case, x, weight, bias, direct, wrong),
                        run_op(ext, case, x, weight, bias, direct))
