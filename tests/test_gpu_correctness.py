@@ -12,7 +12,6 @@ every kernel variant that supports it. References:
     PyTorch's own 16-bit ops, at the tolerances explained above SIXTEEN_BIT_TOLERANCE.
 Skipped without a GPU.
 """
-import contextlib
 import random
 import re
 from dataclasses import replace
@@ -23,6 +22,7 @@ import torch.nn.functional as F
 
 from utils import kernel_choice
 from utils.suite import FLAT_TILING_CASES, GRID, SUITE, ConvPoolCase, find_case
+from utils.verification import cudnn_tf32
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
@@ -85,18 +85,6 @@ def inject_nan_and_inf(x: torch.Tensor) -> None:
     x[0, 2, 17, 18] = float("-inf")
 
 
-@contextlib.contextmanager
-def tf32_disallowed():
-    """torch.backends.cudnn.allow_tf32 = False inside (the op's fp32-accurate paths, cuDNN's
-    fp32 algorithms), restored after."""
-    previous = torch.backends.cudnn.allow_tf32
-    torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.allow_tf32 = previous
-
-
 def run_op(ext, case: ConvPoolCase, x, weight, bias, config: int = -1, packed_weight=None):
     return ext.conv2d_relu_maxpool_forward(x, weight, bias, *case.op_args(), config,
                                            packed_weight)
@@ -150,7 +138,7 @@ def test_default_problem_matches_model_and_uses_tensor_cores(ext):
 def test_tf32_disallowed_selects_fp32_accurate_path(ext):
     case = find_case("default_small")
     x, weight, bias = make_operands(case, seed=random.randrange(2**31))
-    with tf32_disallowed():
+    with cudnn_tf32(False):
         chosen = ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args())
         out = run_op(ext, case, x, weight, bias)
     assert chosen in FP32_VARIANTS
@@ -402,7 +390,7 @@ def test_flat_3xtf32_tilings_match_float64_at_fp32_tolerance(ext, choice, case):
     tiling = kernel_choice.flat_tiling(choice, case, device=device, name="tiled_3xtf32_flat")
     x, weight, bias = make_operands(case, seed=random.randrange(2**31))
     expected = reference(case, x, weight, bias)
-    with tf32_disallowed():
+    with cudnn_tf32(False):
         chosen = ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args())
         out = run_op(ext, case, x, weight, bias)
     assert chosen == "tiled_3xtf32_flat"
@@ -466,7 +454,7 @@ def test_input_over_2_pow_31_elements(ext):
     weight = torch.randn(case.weight_shape(), device="cuda") / 6
     bias = torch.randn(case.out_channels, device="cuda")
     out = run_op(ext, case, x, weight, bias)
-    with tf32_disallowed():
+    with cudnn_tf32(False):
         expected = F.max_pool2d(F.relu(F.conv2d(x, weight, bias, 1, 1)), 2)
     torch.testing.assert_close(out, expected, **TF32_TOLERANCE)
     # The last image's last rows are where 32-bit offsets would have wrapped.
@@ -872,7 +860,7 @@ def test_packed_weights_are_ignored_where_no_wgmma_kernel_runs(ext):
     case, _ = PACKED_CASES[0]
     x, weight, bias = make_operands(case, seed=random.randrange(2**31))
     wrong = ext.conv2d_relu_maxpool_pack_weight(2 * weight)  # would show if it were read
-    with tf32_disallowed():
+    with cudnn_tf32(False):
         assert torch.equal(run_op(ext, case, x, weight, bias, -1, wrong),
                            run_op(ext, case, x, weight, bias))
     direct = ext.conv2d_relu_maxpool_variants()["direct"]
