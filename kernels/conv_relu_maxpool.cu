@@ -1153,13 +1153,18 @@ TiledChoice pick(bool fast) {
           Mainloop::kOutBlock, Mainloop::kThreads};
 }
 
+// The flat kernel of Mainloop for operands of `element` (3xTF32 mainloops: float32 only).
 template <class Mainloop>
 TiledChoice flat(int element) {
-  const TiledKernel kernel = element == kElementFloat16 ? conv_pool_flat_kernel<Mainloop, Float16>
-                             : element == kElementBFloat16
-                                 ? conv_pool_flat_kernel<Mainloop, BFloat16>
-                                 : conv_pool_flat_kernel<Mainloop, Float32>;
-  return {kernel, Mainloop::kOutBlock, Mainloop::kThreads};
+  if constexpr (Mainloop::kSplit) {
+    return {conv_pool_flat_kernel<Mainloop, Float32>, Mainloop::kOutBlock, Mainloop::kThreads};
+  } else {
+    const TiledKernel kernel = element == kElementFloat16 ? conv_pool_flat_kernel<Mainloop, Float16>
+                               : element == kElementBFloat16
+                                   ? conv_pool_flat_kernel<Mainloop, BFloat16>
+                                   : conv_pool_flat_kernel<Mainloop, Float32>;
+    return {kernel, Mainloop::kOutBlock, Mainloop::kThreads};
+  }
 }
 
 // Shared memory the hardware keeps per resident block on top of the dynamic allocation (1 KB on
@@ -1195,13 +1200,9 @@ bool is_split_flat(int variant) { return variant == kVariantTiled3xTf32Flat; }
 TiledChoice flat_choice(const ConvPoolShape& s, const TilePlan& p, int variant,
                         int max_shared_bytes) {
   if (is_split_flat(variant)) {
-    using Wide = FlatTensorCoreMainloop<64, 2, 2, true>;
-    using Narrow = FlatTensorCoreMainloop<32, 1, 2, true>;
     return flat_tiling(p, max_shared_bytes, true) == FlatTiling::k32
-               ? TiledChoice{conv_pool_flat_kernel<Narrow, Float32>, Narrow::kOutBlock,
-                             Narrow::kThreads}
-               : TiledChoice{conv_pool_flat_kernel<Wide, Float32>, Wide::kOutBlock,
-                             Wide::kThreads};
+               ? flat<FlatTensorCoreMainloop<32, 1, 2, true>>(s.element)
+               : flat<FlatTensorCoreMainloop<64, 2, 2, true>>(s.element);
   }
   switch (flat_tiling(p, max_shared_bytes, false)) {
     case FlatTiling::k64Wide: return flat<FlatTensorCoreMainloop<64, 1, 2>>(s.element);
@@ -1210,33 +1211,46 @@ TiledChoice flat_choice(const ConvPoolShape& s, const TilePlan& p, int variant,
   }
 }
 
-// Tensor cores: the widest block the output channels fill well. 3xTF32 takes blocks of 128
-// channels only where they fit and still give every SM a block (batch-1 VGG layers: 64 blocks
-// of 128 for 132 SMs took 75 us against 45 for 128 blocks of 64; where they fill it, 13-17%
-// faster than 64, docs/PERF.md v31).
+// Output channels per block of the chunked tiled variants (1-4) on `s`: on tensor cores the
+// widest block the output channels fill well. 3xTF32 takes blocks of 128 channels only where
+// they fit and still give every SM a block (batch-1 VGG layers: 64 blocks of 128 for 132 SMs
+// took 75 us against 45 for 128 blocks of 64; where they fill it, 13-17% faster than 64,
+// docs/PERF.md v31).
+int tiled_out_block(int variant, const ConvPoolShape& s, const ConvPoolDevice& device) {
+  const int out_channels = s.out_channels;
+  switch (variant) {
+    case kVariantTiledFp32: return CudaCoreMainloop::kOutBlock;
+    case kVariantTiledTf32: return out_channels > 64 ? 128 : out_channels > 32 ? 64 : 32;
+    case kVariantTiledTf32Wide: return out_channels > 64 ? 128 : 64;
+    case kVariantTiled3xTf32:
+      if (out_channels > 64) {
+        const TilePlan wide = make_tile_plan(s, 128, true);
+        if (wide.blocks >= device.sm_count && wide.smem_bytes <= device.max_shared_bytes)
+          return 128;
+      }
+      return out_channels > 32 ? 64 : 32;
+    default: return 0;
+  }
+}
+
+// The kernel of a chunked tiled variant with blocks of `out_block` channels (tiled_out_block).
 // `fast`: the compile-time 3x3 conv / 2x2 pool geometry (fast_path_applies). Not the flat
 // variants (flat_choice).
-TiledChoice tiled_choice(int variant, const ConvPoolShape& s, bool fast,
-                         const ConvPoolDevice& device) {
-  const int out_channels = s.out_channels;
+TiledChoice tiled_choice(int variant, int out_block, bool fast) {
   switch (variant) {
     case kVariantTiledFp32:
       return {conv_pool_tiled_kernel<CudaCoreMainloop, false>, CudaCoreMainloop::kOutBlock,
               CudaCoreMainloop::kThreads};
     case kVariantTiledTf32:
-      if (out_channels > 64) return pick<TensorCoreMainloop<128, false>>(fast);
-      if (out_channels > 32) return pick<TensorCoreMainloop<64, false>>(fast);
+      if (out_block == 128) return pick<TensorCoreMainloop<128, false>>(fast);
+      if (out_block == 64) return pick<TensorCoreMainloop<64, false>>(fast);
       return pick<TensorCoreMainloop<32, false>>(fast);
     case kVariantTiledTf32Wide:
-      if (out_channels > 64) return pick<TensorCoreMainloop<128, false, 4>>(fast);
+      if (out_block == 128) return pick<TensorCoreMainloop<128, false, 4>>(fast);
       return pick<TensorCoreMainloop<64, false, 4>>(fast);
     case kVariantTiled3xTf32:
-      if (out_channels > 64) {
-        const TilePlan wide = make_tile_plan(s, 128, true);
-        if (wide.blocks >= device.sm_count && wide.smem_bytes <= device.max_shared_bytes)
-          return pick<TensorCoreMainloop<128, true>>(fast);
-      }
-      if (out_channels > 32) return pick<TensorCoreMainloop<64, true>>(fast);
+      if (out_block == 128) return pick<TensorCoreMainloop<128, true>>(fast);
+      if (out_block == 64) return pick<TensorCoreMainloop<64, true>>(fast);
       return pick<TensorCoreMainloop<32, true>>(fast);
     default:
       return {nullptr, 0, 0};
@@ -1251,7 +1265,7 @@ bool is_flat(int variant) {
 // The tiling a tiled variant runs with (the fast geometry is not built for FFMA).
 TilePlan plan_for(const ConvPoolShape& s, int variant, const ConvPoolDevice& device) {
   if (is_flat(variant)) return make_flat_plan(s, flat_out_block(s), device.max_shared_bytes);
-  return make_tile_plan(s, tiled_choice(variant, s, false, device).out_block,
+  return make_tile_plan(s, tiled_out_block(variant, s, device),
                         variant != kVariantTiledFp32);
 }
 
@@ -1485,7 +1499,7 @@ extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
   plan.vector_weights = plan.fast && vectorizable_weights(*ops, *s);
   const TiledChoice choice = is_flat(variant) ? flat_choice(*s, plan, variant,
                                                            device->max_shared_bytes)
-                                              : tiled_choice(variant, *s, plan.fast, *device);
+                                              : tiled_choice(variant, plan.out_block, plan.fast);
   const TiledKernel kernel = choice.kernel;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          plan.smem_bytes);

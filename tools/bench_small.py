@@ -72,6 +72,14 @@ def time_us(fn, inputs, flush: torch.Tensor) -> tuple[float, float]:
     return statistics.median(times), profiler_kernel_us(fn, inputs, calls=30)
 
 
+def torch_ops(case: ConvPoolCase, x, weight, bias):
+    """Model's ops on `case`: F.conv2d + relu + max_pool2d (cuDNN on the GPU)."""
+    return F.max_pool2d(F.relu(F.conv2d(x, weight, bias, case.stride, case.padding,
+                                        case.dilation)),
+                        case.pool_kernel, case.effective_pool_stride, case.pool_padding,
+                        ceil_mode=case.ceil_mode)
+
+
 def main() -> int:
     tag = sys.argv[1] if len(sys.argv) > 1 else "run"
     only = set(sys.argv[2].split(",")) if len(sys.argv) > 2 and sys.argv[2] else None
@@ -93,19 +101,13 @@ def main() -> int:
             fan_in = case.in_channels * case.kernel_size[0] * case.kernel_size[1]
             weight = (torch.randn(case.weight_shape(), device="cuda") / fan_in ** 0.5).to(dtype)
             bias = torch.randn(case.out_channels, device="cuda").to(dtype)
-            reference = F.max_pool2d(F.relu(F.conv2d(
-                xs[0].double(), weight.double(), bias.double(), case.stride, case.padding,
-                case.dilation)), case.pool_kernel, case.effective_pool_stride, case.pool_padding,
-                ceil_mode=case.ceil_mode)
+            reference = torch_ops(case, xs[0].double(), weight.double(), bias.double())
             for name in asked or VARIANTS[dtype]:
                 if name not in variants and name not in ("auto", "eager"):
                     continue
                 if name == "eager":
                     def fn(x, case=case, weight=weight, bias=bias):
-                        return F.max_pool2d(F.relu(F.conv2d(
-                            x, weight, bias, case.stride, case.padding, case.dilation)),
-                            case.pool_kernel, case.effective_pool_stride, case.pool_padding,
-                            ceil_mode=case.ceil_mode)
+                        return torch_ops(case, x, weight, bias)
                 else:
                     args = (*case.op_args(), -1 if name == "auto" else variants[name])
 
