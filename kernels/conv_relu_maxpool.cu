@@ -37,7 +37,7 @@
 //                     exactly, the store rounds once.
 //  14 tiled_3xtf32_flat As 5 with 3xTF32 (as 3), float32 only: the fp32-accurate path for
 //                     few input channels and large kernels (allow_tf32=False).
-// (6 and 10 are the wgmma kernels, conv_relu_maxpool_wgmma.cu; 7 and 11 the CUDA-core
+// (6, 10 and 15 are the wgmma kernels, conv_relu_maxpool_wgmma.cu, 15 with 3xTF32; 7 and 11 the CUDA-core
 // small_fp32 / small_16bit and 13 their TF32 tensor-core twin small_tf32,
 // conv_relu_maxpool_small.cu; 8 and 9 the other 16-bit kernels, conv_relu_maxpool_half.cu.)
 //
@@ -1317,6 +1317,7 @@ extern "C" const char* conv_relu_maxpool_variant_name(int variant) {
     case kVariantSmall16: return "small_16bit";
     case kVariantTiled16Flat: return "tiled_16bit_flat";
     case kVariantTiled3xTf32Flat: return "tiled_3xtf32_flat";
+    case kVariantTiled3xTf32Wgmma: return "tiled_3xtf32_wgmma";
     default: return nullptr;
   }
 }
@@ -1335,6 +1336,7 @@ extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int
     return "needs float32 input";
   if (variant == kVariantDirect) return nullptr;
   if (variant == kVariantTiledTf32Wgmma) return wgmma_conv_pool_unsupported(*s, *device);
+  if (variant == kVariantTiled3xTf32Wgmma) return wgmma_conv_pool_unsupported(*s, *device, true);
   if (variant == kVariantSmallFp32 || variant == kVariantSmallTf32)
     return small_conv_pool_unsupported(*s, *device, variant == kVariantSmallTf32);
   if (!is_tiled(variant)) return "unknown variant";
@@ -1381,6 +1383,7 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   if (!allow_tf32) {
     if (s->in_channels < kChannelChunk && !fast_path_applies(*s) && runs(kVariantTiled3xTf32Flat))
       return kVariantTiled3xTf32Flat;
+    if (s->out_channels > 32 && runs(kVariantTiled3xTf32Wgmma)) return kVariantTiled3xTf32Wgmma;
     if (runs(kVariantTiled3xTf32)) return kVariantTiled3xTf32;
     return runs(kVariantTiled3xTf32Flat) ? kVariantTiled3xTf32Flat : kVariantDirect;
   }
@@ -1405,7 +1408,8 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
 // A wgmma variant with its own element types (the launcher never pairs them else).
 static bool wgmma_variant_for(const ConvPoolShape& s, int variant) {
   const bool float32 = s.element == kElementFloat32;
-  return (variant == kVariantTiledTf32Wgmma && float32) ||
+  return ((variant == kVariantTiledTf32Wgmma || variant == kVariantTiled3xTf32Wgmma) &&
+          float32) ||
          (variant == kVariantTiled16Wgmma && !float32);
 }
 
@@ -1414,9 +1418,16 @@ static bool wgmma_runs(const ConvPoolShape& s, int variant) {
   return wgmma_variant_for(s, variant) && fast_path_applies(s);
 }
 
+// The wgmma variants that take packed weights, pack them apart or split reductions: not 3xTF32.
+static bool wgmma_packing_variant_runs(const ConvPoolShape& s, int variant) {
+  return wgmma_runs(s, variant) && variant != kVariantTiled3xTf32Wgmma;
+}
+
 extern "C" int64_t conv_relu_maxpool_workspace_bytes(const ConvPoolShape* s, int variant) {
   if (variant == kVariantTiled16Mma) return half_conv_pool_workspace_bytes(*s, variant);
-  return wgmma_variant_for(*s, variant) ? wgmma_conv_pool_workspace_bytes(*s) : 0;
+  return wgmma_variant_for(*s, variant)
+             ? wgmma_conv_pool_workspace_bytes(*s, variant == kVariantTiled3xTf32Wgmma)
+             : 0;
 }
 
 extern "C" int64_t conv_relu_maxpool_packed_weight_bytes(const ConvPoolShape* s,
@@ -1425,28 +1436,33 @@ extern "C" int64_t conv_relu_maxpool_packed_weight_bytes(const ConvPoolShape* s,
 }
 
 extern "C" bool conv_relu_maxpool_takes_packed_weight(const ConvPoolShape* s, int variant) {
-  return wgmma_variant_for(*s, variant) && wgmma_takes_packed_weight(*s);
+  return wgmma_variant_for(*s, variant) && variant != kVariantTiled3xTf32Wgmma &&
+         wgmma_takes_packed_weight(*s);
 }
 
 extern "C" const char* conv_relu_maxpool_wgmma_tile(const ConvPoolShape* s, int variant) {
-  return wgmma_runs(*s, variant) ? wgmma_tile_name(*s) : nullptr;
+  return wgmma_runs(*s, variant) ? wgmma_tile_name(*s, variant == kVariantTiled3xTf32Wgmma)
+                                 : nullptr;
 }
 
 extern "C" int conv_relu_maxpool_wgmma_tile_origin(const ConvPoolShape* s, int variant, int tile,
                                                    int64_t* origin) {
-  return wgmma_runs(*s, variant) ? wgmma_tile_origin(*s, tile, origin) : 0;
+  return wgmma_runs(*s, variant)
+             ? wgmma_tile_origin(*s, tile, origin, variant == kVariantTiled3xTf32Wgmma)
+             : 0;
 }
 
 extern "C" bool conv_relu_maxpool_packs_weight_apart(const ConvPoolShape* s, int variant,
                                                      const ConvPoolDevice* device) {
-  return wgmma_runs(*s, variant) && device->compute_capability == 90 &&
+  return wgmma_packing_variant_runs(*s, variant) && device->compute_capability == 90 &&
          wgmma_packs_weight_apart(*s, *device);
 }
 
 extern "C" int conv_relu_maxpool_wgmma_split(const ConvPoolShape* s, int variant,
                                              const ConvPoolDevice* device) {
-  return wgmma_runs(*s, variant) && device->compute_capability == 90 ? wgmma_split(*s, *device)
-                                                                      : 1;
+  return wgmma_packing_variant_runs(*s, variant) && device->compute_capability == 90
+             ? wgmma_split(*s, *device)
+             : 1;
 }
 
 extern "C" const char* conv_relu_maxpool_flat_tiling(const ConvPoolShape* s, int variant,
@@ -1479,8 +1495,10 @@ extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
                                                 cudaStream_t stream) {
   if (variant == kVariantDirect16 || variant == kVariantTiled16Mma)
     return half_conv_pool_launch(*ops, *s, variant, stream);
-  if (variant == kVariantTiledTf32Wgmma || variant == kVariantTiled16Wgmma)
-    return wgmma_conv_pool_launch(*ops, *s, *device, stream);
+  if (variant == kVariantTiledTf32Wgmma || variant == kVariantTiled16Wgmma ||
+      variant == kVariantTiled3xTf32Wgmma)
+    return wgmma_conv_pool_launch(*ops, *s, *device, stream,
+                                  variant == kVariantTiled3xTf32Wgmma);
   if (variant == kVariantSmallFp32 || variant == kVariantSmall16 || variant == kVariantSmallTf32)
     return small_conv_pool_launch(*ops, *s, variant == kVariantSmallTf32, stream);
   if (variant == kVariantDirect) {

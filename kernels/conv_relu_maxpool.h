@@ -28,7 +28,8 @@ enum ConvPoolVariant : int {
   kVariantTiled16Flat = 12,  // as 5 for f16/bf16 operands (converted to fp32; exact in TF32)
   kVariantSmallTf32 = 13,    // as 7 on TF32 tensor cores (mma.sync): <= 8 channels, 2x2 / 2 pool
   kVariantTiled3xTf32Flat = 14, // as 5 with 3xTF32 (as 3): fp32-level accuracy, few channels
-  kVariantCount = 15,
+  kVariantTiled3xTf32Wgmma = 15, // as 6 with 3xTF32 (as 3): fp32-level accuracy, 3x3 / 2x2 only
+  kVariantCount = 16,
 };
 
 // What the choice of variant needs to know about the GPU (conv_relu_maxpool_query_device; the

@@ -113,6 +113,14 @@ struct WgmmaTile {
   // OneBlockSquareTile), never given packed weights (only the copy packed apart: packs_apart).
   static constexpr bool kOneBlockTwin = kOneBlockTwinT;
   static constexpr int kAccs = kN / 2;    // accumulators per thread per 8 x 8 pixel square
+  // 3xTF32 (Operands::kSplit): every weight row is staged twice, its big part then its small
+  // part (rows [0, kN) and [kN, 2 kN) of each slice), so that one N = 2 kN wgmma multiplies the
+  // big halo by both: 2 kN accumulators per square, the second half summed into the first at
+  // the tile's end. The halo is staged twice too (big, then small: kHaloCopies).
+  static constexpr bool kSplit = Operands::kSplit;
+  static constexpr int kWeightN = kSplit ? 2 * kN : kN;  // staged weight rows per slice
+  static constexpr int kAccRegs = kSplit ? 2 * kAccs : kAccs;  // per thread per square
+  static constexpr int kHaloCopies = kSplit ? 2 : 1;
   static constexpr int kSquareCols = kTileCols / 8;  // 8 x 8 pixel squares per tile row
   static_assert((kTileRows / 8) * kSquareCols == 4, "four 8 x 8 squares, two per warpgroup");
   static_assert(!kStrip || kTileRows == 8, "a strip is one row of squares");
@@ -128,10 +136,11 @@ struct WgmmaTile {
   static_assert(kHaloUnits <= kThreads, "one halo unit per thread");
   // Plane loads: units (slice, 4 consecutive pixels of the image plane).
   static constexpr int kMaxPlaneVectors = kThreads / 2;
-  static constexpr int kWeightTapBytes = 2 * kN * kSliceBytes;
-  // One chunk's weights in the staged layout, [tap][channel slice][out channel][16 bytes], in
-  // 4-byte words (the workspace's unit).
-  static constexpr int kWeightChunkWords = kTaps * 2 * kN * 4;
+  static constexpr int kWeightTapBytes = 2 * kWeightN * kSliceBytes;
+  // One chunk's weights in the staged layout, [tap][channel slice][out channel][16 bytes]
+  // (3xTF32: [tap][channel slice][part][out channel][16 bytes]), in 4-byte words (the
+  // workspace's unit).
+  static constexpr int kWeightChunkWords = kTaps * 2 * kWeightN * 4;
   static constexpr int kWeightChunkBytes = kTaps * kWeightTapBytes;
   static constexpr int kPooledRows = kTileRows / 2, kPooledCols = kTileCols / 2;
   // + 4 floats: the epilogue's stores of one warp (8 channels x 4 columns) hit 32 banks.
@@ -141,13 +150,14 @@ struct WgmmaTile {
   // N = 64 fits two blocks per SM (<= 128 registers, 110 KB (8 x 32) or 112 KB (16 x 16) of
   // shared memory each): one block's epilogue and barriers then overlap the other's wgmmas.
   // Not the 16-bit 16 x 16 tile: capped so, it was 2.5% slower on a layer of many tiles (H200,
-  // 2026-11-30; docs/PERF.md v26).
+  // 2026-11-30; docs/PERF.md v26). Not 3xTF32's: its doubled stages fill an SM.
   static constexpr int kMinBlocksPerSm =
-      (kN == 64 && !kOneBlockTwin && (kTileRows == 8 || Operands::kChunk == 8)) ? 2 : 1;
+      (kN == 64 && !kOneBlockTwin && !kSplit && (kTileRows == 8 || Operands::kChunk == 8)) ? 2
+                                                                                          : 1;
   // Shared memory of a block whose halo rows are `pitch` 16-byte slots apart.
   static constexpr int smem_bytes(int pitch) {
-    return kStages * (2 * kHaloRows * pitch * kSliceBytes + kWeightChunkBytes) + kPooledBytes +
-           kBiasBytes + kStages * 8;
+    return kStages * (kHaloCopies * 2 * kHaloRows * pitch * kSliceBytes + kWeightChunkBytes) +
+           kPooledBytes + kBiasBytes + kStages * 8;
   }
   // Halo row pitch in 16-byte slots. kHaloCols is a multiple of 8 slots (128 bytes), so rows
   // of kHaloCols slots all start at bank 0, and a warp's halo stores (4 consecutive slots per
@@ -161,7 +171,8 @@ struct WgmmaTile {
           ? kHaloCols + 1
           : kHaloCols;
   static constexpr int kSlicePlaneBytes = kHaloRows * kHaloPitch * kSliceBytes;
-  static constexpr int kHaloBytes = 2 * kSlicePlaneBytes;
+  static constexpr int kHaloCopyBytes = 2 * kSlicePlaneBytes;  // one copy: two slices
+  static constexpr int kHaloBytes = kHaloCopies * kHaloCopyBytes;
   static constexpr int kStageBytes = kHaloBytes + kWeightChunkBytes;
   static constexpr int kPipelineBytes = kStages * kStageBytes;
   // + one "weights landed" mbarrier per stage
@@ -529,6 +540,7 @@ struct PixelWrap {
 
 struct Tf32Operands {
   using Element = float;
+  static constexpr bool kSplit = false;  // 3xTF32: Tf32SplitOperands
   static constexpr int kChunk = 8;
   static constexpr int kSliceChannels = 4;
   using RowVector = float4;
@@ -596,6 +608,41 @@ struct Tf32Operands {
   }
 };
 
+// 3xTF32 (tiled_3xtf32_wgmma: float32 with allow_tf32 = False). Each operand x is staged as a
+// big part (x itself: the tensor cores read its top 19 bits, a truncation to TF32) and a small
+// part, and a product is big * big' + small * big' + big * small' (the dropped small * small'
+// is below 2^-20 |x y|). small = c - trunc(c) + c * 2^-30 with c = x clamped to +-FLT_MAX
+// (max.NaN / min.NaN, as split_tf32 in conv_relu_maxpool.cu): finite for x = +-inf, with x's
+// sign, and never zero where x is not (the 2^-30 term, an error below 2^-29 |x y| per
+// product), so that a cross term with an infinite other operand is an infinity of the sign
+// big * big' has, not the NaN of inf * 0; a zero x gives zeros, as fp32 would (0 * inf is NaN
+// there too). A NaN becomes the canonical NaN in both parts (min.NaN), which the truncation
+// keeps even where x's own payload lies in the 13 bits the big part drops.
+struct Tf32SplitOperands : Tf32Operands {
+  static constexpr bool kSplit = true;
+  static __device__ __forceinline__ void split(float x, float& big, float& small) {
+    float clamped;
+    asm("max.NaN.f32 %0, %1, 0fFF7FFFFF;\n\tmin.NaN.f32 %0, %0, 0f7F7FFFFF;"
+        : "=f"(clamped) : "f"(x));
+    asm("min.NaN.f32 %0, %1, 0f7F800000;" : "=f"(big) : "f"(x));
+    small = fmaf(clamped, 0x1p-30f,
+                 clamped - __uint_as_float(__float_as_uint(clamped) & 0xffffe000u));
+  }
+  static __device__ __forceinline__ void split(const float4& x, float4& big, float4& small) {
+    split(x.x, big.x, small.x);
+    split(x.y, big.y, small.y);
+    split(x.z, big.z, small.z);
+    split(x.w, big.w, small.w);
+  }
+  // The small term of the big halo (N = 64, into the first half of the N = 128 accumulators).
+  static __device__ __forceinline__ void mma_low_half(float (&d)[64], uint64_t a, uint64_t b,
+                                                      bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    WGMMA_N64_ASM("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", "1, 1");
+#endif
+  }
+};
+
 // m64nNk16 with fp32 accumulators, 16-bit operands of type E (Float16 or BFloat16).
 template <class E>
 struct Wgmma16;
@@ -640,6 +687,7 @@ __device__ __forceinline__ uint32_t pair(uint16_t low, uint16_t high) {
 template <class E>
 struct HalfOperands : Wgmma16<E> {
   using Element = uint16_t;
+  static constexpr bool kSplit = false;
   static constexpr int kChunk = 16;
   static constexpr int kSliceChannels = 8;
   using RowVector = uint2;  // columns 0, 1 in x (low, high half), 2, 3 in y
@@ -772,8 +820,14 @@ __device__ __forceinline__ void pack_weights(const ConvPoolOperands& ops, const 
     Pixel* dst = reinterpret_cast<Pixel*>(p.packed) +
                  int64_t(block_chunk) * (Tile::kWeightChunkWords / 4);
 #pragma unroll
-    for (int tap = 0; tap < 9; ++tap)
-      dst[(tap * 2 + slice) * kN + n] = Operands::weight_slice(row, tap);
+    for (int tap = 0; tap < 9; ++tap) {
+      if constexpr (Tile::kSplit) {  // big part at row n, small at row kN + n
+        Pixel* slot = dst + (tap * 2 + slice) * Tile::kWeightN + n;
+        Operands::split(Operands::weight_slice(row, tap), slot[0], slot[kN]);
+      } else {
+        dst[(tap * 2 + slice) * kN + n] = Operands::weight_slice(row, tap);
+      }
+    }
   }
 }
 
@@ -943,15 +997,33 @@ struct StepLoader {
     if (unit < 0) return;
     typename Operands::Pixel* dst =
         reinterpret_cast<typename Operands::Pixel*>(stage) + halo_offset;
+    // 3xTF32: the big parts, and the small ones one halo copy on.
+    constexpr int kSmall = Tile::kHaloCopyBytes / kSliceBytes;
     if constexpr (kPixelVectors) {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) dst[j] = staged.pixel[j];
+      for (int j = 0; j < 4; ++j) {
+        if constexpr (Tile::kSplit) {
+          Operands::split(staged.pixel[j], dst[j], dst[kSmall + j]);
+        } else {
+          dst[j] = staged.pixel[j];
+        }
+      }
     } else {
       // Computed here rather than kept through the main loop: two registers fewer there.
       const PixelWrap wrap = p.halo_load == kHaloPlaneVectors
                                  ? PixelWrap{s.in_width - w0, Tile::kHaloPitch - s.in_width}
                                  : PixelWrap{4, 0};
-      Operands::store_pixels(staged.channel, dst, wrap);
+      if constexpr (Tile::kSplit) {
+        typename Operands::RowVector big[Operands::kSliceChannels],
+            small[Operands::kSliceChannels];
+#pragma unroll
+        for (int e = 0; e < Operands::kSliceChannels; ++e)
+          Operands::split(staged.channel[e], big[e], small[e]);
+        Operands::store_pixels(big, dst, wrap);
+        Operands::store_pixels(small, dst + kSmall, wrap);
+      } else {
+        Operands::store_pixels(staged.channel, dst, wrap);
+      }
     }
   }
 };
@@ -971,7 +1043,7 @@ __device__ __forceinline__ ChunkDescriptors chunk_descriptors(const uint32_t (&s
                                                               uint32_t weights_base,
                                                               uint32_t stage) {
   ChunkDescriptors d;
-  d.b0 = matrix_descriptor(weights_base + stage, Tile::kN * kSliceBytes, 8 * kSliceBytes);
+  d.b0 = matrix_descriptor(weights_base + stage, Tile::kWeightN * kSliceBytes, 8 * kSliceBytes);
 #pragma unroll
   for (int m = 0; m < 2; ++m)
     d.a0[m] = matrix_descriptor(square_base[m] + stage, Tile::kSlicePlaneBytes,
@@ -980,18 +1052,24 @@ __device__ __forceinline__ ChunkDescriptors chunk_descriptors(const uint32_t (&s
 }
 
 // The wgmmas of taps [kFirstTap, kEndTap) of one chunk for this warpgroup: one per tap and
-// 8 x 8 pixel square. The first chunk of a tile starts the accumulators from zero.
+// 8 x 8 pixel square (3xTF32: two, the big halo times the big and small weights side by side,
+// then the small halo times the big weights). The first chunk of a tile starts the
+// accumulators from zero.
 template <class Tile, int kFirstTap, int kEndTap>
-__device__ __forceinline__ void mma_taps(float (&acc)[2][Tile::kAccs], const ChunkDescriptors& d,
-                                         bool first_chunk) {
+__device__ __forceinline__ void mma_taps(float (&acc)[2][Tile::kAccRegs],
+                                         const ChunkDescriptors& d, bool first_chunk) {
 #pragma unroll
   for (int tap = kFirstTap; tap < kEndTap; ++tap) {
     const int r = tap / 3, q = tap % 3;
     const uint64_t b = d.b0 + uint64_t(tap * Tile::kWeightTapBytes / kSliceBytes);
 #pragma unroll
-    for (int m = 0; m < 2; ++m)
-      Tile::Operands::mma(acc[m], d.a0[m] + uint64_t(r * Tile::kHaloPitch + q), b,
-                          !(first_chunk && tap == 0));
+    for (int m = 0; m < 2; ++m) {
+      const uint64_t a = d.a0[m] + uint64_t(r * Tile::kHaloPitch + q);
+      Tile::Operands::mma(acc[m], a, b, !(first_chunk && tap == 0));
+      if constexpr (Tile::kSplit)
+        Tile::Operands::mma_low_half(acc[m], a + uint64_t(Tile::kHaloCopyBytes / kSliceBytes), b,
+                                     true);
+    }
   }
 }
 
@@ -999,7 +1077,7 @@ __device__ __forceinline__ void mma_taps(float (&acc)[2][Tile::kAccs], const Chu
 // a square's M = 64 is pixel (2 w, g), row 16 w + g + 8 is pixel (2 w + 1, g): values v and
 // v + 2 are vertical neighbours, lanes g and g ^ 1 (lane ^ 4) horizontal ones.
 template <class Tile>
-__device__ __forceinline__ void pool_accumulators(const float (&acc)[2][Tile::kAccs],
+__device__ __forceinline__ void pool_accumulators(const float (&acc)[2][Tile::kAccRegs],
                                                   float* pooled) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int warpgroup = warp / 4, warp_in_group = warp % 4;
@@ -1095,7 +1173,7 @@ __device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const 
 // arrival at the cluster barrier that the kernel waits at before it exits (the others read its
 // stages until then).
 template <class Tile>
-__device__ __forceinline__ void reduce_split(float (&acc)[2][Tile::kAccs], unsigned char* smem,
+__device__ __forceinline__ void reduce_split(float (&acc)[2][Tile::kAccRegs], unsigned char* smem,
                                              int split, int rank) {
   constexpr int kGroups = Tile::kN / 8;
   static_assert(2 * Tile::kAccs * kThreads * 4 <= Tile::kPipelineBytes, "partials fit");
@@ -1216,7 +1294,7 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
 
   const uint32_t smem_base = shared_address(smem);
   const int warpgroup = threadIdx.x / 128;
-  float acc[2][Tile::kAccs];  // written by the first wgmma of each tile (accumulate = false)
+  float acc[2][Tile::kAccRegs];  // written by the first wgmma of each tile (accumulate = false)
   int step = 0, stage = 0;
   for (int t = 0; t < my_tiles; ++t) {
     const TileOrigin origin = tile_origin<Tile>(s, p, first_tile + t * int(gridDim.x));
@@ -1266,6 +1344,12 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
     wgmma_wait<0>();
     fence_registers(acc[0]);
     fence_registers(acc[1]);
+    if constexpr (Tile::kSplit) {  // + big halo * small weights, the second half
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int i = 0; i < Tile::kAccs; ++i) acc[m][i] += acc[m][Tile::kAccs + i];
+    }
     if constexpr (kSplitK) reduce_split<Tile>(acc, smem, p.split, rank);
     // The tile's bias, one load per channel into shared memory; its latency overlaps the
     // pooling (a load per output in the store loop below cost 13-24% on the H200: the L1
@@ -1456,6 +1540,20 @@ auto with_tile(const ConvPoolShape& s, F&& f) {
   });
 }
 
+// split: the 3xTF32 tiles (float32 shapes only): the N = 64 wide or square tile, whichever
+// wastes less (as above), one block per SM. Their doubled halo and weights leave no room for
+// three stages of N = 128 (N = 64: 210 KB), and strips are not built for them.
+template <class F>
+auto with_tile(const ConvPoolShape& s, bool split, F&& f) {
+  if (split) {
+    using Operands = Tf32SplitOperands;
+    return tile_waste<SquareTile<Operands, 64>>(s) < tile_waste<WideTile<Operands, 64>>(s)
+               ? f(SquareTile<Operands, 64>())
+               : f(WideTile<Operands, 64>());
+  }
+  return with_tile(s, f);
+}
+
 // Calls f(Tile()) with a tile that packs the weights as the one with_tile picks does (the same
 // operands and N; the wide tile stands for every shape of that N), but for layers of few
 // tiles (kFewTiles), which pack their own. Needs only the shape's channels, kernel size and
@@ -1497,7 +1595,7 @@ int prepare_kernel(int device) {
 // blocks already hide part of the packing behind each other.
 template <class Tile>
 constexpr bool takes_packed_weight() {
-  return Tile::kMinBlocksPerSm == 1;
+  return Tile::kMinBlocksPerSm == 1 && !Tile::kSplit;
 }
 
 // Without packed weights, every block of a launch packs a share of them at its start. Where
@@ -1724,17 +1822,20 @@ void wgmma_cluster_capacity(int (&max_clusters)[kConvPoolMaxCluster + 1]) {
 #endif
 }
 
-const char* wgmma_conv_pool_unsupported(const ConvPoolShape& s, const ConvPoolDevice& device) {
+const char* wgmma_conv_pool_unsupported(const ConvPoolShape& s, const ConvPoolDevice& device,
+                                        bool split) {
 #if !defined(CONV_POOL_WITH_WGMMA)
   (void)s;
   (void)device;
+  (void)split;
   return "the module was built without sm_90a code (TORCH_CUDA_ARCH_LIST has no 9.0a)";
 #else
   if (device.compute_capability != 90) return "wgmma needs a compute capability 9.0 GPU (Hopper)";
   if (!fast_path_applies(s))
     return "the wgmma kernel covers only a 3x3 / stride 1 / dilation 1 convolution followed by "
            "a 2x2 / stride 2 pool inside the conv output";
-  return with_tile(s, [&](auto tile) -> const char* {
+  if (split && s.element != kElementFloat32) return "needs float32 input";
+  return with_tile(s, split, [&](auto tile) -> const char* {
     using Tile = decltype(tile);
     if (Tile::kSmemBytes > device.max_shared_bytes)
       return "its pipeline does not fit in shared memory";
@@ -1771,8 +1872,8 @@ int wgmma_split(const ConvPoolShape& s, const ConvPoolDevice& device) {
   });
 }
 
-const char* wgmma_tile_name(const ConvPoolShape& s) {
-  return with_tile(s, [](auto tile) -> const char* {
+const char* wgmma_tile_name(const ConvPoolShape& s, bool split) {
+  return with_tile(s, split, [](auto tile) -> const char* {
     using Tile = decltype(tile);
     if constexpr (Tile::kStrip) return "strip_n128";
     if constexpr (Tile::kTileRows == 16) return Tile::kN == 64 ? "square_n64" : "square_n128";
@@ -1780,8 +1881,8 @@ const char* wgmma_tile_name(const ConvPoolShape& s) {
   });
 }
 
-int wgmma_tile_origin(const ConvPoolShape& s, int tile, int64_t* origin) {
-  return with_tile(s, [&](auto t) {
+int wgmma_tile_origin(const ConvPoolShape& s, int tile, int64_t* origin, bool split) {
+  return with_tile(s, split, [&](auto t) {
     using Tile = decltype(t);
     const WgmmaPlan p = make_plan_with_divisors<Tile>(s);
     if (tile >= 0 && tile < p.tiles) {
@@ -1805,8 +1906,8 @@ bool wgmma_packs_weight(const ConvPoolShape& s, const ConvPoolDevice& device) {
 #endif
 }
 
-int64_t wgmma_conv_pool_workspace_bytes(const ConvPoolShape& s) {
-  return with_tile(s, [&](auto tile) { return packed_weight_bytes<decltype(tile)>(s); });
+int64_t wgmma_conv_pool_workspace_bytes(const ConvPoolShape& s, bool split) {
+  return with_tile(s, split, [&](auto tile) { return packed_weight_bytes<decltype(tile)>(s); });
 }
 
 int64_t wgmma_packed_weight_bytes(const ConvPoolShape& s) {
@@ -1831,8 +1932,9 @@ cudaError_t wgmma_pack_weight_launch(const ConvPoolOperands& ops, const ConvPool
 }
 
 cudaError_t wgmma_conv_pool_launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
-                                   const ConvPoolDevice& device, cudaStream_t stream) {
-  return with_tile(s, [&](auto tile) {
+                                   const ConvPoolDevice& device, cudaStream_t stream,
+                                   bool split) {
+  return with_tile(s, split, [&](auto tile) {
     return launch<decltype(tile)>(ops, s, device, stream);
   });
 }

@@ -1,7 +1,10 @@
 // The Hopper wgmma variants of the fused Conv2d -> ReLU -> MaxPool2d kernel
 // (conv_relu_maxpool_wgmma.cu), as used by the launcher in conv_relu_maxpool.cu:
-// tiled_tf32_wgmma for float32 shapes, tiled_16bit_wgmma for float16 / bfloat16 ones. These
-// functions follow shape.element; the launcher pairs each variant with its element types.
+// tiled_tf32_wgmma for float32 shapes, tiled_16bit_wgmma for float16 / bfloat16 ones, and with
+// `split` tiled_3xtf32_wgmma (float32, 3xTF32: allow_tf32 = False). These functions follow
+// shape.element; the launcher pairs each variant with its element types. The functions without
+// `split` answer for the TF32 and 16-bit variants only (3xTF32 neither takes packed weights
+// nor packs them apart nor splits reductions).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,11 +16,13 @@
 void wgmma_cluster_capacity(int (&max_clusters)[kConvPoolMaxCluster + 1]);
 
 // Why the wgmma kernel cannot run `shape` on `device`, or nullptr when it can.
-const char* wgmma_conv_pool_unsupported(const ConvPoolShape& shape, const ConvPoolDevice& device);
+const char* wgmma_conv_pool_unsupported(const ConvPoolShape& shape, const ConvPoolDevice& device,
+                                        bool split = false);
 
 // Scratch bytes it needs: the weights in the staged layout, [channel block][chunk][tap]
 // [channel slice][out channel][16 bytes: 4 fp32 or 8 16-bit channels], zero-padded.
-int64_t wgmma_conv_pool_workspace_bytes(const ConvPoolShape& shape);
+// (3xTF32: [tap][channel slice][big, small][out channel][16 bytes].)
+int64_t wgmma_conv_pool_workspace_bytes(const ConvPoolShape& shape, bool split = false);
 
 // Bytes of the weights packed ahead of time (wgmma_pack_weight_launch): the same layout, for
 // the channel-block width that the weight alone decides (shape's channels, kernel size and
@@ -45,12 +50,12 @@ bool wgmma_packs_weight_apart(const ConvPoolShape& shape, const ConvPoolDevice& 
 int wgmma_split(const ConvPoolShape& shape, const ConvPoolDevice& device);
 
 // The tile the launch runs (conv_relu_maxpool_wgmma_tile): "wide_n128", "strip_n128", ...
-const char* wgmma_tile_name(const ConvPoolShape& shape);
+const char* wgmma_tile_name(const ConvPoolShape& shape, bool split = false);
 
 // The launch's tile count; for 0 <= tile < count also where that tile sits (origin[0..3]):
 // image, first output channel, first pooled row and column (a strip's first piece), as the kernel's
 // tile_origin computes them (conv_relu_maxpool_wgmma_tile_origin, for tests).
-int wgmma_tile_origin(const ConvPoolShape& shape, int tile, int64_t* origin);
+int wgmma_tile_origin(const ConvPoolShape& shape, int tile, int64_t* origin, bool split = false);
 
 // Packs operands.weight into `packed` (wgmma_packed_weight_bytes, 16-byte aligned) in the
 // staged layout, on `stream`: a launch given it as operands.packed_weight skips the packing.
@@ -61,4 +66,5 @@ cudaError_t wgmma_pack_weight_launch(const ConvPoolOperands& operands, const Con
 // Launches it (the caller checked wgmma_conv_pool_unsupported first; operands.workspace holds
 // wgmma_conv_pool_workspace_bytes, or operands.packed_weight the packed weights).
 cudaError_t wgmma_conv_pool_launch(const ConvPoolOperands& operands, const ConvPoolShape& shape,
-                                   const ConvPoolDevice& device, cudaStream_t stream);
+                                   const ConvPoolDevice& device, cudaStream_t stream,
+                                   bool split = false);

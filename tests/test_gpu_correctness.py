@@ -26,7 +26,8 @@ from utils.verification import cudnn_tf32
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
-FP32_VARIANTS = ("direct", "tiled_fp32", "tiled_3xtf32", "tiled_3xtf32_flat", "small_fp32")
+FP32_VARIANTS = ("direct", "tiled_fp32", "tiled_3xtf32", "tiled_3xtf32_flat", "tiled_3xtf32_wgmma",
+                 "small_fp32")
 TF32_TOLERANCE = dict(atol=1e-2, rtol=1e-2)
 FP32_TOLERANCE = dict(atol=1e-4, rtol=1e-4)
 
@@ -150,8 +151,8 @@ def test_tf32_disallowed_selects_fp32_accurate_path(ext):
     ("auto", "padding1"), ("direct", "padding1"), ("tiled_tf32", "padding1"),
     ("tiled_tf32_16w", "padding1"), ("tiled_3xtf32", "padding1"),
     ("tiled_tf32_flat", "padding1"), ("tiled_3xtf32_flat", "padding1"),
-    ("tiled_tf32_wgmma", "padding1"), ("small_fp32", "kernel5"),
-    ("small_tf32", "patch3_single_buffer")])
+    ("tiled_tf32_wgmma", "padding1"), ("tiled_3xtf32_wgmma", "padding1"),
+    ("small_fp32", "kernel5"), ("small_tf32", "patch3_single_buffer")])
 def test_nan_and_inf_propagate_like_pytorch(ext, config_name, case_name):
     case = find_case(case_name)
     x, weight, bias = make_operands(case, seed=random.randrange(2**31))
@@ -167,8 +168,8 @@ def test_nan_and_inf_propagate_like_pytorch(ext, config_name, case_name):
 
 
 @pytest.mark.parametrize("config_name,case_name", [
-    ("tiled_3xtf32", "padding1"), ("tiled_3xtf32_flat", "padding1"), ("small_fp32", "kernel5"),
-    ("direct", "padding1")])
+    ("tiled_3xtf32", "padding1"), ("tiled_3xtf32_flat", "padding1"),
+    ("tiled_3xtf32_wgmma", "padding1"), ("small_fp32", "kernel5"), ("direct", "padding1")])
 def test_fp32_accurate_paths_keep_nans_whose_payload_is_in_the_low_bits(ext, config_name,
                                                                         case_name):
     """A NaN whose mantissa bits all lie in the 13 a TF32 operand drops (0x7f800001) still
@@ -423,6 +424,68 @@ def test_3xtf32_blocks_of_128_channels_match_float64(ext, choice, case):
     out = run_op(ext, case, x, weight, bias, config).double().cpu()
     assert torch.equal(out.isnan(), expected.isnan()) and expected.isnan().any()
     assert torch.equal(out.isinf(), expected.isinf()) and expected.isinf().any()
+    finite = expected.isfinite()
+    torch.testing.assert_close(out[finite], expected[finite], **FP32_TOLERANCE)
+
+
+@pytest.mark.parametrize("layout", ["dense", "channels_last", "every_other"])
+@pytest.mark.parametrize("case", [
+    # one 14 x 14 image per square tile (whole-plane vector loads when dense), 5 chunks of
+    # input channels, an output-channel tail (72 = 64 + 8)
+    ConvPoolCase("split_square", 6, 40, 72, 14, 14, (3, 3), padding=(1, 1)),
+    # wide tiles, rows in aligned runs of 4 (row vectors), several tiles per image
+    ConvPoolCase("split_wide", 2, 24, 136, 36, 68, (3, 3), padding=(1, 1)),
+    # odd widths and 13 channels: scalar loads, an input-channel tail inside a slice
+    ConvPoolCase("split_scalars", 3, 13, 40, 19, 30, (3, 3)),
+], ids=lambda c: c.name)
+def test_3xtf32_wgmma_matches_float64_with_infinities_in_both_operands(ext, choice, case,
+                                                                       layout):
+    """tiled_3xtf32_wgmma (allow_tf32 = False on Hopper) against float64 at the fp32
+    tolerance, well inside TF32's error, through its halo loaders; then with NaN and
+    infinities in x and infinite weights over integer-valued inputs, whose 3xTF32 small parts
+    are zero: the cross terms must give the infinity fp32 gives, not inf * 0 = NaN."""
+    if not on_hopper():
+        pytest.skip("the wgmma kernels need a Hopper GPU")
+    seed = random.randrange(2**31)
+    name = "tiled_3xtf32_wgmma"
+    assert kernel_choice.wgmma_tile(choice, case, name=name) in ("wide_n64", "square_n64")
+    config = ext.conv2d_relu_maxpool_variants()[name]
+
+    def laid_out(x):
+        if layout == "channels_last":
+            return x.contiguous(memory_format=torch.channels_last)
+        if layout == "every_other":
+            return torch.stack([x, torch.zeros_like(x)], dim=1).flatten(0, 1)[::2]
+        return x
+
+    x, weight, bias = make_operands(case, seed)
+    x = laid_out(x)
+    expected = reference(case, x, weight, bias)
+    with cudnn_tf32(False):
+        if case.out_channels > 32:
+            assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
+        out = run_op(ext, case, x, weight, bias, config).double().cpu()
+    torch.testing.assert_close(out, expected, **FP32_TOLERANCE,
+                               msg=lambda m: f"seed {seed} {layout}: {m}")
+    tf32 = run_op(ext, case, x, weight, bias,
+                  ext.conv2d_relu_maxpool_variants()["tiled_tf32_wgmma"]).double().cpu()
+    error = (out - expected).norm() / expected.norm()
+    tf32_error = (tf32 - expected).norm() / expected.norm()
+    assert error < tf32_error / 10, (error.item(), tf32_error.item())
+
+    x = torch.randint(-3, 4, case.input_shape(), device="cuda").float()
+    h, w = case.height, case.width
+    x[0, 0, h // 2, w // 2] = float("nan")
+    x[1, 1, 1, 2], x[1, 2, h - 2, w - 3] = float("inf"), float("-inf")
+    x[0, 3, 5, 5], x[0, 4, 5, 6] = float("inf"), float("-inf")  # some sums are inf - inf
+    x = laid_out(x)
+    weight = weight.clone()
+    weight[3, 1, 1, 1], weight[5, 0, 0, 2], weight[9, 2, 2, 0] = float("inf"), float("-inf"), float("inf")
+    expected = reference(case, x, weight, bias)
+    out = run_op(ext, case, x, weight, bias, config).double().cpu()
+    assert expected.isinf().any() and expected.isnan().any()
+    assert torch.equal(out.isnan(), expected.isnan()), f"seed {seed} {layout}"
+    assert torch.equal(out.isinf(), expected.isinf()), f"seed {seed} {layout}"
     finite = expected.isfinite()
     torch.testing.assert_close(out[finite], expected[finite], **FP32_TOLERANCE)
 

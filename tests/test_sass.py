@@ -107,8 +107,9 @@ def test_wgmma_kernels_issue_hgmma(sass):
     # never on the caller's): per operand type 3 x 4 + 2 x 2 + 2 x 4 in TF32, 4 x 4 + 2 + 4
     # in 16 bits; and the split-reduction instances (the third bool, kSplitK) of the N = 64
     # tiles that run one block per SM (TF32's twins; in 16 bits the wide twin and the square
-    # tile), from weights packed apart: 2 x 2 per operand type.
-    assert len(wgmma) == 28 + 2 * 26, sorted(sass)
+    # tile), from weights packed apart: 2 x 2 per operand type. Plus 3xTF32's 4
+    # (test_3xtf32_wgmma_kernels_issue_two_hgmma_per_tap).
+    assert len(wgmma) == 28 + 2 * 26 + 4, sorted(sass)
     for operands, pattern in HGMMA_BY_OPERANDS.items():
         instances = {name: code for name, code in wgmma.items() if operands in name}
         flags = {name: re.search(r"ELb([01])ELb([01])ELb([01])EEEv", name).groups()
@@ -166,6 +167,34 @@ def test_wgmma_kernels_issue_hgmma(sass):
             cluster_barriers = (len(re.findall(r"\bUCGABAR_ARV\b", code)),
                                 len(re.findall(r"\bUCGABAR_WAIT\b", code)))
             assert cluster_barriers == ((2, 2) if name in split else (0, 0)), name
+
+
+def test_3xtf32_wgmma_kernels_issue_two_hgmma_per_tap(sass):
+    """tiled_3xtf32_wgmma (Tf32SplitOperands): the N = 64 wide and square tiles, each for
+    NCHW-like and channels-last inputs, all packing their own weights (no prepacked or split
+    twins). Per tap and pixel square one HGMMA.64x128x8 (the big halo times the big and the
+    small weights side by side) and one HGMMA.64x64x8 (the small halo times the big weights):
+    36 per chunk, TF32 with fp32 accumulators, in the same two runs with the same waits as the
+    other instances."""
+    kernels = {name: code for name, code in sass.items()
+               if is_wgmma_kernel(name) and "Tf32SplitOperands" in name}
+    assert len(kernels) == 4, sorted(kernels)
+    tiles = set()
+    for name, code in kernels.items():
+        tile = re.search(r"Li(\d+)ELi(\d+)ELi(\d+)ELN\w*?TileShapeE(\d)ELb0EEELb([01])ELb0ELb0EEEv",
+                         name)
+        assert tile, name
+        tiles.add(tile.groups())
+        assert len(re.findall(r"HGMMA\.64x128x8\.F32\.TF32", code)) == 18, name
+        assert len(re.findall(r"HGMMA\.64x64x8\.F32\.TF32", code)) == 18, name
+        assert len(re.findall(r"\bHGMMA\.", code)) == 36, name
+        assert "HMMA" not in code, name
+        assert len(re.findall(r"WARPGROUP\.ARRIVE", code)) == 2, name
+        assert re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x\d)", code) == ["0x1", "0x0"], name
+        assert len(re.findall(r"\bUBLKCP\.S\.G\b", code)) == 3, name
+        assert re.search(r"\bATOM\.E\.ADD\.STRONG\.GPU\b", code), name  # packs: grid barrier
+    assert tiles == {("8", "32", "64", "0", "0"), ("8", "32", "64", "0", "1"),
+                     ("16", "16", "64", "0", "0"), ("16", "16", "64", "0", "1")}, tiles
 
 
 def test_16bit_tensor_core_kernels_issue_m16n8k16_with_fp32_accumulators(sass):

@@ -93,14 +93,14 @@ def test_wgmma_only_for_the_fast_path_geometry(library, variant_names):
 
 # allow_tf32 = False: an fp32-accurate kernel (3xTF32 or FFMA) for every shape of the suite.
 EXPECTED_FP32_ACCURATE = {
-    "default": "tiled_3xtf32",
-    "vgg_b2": "tiled_3xtf32",
-    "vgg_b3": "tiled_3xtf32",
-    "vgg_b5": "tiled_3xtf32",
-    "rgb_stem": "tiled_3xtf32",         # on the fast path: 8-channel chunks, as TF32's choice
+    "default": "tiled_3xtf32_wgmma",
+    "vgg_b2": "tiled_3xtf32_wgmma",
+    "vgg_b3": "tiled_3xtf32_wgmma",
+    "vgg_b5": "tiled_3xtf32_wgmma",
+    "rgb_stem": "tiled_3xtf32_wgmma",   # 64 output channels, as TF32's choice
     "alexnet_c1": "tiled_3xtf32_flat",  # no 8-channel stage fits its 11 x 11 halo
     "lenet_c1": "small_fp32",
-    "batch1": "tiled_3xtf32",
+    "batch1": "tiled_3xtf32_wgmma",
 }
 
 
@@ -130,6 +130,42 @@ def test_tf32_off_takes_the_flat_3xtf32_kernel_for_few_channels(library, variant
     # The flat kernels refuse 16-bit operands only where it is float32-only.
     assert unsupported(library, find_case("alexnet_c1"), ids["tiled_3xtf32_flat"],
                        element=FLOAT16) == b"needs float32 input"
+
+
+def test_3xtf32_wgmma_kernel_where_it_applies(library, variant_names):
+    """allow_tf32 = False on Hopper, the wgmma geometry (3x3 / stride 1, 2x2 / stride 2 pool)
+    and more than 32 output channels: tiled_3xtf32_wgmma, with the N = 64 wide or square tile
+    (whichever computes fewer unused outputs: VGG block 5's 14 x 14 images take the square);
+    never weights packed ahead of time, packing apart or split reductions. Elsewhere the
+    mma.sync 3xTF32 kernel: off Hopper, 32 output channels or fewer, other geometries; 16-bit
+    shapes are refused."""
+    ids = variant_names_to_ids(variant_names)
+    split = ids["tiled_3xtf32_wgmma"]
+    tiles = {"default": "wide_n64", "vgg_b2": "square_n64", "vgg_b5": "square_n64",
+             "rgb_stem": "wide_n64", "batch1": "wide_n64"}
+    for name, tile in tiles.items():
+        case = find_case(name)
+        assert wgmma_tile(library, case, name="tiled_3xtf32_wgmma") == tile, name
+        shape = ctypes.byref(shape_of(case, FLOAT32))
+        assert not library.conv_relu_maxpool_takes_packed_weight(shape, split), name
+        assert not library.conv_relu_maxpool_packs_weight_apart(shape, split,
+                                                                ctypes.byref(H200)), name
+    b5_batch1 = replace(find_case("vgg_b5"), batch=1)
+    assert wgmma_split(library, b5_batch1) > 1  # the TF32 kernel splits this one ...
+    assert library.conv_relu_maxpool_wgmma_split(ctypes.byref(shape_of(b5_batch1, FLOAT32)),
+                                                 split, ctypes.byref(H200)) == 1  # ... 3xTF32 not
+    assert choose(library, variant_names, b5_batch1, allow_tf32=False) == "tiled_3xtf32_wgmma"
+    default = find_case("default")
+    assert choose(library, variant_names, default, allow_tf32=False,
+                  device=A100_LIKE) == "tiled_3xtf32"
+    why = unsupported(library, default, split, device=A100_LIKE)
+    assert why is not None and b"9.0" in why
+    narrow = replace(default, out_channels=32)
+    assert choose(library, variant_names, narrow, allow_tf32=False) == "tiled_3xtf32"
+    assert unsupported(library, narrow, split) is None  # selectable through config
+    why = unsupported(library, find_case("alexnet_c1"), split)
+    assert why is not None and b"3x3" in why
+    assert unsupported(library, default, split, element=FLOAT16) == b"needs float32 input"
 
 
 def test_3xtf32_takes_blocks_of_128_channels_where_they_fill_the_gpu(library, variant_names):
@@ -359,8 +395,8 @@ def test_variants_keep_their_ids(variant_names):
     assert variant_names[8] == "direct_16bit" and variant_names[9] == "tiled_16bit_mma"
     assert variant_names[10] == "tiled_16bit_wgmma" and variant_names[11] == "small_16bit"
     assert variant_names[12] == "tiled_16bit_flat" and variant_names[13] == "small_tf32"
-    assert variant_names[14] == "tiled_3xtf32_flat"
-    assert len(variant_names) == 15
+    assert variant_names[14] == "tiled_3xtf32_flat" and variant_names[15] == "tiled_3xtf32_wgmma"
+    assert len(variant_names) == 16
 
 
 def test_workspace_of_the_16_bit_tensor_core_kernel(library, variant_names):
@@ -542,7 +578,7 @@ def test_only_the_wgmma_variants_have_tiles(library, variant_names):
     case = find_case("default")
     for config, name in variant_names.items():
         tile = library.conv_relu_maxpool_wgmma_tile(ctypes.byref(shape_of(case)), config)
-        assert (tile is not None) == (name == "tiled_tf32_wgmma"), name
+        assert (tile is not None) == (name in ("tiled_tf32_wgmma", "tiled_3xtf32_wgmma")), name
 
 
 def test_a_large_weight_over_few_blocks_is_packed_apart(library):

@@ -61,6 +61,9 @@ LAYERS = [
     C("narrow_sq112", 32, 64, 64, 112, 112, (3, 3), padding=(1, 1)),
     # Layers of many channels (the chunked kernels: tiled_3xtf32 for allow_tf32 = False).
     *(find_case(name) for name in ("default", "vgg_b2", "vgg_b3", "vgg_b5", "batch1")),
+    C("vgg_b4", 32, 256, 512, 28, 28, (3, 3), padding=(1, 1)),      # VGG-16 block 4's 1st conv
+    C("vgg_b3_batch1", 1, 256, 256, 56, 56, (3, 3), padding=(1, 1)),
+    C("vgg_b5_batch1", 1, 512, 512, 14, 14, (3, 3), padding=(1, 1)),
 ]
 VARIANTS = {torch.float32: ("small_fp32", "small_tf32"),
             torch.float16: ("small_16bit",), torch.bfloat16: ("small_16bit",)}

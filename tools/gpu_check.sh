@@ -57,6 +57,10 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  small_images tiled_3xtf32_wgmma
+racecheck small_images tiled_3xtf32_wgmma
+memcheck  channels_last_tails tiled_3xtf32_wgmma
+racecheck default_small_batch tiled_3xtf32_wgmma
 memcheck  wide_3xtf32 tiled_3xtf32
 racecheck wide_3xtf32 tiled_3xtf32
 memcheck  wide_3xtf32_generic tiled_3xtf32

@@ -126,11 +126,13 @@ def wgmma_variant(lib: ctypes.CDLL, element: int) -> int:
     return variant_id(lib, "tiled_tf32_wgmma" if element == FLOAT32 else "tiled_16bit_wgmma")
 
 
-def wgmma_tile(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32) -> Optional[str]:
-    """The tile the wgmma variant of `element` runs `case` with ("wide_n128", "square_n64",
-    "strip_n128", ...; conv_relu_maxpool_wgmma_tile)."""
-    tile = lib.conv_relu_maxpool_wgmma_tile(ctypes.byref(shape_of(case, element)),
-                                            wgmma_variant(lib, element))
+def wgmma_tile(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
+               name: Optional[str] = None) -> Optional[str]:
+    """The tile the wgmma variant `name` (by default the one of `element`; tiled_3xtf32_wgmma
+    for the fp32-accurate one) runs `case` with ("wide_n128", "square_n64", "strip_n128", ...;
+    conv_relu_maxpool_wgmma_tile)."""
+    variant = wgmma_variant(lib, element) if name is None else variant_id(lib, name)
+    tile = lib.conv_relu_maxpool_wgmma_tile(ctypes.byref(shape_of(case, element)), variant)
     return None if tile is None else tile.decode()
 
 
