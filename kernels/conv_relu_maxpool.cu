@@ -1418,11 +1418,6 @@ static bool wgmma_runs(const ConvPoolShape& s, int variant) {
   return wgmma_variant_for(s, variant) && fast_path_applies(s);
 }
 
-// The wgmma variants that take packed weights, pack them apart or split reductions: not 3xTF32.
-static bool wgmma_packing_variant_runs(const ConvPoolShape& s, int variant) {
-  return wgmma_runs(s, variant) && variant != kVariantTiled3xTf32Wgmma;
-}
-
 extern "C" int64_t conv_relu_maxpool_workspace_bytes(const ConvPoolShape* s, int variant) {
   if (variant == kVariantTiled16Mma) return half_conv_pool_workspace_bytes(*s, variant);
   return wgmma_variant_for(*s, variant)
@@ -1454,14 +1449,14 @@ extern "C" int conv_relu_maxpool_wgmma_tile_origin(const ConvPoolShape* s, int v
 
 extern "C" bool conv_relu_maxpool_packs_weight_apart(const ConvPoolShape* s, int variant,
                                                      const ConvPoolDevice* device) {
-  return wgmma_packing_variant_runs(*s, variant) && device->compute_capability == 90 &&
-         wgmma_packs_weight_apart(*s, *device);
+  return wgmma_runs(*s, variant) && device->compute_capability == 90 &&
+         wgmma_packs_weight_apart(*s, *device, variant == kVariantTiled3xTf32Wgmma);
 }
 
 extern "C" int conv_relu_maxpool_wgmma_split(const ConvPoolShape* s, int variant,
                                              const ConvPoolDevice* device) {
-  return wgmma_packing_variant_runs(*s, variant) && device->compute_capability == 90
-             ? wgmma_split(*s, *device)
+  return wgmma_runs(*s, variant) && device->compute_capability == 90
+             ? wgmma_split(*s, *device, variant == kVariantTiled3xTf32Wgmma)
              : 1;
 }
 

@@ -1639,7 +1639,8 @@ cudaError_t launch_instance(const ConvPoolOperands& ops, const ConvPoolShape& s,
 }
 
 // Split reductions: the N = 64 tiles of one block per SM that read packed weights (the tiles
-// of layers of few tiles, kFewTiles) can run a tile's chunks over the blocks of a cluster, when
+// of layers of few tiles, kFewTiles; every 3xTF32 tile) can run a tile's chunks over the blocks
+// of a cluster, when
 // the layer's tiles leave SMs idle. Cluster sizes 2 to 8 (the portable limit), each block
 // given at least kMinSplitChunks chunks. Cost model, fitted on the H200 (VGG-16's blocks 3-5
 // at batch 1 and block 5 at batch 8, every split from 1 to 8 forced, float32 and float16;
@@ -1651,7 +1652,7 @@ constexpr int kRoundChunks = 7;  // a round's fixed time (prologue, epilogue, re
 
 template <class Tile>
 constexpr bool splits() {
-  return takes_packed_weight<Tile>() && Tile::kN == 64 && !Tile::kStrip;
+  return (takes_packed_weight<Tile>() || Tile::kSplit) && Tile::kN == 64 && !Tile::kStrip;
 }
 
 // The blocks per tile for this plan (1: no split).
@@ -1857,16 +1858,16 @@ bool wgmma_takes_packed_weight(const ConvPoolShape& s) {
   });
 }
 
-bool wgmma_packs_weight_apart(const ConvPoolShape& s, const ConvPoolDevice& device) {
-  return with_tile(s, [&](auto tile) {
+bool wgmma_packs_weight_apart(const ConvPoolShape& s, const ConvPoolDevice& device, bool split) {
+  return with_tile(s, split, [&](auto tile) {
     using Tile = decltype(tile);
     const WgmmaPlan p = make_plan<Tile>(s);
     return packs_apart<Tile>(p, device) || split_for<Tile>(p, device) > 1;
   });
 }
 
-int wgmma_split(const ConvPoolShape& s, const ConvPoolDevice& device) {
-  return with_tile(s, [&](auto tile) {
+int wgmma_split(const ConvPoolShape& s, const ConvPoolDevice& device, bool split) {
+  return with_tile(s, split, [&](auto tile) {
     using Tile = decltype(tile);
     return split_for<Tile>(make_plan<Tile>(s), device);
   });

@@ -3,8 +3,8 @@
 // tiled_tf32_wgmma for float32 shapes, tiled_16bit_wgmma for float16 / bfloat16 ones, and with
 // `split` tiled_3xtf32_wgmma (float32, 3xTF32: allow_tf32 = False). These functions follow
 // shape.element; the launcher pairs each variant with its element types. The functions without
-// `split` answer for the TF32 and 16-bit variants only (3xTF32 neither takes packed weights
-// nor packs them apart nor splits reductions).
+// `split` answer for the TF32 and 16-bit variants only (3xTF32 takes no weights packed ahead
+// of time).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,11 +43,12 @@ bool wgmma_takes_packed_weight(const ConvPoolShape& shape);
 // Whether a launch without packed weights packs them in a kernel of its own on every SM first
 // (a large weight over few blocks, or a split reduction) rather than in its blocks
 // (conv_relu_maxpool_wgmma_tile's companion, for tests).
-bool wgmma_packs_weight_apart(const ConvPoolShape& shape, const ConvPoolDevice& device);
+bool wgmma_packs_weight_apart(const ConvPoolShape& shape, const ConvPoolDevice& device,
+                              bool split = false);
 
 // Blocks per tile when the launch splits its tiles' chunks over clusters (a layer of few
 // tiles on many SMs; conv_relu_maxpool_wgmma_split), else 1.
-int wgmma_split(const ConvPoolShape& shape, const ConvPoolDevice& device);
+int wgmma_split(const ConvPoolShape& shape, const ConvPoolDevice& device, bool split = false);
 
 // The tile the launch runs (conv_relu_maxpool_wgmma_tile): "wide_n128", "strip_n128", ...
 const char* wgmma_tile_name(const ConvPoolShape& shape, bool split = false);

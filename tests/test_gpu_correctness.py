@@ -749,7 +749,7 @@ def test_wgmma_few_tiles_run_64_channel_blocks(ext, choice, dtype, layout):
         assert torch.equal(run_op(ext, case, x, weight, bias, -1, ignored), out), case.name
 
 
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS.get)
+@pytest.mark.parametrize("dtype", [*ALL_DTYPES, "3xtf32"], ids=lambda d: ALL_DTYPE_IDS.get(d, d))
 @pytest.mark.parametrize("layout", ["dense", "channels_last", "every_other"])
 def test_wgmma_split_reductions(ext, choice, dtype, layout):
     """Layers of few tiles with long reductions split each tile's chunks over a cluster of
@@ -758,7 +758,10 @@ def test_wgmma_split_reductions(ext, choice, dtype, layout):
     tile on the H200), shares that do not divide (200 input channels: there 7 blocks of 4, 4,
     4, 4, 4, 4 and 1 TF32 chunks; 4 of 4, 4, 4, 1 16-bit ones), the wide tile, and NaN / inf
     inputs, which the partial sums carry as one sum would. Against float64; the kernel
-    launched is the split instance (its last template argument true)."""
+    launched is the split instance (its last template argument true). "3xtf32": float32 with
+    allow_tf32 = False (tiled_3xtf32_wgmma), at the fp32 tolerance."""
+    accurate = dtype == "3xtf32"
+    dtype = torch.float32 if accurate else dtype
     cases = [ConvPoolCase("split_square", 1, 512, 136, 14, 14, (3, 3), padding=(1, 1)),
              ConvPoolCase("split_uneven", 2, 200, 128, 14, 14, (3, 3), padding=(1, 1)),
              ConvPoolCase("split_wide", 1, 160, 72, 18, 66, (3, 3)),
@@ -767,12 +770,16 @@ def test_wgmma_split_reductions(ext, choice, dtype, layout):
     seed = random.randrange(2**31)
     for i, case in enumerate(cases):
         name, tolerance, x, weight, bias = wgmma_layout_operands(case, layout, dtype, seed + i)
+        if accurate:
+            name, tolerance = "tiled_3xtf32_wgmma", FP32_TOLERANCE
         if case.name == "split_nan":
             inject_nan_and_inf(x)
-        assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
-        assert kernel_choice.wgmma_split(choice, case, ELEMENT_OF[dtype], device) > 1, case
         outs = []
-        kernels = wgmma_kernels_run(lambda: outs.append(run_op(ext, case, x, weight, bias)))
+        with cudnn_tf32(not accurate):
+            assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
+            kernels = wgmma_kernels_run(lambda: outs.append(run_op(ext, case, x, weight, bias)))
+        assert kernel_choice.wgmma_split(choice, case, ELEMENT_OF[dtype], device,
+                                         name=name) > 1, case
         assert len(kernels) == 1 and re.search(r", (true|false), true, true>", kernels[0]), \
             kernels
         out, expected = outs[0].double().cpu(), reference(case, x, weight, bias)

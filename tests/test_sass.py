@@ -107,9 +107,9 @@ def test_wgmma_kernels_issue_hgmma(sass):
     # never on the caller's): per operand type 3 x 4 + 2 x 2 + 2 x 4 in TF32, 4 x 4 + 2 + 4
     # in 16 bits; and the split-reduction instances (the third bool, kSplitK) of the N = 64
     # tiles that run one block per SM (TF32's twins; in 16 bits the wide twin and the square
-    # tile), from weights packed apart: 2 x 2 per operand type. Plus 3xTF32's 4
+    # tile), from weights packed apart: 2 x 2 per operand type. Plus 3xTF32's 8
     # (test_3xtf32_wgmma_kernels_issue_two_hgmma_per_tap).
-    assert len(wgmma) == 28 + 2 * 26 + 4, sorted(sass)
+    assert len(wgmma) == 28 + 2 * 26 + 8, sorted(sass)
     for operands, pattern in HGMMA_BY_OPERANDS.items():
         instances = {name: code for name, code in wgmma.items() if operands in name}
         flags = {name: re.search(r"ELb([01])ELb([01])ELb([01])EEEv", name).groups()
@@ -171,20 +171,23 @@ def test_wgmma_kernels_issue_hgmma(sass):
 
 def test_3xtf32_wgmma_kernels_issue_two_hgmma_per_tap(sass):
     """tiled_3xtf32_wgmma (Tf32SplitOperands): the N = 64 wide and square tiles, each for
-    NCHW-like and channels-last inputs, all packing their own weights (no prepacked or split
-    twins). Per tap and pixel square one HGMMA.64x128x8 (the big halo times the big and the
-    small weights side by side) and one HGMMA.64x64x8 (the small halo times the big weights):
-    36 per chunk, TF32 with fp32 accumulators, in the same two runs with the same waits as the
-    other instances."""
+    NCHW-like and channels-last inputs, each packing its own weights (a grid barrier) or, as a
+    split reduction over a cluster, reading weights packed apart (the cluster barriers; no
+    prepacked twin otherwise). Per tap and pixel square one HGMMA.64x128x8 (the big halo times
+    the big and the small weights side by side) and one HGMMA.64x64x8 (the small halo times
+    the big weights): 36 per chunk, TF32 with fp32 accumulators, in the same two runs with the
+    same waits as the other instances."""
     kernels = {name: code for name, code in sass.items()
                if is_wgmma_kernel(name) and "Tf32SplitOperands" in name}
-    assert len(kernels) == 4, sorted(kernels)
+    assert len(kernels) == 8, sorted(kernels)
     tiles = set()
     for name, code in kernels.items():
-        tile = re.search(r"Li(\d+)ELi(\d+)ELi(\d+)ELN\w*?TileShapeE(\d)ELb0EEELb([01])ELb0ELb0EEEv",
-                         name)
+        tile = re.search(r"Li(\d+)ELi(\d+)ELi(\d+)ELN\w*?TileShapeE(\d)ELb0EEELb([01])"
+                         r"ELb([01])ELb([01])EEEv", name)
         assert tile, name
         tiles.add(tile.groups())
+        split_k = tile.group(7) == "1"
+        assert tile.group(6) == tile.group(7), name  # prepacked only for the split reduction
         assert len(re.findall(r"HGMMA\.64x128x8\.F32\.TF32", code)) == 18, name
         assert len(re.findall(r"HGMMA\.64x64x8\.F32\.TF32", code)) == 18, name
         assert len(re.findall(r"\bHGMMA\.", code)) == 36, name
@@ -192,9 +195,14 @@ def test_3xtf32_wgmma_kernels_issue_two_hgmma_per_tap(sass):
         assert len(re.findall(r"WARPGROUP\.ARRIVE", code)) == 2, name
         assert re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x\d)", code) == ["0x1", "0x0"], name
         assert len(re.findall(r"\bUBLKCP\.S\.G\b", code)) == 3, name
-        assert re.search(r"\bATOM\.E\.ADD\.STRONG\.GPU\b", code), name  # packs: grid barrier
-    assert tiles == {("8", "32", "64", "0", "0"), ("8", "32", "64", "0", "1"),
-                     ("16", "16", "64", "0", "0"), ("16", "16", "64", "0", "1")}, tiles
+        grid_barrier = re.search(r"\bATOM\.E\.ADD\.STRONG\.GPU\b", code) is not None
+        assert grid_barrier == (not split_k), name
+        cluster_barriers = (len(re.findall(r"\bUCGABAR_ARV\b", code)),
+                            len(re.findall(r"\bUCGABAR_WAIT\b", code)))
+        assert cluster_barriers == ((2, 2) if split_k else (0, 0)), name
+    assert tiles == {(rows, cols, "64", "0", pixel_vectors, split_k, split_k)
+                     for rows, cols in (("8", "32"), ("16", "16"))
+                     for pixel_vectors in "01" for split_k in "01"}, tiles
 
 
 def test_16bit_tensor_core_kernels_issue_m16n8k16_with_fp32_accumulators(sass):

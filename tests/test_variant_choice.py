@@ -136,9 +136,10 @@ def test_3xtf32_wgmma_kernel_where_it_applies(library, variant_names):
     """allow_tf32 = False on Hopper, the wgmma geometry (3x3 / stride 1, 2x2 / stride 2 pool)
     and more than 32 output channels: tiled_3xtf32_wgmma, with the N = 64 wide or square tile
     (whichever computes fewer unused outputs: VGG block 5's 14 x 14 images take the square);
-    never weights packed ahead of time, packing apart or split reductions. Elsewhere the
-    mma.sync 3xTF32 kernel: off Hopper, 32 output channels or fewer, other geometries; 16-bit
-    shapes are refused."""
+    never weights packed ahead of time; split reductions over clusters (from weights packed
+    apart) where its tiles are few, as the TF32 kernel's N = 64 tiles. Elsewhere the mma.sync
+    3xTF32 kernel: off Hopper, 32 output channels or fewer, other geometries; 16-bit shapes
+    are refused."""
     ids = variant_names_to_ids(variant_names)
     split = ids["tiled_3xtf32_wgmma"]
     tiles = {"default": "wide_n64", "vgg_b2": "square_n64", "vgg_b5": "square_n64",
@@ -150,10 +151,12 @@ def test_3xtf32_wgmma_kernel_where_it_applies(library, variant_names):
         assert not library.conv_relu_maxpool_takes_packed_weight(shape, split), name
         assert not library.conv_relu_maxpool_packs_weight_apart(shape, split,
                                                                 ctypes.byref(H200)), name
+        assert library.conv_relu_maxpool_wgmma_split(shape, split, ctypes.byref(H200)) == 1
+    # VGG block 5 at batch 1: 8 tiles of 64 chunks.
     b5_batch1 = replace(find_case("vgg_b5"), batch=1)
-    assert wgmma_split(library, b5_batch1) > 1  # the TF32 kernel splits this one ...
-    assert library.conv_relu_maxpool_wgmma_split(ctypes.byref(shape_of(b5_batch1, FLOAT32)),
-                                                 split, ctypes.byref(H200)) == 1  # ... 3xTF32 not
+    shape = ctypes.byref(shape_of(b5_batch1, FLOAT32))
+    assert library.conv_relu_maxpool_wgmma_split(shape, split, ctypes.byref(H200)) == 8
+    assert library.conv_relu_maxpool_packs_weight_apart(shape, split, ctypes.byref(H200))
     assert choose(library, variant_names, b5_batch1, allow_tf32=False) == "tiled_3xtf32_wgmma"
     default = find_case("default")
     assert choose(library, variant_names, default, allow_tf32=False,

@@ -188,8 +188,10 @@ def packs_weight_apart(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOA
 
 
 def wgmma_split(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
-                device: ConvPoolDevice = H200) -> int:
-    """Blocks per tile of the wgmma variant of `element`: > 1 when it splits each tile's
-    reduction over a cluster of that many blocks (conv_relu_maxpool_wgmma_split)."""
-    return lib.conv_relu_maxpool_wgmma_split(ctypes.byref(shape_of(case, element)),
-                                             wgmma_variant(lib, element), ctypes.byref(device))
+                device: ConvPoolDevice = H200, name: Optional[str] = None) -> int:
+    """Blocks per tile of the wgmma variant `name` (by default the one of `element`): > 1 when
+    it splits each tile's reduction over a cluster of that many blocks
+    (conv_relu_maxpool_wgmma_split)."""
+    variant = wgmma_variant(lib, element) if name is None else variant_id(lib, name)
+    return lib.conv_relu_maxpool_wgmma_split(ctypes.byref(shape_of(case, element)), variant,
+                                             ctypes.byref(device))
