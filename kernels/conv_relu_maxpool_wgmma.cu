@@ -1,11 +1,14 @@
 // Fused Conv2d -> ReLU -> MaxPool2d on Hopper's asynchronous warpgroup tensor-core
-// instructions (wgmma, sm_90a), fp32 accumulation. One kernel template, two variants:
+// instructions (wgmma, sm_90a), fp32 accumulation. One kernel template, three variants:
 //   tiled_tf32_wgmma   float32 tensors, TF32 operands (m64nNk8 .tf32);
 //   tiled_16bit_wgmma  float16 / bfloat16 tensors, 16-bit operands (m64nNk16 .f16 / .bf16), the
-//                      result rounded to the 16-bit type once, at the store.
-// What differs between them lives in an operand-traits type (Tf32Operands, HalfOperands<E>):
-// the element type, the channels per chunk, the weight packing, the halo loads, the instruction
-// and the bias / output conversions. Everything else is shared.
+//                      result rounded to the 16-bit type once, at the store;
+//   tiled_3xtf32_wgmma float32 tensors with allow_tf32 = False: 3xTF32, each operand staged as a
+//                      TF32 big part and a small part, three products per multiply-add
+//                      (Tf32SplitOperands: twice the halo and the weights, N = 64 tiles).
+// What differs between them lives in an operand-traits type (Tf32Operands, HalfOperands<E>,
+// Tf32SplitOperands): the element type, the channels per chunk, the weight packing, the halo
+// loads, the instruction and the bias / output conversions. Everything else is shared.
 //
 // Covers the fast-path geometry (fast_path_applies: 3x3 / stride 1 / dilation 1 convolution with
 // any padding, 2x2 / stride 2 max-pool inside the conv output); the other variants in
