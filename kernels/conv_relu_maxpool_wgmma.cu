@@ -195,13 +195,13 @@ struct WgmmaTile {
 // 5: 14 x 14), strips of four 8 x 8 squares where a row of squares is not a multiple of 4 long
 // (VGG blocks 2-3: 14 and 7 squares); 128 output channels per block, or 64 when there are no
 // more (wide and square tiles only: a strip's wider halo would not let two N = 64 blocks share
-// an SM).
+// an SM; 3xTF32 has N = 64 strips, one block per SM).
 template <class Operands, int kN>
 using WideTile = WgmmaTile<Operands, 8, 32, kN>;
 template <class Operands, int kN>
 using SquareTile = WgmmaTile<Operands, 16, 16, kN>;
-template <class Operands>
-using StripTile = WgmmaTile<Operands, 8, 32, 128, kStripTile>;
+template <class Operands, int kN = 128>
+using StripTile = WgmmaTile<Operands, 8, 32, kN, kStripTile>;
 // The N = 64 tiles at one block per SM, without the two-blocks instances' 128-register cap:
 // for layers of few tiles (kFewTiles), which have no second block for an SM, and for 16-bit
 // inputs that need scalar halo loads (kScalarHalo). The 16-bit square tile is one already.
@@ -1543,16 +1543,20 @@ auto with_tile(const ConvPoolShape& s, F&& f) {
   });
 }
 
-// split: the 3xTF32 tiles (float32 shapes only): the N = 64 wide or square tile, whichever
-// wastes less (as above), one block per SM. Their doubled halo and weights leave no room for
-// three stages of N = 128 (N = 64: 210 KB), and strips are not built for them.
+// split: the 3xTF32 tiles (float32 shapes only): of the N = 64 wide, square and strip tiles
+// the one that wastes least (as above), one block per SM. Their doubled halo and weights leave
+// no room for three stages of N = 128 (N = 64: 210 KB, 217 KB for the strip).
 template <class F>
 auto with_tile(const ConvPoolShape& s, bool split, F&& f) {
   if (split) {
     using Operands = Tf32SplitOperands;
-    return tile_waste<SquareTile<Operands, 64>>(s) < tile_waste<WideTile<Operands, 64>>(s)
-               ? f(SquareTile<Operands, 64>())
-               : f(WideTile<Operands, 64>());
+    const double wide_waste = tile_waste<WideTile<Operands, 64>>(s);
+    const double square_waste = tile_waste<SquareTile<Operands, 64>>(s);
+    if (strips_apply(s) &&
+        tile_waste<StripTile<Operands, 64>>(s) < std::min(wide_waste, square_waste))
+      return f(StripTile<Operands, 64>());
+    return square_waste < wide_waste ? f(SquareTile<Operands, 64>())
+                                     : f(WideTile<Operands, 64>());
   }
   return with_tile(s, f);
 }
@@ -1879,7 +1883,7 @@ int wgmma_split(const ConvPoolShape& s, const ConvPoolDevice& device, bool split
 const char* wgmma_tile_name(const ConvPoolShape& s, bool split) {
   return with_tile(s, split, [](auto tile) -> const char* {
     using Tile = decltype(tile);
-    if constexpr (Tile::kStrip) return "strip_n128";
+    if constexpr (Tile::kStrip) return Tile::kN == 64 ? "strip_n64" : "strip_n128";
     if constexpr (Tile::kTileRows == 16) return Tile::kN == 64 ? "square_n64" : "square_n128";
     return Tile::kN == 64 ? "wide_n64" : "wide_n128";
   });

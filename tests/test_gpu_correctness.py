@@ -686,7 +686,7 @@ def wgmma_layout_operands(case: ConvPoolCase, layout: str, dtype: torch.dtype, s
     return name, tolerance, x, weight, bias
 
 
-@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS.get)
+@pytest.mark.parametrize("dtype", [*ALL_DTYPES, "3xtf32"], ids=lambda d: ALL_DTYPE_IDS.get(d, d))
 @pytest.mark.parametrize("layout", ["dense", "channels_last", "every_other"])
 def test_wgmma_strip_tiles(ext, choice, dtype, layout):
     """Shapes whose rows of 8 x 8 squares are not a multiple of 4 long run on strips of four
@@ -695,7 +695,11 @@ def test_wgmma_strip_tiles(ext, choice, dtype, layout):
     more strips than resident blocks; a last strip of 2 squares; every padding 0-3 (halo
     column shifts 0, 3, 2, 1); odd widths (scalar loads); channels-last inputs (pixel vectors)
     and every other image of a larger batch; output-channel tails. Each batch makes more than
-    64 strips of 128 channels (fewer run 64-channel wide or square tiles: kFewTiles)."""
+    64 strips of 128 channels (fewer run 64-channel wide or square tiles: kFewTiles). "3xtf32":
+    float32 with allow_tf32 = False, tiled_3xtf32_wgmma's strips of 64 channels, at the fp32
+    tolerance."""
+    accurate = dtype == "3xtf32"
+    dtype = torch.float32 if accurate else dtype
     cases = [ConvPoolCase("strip_vgg_b3", 42, 16, 136, 56, 56, (3, 3), padding=(1, 1)),
              ConvPoolCase("strip_pad0_odd", 9, 8, 130, 22, 45, (3, 3)),
              ConvPoolCase("strip_pad2", 9, 24, 136, 17, 41, (3, 3), padding=(2, 2)),
@@ -703,9 +707,13 @@ def test_wgmma_strip_tiles(ext, choice, dtype, layout):
     seed = random.randrange(2**31)
     for i, case in enumerate(cases):
         name, tolerance, x, weight, bias = wgmma_layout_operands(case, layout, dtype, seed + i)
-        assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
-        assert wgmma_tile(choice, case, dtype) == "strip_n128", case.name
-        out = run_op(ext, case, x, weight, bias)
+        if accurate:
+            name, tolerance = "tiled_3xtf32_wgmma", FP32_TOLERANCE
+        assert kernel_choice.wgmma_tile(choice, case, ELEMENT_OF[dtype], name=name) == (
+            "strip_n64" if accurate else "strip_n128"), case.name
+        with cudnn_tf32(not accurate):
+            assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
+            out = run_op(ext, case, x, weight, bias)
         torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias),
                                    **tolerance, msg=lambda m: f"seed {seed} {case}: {m}")
 

@@ -107,9 +107,9 @@ def test_wgmma_kernels_issue_hgmma(sass):
     # never on the caller's): per operand type 3 x 4 + 2 x 2 + 2 x 4 in TF32, 4 x 4 + 2 + 4
     # in 16 bits; and the split-reduction instances (the third bool, kSplitK) of the N = 64
     # tiles that run one block per SM (TF32's twins; in 16 bits the wide twin and the square
-    # tile), from weights packed apart: 2 x 2 per operand type. Plus 3xTF32's 8
+    # tile), from weights packed apart: 2 x 2 per operand type. Plus 3xTF32's 10
     # (test_3xtf32_wgmma_kernels_issue_two_hgmma_per_tap).
-    assert len(wgmma) == 28 + 2 * 26 + 8, sorted(sass)
+    assert len(wgmma) == 28 + 2 * 26 + 10, sorted(sass)
     for operands, pattern in HGMMA_BY_OPERANDS.items():
         instances = {name: code for name, code in wgmma.items() if operands in name}
         flags = {name: re.search(r"ELb([01])ELb([01])ELb([01])EEEv", name).groups()
@@ -170,16 +170,16 @@ def test_wgmma_kernels_issue_hgmma(sass):
 
 
 def test_3xtf32_wgmma_kernels_issue_two_hgmma_per_tap(sass):
-    """tiled_3xtf32_wgmma (Tf32SplitOperands): the N = 64 wide and square tiles, each for
-    NCHW-like and channels-last inputs, each packing its own weights (a grid barrier) or, as a
-    split reduction over a cluster, reading weights packed apart (the cluster barriers; no
-    prepacked twin otherwise). Per tap and pixel square one HGMMA.64x128x8 (the big halo times
+    """tiled_3xtf32_wgmma (Tf32SplitOperands): the N = 64 wide, square and strip tiles, each for
+    NCHW-like and channels-last inputs, each packing its own weights (a grid barrier) or, for
+    the wide and square tiles, as a split reduction over a cluster, reading weights packed
+    apart (the cluster barriers; no prepacked twin otherwise). Per tap and pixel square one HGMMA.64x128x8 (the big halo times
     the big and the small weights side by side) and one HGMMA.64x64x8 (the small halo times
     the big weights): 36 per chunk, TF32 with fp32 accumulators, in the same two runs with the
     same waits as the other instances."""
     kernels = {name: code for name, code in sass.items()
                if is_wgmma_kernel(name) and "Tf32SplitOperands" in name}
-    assert len(kernels) == 8, sorted(kernels)
+    assert len(kernels) == 10, sorted(kernels)
     tiles = set()
     for name, code in kernels.items():
         tile = re.search(r"Li(\d+)ELi(\d+)ELi(\d+)ELN\w*?TileShapeE(\d)ELb0EEELb([01])"
@@ -202,7 +202,9 @@ def test_3xtf32_wgmma_kernels_issue_two_hgmma_per_tap(sass):
         assert cluster_barriers == ((2, 2) if split_k else (0, 0)), name
     assert tiles == {(rows, cols, "64", "0", pixel_vectors, split_k, split_k)
                      for rows, cols in (("8", "32"), ("16", "16"))
-                     for pixel_vectors in "01" for split_k in "01"}, tiles
+                     for pixel_vectors in "01" for split_k in "01"} | {
+                         ("8", "32", "64", "1", pixel_vectors, "0", "0")
+                         for pixel_vectors in "01"}, tiles
 
 
 def test_16bit_tensor_core_kernels_issue_m16n8k16_with_fp32_accumulators(sass):

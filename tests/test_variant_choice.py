@@ -134,16 +134,17 @@ def test_tf32_off_takes_the_flat_3xtf32_kernel_for_few_channels(library, variant
 
 def test_3xtf32_wgmma_kernel_where_it_applies(library, variant_names):
     """allow_tf32 = False on Hopper, the wgmma geometry (3x3 / stride 1, 2x2 / stride 2 pool)
-    and more than 32 output channels: tiled_3xtf32_wgmma, with the N = 64 wide or square tile
-    (whichever computes fewer unused outputs: VGG block 5's 14 x 14 images take the square);
+    and more than 32 output channels: tiled_3xtf32_wgmma, with the N = 64 wide, square or strip
+    tile (whichever computes fewer unused outputs: VGG block 5's 14 x 14 images take the square,
+    block 3's rows of 7 squares the strips);
     never weights packed ahead of time; split reductions over clusters (from weights packed
     apart) where its tiles are few, as the TF32 kernel's N = 64 tiles. Elsewhere the mma.sync
     3xTF32 kernel: off Hopper, 32 output channels or fewer, other geometries; 16-bit shapes
     are refused."""
     ids = variant_names_to_ids(variant_names)
     split = ids["tiled_3xtf32_wgmma"]
-    tiles = {"default": "wide_n64", "vgg_b2": "square_n64", "vgg_b5": "square_n64",
-             "rgb_stem": "wide_n64", "batch1": "wide_n64"}
+    tiles = {"default": "wide_n64", "vgg_b2": "square_n64", "vgg_b3": "strip_n64",
+             "vgg_b5": "square_n64", "rgb_stem": "wide_n64", "batch1": "wide_n64"}
     for name, tile in tiles.items():
         case = find_case(name)
         assert wgmma_tile(library, case, name="tiled_3xtf32_wgmma") == tile, name

@@ -57,6 +57,8 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  strip_tiles tiled_3xtf32_wgmma
+racecheck strip_tiles_channels_last tiled_3xtf32_wgmma
 memcheck  split_square tiled_3xtf32_wgmma
 racecheck split_square tiled_3xtf32_wgmma
 memcheck  small_images tiled_3xtf32_wgmma
