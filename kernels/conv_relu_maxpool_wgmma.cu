@@ -1544,17 +1544,20 @@ auto with_tile(const ConvPoolShape& s, F&& f) {
 }
 
 // split: the 3xTF32 tiles (float32 shapes only): of the N = 64 wide, square and strip tiles
-// the one that wastes least (as above), one block per SM. Their doubled halo and weights leave
-// no room for three stages of N = 128 (N = 64: 210 KB, 217 KB for the strip).
+// the one that wastes least (as above), one block per SM; but not strips for a layer of few
+// tiles (kFewTiles, as above), whose wide or square tiles split their reductions over clusters
+// (H200, 2026-11-30: VGG block 3 at batch 1 57 us that way, 102 on strips). Their doubled halo
+// and weights leave no room for three stages of N = 128 (N = 64: 210 KB, 217 KB for strips).
 template <class F>
 auto with_tile(const ConvPoolShape& s, bool split, F&& f) {
   if (split) {
     using Operands = Tf32SplitOperands;
+    using Strip = StripTile<Operands, 64>;
     const double wide_waste = tile_waste<WideTile<Operands, 64>>(s);
     const double square_waste = tile_waste<SquareTile<Operands, 64>>(s);
-    if (strips_apply(s) &&
-        tile_waste<StripTile<Operands, 64>>(s) < std::min(wide_waste, square_waste))
-      return f(StripTile<Operands, 64>());
+    if (strips_apply(s) && tile_waste<Strip>(s) < std::min(wide_waste, square_waste) &&
+        make_plan<Strip>(s).tiles > kFewTiles)
+      return f(Strip());
     return square_waste < wide_waste ? f(SquareTile<Operands, 64>())
                                      : f(WideTile<Operands, 64>());
   }

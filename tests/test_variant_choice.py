@@ -153,6 +153,12 @@ def test_3xtf32_wgmma_kernel_where_it_applies(library, variant_names):
         assert not library.conv_relu_maxpool_packs_weight_apart(shape, split,
                                                                 ctypes.byref(H200)), name
         assert library.conv_relu_maxpool_wgmma_split(shape, split, ctypes.byref(H200)) == 1
+    # VGG block 3 at batch 1: 52 strips or 56 wide tiles, few either way: the wide tile, whose
+    # reductions split.
+    b3_batch1 = replace(find_case("vgg_b3"), batch=1)
+    assert wgmma_tile(library, b3_batch1, name="tiled_3xtf32_wgmma") == "wide_n64"
+    assert library.conv_relu_maxpool_wgmma_split(ctypes.byref(shape_of(b3_batch1, FLOAT32)),
+                                                 split, ctypes.byref(H200)) > 1
     # VGG block 5 at batch 1: 8 tiles of 64 chunks.
     b5_batch1 = replace(find_case("vgg_b5"), batch=1)
     shape = ctypes.byref(shape_of(b5_batch1, FLOAT32))
