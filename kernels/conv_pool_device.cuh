@@ -49,3 +49,13 @@ __device__ __forceinline__ float max_keeping_nan(float running, float v) {
 
 // ReLU that keeps NaN, like torch.relu.
 __device__ __forceinline__ float relu_keeping_nan(float v) { return max_keeping_nan(v, 0.f); }
+
+// x clamped to +-FLT_MAX, a NaN made the canonical NaN (max.NaN / min.NaN): the finite value
+// the 3xTF32 splits take their small part from (split_tf32 in conv_relu_maxpool.cu,
+// Tf32SplitOperands in conv_relu_maxpool_wgmma.cu).
+__device__ __forceinline__ float clamp_to_finite(float x) {
+  float clamped;
+  asm("max.NaN.f32 %0, %1, 0fFF7FFFFF;\n\tmin.NaN.f32 %0, %0, 0f7F7FFFFF;"
+      : "=f"(clamped) : "f"(x));
+  return clamped;
+}

@@ -231,9 +231,7 @@ TilePlan make_flat_plan(const ConvPoolShape& s, int out_block, int max_shared_by
 // even where x's own payload lies in the 13 bits the big part drops. Four instructions, no
 // predicates (rounding each part to nearest took ~15 per operand, docs/PERF.md v31).
 __device__ __forceinline__ void split_tf32(float x, uint32_t& small, uint32_t& cross) {
-  float clamped;
-  asm("max.NaN.f32 %0, %1, 0fFF7FFFFF;\n\tmin.NaN.f32 %0, %0, 0f7F7FFFFF;"
-      : "=f"(clamped) : "f"(x));
+  const float clamped = clamp_to_finite(x);
   cross = __float_as_uint(clamped);
   small = __float_as_uint(clamped - __uint_as_float(cross & 0xffffe000u));
 }

@@ -624,9 +624,7 @@ struct Tf32Operands {
 struct Tf32SplitOperands : Tf32Operands {
   static constexpr bool kSplit = true;
   static __device__ __forceinline__ void split(float x, float& big, float& small) {
-    float clamped;
-    asm("max.NaN.f32 %0, %1, 0fFF7FFFFF;\n\tmin.NaN.f32 %0, %0, 0f7F7FFFFF;"
-        : "=f"(clamped) : "f"(x));
+    const float clamped = clamp_to_finite(x);
     asm("min.NaN.f32 %0, %1, 0f7F800000;" : "=f"(big) : "f"(x));
     small = fmaf(clamped, 0x1p-30f,
                  clamped - __uint_as_float(__float_as_uint(clamped) & 0xffffe000u));
