@@ -1381,7 +1381,7 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   if (!allow_tf32) {
     if (s->in_channels < kChannelChunk && !fast_path_applies(*s) && runs(kVariantTiled3xTf32Flat))
       return kVariantTiled3xTf32Flat;
-    if (s->out_channels > 32 && runs(kVariantTiled3xTf32Wgmma)) return kVariantTiled3xTf32Wgmma;
+    if (runs(kVariantTiled3xTf32Wgmma)) return kVariantTiled3xTf32Wgmma;
     if (runs(kVariantTiled3xTf32)) return kVariantTiled3xTf32;
     return runs(kVariantTiled3xTf32Flat) ? kVariantTiled3xTf32Flat : kVariantDirect;
   }
@@ -1392,8 +1392,12 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   if (s->in_channels < kChannelChunk && !fast_path_applies(*s) && runs(kVariantTiledTf32Flat))
     return kVariantTiledTf32Flat;
   // Hopper: the wgmma kernel for the fast-path geometry, with blocks of 128 output channels, or
-  // of 64 for 33..64 (rgb_stem: 0.25 ms vs 0.60 ms for tiled_tf32_16w, same process, run 16).
-  if (s->out_channels > 32 && runs(kVariantTiledTf32Wgmma)) return kVariantTiledTf32Wgmma;
+  // of 64 for up to 64 (rgb_stem: 0.25 ms vs 0.60 ms for tiled_tf32_16w, same process, run 16).
+  // Also for 32 or fewer, where half its N = 64 is zeros: tiled_tf32's blocks of 32 do no less
+  // work per output channel block and took 10-46% longer on four layers of 24 and 32 output
+  // channels (as did tiled_3xtf32 against tiled_3xtf32_wgmma, 17-31%; H200, 2026-11-30,
+  // docs/PERF.md v33).
+  if (runs(kVariantTiledTf32Wgmma)) return kVariantTiledTf32Wgmma;
   // 16 warps measured 8% faster than 8 for 33..64 output channels on the fast path
   // (rgb_stem) and within noise elsewhere (docs/PERF.md).
   const bool wide = s->out_channels > 32 && s->out_channels <= 64 && fast_path_applies(*s);

@@ -133,14 +133,13 @@ def test_tf32_off_takes_the_flat_3xtf32_kernel_for_few_channels(library, variant
 
 
 def test_3xtf32_wgmma_kernel_where_it_applies(library, variant_names):
-    """allow_tf32 = False on Hopper, the wgmma geometry (3x3 / stride 1, 2x2 / stride 2 pool)
-    and more than 32 output channels: tiled_3xtf32_wgmma, with the N = 64 wide, square or strip
+    """allow_tf32 = False on Hopper and the wgmma geometry (3x3 / stride 1, 2x2 / stride 2
+    pool): tiled_3xtf32_wgmma, with the N = 64 wide, square or strip
     tile (whichever computes fewer unused outputs: VGG block 5's 14 x 14 images take the square,
     block 3's rows of 7 squares the strips);
     never weights packed ahead of time; split reductions over clusters (from weights packed
     apart) where its tiles are few, as the TF32 kernel's N = 64 tiles. Elsewhere the mma.sync
-    3xTF32 kernel: off Hopper, 32 output channels or fewer, other geometries; 16-bit shapes
-    are refused."""
+    3xTF32 kernel: off Hopper, other geometries; 16-bit shapes are refused."""
     ids = variant_names_to_ids(variant_names)
     split = ids["tiled_3xtf32_wgmma"]
     tiles = {"default": "wide_n64", "vgg_b2": "square_n64", "vgg_b3": "strip_n64",
@@ -170,9 +169,13 @@ def test_3xtf32_wgmma_kernel_where_it_applies(library, variant_names):
                   device=A100_LIKE) == "tiled_3xtf32"
     why = unsupported(library, default, split, device=A100_LIKE)
     assert why is not None and b"9.0" in why
+    # 32 output channels or fewer: still the wgmma kernel, half of its N = 64 zeros (the
+    # mma.sync kernels' 32-channel blocks were slower: docs/PERF.md v33); TF32 likewise.
     narrow = replace(default, out_channels=32)
-    assert choose(library, variant_names, narrow, allow_tf32=False) == "tiled_3xtf32"
-    assert unsupported(library, narrow, split) is None  # selectable through config
+    assert choose(library, variant_names, narrow, allow_tf32=False) == "tiled_3xtf32_wgmma"
+    assert choose(library, variant_names, narrow) == "tiled_tf32_wgmma"
+    assert choose(library, variant_names, replace(narrow, out_channels=24),
+                  allow_tf32=False) == "tiled_3xtf32_wgmma"
     why = unsupported(library, find_case("alexnet_c1"), split)
     assert why is not None and b"3x3" in why
     assert unsupported(library, default, split, element=FLOAT16) == b"needs float32 input"

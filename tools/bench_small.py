@@ -64,6 +64,12 @@ LAYERS = [
     C("vgg_b4", 32, 256, 512, 28, 28, (3, 3), padding=(1, 1)),      # VGG-16 block 4's 1st conv
     C("vgg_b3_batch1", 1, 256, 256, 56, 56, (3, 3), padding=(1, 1)),
     C("vgg_b5_batch1", 1, 512, 512, 14, 14, (3, 3), padding=(1, 1)),
+    # 3x3 layers of 17..32 output channels: the mma.sync kernels' 32-channel blocks, or the
+    # wgmma kernels' N = 64 ones (half of them zeros).
+    C("c3_k32_3x3", 64, 3, 32, 224, 224, (3, 3), padding=(1, 1)),
+    C("c16_k32_3x3", 64, 16, 32, 128, 128, (3, 3), padding=(1, 1)),
+    C("c32_k24_3x3", 32, 32, 24, 112, 112, (3, 3), padding=(1, 1)),
+    C("c64_k32_3x3", 32, 64, 32, 56, 56, (3, 3), padding=(1, 1)),
 ]
 VARIANTS = {torch.float32: ("small_fp32", "small_tf32"),
             torch.float16: ("small_16bit",), torch.bfloat16: ("small_16bit",)}
