@@ -37,8 +37,8 @@
 //                     exactly, the store rounds once.
 //  14 tiled_3xtf32_flat As 5 with 3xTF32 (as 3), float32 only: the fp32-accurate path for
 //                     few input channels and large kernels (allow_tf32=False).
-// (6, 10 and 15 are the wgmma kernels, conv_relu_maxpool_wgmma.cu, 15 with 3xTF32; 7 and 11 the CUDA-core
-// small_fp32 / small_16bit and 13 their TF32 tensor-core twin small_tf32,
+// (6, 10 and 15 are the wgmma kernels, conv_relu_maxpool_wgmma.cu, 15 with 3xTF32; 7 and 11
+// the CUDA-core small_fp32 / small_16bit and 13 their TF32 tensor-core twin small_tf32,
 // conv_relu_maxpool_small.cu; 8 and 9 the other 16-bit kernels, conv_relu_maxpool_half.cu.)
 //
 // Chunked tiled variants (1-4), per block of 256 (or 512) threads:

@@ -479,7 +479,8 @@ def test_3xtf32_wgmma_matches_float64_with_infinities_in_both_operands(ext, choi
     x[0, 3, 5, 5], x[0, 4, 5, 6] = float("inf"), float("-inf")  # some sums are inf - inf
     x = laid_out(x)
     weight = weight.clone()
-    weight[3, 1, 1, 1], weight[5, 0, 0, 2], weight[9, 2, 2, 0] = float("inf"), float("-inf"), float("inf")
+    inf = float("inf")
+    weight[3, 1, 1, 1], weight[5, 0, 0, 2], weight[9, 2, 2, 0] = inf, -inf, inf
     expected = reference(case, x, weight, bias)
     out = run_op(ext, case, x, weight, bias, config).double().cpu()
     assert expected.isinf().any() and expected.isnan().any()

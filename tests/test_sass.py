@@ -173,10 +173,10 @@ def test_3xtf32_wgmma_kernels_issue_two_hgmma_per_tap(sass):
     """tiled_3xtf32_wgmma (Tf32SplitOperands): the N = 64 wide, square and strip tiles, each for
     NCHW-like and channels-last inputs, each packing its own weights (a grid barrier) or, for
     the wide and square tiles, as a split reduction over a cluster, reading weights packed
-    apart (the cluster barriers; no prepacked twin otherwise). Per tap and pixel square one HGMMA.64x128x8 (the big halo times
-    the big and the small weights side by side) and one HGMMA.64x64x8 (the small halo times
-    the big weights): 36 per chunk, TF32 with fp32 accumulators, in the same two runs with the
-    same waits as the other instances."""
+    apart (the cluster barriers; no prepacked twin otherwise). Per tap and pixel square one
+    HGMMA.64x128x8 (the big halo times the big and the small weights side by side) and one
+    HGMMA.64x64x8 (the small halo times the big weights): 36 per chunk, TF32 with fp32
+    accumulators, in the same two runs with the same waits as the other instances."""
     kernels = {name: code for name, code in sass.items()
                if is_wgmma_kernel(name) and "Tf32SplitOperands" in name}
     assert len(kernels) == 10, sorted(kernels)
