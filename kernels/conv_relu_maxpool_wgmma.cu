@@ -116,10 +116,11 @@ struct WgmmaTile {
   // OneBlockSquareTile), never given packed weights (only the copy packed apart: packs_apart).
   static constexpr bool kOneBlockTwin = kOneBlockTwinT;
   static constexpr int kAccs = kN / 2;    // accumulators per thread per 8 x 8 pixel square
-  // 3xTF32 (Operands::kSplit): every weight row is staged twice, its big part then its small
+  // 3xTF32 (Operands::kSplit): every weight row is staged twice, its small part then its big
   // part (rows [0, kN) and [kN, 2 kN) of each slice), so that one N = 2 kN wgmma multiplies the
-  // big halo by both: 2 kN accumulators per square, the second half summed into the first at
-  // the tile's end. The halo is staged twice too (big, then small: kHaloCopies).
+  // big halo by both: 2 kN accumulators per square, the first half the two cross terms
+  // (mma_cross adds small halo * big weights there), the second big * big, summed into the
+  // first at the tile's end. The halo is staged twice too (big, then small: kHaloCopies).
   static constexpr bool kSplit = Operands::kSplit;
   static constexpr int kWeightN = kSplit ? 2 * kN : kN;  // staged weight rows per slice
   static constexpr int kAccRegs = kSplit ? 2 * kAccs : kAccs;  // per thread per square
@@ -141,7 +142,7 @@ struct WgmmaTile {
   static constexpr int kMaxPlaneVectors = kThreads / 2;
   static constexpr int kWeightTapBytes = 2 * kWeightN * kSliceBytes;
   // One chunk's weights in the staged layout, [tap][channel slice][out channel][16 bytes]
-  // (3xTF32: [tap][channel slice][part][out channel][16 bytes]), in 4-byte words (the
+  // (3xTF32: [tap][channel slice][small, big][out channel][16 bytes]), in 4-byte words (the
   // workspace's unit).
   static constexpr int kWeightChunkWords = kTaps * 2 * kWeightN * 4;
   static constexpr int kWeightChunkBytes = kTaps * kWeightTapBytes;
@@ -635,9 +636,15 @@ struct Tf32SplitOperands : Tf32Operands {
     split(x.z, big.z, small.z);
     split(x.w, big.w, small.w);
   }
-  // The small term of the big halo (N = 64, into the first half of the N = 128 accumulators).
-  static __device__ __forceinline__ void mma_low_half(float (&d)[64], uint64_t a, uint64_t b,
-                                                      bool accumulate) {
+  // The small halo times the big weights (b: the big rows, kN on from the small ones; N = 64),
+  // into the first half of the N = 128 accumulators, beside big halo * small weights. Not into
+  // the big * big half: the tensor cores add into fp32 accumulators with an error that grows
+  // with each wgmma added to a sum and scales with the sum (not with the terms added), so that
+  // half gets one wgmma per tap and the cross terms accumulate in a sum ~2^-11 its size
+  // (docs/PERF.md v34). (Into the second half, ptxas waited for every wgmma before the next:
+  // a chain of wgmmas whose accumulators overlap must start at the same register.)
+  static __device__ __forceinline__ void mma_cross(float (&d)[64], uint64_t a, uint64_t b,
+                                                   bool accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     WGMMA_N64_ASM("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", "1, 1");
 #endif
@@ -822,9 +829,9 @@ __device__ __forceinline__ void pack_weights(const ConvPoolOperands& ops, const 
                  int64_t(block_chunk) * (Tile::kWeightChunkWords / 4);
 #pragma unroll
     for (int tap = 0; tap < 9; ++tap) {
-      if constexpr (Tile::kSplit) {  // big part at row n, small at row kN + n
+      if constexpr (Tile::kSplit) {  // small part at row n, big at row kN + n
         Pixel* slot = dst + (tap * 2 + slice) * Tile::kWeightN + n;
-        Operands::split(Operands::weight_slice(row, tap), slot[0], slot[kN]);
+        Operands::split(Operands::weight_slice(row, tap), slot[kN], slot[0]);
       } else {
         dst[(tap * 2 + slice) * kN + n] = Operands::weight_slice(row, tap);
       }
@@ -1053,7 +1060,7 @@ __device__ __forceinline__ ChunkDescriptors chunk_descriptors(const uint32_t (&s
 }
 
 // The wgmmas of taps [kFirstTap, kEndTap) of one chunk for this warpgroup: one per tap and
-// 8 x 8 pixel square (3xTF32: two, the big halo times the big and small weights side by side,
+// 8 x 8 pixel square (3xTF32: two, the big halo times the small and big weights side by side,
 // then the small halo times the big weights). The first chunk of a tile starts the
 // accumulators from zero.
 template <class Tile, int kFirstTap, int kEndTap>
@@ -1068,8 +1075,8 @@ __device__ __forceinline__ void mma_taps(float (&acc)[2][Tile::kAccRegs],
       const uint64_t a = d.a0[m] + uint64_t(r * Tile::kHaloPitch + q);
       Tile::Operands::mma(acc[m], a, b, !(first_chunk && tap == 0));
       if constexpr (Tile::kSplit)
-        Tile::Operands::mma_low_half(acc[m], a + uint64_t(Tile::kHaloCopyBytes / kSliceBytes), b,
-                                     true);
+        Tile::Operands::mma_cross(acc[m], a + uint64_t(Tile::kHaloCopyBytes / kSliceBytes),
+                                  b + uint64_t(Tile::kN), true);
     }
   }
 }
@@ -1345,7 +1352,7 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
     wgmma_wait<0>();
     fence_registers(acc[0]);
     fence_registers(acc[1]);
-    if constexpr (Tile::kSplit) {  // + big halo * small weights, the second half
+    if constexpr (Tile::kSplit) {  // the cross terms + big * big, the second half
 #pragma unroll
       for (int m = 0; m < 2; ++m)
 #pragma unroll
