@@ -462,6 +462,28 @@ __device__ __forceinline__ void fence_registers(float (&d)[kCount]) {
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// 16 bytes stored to, added into (at L2; no value back) and read back from global memory, all
+// at gpu scope (relaxed), so that the load sees this thread's earlier store and reductions
+// there rather than a stale L1 line.
+__device__ __forceinline__ void store_relaxed(float4* p, const float4& v) {
+  asm volatile("st.relaxed.gpu.global.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v.x),
+               "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ void red_add(float4* p, const float4& v) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v.x), "f"(v.y),
+               "f"(v.z), "f"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ float4 load_relaxed(const float4* p) {
+  float4 v;
+  asm volatile("ld.relaxed.gpu.global.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
 // D (64 x N, fp32) += A (64 x K, smem) * B (K x N, smem), N = 128 (64 accumulators per thread)
 // or 64 (32), K = 8 TF32 or 16 16-bit elements: 32 bytes of K either way, two core matrices.
 // Thread t of the warpgroup holds rows 16 * (t / 32) + (t % 32) / 4 (+ 8) and columns
@@ -1172,6 +1194,64 @@ __device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const 
   }
 }
 
+// 3xTF32 runs. The tensor cores add each wgmma's products into the fp32 accumulators with an
+// error that scales with the running sum, so a tile's error grew with its chunks (docs/PERF.md
+// v34, v35). Every kFlushChunks chunks (576 taps: the default problem's whole reduction is one
+// run) the warpgroup waits for its wgmmas, adds the two accumulator halves of the run and moves
+// them to this block's master slots (a store for the tile's first run, a reduction at L2 for
+// the others: no round trip), and the next chunk's wgmmas start the accumulators from zero;
+// the tile's last run then adds the slots back (add_master). The slots follow the packed
+// weights in the workspace when a tile has more than kFlushChunks chunks (master_bytes), for
+// at most kMasterBlocks blocks (Hopper GPUs have up to 132 SMs; the launch caps its grid
+// there); slot i (16 bytes) of this thread is
+// master[(blockIdx.x * kMasterSlots + i) * kThreads + threadIdx.x], coalesced per warp.
+constexpr int kFlushChunks = 8;
+constexpr int kMasterBlocks = 256;
+template <class Tile>
+constexpr int kMasterSlots = 2 * Tile::kAccs / 4;
+
+template <class Tile>
+__device__ __forceinline__ float4* master_slots(const WgmmaPlan& p) {
+  float4* master = reinterpret_cast<float4*>(
+      p.packed + int64_t(p.channel_blocks) * p.chunks * Tile::kWeightChunkWords);
+  return master + int64_t(blockIdx.x) * kMasterSlots<Tile> * kThreads + threadIdx.x;
+}
+
+template <class Tile>
+__device__ __forceinline__ void flush_run(const float (&acc)[2][Tile::kAccRegs], float4* slots,
+                                          bool first_run) {
+  constexpr int kGroups = Tile::kAccs / 4, kHalf = Tile::kAccs;
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      const float* a = acc[m] + 4 * g;
+      const float4 v = make_float4(a[0] + a[kHalf], a[1] + a[kHalf + 1], a[2] + a[kHalf + 2],
+                                   a[3] + a[kHalf + 3]);
+      float4* slot = slots + (m * kGroups + g) * kThreads;
+      if (first_run)
+        store_relaxed(slot, v);
+      else
+        red_add(slot, v);
+    }
+}
+
+// The tile's earlier runs (flush_run) into its folded accumulators (the first kAccs).
+template <class Tile>
+__device__ __forceinline__ void add_master(float (&acc)[2][Tile::kAccRegs], const float4* slots) {
+  constexpr int kGroups = Tile::kAccs / 4;
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      const float4 v = load_relaxed(slots + (m * kGroups + g) * kThreads);
+      acc[m][4 * g] += v.x;
+      acc[m][4 * g + 1] += v.y;
+      acc[m][4 * g + 2] += v.z;
+      acc[m][4 * g + 3] += v.w;
+    }
+}
+
 // Split reductions (kSplitK): the p.split blocks of a cluster hold partial sums of one tile, each
 // over its share of the chunks, in the same registers. Each block writes its partials to its
 // pipeline stages (idle now); then block `rank` adds the p.split partials of the channel groups
@@ -1235,6 +1315,9 @@ template <class Tile, bool kPixelVectors, bool kPrepacked, bool kSplitK = false>
 __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
     conv_pool_wgmma_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const WgmmaPlan p) {
   static_assert(!kSplitK || (kPrepacked && Tile::kN == 64), "split reductions: see launch()");
+  // 3xTF32 runs (flush_run), not with split reductions: their blocks hold a share of the
+  // chunks each, and their grid is not the one the master slots are laid out for.
+  constexpr bool kFlush = Tile::kSplit && !kSplitK;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ __align__(128) unsigned char smem[];
   float* pooled = reinterpret_cast<float*>(smem + Tile::kPipelineBytes);
@@ -1319,7 +1402,10 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
                                     origin.col_shift) * kSliceBytes;
     }
     // The accumulators are touched only by wgmmas inside this loop (ordinary instructions
-    // reading them here would make the compiler drain the tensor cores every step).
+    // reading them here would make the compiler drain the tensor cores every step), but for
+    // the 3xTF32 flushes, after a wait for every wgmma.
+    int run = 0;           // chunks of the current run done (kFlush)
+    bool flushed = false;  // a run of this tile is in p.master
     for (int chunk = 0; chunk < tile_chunks; ++chunk, ++step) {
       // Here: `stage` holds this step's halo, visible to the tensor cores, and its weights
       // landed or in flight; the next stage has its weights in flight and its halo in `halo`;
@@ -1329,17 +1415,31 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
       phases ^= 1u << stage;
       const ChunkDescriptors descriptors = chunk_descriptors<Tile>(
           square_base, smem_base + Tile::kHaloBytes, uint32_t(stage * Tile::kStageBytes));
+      const bool fresh = kFlush ? run == 0 : chunk == 0;
       wgmma_fence();
-      mma_taps<Tile, 0, kSplitTap>(acc, descriptors, chunk == 0);
+      mma_taps<Tile, 0, kSplitTap>(acc, descriptors, fresh);
       if (step + 1 < steps)
         loader.store_halo_unit(halo, smem + stage1 * Tile::kStageBytes, s, p);
       const bool refill = step + 2 < steps;
       if (refill) loader.load_halo(halo, ops, s, p);
       wgmma_fence();  // the halo code wrote registers (ptxas would insert this fence itself)
-      mma_taps<Tile, kSplitTap, kTaps>(acc, descriptors, chunk == 0);
+      mma_taps<Tile, kSplitTap, kTaps>(acc, descriptors, fresh);
       wgmma_commit();
       // stage2 = (step - 1) % 3 is free once every warpgroup is past step - 1.
-      wgmma_wait<1>();
+      if constexpr (kFlush) {
+        if (++run == kFlushChunks && chunk + 1 < tile_chunks) {
+          run = 0;
+          wgmma_wait<0>();
+          fence_registers(acc[0]);
+          fence_registers(acc[1]);
+          flush_run<Tile>(acc, master_slots<Tile>(p), !flushed);
+          flushed = true;
+        } else {
+          wgmma_wait<1>();
+        }
+      } else {
+        wgmma_wait<1>();
+      }
       __syncthreads();
       if (refill) loader.copy_weights(smem + stage2 * Tile::kStageBytes, weights_landed + stage2);
       // step + 1's halo stores become visible to the tensor cores. (Fencing them earlier and
@@ -1357,6 +1457,7 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
       for (int m = 0; m < 2; ++m)
 #pragma unroll
         for (int i = 0; i < Tile::kAccs; ++i) acc[m][i] += acc[m][Tile::kAccs + i];
+      if (kFlush && flushed) add_master<Tile>(acc, master_slots<Tile>(p));
     }
     if constexpr (kSplitK) reduce_split<Tile>(acc, smem, p.split, rank);
     // The tile's bias, one load per channel into shared memory; its latency overlaps the
@@ -1395,6 +1496,14 @@ template <class Tile>
 int64_t packed_weight_bytes(const ConvPoolShape& s) {
   const WgmmaPlan p = packing_plan<Tile>(s);
   return int64_t(p.channel_blocks) * p.chunks * Tile::kWeightChunkWords * int64_t(sizeof(float));
+}
+
+// The workspace's master slots after the packed weights (3xTF32 runs: kFlushChunks).
+template <class Tile>
+int64_t master_bytes(const WgmmaPlan& p) {
+  if (!Tile::kSplit || p.chunks <= kFlushChunks) return 0;
+  return std::min<int64_t>(p.tiles, kMasterBlocks) * kMasterSlots<Tile> * kThreads *
+         int64_t(sizeof(float4));
 }
 
 template <class Tile>
@@ -1642,7 +1751,8 @@ cudaError_t launch_instance(const ConvPoolOperands& ops, const ConvPoolShape& s,
   const int blocks_per_sm = prepare_kernel<Tile, kPixelVectors, kPrepacked>(current);
   if (blocks_per_sm < 0) return cudaError_t(-blocks_per_sm);
   p.packed = kPrepacked ? const_cast<float*>(ops.packed_weight) : ops.workspace;
-  const int blocks = std::min(p.tiles, blocks_per_sm * std::max(device.sm_count, 1));
+  int blocks = std::min(p.tiles, blocks_per_sm * std::max(device.sm_count, 1));
+  if (master_bytes<Tile>(p) > 0) blocks = std::min(blocks, kMasterBlocks);
   void* args[] = {const_cast<ConvPoolOperands*>(&ops), const_cast<ConvPoolShape*>(&s), &p};
   const void* kernel =
       reinterpret_cast<const void*>(conv_pool_wgmma_kernel<Tile, kPixelVectors, kPrepacked>);
@@ -1923,7 +2033,10 @@ bool wgmma_packs_weight(const ConvPoolShape& s, const ConvPoolDevice& device) {
 }
 
 int64_t wgmma_conv_pool_workspace_bytes(const ConvPoolShape& s, bool split) {
-  return with_tile(s, split, [&](auto tile) { return packed_weight_bytes<decltype(tile)>(s); });
+  return with_tile(s, split, [&](auto tile) {
+    using Tile = decltype(tile);
+    return packed_weight_bytes<Tile>(s) + master_bytes<Tile>(make_plan<Tile>(s));
+  });
 }
 
 int64_t wgmma_packed_weight_bytes(const ConvPoolShape& s) {

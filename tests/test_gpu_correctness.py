@@ -428,6 +428,30 @@ def test_3xtf32_blocks_of_128_channels_match_float64(ext, choice, case):
     torch.testing.assert_close(out[finite], expected[finite], **FP32_TOLERANCE)
 
 
+def test_3xtf32_wgmma_error_does_not_grow_with_the_reduction(ext, choice):
+    """tiled_3xtf32_wgmma restarts its tensor-core sums every 8 chunks (576 taps) and adds the
+    runs in fp32 (flush_run): over 4608 taps (512 channels, 8 runs, no split reduction) its
+    relative L2 error against float64 stays at one run's level. On the H200 one run over 576
+    taps measured 1.1e-6 to 1.3e-6, a single sum over the 4608 taps 7.4e-6 to 7.7e-6, cuDNN's
+    fp32 3.1e-7 (docs/PERF.md v34, v35)."""
+    if not on_hopper():
+        pytest.skip("the wgmma kernels need a Hopper GPU")
+    case = ConvPoolCase("runs_of_8_chunks", 264, 512, 64, 8, 8, (3, 3), padding=(1, 1))
+    name = "tiled_3xtf32_wgmma"
+    device = kernel_choice.device_of(choice, torch.cuda.current_device())
+    assert kernel_choice.wgmma_split(choice, case, kernel_choice.FLOAT32, device, name=name) == 1
+    seed = random.randrange(2**31)
+    x, weight, bias = make_operands(case, seed)
+    with cudnn_tf32(False):
+        assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
+        out = run_op(ext, case, x, weight, bias).double()
+    # float64 on the GPU (cuDNN: 10 GFLOP would take long on the CPU)
+    conv = F.conv2d(x.double(), weight.double(), bias.double(), case.stride, case.padding)
+    expected = F.max_pool2d(F.relu(conv), case.pool_kernel, case.effective_pool_stride)
+    error = ((out - expected).norm() / expected.norm()).item()
+    assert error < 3e-6, f"seed {seed}: relative L2 error {error:.2e}"
+
+
 @pytest.mark.parametrize("layout", ["dense", "channels_last", "every_other"])
 @pytest.mark.parametrize("case,tile", [
     # one 14 x 14 image per square tile (whole-plane vector loads when dense), 5 chunks of
@@ -437,6 +461,9 @@ def test_3xtf32_blocks_of_128_channels_match_float64(ext, choice, case):
     (ConvPoolCase("split_wide", 2, 24, 136, 32, 64, (3, 3), padding=(1, 1)), "wide_n64"),
     # odd widths and 13 channels: scalar loads, an input-channel tail inside a slice
     (ConvPoolCase("split_scalars", 3, 13, 40, 19, 30, (3, 3)), "wide_n64"),
+    # 9 chunks, more tiles than SMs (no split reduction): a run of 8 chunks whose sums go to
+    # the master slots, then a run of 1 that adds them back (flush_run, add_master)
+    (ConvPoolCase("split_runs", 140, 72, 64, 8, 8, (3, 3), padding=(1, 1)), "wide_n64"),
 ], ids=lambda v: v.name if isinstance(v, ConvPoolCase) else v)
 def test_3xtf32_wgmma_matches_float64_with_infinities_in_both_operands(ext, choice, case, tile,
                                                                        layout):

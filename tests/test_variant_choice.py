@@ -463,6 +463,30 @@ def test_workspace_of_the_wgmma_kernels_covers_their_staged_weights(library, var
     assert workspace(find_case("default"), "tiled_16bit_wgmma", FLOAT32) == 0
 
 
+def test_workspace_of_the_3xtf32_wgmma_kernel_holds_its_runs_of_8_chunks(library, variant_names):
+    """tiled_3xtf32_wgmma: the packed weights with two rows per output channel (the small and
+    big parts), blocks of 64 channels; where a tile has more than 8 chunks of 8 channels (576
+    taps), one tensor-core run per 8 chunks, their sums in each block's master slots after the
+    weights: 16 of 16 bytes per thread of 256, for at most 256 blocks (the launch's grid)."""
+    library.conv_relu_maxpool_workspace_bytes.restype = ctypes.c_int64
+    library.conv_relu_maxpool_workspace_bytes.argtypes = [ctypes.POINTER(ConvPoolShape),
+                                                          ctypes.c_int]
+    variant = variant_names_to_ids(variant_names)["tiled_3xtf32_wgmma"]
+    origin = (ctypes.c_int64 * 4)()
+    for name, runs in (("default", 1), ("vgg_b3", 4), ("c132_long_reduction", 3),
+                       ("k136_channel_tail", 1)):
+        case = find_case(name)
+        shape = shape_of(case)
+        chunks, blocks = -(-case.in_channels // 8), -(-case.out_channels // 64)
+        tiles = library.conv_relu_maxpool_wgmma_tile_origin(ctypes.byref(shape), variant, -1,
+                                                            origin)
+        assert tiles > 0 and -(-chunks // 8) == runs
+        weights = blocks * chunks * 9 * 2 * 128 * 16
+        master = min(tiles, 256) * 16 * 256 * 16 if runs > 1 else 0
+        assert library.conv_relu_maxpool_workspace_bytes(ctypes.byref(shape),
+                                                         variant) == weights + master
+
+
 def variant_names_to_ids(variant_names: dict) -> dict:
     return {name: config for config, name in variant_names.items()}
 

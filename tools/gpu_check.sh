@@ -57,6 +57,10 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  flush_runs tiled_3xtf32_wgmma
+racecheck flush_runs tiled_3xtf32_wgmma
+memcheck  flush_runs_strips tiled_3xtf32_wgmma
+racecheck flush_runs_strips tiled_3xtf32_wgmma
 memcheck  strip_tiles tiled_3xtf32_wgmma
 racecheck strip_tiles_channels_last tiled_3xtf32_wgmma
 memcheck  split_square tiled_3xtf32_wgmma
