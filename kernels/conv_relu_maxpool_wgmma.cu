@@ -1197,11 +1197,9 @@ __device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const 
 // 3xTF32 runs. The tensor cores add each wgmma's products into the fp32 accumulators with an
 // error that scales with the running sum, so a tile's error grew with its chunks (docs/PERF.md
 // v34, v35). Every kFlushChunks chunks (576 taps: the default problem's whole reduction is one
-// run), before the next chunk's wgmmas, the warpgroup waits for its wgmmas, adds the two
-// accumulator halves of the run and moves them to this block's master slots (a store for the
-// tile's first run, a reduction at L2 for the others: no round trip; red.global.add.f32
-// flushes subnormal sums to zero, an error below 2^-126 a run), and the next wgmmas start the
-// accumulators from zero;
+// run) the warpgroup waits for its wgmmas, adds the two accumulator halves of the run and moves
+// them to this block's master slots (a store for the tile's first run, a reduction at L2 for
+// the others: no round trip), and the next chunk's wgmmas start the accumulators from zero;
 // the tile's last run then adds the slots back (add_master). The slots follow the packed
 // weights in the workspace when a tile has more than kFlushChunks chunks (master_bytes), for
 // at most kMasterBlocks blocks (Hopper GPUs have up to 132 SMs; the launch caps its grid
@@ -1406,9 +1404,8 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
     // The accumulators are touched only by wgmmas inside this loop (ordinary instructions
     // reading them here would make the compiler drain the tensor cores every step), but for
     // the 3xTF32 flushes, after a wait for every wgmma.
-    int run = 0;                 // chunks of the current run issued (kFlush)
-    bool flush_pending = false;  // the last step ended a run that is not the tile's last
-    bool flushed = false;        // a run of this tile is in the master slots
+    int run = 0;           // chunks of the current run done (kFlush)
+    bool flushed = false;  // a run of this tile is in p.master
     for (int chunk = 0; chunk < tile_chunks; ++chunk, ++step) {
       // Here: `stage` holds this step's halo, visible to the tensor cores, and its weights
       // landed or in flight; the next stage has its weights in flight and its halo in `halo`;
@@ -1418,18 +1415,6 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
       phases ^= 1u << stage;
       const ChunkDescriptors descriptors = chunk_descriptors<Tile>(
           square_base, smem_base + Tile::kHaloBytes, uint32_t(stage * Tile::kStageBytes));
-      if constexpr (kFlush) {
-        // Here rather than after the run's last wgmmas were issued: the barriers and this
-        // step's waits ran while they did, so the tensor cores idle only for the flush.
-        if (flush_pending) {
-          wgmma_wait<0>();
-          fence_registers(acc[0]);
-          fence_registers(acc[1]);
-          flush_run<Tile>(acc, master_slots<Tile>(p), !flushed);
-          flushed = true;
-          flush_pending = false;
-        }
-      }
       const bool fresh = kFlush ? run == 0 : chunk == 0;
       wgmma_fence();
       mma_taps<Tile, 0, kSplitTap>(acc, descriptors, fresh);
@@ -1440,14 +1425,21 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
       wgmma_fence();  // the halo code wrote registers (ptxas would insert this fence itself)
       mma_taps<Tile, kSplitTap, kTaps>(acc, descriptors, fresh);
       wgmma_commit();
-      if constexpr (kFlush) {
-        if (++run == kFlushChunks) {
-          run = 0;
-          flush_pending = chunk + 1 < tile_chunks;
-        }
-      }
       // stage2 = (step - 1) % 3 is free once every warpgroup is past step - 1.
-      wgmma_wait<1>();
+      if constexpr (kFlush) {
+        if (++run == kFlushChunks && chunk + 1 < tile_chunks) {
+          run = 0;
+          wgmma_wait<0>();
+          fence_registers(acc[0]);
+          fence_registers(acc[1]);
+          flush_run<Tile>(acc, master_slots<Tile>(p), !flushed);
+          flushed = true;
+        } else {
+          wgmma_wait<1>();
+        }
+      } else {
+        wgmma_wait<1>();
+      }
       __syncthreads();
       if (refill) loader.copy_weights(smem + stage2 * Tile::kStageBytes, weights_landed + stage2);
       // step + 1's halo stores become visible to the tensor cores. (Fencing them earlier and
