@@ -76,8 +76,9 @@ struct ConvPoolOperands {
   int64_t bias_stride;
   union { float* out; uint16_t* out16; };
   // Device scratch of conv_relu_maxpool_workspace_bytes() bytes, 16-byte aligned (nullptr
-  // when that is 0): the wgmma variants re-lay the weights out there, tiled_16bit_mma the
-  // weights and (unless x already is channels-last) the input.
+  // when that is 0): the wgmma variants re-lay the weights out there (tiled_3xtf32_wgmma
+  // also keeps partial sums there), tiled_16bit_mma the weights and (unless x already is
+  // channels-last) the input.
   float* workspace;
   // The weights packed ahead of time by conv_relu_maxpool_pack_weight, or nullptr; only for
   // a variant and shape that take it (conv_relu_maxpool_takes_packed_weight), which then

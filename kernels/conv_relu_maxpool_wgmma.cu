@@ -5,7 +5,8 @@
 //                      result rounded to the 16-bit type once, at the store;
 //   tiled_3xtf32_wgmma float32 tensors with allow_tf32 = False: 3xTF32, each operand staged as a
 //                      TF32 big part and a small part, three products per multiply-add
-//                      (Tf32SplitOperands: twice the halo and the weights, N = 64 tiles).
+//                      (Tf32SplitOperands: twice the halo and the weights, N = 64 tiles),
+//                      the tensor cores' sums restarted every 8 chunks (flush_run).
 // What differs between them lives in an operand-traits type (Tf32Operands, HalfOperands<E>,
 // Tf32SplitOperands): the element type, the channels per chunk, the weight packing, the halo
 // loads, the instruction and the bias / output conversions. Everything else is shared.
@@ -1199,7 +1200,8 @@ __device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const 
 // v34, v35). Every kFlushChunks chunks (576 taps: the default problem's whole reduction is one
 // run) the warpgroup waits for its wgmmas, adds the two accumulator halves of the run and moves
 // them to this block's master slots (a store for the tile's first run, a reduction at L2 for
-// the others: no round trip), and the next chunk's wgmmas start the accumulators from zero;
+// the others: no round trip; red.global.add.f32 flushes subnormal sums to zero, an error below
+// 2^-126 a run), and the next chunk's wgmmas start the accumulators from zero;
 // the tile's last run then adds the slots back (add_master). The slots follow the packed
 // weights in the workspace when a tile has more than kFlushChunks chunks (master_bytes), for
 // at most kMasterBlocks blocks (Hopper GPUs have up to 132 SMs; the launch caps its grid
@@ -1405,7 +1407,7 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
     // reading them here would make the compiler drain the tensor cores every step), but for
     // the 3xTF32 flushes, after a wait for every wgmma.
     int run = 0;           // chunks of the current run done (kFlush)
-    bool flushed = false;  // a run of this tile is in p.master
+    bool flushed = false;  // a run of this tile is in the master slots
     for (int chunk = 0; chunk < tile_chunks; ++chunk, ++step) {
       // Here: `stage` holds this step's halo, visible to the tensor cores, and its weights
       // landed or in flight; the next stage has its weights in flight and its halo in `halo`;

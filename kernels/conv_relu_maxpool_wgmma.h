@@ -21,7 +21,8 @@ const char* wgmma_conv_pool_unsupported(const ConvPoolShape& shape, const ConvPo
 
 // Scratch bytes it needs: the weights in the staged layout, [channel block][chunk][tap]
 // [channel slice][out channel][16 bytes: 4 fp32 or 8 16-bit channels], zero-padded.
-// (3xTF32: [tap][channel slice][big, small][out channel][16 bytes].)
+// (3xTF32: [tap][channel slice][small, big][out channel][16 bytes], then, for reductions of more
+// than 8 chunks, the sums of each block's runs of 8 chunks: flush_run in the .cu.)
 int64_t wgmma_conv_pool_workspace_bytes(const ConvPoolShape& shape, bool split = false);
 
 // Bytes of the weights packed ahead of time (wgmma_pack_weight_launch): the same layout, for

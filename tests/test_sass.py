@@ -174,9 +174,12 @@ def test_3xtf32_wgmma_kernels_issue_two_hgmma_per_tap(sass):
     NCHW-like and channels-last inputs, each packing its own weights (a grid barrier) or, for
     the wide and square tiles, as a split reduction over a cluster, reading weights packed
     apart (the cluster barriers; no prepacked twin otherwise). Per tap and pixel square one
-    HGMMA.64x128x8 (the big halo times the big and the small weights side by side) and one
-    HGMMA.64x64x8 (the small halo times the big weights): 36 per chunk, TF32 with fp32
-    accumulators, in the same two runs with the same waits as the other instances."""
+    HGMMA.64x128x8 (the big halo times the small and the big weights side by side) and one
+    HGMMA.64x64x8 (the small halo times the big weights, into the first half, which starts at
+    the same register): 36 per chunk, TF32 with fp32 accumulators, in the same two runs with
+    the same waits as the other instances; those that pack their own weights also wait for
+    every wgmma at the end of a run of 8 chunks, then store its sums to global memory (16
+    16-byte stores or reductions a thread) and read them back at the tile's end (flush_run)."""
     kernels = {name: code for name, code in sass.items()
                if is_wgmma_kernel(name) and "Tf32SplitOperands" in name}
     assert len(kernels) == 10, sorted(kernels)
@@ -193,7 +196,12 @@ def test_3xtf32_wgmma_kernels_issue_two_hgmma_per_tap(sass):
         assert len(re.findall(r"\bHGMMA\.", code)) == 36, name
         assert "HMMA" not in code, name
         assert len(re.findall(r"WARPGROUP\.ARRIVE", code)) == 2, name
-        assert re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x\d)", code) == ["0x1", "0x0"], name
+        waits = ["0x1", "0x0"] if split_k else ["0x1", "0x0", "0x0"]
+        assert re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x\d)", code) == waits, name
+        runs = (len(re.findall(r"\bSTG\.E\.128\.STRONG\.GPU\b", code)),
+                len(re.findall(r"\bREDG\.E\.ADD\.F32x4\.FTZ\.RN\.STRONG\.GPU\b", code)),
+                len(re.findall(r"\bLDG\.E\.128\.STRONG\.GPU\b", code)))
+        assert runs == ((0, 0, 0) if split_k else (16, 16, 16)), name
         assert len(re.findall(r"\bUBLKCP\.S\.G\b", code)) == 3, name
         grid_barrier = re.search(r"\bATOM\.E\.ADD\.STRONG\.GPU\b", code) is not None
         assert grid_barrier == (not split_k), name
