@@ -1614,9 +1614,25 @@ inline bool narrow_blocks(const ConvPoolShape& s) { return s.out_channels <= 64;
 // docs/PERF.md).
 constexpr int kFewTiles = 64;
 
+// The tile shape that computes the fewest unused pooled outputs for this geometry (the same
+// for every N and element type): the square one where it wastes less than the wide one, a
+// strip where `strips` allows them, they apply and they waste less than both; the wide one on
+// a tie.
+enum class TileKind { kWide, kSquare, kStrip };
+
+template <class Operands>
+TileKind least_waste(const ConvPoolShape& s, bool strips) {
+  const double wide_waste = tile_waste<WideTile<Operands, 64>>(s);
+  const double square_waste = tile_waste<SquareTile<Operands, 64>>(s);
+  if (strips && strips_apply(s) &&
+      tile_waste<StripTile<Operands, 64>>(s) < std::min(wide_waste, square_waste))
+    return TileKind::kStrip;
+  return square_waste < wide_waste ? TileKind::kSquare : TileKind::kWide;
+}
+
 // Calls f(Tile()) with the tile the shape runs with: the operands of the shape's element type;
 // of the wide, square and (N = 128) strip tiles the one that computes the fewest unused pooled
-// outputs, the wide one on a tie (a geometric choice, the same for every element type); 128
+// outputs (least_waste); 128
 // output channels per block, or 64 when the layer has no more, or when the 128-channel tiles
 // are few (kFewTiles: the wide or square tile then, the strip has no N = 64 form). A layer of
 // no more than 64 channels runs its N = 64 tile two blocks per SM where it has that form, but
@@ -1624,23 +1640,23 @@ constexpr int kFewTiles = 64;
 // blocks, it was 6-9% slower with one block per SM: H200, 2026-11-30; docs/PERF.md v26).
 template <class Operands, class F>
 auto with_operand_tile(const ConvPoolShape& s, F&& f) {
-  const double wide_waste = tile_waste<WideTile<Operands, 128>>(s);
-  const double square_waste = tile_waste<SquareTile<Operands, 128>>(s);
-  const bool square = square_waste < wide_waste;
   if (narrow_blocks(s)) {
-    if (!square) return f(WideTile<Operands, 64>());
+    if (least_waste<Operands>(s, false) == TileKind::kWide) return f(WideTile<Operands, 64>());
     if (make_plan<SquareTile<Operands, 64>>(s).tiles <= 2 * kFewTiles)
       return f(OneBlockSquareTile<Operands>());
     return f(SquareTile<Operands, 64>());
   }
-  const bool strip = strips_apply(s) &&
-                     tile_waste<StripTile<Operands>>(s) < std::min(wide_waste, square_waste);
-  const int tiles = strip    ? make_plan<StripTile<Operands>>(s).tiles
-                    : square ? make_plan<SquareTile<Operands, 128>>(s).tiles
-                             : make_plan<WideTile<Operands, 128>>(s).tiles;
+  const TileKind kind = least_waste<Operands>(s, true);
+  const int tiles = kind == TileKind::kStrip    ? make_plan<StripTile<Operands>>(s).tiles
+                    : kind == TileKind::kSquare ? make_plan<SquareTile<Operands, 128>>(s).tiles
+                                                : make_plan<WideTile<Operands, 128>>(s).tiles;
+  // (Few strips: the wide or square tile, whichever of the two wastes less.)
+  const bool square = kind == TileKind::kSquare ||
+                      (kind == TileKind::kStrip &&
+                       least_waste<Operands>(s, false) == TileKind::kSquare);
   if (tiles <= kFewTiles)
     return square ? f(OneBlockSquareTile<Operands>()) : f(OneBlockWideTile<Operands>());
-  if (strip) return f(StripTile<Operands>());
+  if (kind == TileKind::kStrip) return f(StripTile<Operands>());
   return square ? f(SquareTile<Operands, 128>()) : f(WideTile<Operands, 128>());
 }
 
@@ -1668,14 +1684,11 @@ template <class F>
 auto with_tile(const ConvPoolShape& s, bool split, F&& f) {
   if (split) {
     using Operands = Tf32SplitOperands;
-    using Strip = StripTile<Operands, 64>;
-    const double wide_waste = tile_waste<WideTile<Operands, 64>>(s);
-    const double square_waste = tile_waste<SquareTile<Operands, 64>>(s);
-    if (strips_apply(s) && tile_waste<Strip>(s) < std::min(wide_waste, square_waste) &&
-        make_plan<Strip>(s).tiles > kFewTiles)
-      return f(Strip());
-    return square_waste < wide_waste ? f(SquareTile<Operands, 64>())
-                                     : f(WideTile<Operands, 64>());
+    if (least_waste<Operands>(s, true) == TileKind::kStrip &&
+        make_plan<StripTile<Operands, 64>>(s).tiles > kFewTiles)
+      return f(StripTile<Operands, 64>());
+    return least_waste<Operands>(s, false) == TileKind::kSquare ? f(SquareTile<Operands, 64>())
+                                                                : f(WideTile<Operands, 64>());
   }
   return with_tile(s, f);
 }
