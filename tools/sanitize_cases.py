@@ -95,14 +95,14 @@ CASES = {
     # over a cluster of 8 blocks (partial sums read from the other blocks' shared memory). And
     # on a channels-last input.
     "split_square": ConvPoolCase("split_square", 1, 512, 136, 14, 14, (3, 3), padding=(1, 1)),
+    "split_square_channels_last": ConvPoolCase("split_square_channels_last", 1, 512, 136, 14,
+                                               14, (3, 3), padding=(1, 1)),
     # 9 chunks of 8 channels and more tiles than SMs (no split reduction): tiled_3xtf32_wgmma's
     # runs of 8 chunks, their sums stored to and read back from the master slots in global
     # memory; on wide tiles and (14 images of 21 squares: 74 strips) on strips.
     "flush_runs": ConvPoolCase("flush_runs", 140, 72, 64, 8, 8, (3, 3), padding=(1, 1)),
     "flush_runs_strips": ConvPoolCase("flush_runs_strips", 14, 72, 64, 20, 56, (3, 3),
                                       padding=(1, 1)),
-    "split_square_channels_last": ConvPoolCase("split_square_channels_last", 1, 512, 136, 14,
-                                               14, (3, 3), padding=(1, 1)),
     # 6 output channels, 1 input channel, 5x5: the small kernel (lenet-like).
     "tiny_layer": ConvPoolCase("tiny_layer", 4, 1, 6, 32, 32, (5, 5)),
     # LeNet at batch 1100: more tiles than resident small-kernel blocks, so blocks loop and copy
