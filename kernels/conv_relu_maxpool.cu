@@ -70,6 +70,7 @@
 #include "conv_relu_maxpool.h"
 #include "conv_relu_maxpool_half.h"
 #include "conv_relu_maxpool_small.h"
+#include "conv_relu_maxpool_stem.h"
 #include "conv_relu_maxpool_wgmma.h"
 
 namespace {
@@ -1316,6 +1317,8 @@ extern "C" const char* conv_relu_maxpool_variant_name(int variant) {
     case kVariantTiled16Flat: return "tiled_16bit_flat";
     case kVariantTiled3xTf32Flat: return "tiled_3xtf32_flat";
     case kVariantTiled3xTf32Wgmma: return "tiled_3xtf32_wgmma";
+    case kVariantStemTf32: return "stem_tf32";
+    case kVariantStem16: return "stem_16bit";
     default: return nullptr;
   }
 }
@@ -1325,10 +1328,11 @@ extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int
   if (variant == kVariantDirect16 || variant == kVariantTiled16Mma)
     return half_conv_pool_unsupported(*s, variant, *device);
   const bool sixteen_bit_only = variant == kVariantTiled16Wgmma || variant == kVariantSmall16 ||
-                                variant == kVariantTiled16Flat;
+                                variant == kVariantTiled16Flat || variant == kVariantStem16;
   if (sixteen_bit_only && s->element == kElementFloat32) return "needs float16 or bfloat16 input";
   if (variant == kVariantTiled16Wgmma) return wgmma_conv_pool_unsupported(*s, *device);
   if (variant == kVariantSmall16) return small_conv_pool_unsupported(*s, *device, false);
+  if (variant == kVariantStem16) return stem_conv_pool_unsupported(*s, *device);
   if (s->element != kElementFloat32 && !sixteen_bit_only && variant >= 0 &&
       variant < kVariantCount)
     return "needs float32 input";
@@ -1337,6 +1341,7 @@ extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int
   if (variant == kVariantTiled3xTf32Wgmma) return wgmma_conv_pool_unsupported(*s, *device, true);
   if (variant == kVariantSmallFp32 || variant == kVariantSmallTf32)
     return small_conv_pool_unsupported(*s, *device, variant == kVariantSmallTf32);
+  if (variant == kVariantStemTf32) return stem_conv_pool_unsupported(*s, *device);
   if (!is_tiled(variant)) return "unknown variant";
   if (s->pool_h > kTileRows || s->pool_w > kTileCols)
     return "the pooling window is larger than the 8 x 32 conv tile";
@@ -1359,7 +1364,12 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   // (allow_tf32 does not apply: the products are exact in fp32 either way).
   // Off the fast path, as for float32: the CUDA-core kernel for at most 16 output channels, the
   // flat reduction for fewer than 8 input channels (tiled_16bit_mma pads channels to 16).
+  // A first layer (a reduction of at most 32, e.g. RGB x 3 x 3, into 17-64 channels under a
+  // 2x2 / 2 pool) on Hopper: the stem kernel (rgb_stem, docs/PERF.md v36). Elsewhere, and for
+  // at most 16 channels (the small kernels' range), what was measured before it.
+  const bool stem = device->compute_capability == 90 && s->out_channels > 16;
   if (s->element != kElementFloat32) {
+    if (stem && runs(kVariantStem16)) return kVariantStem16;
     if (runs(kVariantTiled16Wgmma)) return kVariantTiled16Wgmma;
     if (runs(kVariantSmall16)) return kVariantSmall16;
     if (s->in_channels < kChannelChunk && !fast_path_applies(*s) && runs(kVariantTiled16Flat))
@@ -1375,6 +1385,7 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   if (allow_tf32 && runs(kVariantSmallTf32) && !small_conv_pool_patch_loop(*s))
     return kVariantSmallTf32;
   if (runs(kVariantSmallFp32)) return kVariantSmallFp32;
+  if (allow_tf32 && stem && runs(kVariantStemTf32)) return kVariantStemTf32;
   // fp32-accurate tensor-core paths (3xTF32) as the TF32 ones below: the flat reduction for
   // fewer than 8 input channels off the fast path (AlexNet's first layer took `direct`, whose
   // 8-channel tiles do not fit its 11 x 11 halo), else the 8-channel chunks where they fit.
@@ -1498,6 +1509,8 @@ extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
                                   variant == kVariantTiled3xTf32Wgmma);
   if (variant == kVariantSmallFp32 || variant == kVariantSmall16 || variant == kVariantSmallTf32)
     return small_conv_pool_launch(*ops, *s, variant == kVariantSmallTf32, stream);
+  if (variant == kVariantStemTf32 || variant == kVariantStem16)
+    return stem_conv_pool_launch(*ops, *s, *device, stream);
   if (variant == kVariantDirect) {
     const int64_t blocks = (s->output_elements() + kThreads - 1) / kThreads;
     const int64_t max_blocks = int64_t(1) << 20;  // grid-stride beyond this

@@ -29,7 +29,10 @@ enum ConvPoolVariant : int {
   kVariantSmallTf32 = 13,    // as 7 on TF32 tensor cores (mma.sync): <= 8 channels, 2x2 / 2 pool
   kVariantTiled3xTf32Flat = 14, // as 5 with 3xTF32 (as 3): fp32-level accuracy, few channels
   kVariantTiled3xTf32Wgmma = 15, // as 6 with 3xTF32 (as 3): fp32-level accuracy, 3x3 / 2x2 only
-  kVariantCount = 16,
+  kVariantStemTf32 = 16,     // first layers: in_channels * taps <= 32, <= 64 output channels,
+                             // 2x2 / 2 pool; TF32 mma.sync with the weights in registers
+  kVariantStem16 = 17,       // as 16 for f16/bf16 operands (converted to fp32; exact in TF32)
+  kVariantCount = 18,
 };
 
 // What the choice of variant needs to know about the GPU (conv_relu_maxpool_query_device; the

@@ -565,7 +565,7 @@ def test_input_over_2_pow_31_elements(ext):
 # (a fragment-layout or indexing bug gives O(1) errors, far outside either).
 SIXTEEN_BIT_DTYPES = [torch.float16, torch.bfloat16]
 SIXTEEN_BIT_VARIANTS = ("direct_16bit", "tiled_16bit_mma", "tiled_16bit_wgmma", "small_16bit",
-                        "tiled_16bit_flat")
+                        "tiled_16bit_flat", "stem_16bit")
 SIXTEEN_BIT_TOLERANCE = {torch.float16: dict(atol=1e-2, rtol=1e-2),
                          torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}
 DTYPE_IDS = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -589,10 +589,13 @@ def skip_unless_runs(ext, case, x, weight, bias, name: str) -> None:
 
 
 def case_for_variant(case: ConvPoolCase, variant: str) -> ConvPoolCase:
-    """`case` with at most 16 output channels for the small kernels (their limit), so that a
-    test parametrized over variants runs every one of them instead of skipping some."""
+    """`case` with at most 16 output channels for the small kernels and at most 3 input
+    channels for the stem kernel (their limits), so that a test parametrized over variants runs
+    every one of them instead of skipping some."""
     if variant.startswith("small_"):
         return replace(case, name=f"{case.name}_k16", out_channels=min(case.out_channels, 16))
+    if variant.startswith("stem_"):  # a reduction of at most 32
+        return replace(case, name=f"{case.name}_c3", in_channels=min(case.in_channels, 3))
     return case
 
 
@@ -622,6 +625,91 @@ def check_16bit(out, x, case, weight, bias, dtype, what=""):
 
 ALL_DTYPES = [torch.float32, *SIXTEEN_BIT_DTYPES]
 ALL_DTYPE_IDS = {torch.float32: "float32", **DTYPE_IDS}
+
+
+# The stem kernel (stem_tf32, stem_16bit): reductions of at most 32, at most 64 channels, 2x2 /
+# stride 2 pools, a block tile of a few pooled rows by up to 128 pooled columns.
+STEM_CASES = [
+    # RGB 3 x 3 into 64 channels: whole 16-byte vectors in and out, two pooled rows a tile, the
+    # last tile of each image one row short (18 pooled rows).
+    ConvPoolCase("stem_rgb", 3, 3, 64, 37, 224, (3, 3), padding=(1, 1)),
+    # Odd width: element-wise halo copies; pooled rows of 30 stored one element at a time.
+    ConvPoolCase("stem_odd_width", 2, 3, 40, 26, 61, (3, 3), padding=(1, 1)),
+    # 300 pooled columns: column tiles of 128, 128 and 44; 48 channels (6 of 8 n-tiles).
+    ConvPoolCase("stem_column_tiles", 2, 3, 48, 10, 600, (3, 3), padding=(1, 1)),
+    # LeNet: 25 of 32 k columns real, 6 channels in one n-tile, a 14 x 14 image per tile.
+    ConvPoolCase("stem_lenet", 64, 1, 6, 32, 32, (5, 5)),
+    # 9 k columns: two k steps, the second mostly the zero plane; 16 channels (2 n-tiles).
+    ConvPoolCase("stem_c1_k16", 8, 1, 16, 28, 28, (3, 3), padding=(1, 1)),
+    # Stride, dilation and padding that differ between the axes; 32 channels (4 n-tiles).
+    ConvPoolCase("stem_strided_dilated", 4, 2, 32, 50, 47, (3, 3), stride=(2, 1),
+                 padding=(2, 1), dilation=(1, 2)),
+    # The whole reduction (4 x 2 x 4 = 32), 33 channels, no bias.
+    ConvPoolCase("stem_reduction_32", 3, 4, 33, 21, 70, (2, 4), padding=(0, 3), bias=False),
+    # 600 images of one tile each: every block loops over many tiles.
+    ConvPoolCase("stem_many_tiles", 600, 3, 64, 16, 16, (3, 3), padding=(1, 1)),
+    # Ceil mode on an even conv output: no partial window, so the kernel takes it.
+    ConvPoolCase("stem_ceil_even", 2, 3, 24, 30, 34, (3, 3), padding=(1, 1), ceil_mode=True),
+]
+
+
+def stem_variant(dtype: torch.dtype) -> str:
+    return "stem_tf32" if dtype == torch.float32 else "stem_16bit"
+
+
+def with_layout(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """x's values in a channels-last tensor, or in every other column of a wider one."""
+    if layout == "channels_last":
+        return x.to(memory_format=torch.channels_last)
+    if layout == "every_other":
+        wide = torch.empty(*x.shape[:3], 2 * x.shape[3], device=x.device, dtype=x.dtype)
+        wide[..., ::2] = x
+        return wide[..., ::2]
+    return x
+
+
+@pytest.mark.parametrize("layout", ["dense", "channels_last", "every_other"])
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS.get)
+@pytest.mark.parametrize("case", STEM_CASES, ids=lambda c: c.name)
+def test_stem_kernel_matches_reference(ext, case, dtype, layout):
+    x, weight, bias = (None if t is None else t.to(dtype)
+                       for t in make_operands(case, seed=random.randrange(2**31)))
+    x = with_layout(x, layout)
+    name = stem_variant(dtype)
+    assert variant_runs(ext, case, x, weight, bias, name)
+    if on_hopper():  # where it was measured: 17..64 channels take it
+        chosen = ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args())
+        assert (chosen == name) == (case.out_channels > 16), chosen
+    out = run_op(ext, case, x, weight, bias, ext.conv2d_relu_maxpool_variants()[name])
+    if dtype == torch.float32:
+        torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias),
+                                   **TF32_TOLERANCE)
+    else:
+        check_16bit(out, x, case, weight, bias, dtype, f"{layout} {name}")
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS.get)
+def test_stem_kernel_keeps_nan_and_inf_like_pytorch(ext, dtype):
+    case = find_stem_case("stem_rgb")
+    x, weight, bias = (t.to(dtype) for t in make_operands(case, seed=random.randrange(2**31)))
+    x[0, 0, 5, 7] = float("nan")
+    x[1, 0, 10, 2] = float("inf")
+    x[1, 2, 2, 15] = float("-inf")
+    x[0, 1, 17, 17] = float("inf")  # next to a -inf: inf - inf = NaN in some windows
+    x[0, 2, 17, 18] = float("-inf")
+    expected = reference(case, x, weight, bias)
+    assert expected.isnan().any() and expected.isinf().any()
+    out = run_op(ext, case, x, weight, bias,
+                 ext.conv2d_relu_maxpool_variants()[stem_variant(dtype)]).double().cpu()
+    assert torch.equal(out.isnan(), expected.isnan())
+    assert torch.equal(out.isinf(), expected.isinf())
+    finite = expected.isfinite()
+    tolerance = TF32_TOLERANCE if dtype == torch.float32 else SIXTEEN_BIT_TOLERANCE[dtype]
+    torch.testing.assert_close(out[finite], expected[finite], **tolerance)
+
+
+def find_stem_case(name: str) -> ConvPoolCase:
+    return next(case for case in STEM_CASES if case.name == name)
 
 
 def wgmma_run(dtype: torch.dtype, x, weight, bias):
@@ -1028,7 +1116,10 @@ def test_16bit_every_variant_matches_float64_and_pytorch(ext, case, dtype):
     flat = variant_runs(ext, case, x, weight, bias, "tiled_16bit_flat")
     assert small == variant_runs(ext, case, x32, weight32, bias32, "small_fp32")
     assert flat or not variant_runs(ext, case, x32, weight32, bias32, "tiled_tf32_flat")
-    assert chosen == ("tiled_16bit_wgmma" if wgmma else
+    stem = on_hopper() and case.out_channels > 16 and variant_runs(ext, case, x, weight, bias,
+                                                                    "stem_16bit")
+    assert chosen == ("stem_16bit" if stem else
+                      "tiled_16bit_wgmma" if wgmma else
                       "small_16bit" if small else
                       "tiled_16bit_flat" if flat and case.in_channels < 8 and not fast_path(case)
                       else "tiled_16bit_mma" if fits_tile else "direct_16bit")

@@ -16,7 +16,8 @@ report in tests/test_build.py; here we check what the disassembly shows:
   * the 16-bit tensor-core kernels (tiled_16bit_mma) issue HMMA.16816.F32 (float16) and
     HMMA.16816.F32.BF16 (bfloat16): m16n8k16 with fp32 accumulators, nothing narrower;
   * small_tf32's kernels (the small kernel's tensor-core loop) issue HMMA.1688.F32.TF32 and
-    no FFMA: the products run on tensor cores only;
+    no FFMA: the products run on tensor cores only; so do the stem kernels (stem_tf32,
+    stem_16bit), 4 k steps x their n-tiles of them, unrolled once;
   * no kernel touches local memory (LDL/STL): register arrays stayed in registers;
   * the fast-path instantiations (compile-time 3x3 / 2x2 geometry) exist;
   * the code is built for Hopper (sm_90a), as compile.sh does on CI and on the H200.
@@ -70,6 +71,10 @@ def is_16bit_mma_kernel(name: str) -> bool:
 
 def is_small_mma_kernel(name: str) -> bool:
     return "conv_pool_small_mma_kernel" in name
+
+
+def is_stem_kernel(name: str) -> bool:
+    return "conv_pool_stem_kernel" in name
 
 
 def is_packing_kernel(name: str) -> bool:
@@ -236,7 +241,8 @@ def test_16bit_tensor_core_kernels_issue_m16n8k16_with_fp32_accumulators(sass):
 def test_cuda_core_kernels_have_no_hmma(sass):
     others = {name: code for name, code in sass.items()
               if not is_tensor_core_kernel(name) and not is_wgmma_kernel(name)
-              and not is_16bit_mma_kernel(name) and not is_small_mma_kernel(name)}
+              and not is_16bit_mma_kernel(name) and not is_small_mma_kernel(name)
+              and not is_stem_kernel(name)}
     assert any("CudaCoreMainloop" in name for name in others)
     assert any("direct_kernel" in name for name in others)
     assert sum("direct16_kernel" in name for name in others) == 2  # float16, bfloat16
@@ -255,6 +261,20 @@ def test_small_tf32_kernels_issue_tf32_hmma_only(sass):
         assert re.search(r"HMMA\.1688\.F32\.TF32\b", code), name
         assert len(re.findall(r"\bHMMA\.", code)) == \
             len(re.findall(r"HMMA\.1688\.F32\.TF32\b", code)), name
+        assert "HGMMA" not in code and "FFMA" not in code, name
+
+
+def test_stem_kernels_issue_one_tf32_hmma_per_k_step_and_n_tile(sass):
+    kernels = {name: code for name, code in sass.items() if is_stem_kernel(name)}
+    # Three element types x 1, 2, 4 or 8 n-tiles of 8 output channels.
+    found = sorted((re.search(r"kernelI(\d+\w+?)Li(\d)E", name).groups()) for name in kernels)
+    assert found == sorted((element, n) for element in ("7Float32", "7Float16", "8BFloat16")
+                           for n in "1248"), found
+    for name, code in kernels.items():
+        n_tiles = int(re.search(r"Li(\d)E", name).group(1))
+        # 4 k steps of m16n8k8 per n-tile, unrolled once: the weights stay in registers.
+        assert len(re.findall(r"HMMA\.1688\.F32\.TF32\b", code)) == 4 * n_tiles, name
+        assert len(re.findall(r"\bHMMA\.", code)) == 4 * n_tiles, name
         assert "HGMMA" not in code and "FFMA" not in code, name
 
 

@@ -22,9 +22,11 @@ from utils.suite import FLAT_TILING_CASES, GRID, SUITE, ConvPoolCase, find_case
 
 AUTO = -1
 SIXTEEN_BIT_VARIANTS = ("direct_16bit", "tiled_16bit_mma", "tiled_16bit_wgmma", "small_16bit",
-                        "tiled_16bit_flat")
-# The 16-bit twins of float32 kernels: the same kernel code and limits, other element types.
-TWINS = {"small_16bit": "small_fp32", "tiled_16bit_flat": "tiled_tf32_flat"}
+                        "tiled_16bit_flat", "stem_16bit")
+# The 16-bit twins of float32 kernels: the same kernel code and limits, other element types
+# (whose smaller halos may fit shared memory where the float32 ones do not).
+TWINS = {"small_16bit": "small_fp32", "tiled_16bit_flat": "tiled_tf32_flat",
+         "stem_16bit": "stem_tf32"}
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +65,7 @@ EXPECTED_AUTO = {
     "vgg_b2": "tiled_tf32_wgmma",
     "vgg_b3": "tiled_tf32_wgmma",
     "vgg_b5": "tiled_tf32_wgmma",
-    "rgb_stem": "tiled_tf32_wgmma",   # 64 output channels: the wgmma kernel's N = 64 blocks
+    "rgb_stem": "stem_tf32",          # 3 x 3 x 3 into 64 channels: the stem kernel
     "alexnet_c1": "tiled_tf32_flat",  # 3 input channels, 11x11 / stride 4
     "lenet_c1": "small_fp32",         # 6 output channels, 1 x 5 x 5 reduction
     "batch1": "tiled_tf32_wgmma",
@@ -259,6 +261,8 @@ def test_every_variant_supports_the_default_problem_except_flat_and_small(librar
             assert why is not None and b"shared memory" in why
         elif name in ("small_fp32", "small_tf32"):  # 128 output channels
             assert why is not None and b"16 output channels" in why
+        elif name == "stem_tf32":  # 64 x 9 taps
+            assert why == b"in_channels * kernel taps is larger than 32"
         else:
             assert why is None, (name, why)
 
@@ -270,7 +274,7 @@ EXPECTED_AUTO_16_BIT = {
     "vgg_b2": "tiled_16bit_wgmma",
     "vgg_b3": "tiled_16bit_wgmma",
     "vgg_b5": "tiled_16bit_wgmma",
-    "rgb_stem": "tiled_16bit_wgmma",    # 64 output channels: N = 64 blocks
+    "rgb_stem": "stem_16bit",           # 3 x 3 x 3 into 64 channels: the stem kernel
     "alexnet_c1": "tiled_16bit_flat",   # 3 input channels, 11x11 / stride 4
     "lenet_c1": "small_16bit",          # 6 output channels, 1 x 5 x 5 reduction
     "batch1": "tiled_16bit_wgmma",
@@ -285,8 +289,10 @@ def test_16_bit_suite_shapes(library, variant_names, case, element):
     for allow_tf32 in (True, False):  # irrelevant for 16-bit inputs
         assert choose(library, variant_names, case, allow_tf32=allow_tf32,
                       element=element) == EXPECTED_AUTO_16_BIT[case.name]
-    # Without wgmma (Ampere) the fast-path shapes take the mma.sync kernel.
+    # Without wgmma (Ampere) the fast-path shapes take the mma.sync kernel; the stem kernel's
+    # choice is Hopper's only (where it was measured).
     expected = EXPECTED_AUTO_16_BIT[case.name].replace("tiled_16bit_wgmma", "tiled_16bit_mma")
+    expected = expected.replace("stem_16bit", "tiled_16bit_mma")
     assert choose(library, variant_names, case, device=A100_LIKE, element=element) == expected
 
 
@@ -297,14 +303,18 @@ def runs(library, variant_names, case, name, element=FLOAT32, device=H200) -> bo
 
 @pytest.mark.parametrize("case", GRID, ids=lambda c: c.name)
 def test_16_bit_automatic_choice_is_always_a_16_bit_variant(library, variant_names, case):
-    # The wgmma kernel on the fast path (any channel counts); else small_16bit where it runs;
+    # On Hopper the stem kernel for 17-64 channels where it runs; the wgmma kernel on the fast
+    # path (any channel counts); else small_16bit where it runs;
     # else tiled_16bit_flat for fewer than 8 input channels; else the mma.sync kernel unless
     # the pooling window outgrows its 8 x 32 conv tile; else the direct one.
     fits = case.pool_kernel[0] <= 8 and case.pool_kernel[1] <= 32
     for device, element in ((H200, BFLOAT16), (A100_LIKE, FLOAT16)):
         small = runs(library, variant_names, case, "small_16bit", element, device)
         flat = runs(library, variant_names, case, "tiled_16bit_flat", element, device)
-        expected = ("tiled_16bit_wgmma" if fast_path(case) and device is H200 else
+        stem = (device is H200 and case.out_channels > 16
+                and runs(library, variant_names, case, "stem_16bit", element, device))
+        expected = ("stem_16bit" if stem else
+                    "tiled_16bit_wgmma" if fast_path(case) and device is H200 else
                     "small_16bit" if small else
                     "tiled_16bit_flat" if flat and case.in_channels < 8 and not fast_path(case)
                     else "tiled_16bit_mma" if fits else "direct_16bit")
@@ -320,7 +330,7 @@ def test_16_bit_twins_have_the_limits_of_their_float32_kernels(library, variant_
         float32_why = unsupported(library, case, ids[float32_kernel])
         for element in (FLOAT16, BFLOAT16):
             why = unsupported(library, case, ids[twin], element=element)
-            if twin == "tiled_16bit_flat" and why is None and float32_why is not None:
+            if twin != "small_16bit" and why is None and float32_why is not None:
                 assert b"shared memory" in float32_why, case.name
             else:
                 assert why == float32_why, (twin, case.name)
@@ -409,7 +419,8 @@ def test_variants_keep_their_ids(variant_names):
     assert variant_names[10] == "tiled_16bit_wgmma" and variant_names[11] == "small_16bit"
     assert variant_names[12] == "tiled_16bit_flat" and variant_names[13] == "small_tf32"
     assert variant_names[14] == "tiled_3xtf32_flat" and variant_names[15] == "tiled_3xtf32_wgmma"
-    assert len(variant_names) == 16
+    assert variant_names[16] == "stem_tf32" and variant_names[17] == "stem_16bit"
+    assert len(variant_names) == 18
 
 
 def test_workspace_of_the_16_bit_tensor_core_kernel(library, variant_names):
@@ -719,3 +730,28 @@ def test_flat_layers_run_the_flat_kernels_with_their_tiling(library, variant_nam
         assert choose(library, variant_names, case, element=element) == name
         assert flat_tiling(library, case, element) == tiling
     assert set(FLAT_TILINGS) == {c.name for c in FLAT_TILING_CASES}
+
+
+def test_stem_kernel_limits(library, variant_names):
+    # stem_tf32 / stem_16bit: a reduction (in_channels x taps) of at most 32, at most 64 output
+    # channels, a 2x2 / stride 2 pool whose windows all lie inside the conv output.
+    ids = variant_names_to_ids(variant_names)
+    rgb = find_case("rgb_stem")
+    refused = {
+        b"in_channels * kernel taps is larger than 32": replace(rgb, in_channels=4),
+        b"more than 64 output channels": replace(rgb, out_channels=65),
+        b"the pooling in registers covers only a 2x2 / stride 2 pool without padding":
+            replace(rgb, pool_kernel=(3, 3), pool_stride=(2, 2)),
+        b"a pooling window reaches past the conv output (ceil mode)":
+            replace(rgb, height=223, width=223, ceil_mode=True),
+        # A halo of a million columns: refused without overflowing the size arithmetic.
+        b"the input halo and pooled tile of a block do not fit in shared memory":
+            replace(rgb, batch=1, width=1_000_010, dilation=(1, 500_000)),
+    }
+    for element, name in ((FLOAT32, "stem_tf32"), (FLOAT16, "stem_16bit"),
+                          (BFLOAT16, "stem_16bit")):
+        assert unsupported(library, rgb, ids[name], element=element) is None
+        assert unsupported(library, replace(rgb, in_channels=2, kernel_size=(4, 4)), ids[name],
+                           element=element) is None  # 2 x 16 = 32
+        for why, case in refused.items():
+            assert unsupported(library, case, ids[name], element=element) == why, case

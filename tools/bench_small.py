@@ -70,6 +70,10 @@ LAYERS = [
     C("c16_k32_3x3", 64, 16, 32, 128, 128, (3, 3), padding=(1, 1)),
     C("c32_k24_3x3", 32, 32, 24, 112, 112, (3, 3), padding=(1, 1)),
     C("c64_k32_3x3", 32, 64, 32, 56, 56, (3, 3), padding=(1, 1)),
+    # First layers for the stem kernel (stem_tf32 / stem_16bit): odd widths, 1 channel in.
+    C("rgb_stem_odd", 64, 3, 64, 223, 223, (3, 3), padding=(1, 1)),
+    C("c1_k32_3x3", 256, 1, 32, 28, 28, (3, 3), padding=(1, 1)),
+    C("c3_k24_3x3", 64, 3, 24, 224, 224, (3, 3), padding=(1, 1)),
 ]
 VARIANTS = {torch.float32: ("small_fp32", "small_tf32"),
             torch.float16: ("small_16bit",), torch.bfloat16: ("small_16bit",)}

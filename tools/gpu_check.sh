@@ -57,6 +57,15 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  stem_rows stem_tf32
+racecheck stem_rows stem_tf32
+memcheck  stem_rows stem_16bit float16
+racecheck stem_rows stem_16bit bfloat16
+memcheck  stem_columns stem_tf32
+racecheck stem_columns stem_16bit float16
+memcheck  stem_columns stem_16bit bfloat16
+memcheck  stem_columns_channels_last stem_tf32
+memcheck  stem_columns_channels_last stem_16bit float16
 memcheck  flush_runs tiled_3xtf32_wgmma
 racecheck flush_runs tiled_3xtf32_wgmma
 memcheck  flush_runs_strips tiled_3xtf32_wgmma

@@ -103,6 +103,14 @@ CASES = {
     "flush_runs": ConvPoolCase("flush_runs", 140, 72, 64, 8, 8, (3, 3), padding=(1, 1)),
     "flush_runs_strips": ConvPoolCase("flush_runs_strips", 14, 72, 64, 20, 56, (3, 3),
                                       padding=(1, 1)),
+    # The stem kernel: RGB rows of whole 16-byte vectors in and out, 300 images of 5 tiles
+    # each for at most 264 resident blocks (blocks loop, copying the next halo meanwhile).
+    "stem_rows": ConvPoolCase("stem_rows", 300, 3, 64, 20, 224, (3, 3), padding=(1, 1)),
+    # An odd width of 601: element-wise halo copies, three column tiles (128, 128, 44 pooled
+    # columns) stored element by element, 48 channels; the same read channels-last.
+    "stem_columns": ConvPoolCase("stem_columns", 20, 3, 48, 13, 601, (3, 3), padding=(1, 1)),
+    "stem_columns_channels_last": ConvPoolCase("stem_columns_channels_last", 20, 3, 48, 13, 601,
+                                               (3, 3), padding=(1, 1)),
     # 6 output channels, 1 input channel, 5x5: the small kernel (lenet-like).
     "tiny_layer": ConvPoolCase("tiny_layer", 4, 1, 6, 32, 32, (5, 5)),
     # LeNet at batch 1100: more tiles than resident small-kernel blocks, so blocks loop and copy
@@ -149,7 +157,8 @@ CASES = {
 # Cases whose input is made channels-last (same values).
 CHANNELS_LAST = {"channels_last_tails", "narrow_channels_last", "strip_tiles_channels_last",
                  "few_tiles_channels_last", "few_tiles_packed_apart_channels_last",
-                 "narrow_squares_channels_last", "split_square_channels_last"}
+                 "narrow_squares_channels_last", "split_square_channels_last",
+                 "stem_columns_channels_last"}
 
 
 def main(name: str, variants: str = "all", dtype_name: str = "float32",

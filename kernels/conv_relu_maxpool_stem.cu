@@ -1,0 +1,430 @@
+// Fused Conv2d -> ReLU -> MaxPool2d for a network's first layer: a short reduction (input
+// channels x taps <= 32, e.g. 3 x 3 x 3 on RGB) into at most 64 output channels, under 2x2 /
+// stride 2 windows. Variants `stem_tf32` (float32 operands) and `stem_16bit` (float16 /
+// bfloat16, converted to fp32 on the way into the tensor cores: exact in TF32), one kernel.
+//
+// Why a kernel of its own: the 8-channel chunks of the wgmma kernel multiply 3 real channels of
+// 8 and pay a whole tile's halo, barriers and epilogue per chunk; such a layer is bound by its
+// output (64 channels of pooled pixels for 3 channels of input), so what matters is how few
+// instructions each pooled output costs on its way out. Here:
+//  * The whole weight lives in registers for the whole kernel: a warp's B fragments for 4 k
+//    steps of m16n8k8 x 8 n-tiles are 64 registers, loaded once per block.
+//  * The reduction is flattened over (channel, tap) and padded to a multiple of 8; a lane's k
+//    columns are fixed, so its 8 shared-memory offsets (channel plane + tap row + tap column)
+//    are computed once per block too. Padded k columns point into a plane of zeros (never at
+//    image data: 0 x inf would be NaN).
+//  * An m16 tile is 2 conv rows x 8 conv columns: rows g and g + 8 of the fragment are the two
+//    pixels of one window column, so the vertical max is within a thread (c0 / c2, c1 / c3) and
+//    the horizontal one a single shuffle with lane ^ 4. Each lane keeps one pooled value per
+//    n-tile (its channel 2t or 2t + 1, by the parity of g), written to a pooled tile in shared
+//    memory without bank conflicts.
+//  * A block tile is a few pooled rows by up to 128 pooled columns of one image; blocks are
+//    persistent and copy the next tile's input halo (cp.async, 16-byte vectors where rows
+//    allow) while computing this one; the pooled tile leaves as coalesced rows, with the bias
+//    and the ReLU applied there (relu(max(conv) + b) == max(relu(conv + b)): rounding is
+//    monotonic), NaN kept as PyTorch keeps it.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "conv_pool_16bit.cuh"
+#include "conv_pool_device.cuh"
+#include "conv_pool_operands.h"
+#include "conv_relu_maxpool_stem.h"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kKSteps = 4;                   // k steps of 8: the reduction is at most 32 long
+constexpr int kMaxReduction = 8 * kKSteps;   // in_channels * taps
+constexpr int kMaxOutChannels = 64;          // 8 n-tiles of 8
+constexpr int kMaxPooledCols = 128;          // pooled columns of a block tile
+constexpr int kTargetMTiles = 64;            // m16 tiles per block tile: 8 per warp
+// Floats per k row of the weight staged in shared memory: 8 (mod 32) for the wider n-tile
+// counts, so that a warp's B-fragment loads (4 k rows x 8 channels) hit distinct banks.
+template <int kNTiles>
+constexpr int kWeightRow = 8 * kNTiles + 8;
+
+struct StemPlan {
+  int pooled_rows, pooled_cols;  // a block tile; pooled_cols is a multiple of 4 (one m16 tile)
+  int row_tiles, col_tiles, tiles;
+  int n_tiles;                   // n-tiles of 8 output channels: 1, 2, 4 or 8
+  // The input halo of a tile, per channel plane: halo_rows rows of halo_cols staged elements
+  // (the columns a 16-byte vector copy moves), rows `pitch` and planes `plane` elements apart,
+  // those chosen so that a warp's gathered loads hit distinct banks on the usual layers.
+  // Plane in_channels is zeros. `shift`: columns staged left of the first the tile reads (the
+  // vector copies start at a multiple of 16 bytes).
+  int halo_rows, halo_cols, pitch, plane, shift;
+  int stage_bytes;               // one halo buffer, zero plane included; two are staged
+  int channel_stride;            // floats between channels of the pooled tile (4 mod 32)
+  int smem_bytes;
+  bool vector_input;             // 16-byte halo copies (decided at launch)
+  bool vector_out;               // whole rows in runs of 4 (decided at launch)
+};
+
+int round_up(int x, int m) { return (x + m - 1) / m * m; }
+int element_bytes(const ConvPoolShape& s) { return s.element == kElementFloat32 ? 4 : 2; }
+
+// The smallest n >= at_least whose 4-byte word count is `words` modulo 32, in elements of
+// `bytes` (a multiple of 16 bytes).
+int with_words_mod32(int at_least, int words, int bytes) {
+  const int per_word = 4 / bytes;  // elements per 4-byte word: 1 or 2
+  int w = round_up(at_least, per_word) / per_word;
+  w = round_up(w, 4);
+  while (w % 32 != words) w += 4;
+  return w * per_word;
+}
+
+StemPlan make_plan(const ConvPoolShape& s) {
+  StemPlan p{};
+  const int bytes = element_bytes(s);
+  const int vector = 16 / bytes;  // elements per 16-byte copy
+  p.pooled_cols = std::min(round_up(s.out_width, 4), kMaxPooledCols);
+  p.pooled_rows = std::max(1, std::min(s.out_height, kTargetMTiles / (p.pooled_cols / 4)));
+  p.row_tiles = (s.out_height + p.pooled_rows - 1) / p.pooled_rows;
+  p.col_tiles = (s.out_width + p.pooled_cols - 1) / p.pooled_cols;
+  const int64_t tiles = int64_t(s.batch) * p.row_tiles * p.col_tiles;
+  p.tiles = int(std::min<int64_t>(tiles, INT32_MAX));
+  const int groups = (s.out_channels + 7) / 8;
+  p.n_tiles = groups <= 1 ? 1 : groups <= 2 ? 2 : groups <= 4 ? 4 : 8;
+  // A tile's conv rows [2 r0, 2 r0 + 2 rows) read input rows 2 r0 stride - pad + [0, halo_rows).
+  const int64_t halo_rows =
+      (2 * p.pooled_rows - 1) * int64_t(s.stride_h) + (s.kernel_h - 1) * int64_t(s.dilation_h) + 1;
+  const int64_t halo_cols =
+      (2 * p.pooled_cols - 1) * int64_t(s.stride_w) + (s.kernel_w - 1) * int64_t(s.dilation_w) + 1;
+  if (halo_rows * halo_cols > (int64_t(1) << 20)) {  // far past any shared memory: refused
+    p.smem_bytes = INT32_MAX;
+    return p;
+  }
+  p.halo_rows = int(halo_rows);
+  const int cols = int(halo_cols);
+  // Every tile's first column is pad_w left of a multiple of 2 * pooled_cols * stride_w, itself
+  // a multiple of 8: the same shift for every tile.
+  p.shift = ((-s.pad_w) % vector + vector) % vector;
+  p.halo_cols = round_up(p.shift + cols, vector);
+  // Banks (docs/PERF.md v36, by a model of the gathers): rows 12 words (float32) or 24 words
+  // (16-bit) past a multiple of 32, planes 8.
+  p.pitch = with_words_mod32(p.halo_cols, bytes == 4 ? 12 : 24, bytes);
+  p.plane = with_words_mod32(p.halo_rows * p.pitch, 8, bytes);
+  p.stage_bytes = (s.in_channels + 1) * p.plane * bytes;  // a multiple of 16
+  const int pooled = p.pooled_rows * p.pooled_cols;
+  p.channel_stride = pooled + ((4 - pooled % 32) + 32) % 32;
+  // The pooled tile (whose memory first holds the weight) and the bias.
+  const int pooled_floats = std::max(8 * p.n_tiles * p.channel_stride,
+                                     kMaxReduction * (8 * p.n_tiles + 8));
+  const int64_t smem = 2 * int64_t(p.stage_bytes) + (int64_t(pooled_floats) + 64) * 4;
+  p.smem_bytes = int(std::min<int64_t>(smem, INT32_MAX));
+  return p;
+}
+
+template <class E>
+__device__ __forceinline__ uint32_t tf32_bits(typename E::Raw v) {
+  return __float_as_uint(E::to_float(v));
+}
+
+// Stores four consecutive pooled outputs (16 bytes of float32, 8 of 16-bit words).
+template <class E>
+__device__ __forceinline__ void store4(typename E::Raw* dst, float4 v) {
+  if constexpr (ElementOperands<E>::kFloat) {
+    *reinterpret_cast<float4*>(dst) = v;
+  } else {
+    const uint32_t lo = uint32_t(E::from_float(v.x)) | (uint32_t(E::from_float(v.y)) << 16);
+    const uint32_t hi = uint32_t(E::from_float(v.z)) | (uint32_t(E::from_float(v.w)) << 16);
+    *reinterpret_cast<uint2*>(dst) = make_uint2(lo, hi);
+  }
+}
+
+// Where tile `tile` sits: image, first pooled row and column.
+struct StemTile {
+  int64_t image;
+  int row0, col0;
+};
+
+__device__ __forceinline__ StemTile stem_tile(const StemPlan& p, int tile) {
+  const int col_tile = tile % p.col_tiles;
+  const int rest = tile / p.col_tiles;
+  return {rest / p.row_tiles, (rest % p.row_tiles) * p.pooled_rows, col_tile * p.pooled_cols};
+}
+
+// Copies tile `tile`'s input halo into `halo` (zeros outside the image): cp.async where it can
+// (float32, or 16-byte vectors), else through registers (16-bit elements one at a time).
+template <class E>
+__device__ __forceinline__ void load_halo(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                          const StemPlan& p, int tile,
+                                          typename E::Raw* halo) {
+  using Raw = typename E::Raw;
+  constexpr int kVector = 16 / sizeof(Raw);
+  const StemTile t = stem_tile(p, tile);
+  const Raw* x = ElementOperands<E>::x(ops) + t.image * ops.x_stride[0];
+  const int in_row0 = 2 * t.row0 * s.stride_h - s.pad_h;
+  const int in_col0 = 2 * t.col0 * s.stride_w - s.pad_w - p.shift;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rows = s.in_channels * p.halo_rows;
+  for (int row = warp; row < rows; row += kWarps) {
+    const int c = row / p.halo_rows, halo_row = row - c * p.halo_rows;
+    const int in_row = in_row0 + halo_row;
+    const bool row_inside = in_row >= 0 && in_row < s.in_height;
+    const Raw* src_row = x + c * ops.x_stride[1] + int64_t(in_row) * ops.x_stride[2];
+    Raw* dst_row = halo + c * p.plane + halo_row * p.pitch;
+    if (p.vector_input) {
+      // in_col0 is a multiple of kVector and so is the width: each vector is wholly inside
+      // the image or wholly outside.
+      for (int col = lane * kVector; col < p.halo_cols; col += 32 * kVector) {
+        const int in_col = in_col0 + col;
+        const bool inside = row_inside && in_col >= 0 && in_col < s.in_width;
+        cp_async_16(reinterpret_cast<float*>(dst_row + col),
+                    reinterpret_cast<const float*>(inside ? src_row + in_col : x), inside);
+      }
+    } else {
+      for (int col = lane; col < p.halo_cols; col += 32) {
+        const int in_col = in_col0 + col;
+        const bool inside = row_inside && in_col >= 0 && in_col < s.in_width;
+        const Raw* src = inside ? src_row + in_col * ops.x_stride[3] : x;
+        if constexpr (ElementOperands<E>::kFloat) {
+          cp_async_4(dst_row + col, src, inside);
+        } else {
+          dst_row[col] = inside ? *src : Raw(0);
+        }
+      }
+    }
+  }
+}
+
+template <class E, int kNTiles>
+__global__ void __launch_bounds__(kThreads, 2)
+    conv_pool_stem_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const StemPlan p) {
+  using Raw = typename E::Raw;
+  extern __shared__ __align__(16) unsigned char smem[];
+  // Two halo buffers (p.stage_bytes each), the pooled tile, the bias.
+  auto halo = [&](int stage) { return reinterpret_cast<Raw*>(smem + stage * p.stage_bytes); };
+  float* pooled = reinterpret_cast<float*>(smem + 2 * p.stage_bytes);
+  float* bias = pooled + max(8 * kNTiles * p.channel_stride, kMaxReduction * kWeightRow<kNTiles>);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+
+  if (blockIdx.x < p.tiles) load_halo<E>(ops, s, p, blockIdx.x, halo(0));
+  cp_async_commit();
+
+  // The zero planes (never written by the copies) and the bias.
+  for (int stage = 0; stage < 2; ++stage)
+    for (int i = threadIdx.x; i < p.plane; i += kThreads)
+      halo(stage)[s.in_channels * p.plane + i] = Raw(0);
+  const Raw* bias_raw = ElementOperands<E>::bias(ops);
+  for (int i = threadIdx.x; i < 8 * kNTiles; i += kThreads)
+    bias[i] = bias_raw != nullptr && i < s.out_channels
+                  ? E::to_float(bias_raw[i * ops.bias_stride]) : 0.f;
+
+  // The weight as fp32 [k][channel] in the pooled tile's memory (not in use before the first
+  // tile's barrier), zeros past the reduction and the channels; rows kWeightRow apart.
+  const int taps = s.taps(), reduction = s.in_channels * taps;
+  {
+    const Raw* weight = ElementOperands<E>::weight(ops);
+    for (int i = threadIdx.x; i < kMaxReduction * 8 * kNTiles; i += kThreads) {
+      const int k = i / (8 * kNTiles), channel = i % (8 * kNTiles);
+      float w = 0.f;
+      if (k < reduction && channel < s.out_channels) {
+        const int c = k / taps, tap = k - c * taps;
+        const int r = tap / s.kernel_w, q = tap - r * s.kernel_w;
+        w = E::to_float(weight[channel * ops.weight_stride[0] + c * ops.weight_stride[1] +
+                               r * ops.weight_stride[2] + q * ops.weight_stride[3]]);
+      }
+      pooled[k * kWeightRow<kNTiles> + channel] = w;
+    }
+  }
+  __syncthreads();
+
+  // This lane's k columns (8j + t and 8j + t + 4): their offsets into a halo, relative to a
+  // pixel's (tap (0, 0), channel 0) element, and their weights for every n-tile.
+  int offset[kKSteps][2];
+  uint32_t b[kKSteps][kNTiles][2];
+#pragma unroll
+  for (int j = 0; j < kKSteps; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int k = 8 * j + t + 4 * h;
+      const bool real = k < reduction;
+      const int c = real ? k / taps : s.in_channels;
+      const int tap = real ? k - c * taps : 0;
+      const int r = tap / s.kernel_w, q = tap - r * s.kernel_w;
+      offset[j][h] = c * p.plane + r * s.dilation_h * p.pitch + q * s.dilation_w + p.shift;
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n)
+        b[j][n][h] = __float_as_uint(pooled[k * kWeightRow<kNTiles> + 8 * n + g]);
+    }
+
+  const int m_cols = p.pooled_cols / 4;     // m16 tiles per pooled row of a tile
+  const int row_step = s.stride_h * p.pitch;  // conv row -> halo row
+  int stage = 0;
+  for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x, stage ^= 1) {
+    if (tile + int(gridDim.x) < p.tiles)
+      load_halo<E>(ops, s, p, tile + gridDim.x, halo(stage ^ 1));
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();  // this tile's halo (and, the first time, the zeros and the bias)
+
+    const StemTile where = stem_tile(p, tile);
+    const int rows = min(p.pooled_rows, s.out_height - where.row0);
+    const Raw* in = halo(stage);
+    int row = warp / m_cols, m_col = warp % m_cols;
+    for (int m = warp; m < rows * m_cols; m += kWarps) {
+      // Rows g and g + 8 of the m16 tile: conv pixels (2 row, 8 m_col + g) and the one below.
+      // All four k steps, always: a shorter reduction's padding reads the zero plane (a branch
+      // per k step cost more instructions than the multiply-adds it skipped).
+      const Raw* pixel = in + 2 * row * row_step + (8 * m_col + g) * s.stride_w;
+      float acc[kNTiles][4];
+#pragma unroll
+      for (int j = 0; j < kKSteps; ++j) {
+        const Raw* lo = pixel + offset[j][0];
+        const Raw* hi = pixel + offset[j][1];
+        const uint32_t a[4] = {tf32_bits<E>(lo[0]), tf32_bits<E>(lo[row_step]),
+                               tf32_bits<E>(hi[0]), tf32_bits<E>(hi[row_step])};
+#pragma unroll
+        for (int n = 0; n < kNTiles; ++n) {
+          if (j == 0) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+          mma_tf32(acc[n], a, b[j][n]);
+        }
+      }
+      // 2 x 2 max: c0 / c2 and c1 / c3 are one window column; lane ^ 4 holds the other. The
+      // even lane of the pair keeps channel 2t, the odd one 2t + 1.
+      const bool odd = g & 1;
+      float* out = pooled + (2 * t + odd) * p.channel_stride + row * p.pooled_cols +
+                   4 * m_col + g / 2;
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n) {
+        const float even_channel = max_keeping_nan(acc[n][0], acc[n][2]);
+        const float odd_channel = max_keeping_nan(acc[n][1], acc[n][3]);
+        const float other = __shfl_xor_sync(0xffffffffu, odd ? even_channel : odd_channel, 4);
+        out[8 * n * p.channel_stride] = max_keeping_nan(odd ? odd_channel : even_channel, other);
+      }
+      m_col += kWarps;
+      while (m_col >= m_cols) {
+        m_col -= m_cols;
+        ++row;
+      }
+    }
+    __syncthreads();  // the pooled tile
+
+    // Bias, ReLU, store.
+    Raw* out = ElementOperands<E>::out(ops);
+    const int64_t plane = int64_t(s.out_height) * s.out_width;
+    const int64_t first = where.image * s.out_channels * plane +
+                          int64_t(where.row0) * s.out_width + where.col0;
+    if (p.vector_out) {
+      // The tile's rows of a channel are one run of `vectors` 4-element vectors (cols ==
+      // out_width == pooled_cols): thread i takes vector i % vectors of channels i / vectors,
+      // + per_pass, ... (a tile has at most 64 m16 tiles, so vectors <= 64 <= kThreads).
+      const int vectors = rows * p.pooled_cols / 4;
+      const int per_pass = kThreads / vectors;
+      const int v = threadIdx.x % vectors;
+      const float* src = pooled + 4 * v;
+      Raw* dst = out + first + 4 * v;
+      for (int channel = threadIdx.x / vectors; channel < s.out_channels; channel += per_pass) {
+        const float4 m = *reinterpret_cast<const float4*>(src + channel * p.channel_stride);
+        const float b_channel = bias[channel];
+        store4<E>(dst + channel * plane, make_float4(relu_keeping_nan(m.x + b_channel),
+                                                     relu_keeping_nan(m.y + b_channel),
+                                                     relu_keeping_nan(m.z + b_channel),
+                                                     relu_keeping_nan(m.w + b_channel)));
+      }
+    } else {
+      const int cols = min(p.pooled_cols, s.out_width - where.col0);
+      for (int channel = warp; channel < s.out_channels; channel += kWarps) {
+        const float b_channel = bias[channel];
+        const float* src = pooled + channel * p.channel_stride;
+        Raw* dst = out + first + channel * plane;
+        for (int r = 0; r < rows; ++r)
+          for (int col = lane; col < cols; col += 32)
+            dst[int64_t(r) * s.out_width + col] =
+                E::from_float(relu_keeping_nan(src[r * p.pooled_cols + col] + b_channel));
+      }
+    }
+  }
+}
+
+template <class E, int kNTiles>
+cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s, const StemPlan& p,
+                   const ConvPoolDevice& device, cudaStream_t stream) {
+  constexpr int kMaxDevices = 64;
+  // Per device: the dynamic shared-memory limit already set, and the resident blocks per SM
+  // for the last shared-memory size launched (the host work stays a few loads).
+  static std::atomic<int> allowed[kMaxDevices];
+  static std::atomic<int64_t> resident[kMaxDevices];  // smem_bytes << 8 | blocks per SM
+  const auto kernel = conv_pool_stem_kernel<E, kNTiles>;
+  int current = 0;
+  cudaError_t err = cudaGetDevice(&current);
+  if (err != cudaSuccess) return err;
+  const bool cached = current >= 0 && current < kMaxDevices;
+  if (p.smem_bytes > 48 * 1024 &&
+      (!cached || allowed[current].load(std::memory_order_acquire) < p.smem_bytes)) {
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, p.smem_bytes);
+    if (err != cudaSuccess) return err;
+    if (cached) allowed[current].store(p.smem_bytes, std::memory_order_release);
+  }
+  int per_sm = 0;
+  const int64_t seen = cached ? resident[current].load(std::memory_order_acquire) : 0;
+  if (seen >> 8 == p.smem_bytes && (seen & 0xff) > 0) {
+    per_sm = int(seen & 0xff);
+  } else {
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, p.smem_bytes);
+    if (err != cudaSuccess) return err;
+    if (cached) resident[current].store((int64_t(p.smem_bytes) << 8) | (per_sm & 0xff),
+                                        std::memory_order_release);
+  }
+  const int64_t blocks =
+      std::min<int64_t>(p.tiles, int64_t(std::max(per_sm, 1)) * std::max(device.sm_count, 1));
+  kernel<<<unsigned(blocks), kThreads, p.smem_bytes, stream>>>(ops, s, p);
+  return cudaGetLastError();
+}
+
+template <class E>
+cudaError_t launch_for_element(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                               const StemPlan& p, const ConvPoolDevice& device,
+                               cudaStream_t stream) {
+  switch (p.n_tiles) {
+    case 1: return launch<E, 1>(ops, s, p, device, stream);
+    case 2: return launch<E, 2>(ops, s, p, device, stream);
+    case 4: return launch<E, 4>(ops, s, p, device, stream);
+    default: return launch<E, 8>(ops, s, p, device, stream);
+  }
+}
+
+}  // namespace
+
+const char* stem_conv_pool_unsupported(const ConvPoolShape& s, const ConvPoolDevice& device) {
+  if (int64_t(s.in_channels) * s.taps() > kMaxReduction)
+    return "in_channels * kernel taps is larger than 32";
+  if (s.out_channels > kMaxOutChannels) return "more than 64 output channels";
+  if (s.pool_h != 2 || s.pool_w != 2 || s.pool_stride_h != 2 || s.pool_stride_w != 2 ||
+      s.pool_pad_h != 0 || s.pool_pad_w != 0)
+    return "the pooling in registers covers only a 2x2 / stride 2 pool without padding";
+  if (2 * s.out_height > s.conv_height || 2 * s.out_width > s.conv_width)
+    return "a pooling window reaches past the conv output (ceil mode)";
+  const StemPlan p = make_plan(s);
+  if (p.smem_bytes > device.max_shared_bytes)
+    return "the input halo and pooled tile of a block do not fit in shared memory";
+  if (int64_t(s.batch) * p.row_tiles * p.col_tiles > INT32_MAX) return "more than 2^31 - 1 tiles";
+  return nullptr;
+}
+
+cudaError_t stem_conv_pool_launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                  const ConvPoolDevice& device, cudaStream_t stream) {
+  StemPlan p = make_plan(s);
+  if (s.element == kElementFloat32) {
+    p.vector_input = vectorizable_input(ops, s);
+  } else {
+    p.vector_input = input_rows_in_runs_of_8_16bit(ops, s);
+  }
+  const uintptr_t out_align = s.element == kElementFloat32 ? 16 : 8;
+  p.vector_out = p.col_tiles == 1 && p.pooled_cols == s.out_width &&
+                 aligned(s.element == kElementFloat32 ? static_cast<const void*>(ops.out)
+                                                      : static_cast<const void*>(ops.out16),
+                         out_align);
+  switch (s.element) {
+    case kElementFloat16: return launch_for_element<Float16>(ops, s, p, device, stream);
+    case kElementBFloat16: return launch_for_element<BFloat16>(ops, s, p, device, stream);
+    default: return launch_for_element<Float32>(ops, s, p, device, stream);
+  }
+}
