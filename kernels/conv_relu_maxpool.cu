@@ -39,7 +39,8 @@
 //                     few input channels and large kernels (allow_tf32=False).
 // (6, 10 and 15 are the wgmma kernels, conv_relu_maxpool_wgmma.cu, 15 with 3xTF32; 7 and 11
 // the CUDA-core small_fp32 / small_16bit and 13 their TF32 tensor-core twin small_tf32,
-// conv_relu_maxpool_small.cu; 8 and 9 the other 16-bit kernels, conv_relu_maxpool_half.cu.)
+// conv_relu_maxpool_small.cu; 8 and 9 the other 16-bit kernels, conv_relu_maxpool_half.cu;
+// 16 and 17 the first-layer kernels stem_tf32 / stem_16bit, conv_relu_maxpool_stem.cu.)
 //
 // Chunked tiled variants (1-4), per block of 256 (or 512) threads:
 //   * Tile scheduler: blockIdx.x -> (image, tile row, tile col, output-channel
