@@ -68,29 +68,6 @@ static_assert(kTileRows == conv_pool_epilogue::kTileRows &&
 constexpr int kPackTile = 32;
 static_assert(kTilePixels == kThreads, "the A loader gives each thread one pixel");
 
-// D += A * B, m16n8k16, 16-bit inputs (two per register), fp32 accumulators.
-template <class E>
-__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
-                                          const uint32_t (&b)[2]);
-
-template <>
-__device__ __forceinline__ void mma_16816<Float16>(float (&d)[4], const uint32_t (&a)[4],
-                                                   const uint32_t (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-template <>
-__device__ __forceinline__ void mma_16816<BFloat16>(float (&d)[4], const uint32_t (&a)[4],
-                                                    const uint32_t (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 // 16-byte global -> shared copy; src-size 0 writes zeros without reading (padding, tails).
 __device__ __forceinline__ void copy_16_bytes_async(void* smem_dst, const void* global_src,
                                                     bool valid) {

@@ -125,6 +125,11 @@ __device__ __forceinline__ uint32_t tf32_bits(typename E::Raw v) {
   return __float_as_uint(E::to_float(v));
 }
 
+// Two 16-bit words as one m16n8k16 fragment register (`lower` in the low half).
+__device__ __forceinline__ uint32_t pair(uint16_t lower, uint16_t upper) {
+  return uint32_t(lower) | (uint32_t(upper) << 16);
+}
+
 // Stores four consecutive pooled outputs (16 bytes of float32, 8 of 16-bit words).
 template <class E>
 __device__ __forceinline__ void store4(typename E::Raw* dst, float4 v) {
@@ -236,24 +241,41 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   __syncthreads();
 
-  // This lane's k columns (8j + t and 8j + t + 4): their offsets into a halo, relative to a
-  // pixel's (tap (0, 0), channel 0) element, and their weights for every n-tile.
-  int offset[kKSteps][2];
-  uint32_t b[kKSteps][kNTiles][2];
+  // This lane's k columns: their offsets into a halo, relative to a pixel's (tap (0, 0),
+  // channel 0) element, and their weights for every n-tile. TF32 (m16n8k8, 4 k steps): columns
+  // 8j + t and 8j + t + 4. 16 bits (m16n8k16, 2 k steps, two k per register, the lower in the
+  // low half): 16j + 2t, + 1, + 8 and + 9.
+  constexpr bool kTf32 = ElementOperands<E>::kFloat;
+  constexpr int kSteps = kTf32 ? kKSteps : kKSteps / 2;
+  constexpr int kColumns = kTf32 ? 2 : 4;
+  int offset[kSteps][kColumns];
+  uint32_t b[kSteps][kNTiles][2];
 #pragma unroll
-  for (int j = 0; j < kKSteps; ++j)
+  for (int j = 0; j < kSteps; ++j) {
+    int k[kColumns];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int k = 8 * j + t + 4 * h;
-      const bool real = k < reduction;
-      const int c = real ? k / taps : s.in_channels;
-      const int tap = real ? k - c * taps : 0;
+    for (int col = 0; col < kColumns; ++col) {
+      k[col] = kTf32 ? 8 * j + t + 4 * col : 16 * j + 2 * t + (col & 1) + 8 * (col >> 1);
+      const bool real = k[col] < reduction;
+      const int c = real ? k[col] / taps : s.in_channels;
+      const int tap = real ? k[col] - c * taps : 0;
       const int r = tap / s.kernel_w, q = tap - r * s.kernel_w;
-      offset[j][h] = c * p.plane + r * s.dilation_h * p.pitch + q * s.dilation_w + p.shift;
-#pragma unroll
-      for (int n = 0; n < kNTiles; ++n)
-        b[j][n][h] = __float_as_uint(pooled[k * kWeightRow<kNTiles> + 8 * n + g]);
+      offset[j][col] = c * p.plane + r * s.dilation_h * p.pitch + q * s.dilation_w + p.shift;
     }
+#pragma unroll
+    for (int n = 0; n < kNTiles; ++n) {
+      const float* w = pooled + 8 * n + g;  // [k][channel], channel 8n + g
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (kTf32) {
+          b[j][n][h] = __float_as_uint(w[k[h] * kWeightRow<kNTiles>]);
+        } else {  // exact: the values came from E
+          b[j][n][h] = pair(E::from_float(w[k[2 * h] * kWeightRow<kNTiles>]),
+                            E::from_float(w[k[2 * h + 1] * kWeightRow<kNTiles>]));
+        }
+      }
+    }
+  }
 
   const int m_cols = p.pooled_cols / 4;     // m16 tiles per pooled row of a tile
   const int row_step = s.stride_h * p.pitch;  // conv row -> halo row
@@ -271,20 +293,36 @@ __global__ void __launch_bounds__(kThreads, 2)
     int row = warp / m_cols, m_col = warp % m_cols;
     for (int m = warp; m < rows * m_cols; m += kWarps) {
       // Rows g and g + 8 of the m16 tile: conv pixels (2 row, 8 m_col + g) and the one below.
-      // All four k steps, always: a shorter reduction's padding reads the zero plane (a branch
-      // per k step cost more instructions than the multiply-adds it skipped).
+      // Every k step, always: a shorter reduction's padding reads the zero plane (a branch per
+      // k step cost more instructions than the multiply-adds it skipped).
       const Raw* pixel = in + 2 * row * row_step + (8 * m_col + g) * s.stride_w;
       float acc[kNTiles][4];
 #pragma unroll
-      for (int j = 0; j < kKSteps; ++j) {
-        const Raw* lo = pixel + offset[j][0];
-        const Raw* hi = pixel + offset[j][1];
-        const uint32_t a[4] = {tf32_bits<E>(lo[0]), tf32_bits<E>(lo[row_step]),
-                               tf32_bits<E>(hi[0]), tf32_bits<E>(hi[row_step])};
+      for (int j = 0; j < kSteps; ++j) {
+        uint32_t a[4];
+        if constexpr (kTf32) {
+          const Raw* lo = pixel + offset[j][0];
+          const Raw* hi = pixel + offset[j][1];
+          a[0] = tf32_bits<E>(lo[0]);
+          a[1] = tf32_bits<E>(lo[row_step]);
+          a[2] = tf32_bits<E>(hi[0]);
+          a[3] = tf32_bits<E>(hi[row_step]);
+        } else {
+          const Raw *k0 = pixel + offset[j][0], *k1 = pixel + offset[j][1];
+          const Raw *k8 = pixel + offset[j][2], *k9 = pixel + offset[j][3];
+          a[0] = pair(k0[0], k1[0]);
+          a[1] = pair(k0[row_step], k1[row_step]);
+          a[2] = pair(k8[0], k9[0]);
+          a[3] = pair(k8[row_step], k9[row_step]);
+        }
 #pragma unroll
         for (int n = 0; n < kNTiles; ++n) {
           if (j == 0) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-          mma_tf32(acc[n], a, b[j][n]);
+          if constexpr (kTf32) {
+            mma_tf32(acc[n], a, b[j][n]);
+          } else {
+            mma_16816<E>(acc[n], a, b[j][n]);
+          }
         }
       }
       // 2 x 2 max: c0 / c2 and c1 / c3 are one window column; lane ^ 4 holds the other. The

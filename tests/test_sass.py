@@ -16,8 +16,9 @@ report in tests/test_build.py; here we check what the disassembly shows:
   * the 16-bit tensor-core kernels (tiled_16bit_mma) issue HMMA.16816.F32 (float16) and
     HMMA.16816.F32.BF16 (bfloat16): m16n8k16 with fp32 accumulators, nothing narrower;
   * small_tf32's kernels (the small kernel's tensor-core loop) issue HMMA.1688.F32.TF32 and
-    no FFMA: the products run on tensor cores only; so do the stem kernels (stem_tf32,
-    stem_16bit), 4 k steps x their n-tiles of them, unrolled once;
+    no FFMA: the products run on tensor cores only; so do the stem kernels' float32 instances
+    (stem_tf32), 4 k steps x their n-tiles of them, unrolled once, and the 16-bit ones
+    (stem_16bit) issue 2 k steps x n-tiles of HMMA.16816.F32[.BF16];
   * no kernel touches local memory (LDL/STL): register arrays stayed in registers;
   * the fast-path instantiations (compile-time 3x3 / 2x2 geometry) exist;
   * the code is built for Hopper (sm_90a), as compile.sh does on CI and on the H200.
@@ -264,7 +265,7 @@ def test_small_tf32_kernels_issue_tf32_hmma_only(sass):
         assert "HGMMA" not in code and "FFMA" not in code, name
 
 
-def test_stem_kernels_issue_one_tf32_hmma_per_k_step_and_n_tile(sass):
+def test_stem_kernels_issue_one_hmma_per_k_step_and_n_tile(sass):
     kernels = {name: code for name, code in sass.items() if is_stem_kernel(name)}
     # Three element types x 1, 2, 4 or 8 n-tiles of 8 output channels.
     found = sorted((re.search(r"kernelI(\d+\w+?)Li(\d)E", name).groups()) for name in kernels)
@@ -272,9 +273,17 @@ def test_stem_kernels_issue_one_tf32_hmma_per_k_step_and_n_tile(sass):
                            for n in "1248"), found
     for name, code in kernels.items():
         n_tiles = int(re.search(r"Li(\d)E", name).group(1))
-        # 4 k steps of m16n8k8 per n-tile, unrolled once: the weights stay in registers.
-        assert len(re.findall(r"HMMA\.1688\.F32\.TF32\b", code)) == 4 * n_tiles, name
-        assert len(re.findall(r"\bHMMA\.", code)) == 4 * n_tiles, name
+        # Unrolled once (the weights stay in registers): float32 on TF32 m16n8k8, 4 k steps;
+        # 16 bits on m16n8k16 with fp32 accumulators, 2 k steps.
+        if "Float32" in name:
+            expected = re.findall(r"HMMA\.1688\.F32\.TF32\b", code)
+            assert len(expected) == 4 * n_tiles, name
+        else:
+            pattern = (r"HMMA\.16816\.F32\.BF16\b" if "BFloat16" in name
+                       else r"HMMA\.16816\.F32(?![.\w])")
+            expected = re.findall(pattern, code)
+            assert len(expected) == 2 * n_tiles, name
+        assert len(re.findall(r"\bHMMA\.", code)) == len(expected), name
         assert "HGMMA" not in code and "FFMA" not in code, name
 
 
