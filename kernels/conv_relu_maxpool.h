@@ -31,7 +31,7 @@ enum ConvPoolVariant : int {
   kVariantTiled3xTf32Wgmma = 15, // as 6 with 3xTF32 (as 3): fp32-level accuracy, 3x3 / 2x2 only
   kVariantStemTf32 = 16,     // first layers: in_channels * taps <= 32, <= 64 output channels,
                              // 2x2 / 2 pool; TF32 mma.sync with the weights in registers
-  kVariantStem16 = 17,       // as 16 for f16/bf16 operands (converted to fp32; exact in TF32)
+  kVariantStem16 = 17,       // as 16 for f16/bf16 operands (mma.sync m16n8k16, fp32 accumulate)
   kVariantCount = 18,
 };
 

@@ -1,18 +1,19 @@
 // Fused Conv2d -> ReLU -> MaxPool2d for a network's first layer: a short reduction (input
 // channels x taps <= 32, e.g. 3 x 3 x 3 on RGB) into at most 64 output channels, under 2x2 /
-// stride 2 windows. Variants `stem_tf32` (float32 operands) and `stem_16bit` (float16 /
-// bfloat16, converted to fp32 on the way into the tensor cores: exact in TF32), one kernel.
+// stride 2 windows. Variants `stem_tf32` (float32 operands, TF32 mma.sync m16n8k8) and
+// `stem_16bit` (float16 / bfloat16 operands, mma.sync m16n8k16), one kernel; fp32 accumulators.
 //
 // Why a kernel of its own: the 8-channel chunks of the wgmma kernel multiply 3 real channels of
 // 8 and pay a whole tile's halo, barriers and epilogue per chunk; such a layer is bound by its
 // output (64 channels of pooled pixels for 3 channels of input), so what matters is how few
 // instructions each pooled output costs on its way out. Here:
 //  * The whole weight lives in registers for the whole kernel: a warp's B fragments for 4 k
-//    steps of m16n8k8 x 8 n-tiles are 64 registers, loaded once per block.
-//  * The reduction is flattened over (channel, tap) and padded to a multiple of 8; a lane's k
-//    columns are fixed, so its 8 shared-memory offsets (channel plane + tap row + tap column)
-//    are computed once per block too. Padded k columns point into a plane of zeros (never at
-//    image data: 0 x inf would be NaN).
+//    steps of m16n8k8 x 8 n-tiles are 64 registers (16 bits: 2 k steps of m16n8k16, 32
+//    registers), loaded once per block.
+//  * The reduction is flattened over (channel, tap) and padded to 32; a lane's k columns are
+//    fixed, so its 8 shared-memory offsets (channel plane + tap row + tap column) are computed
+//    once per block too. Padded k columns point into a plane of zeros (never at image data:
+//    0 x inf would be NaN).
 //  * An m16 tile is 2 conv rows x 8 conv columns: rows g and g + 8 of the fragment are the two
 //    pixels of one window column, so the vertical max is within a thread (c0 / c2, c1 / c3) and
 //    the horizontal one a single shuffle with lane ^ 4. Each lane keeps one pooled value per
