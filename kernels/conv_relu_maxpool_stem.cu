@@ -126,7 +126,8 @@ __device__ __forceinline__ uint32_t tf32_bits(typename E::Raw v) {
   return __float_as_uint(E::to_float(v));
 }
 
-// Two 16-bit words as one m16n8k16 fragment register (`lower` in the low half).
+// Two 16-bit words as one 32-bit word (`lower` in the low half, at the lower address): an
+// m16n8k16 fragment register, or two outputs.
 __device__ __forceinline__ uint32_t pair(uint16_t lower, uint16_t upper) {
   return uint32_t(lower) | (uint32_t(upper) << 16);
 }
@@ -137,9 +138,8 @@ __device__ __forceinline__ void store4(typename E::Raw* dst, float4 v) {
   if constexpr (ElementOperands<E>::kFloat) {
     *reinterpret_cast<float4*>(dst) = v;
   } else {
-    const uint32_t lo = uint32_t(E::from_float(v.x)) | (uint32_t(E::from_float(v.y)) << 16);
-    const uint32_t hi = uint32_t(E::from_float(v.z)) | (uint32_t(E::from_float(v.w)) << 16);
-    *reinterpret_cast<uint2*>(dst) = make_uint2(lo, hi);
+    *reinterpret_cast<uint2*>(dst) = make_uint2(pair(E::from_float(v.x), E::from_float(v.y)),
+                                                pair(E::from_float(v.z), E::from_float(v.w)));
   }
 }
 
