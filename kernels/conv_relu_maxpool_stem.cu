@@ -44,6 +44,11 @@ constexpr int kMaxReduction = 8 * kKSteps;   // in_channels * taps
 constexpr int kMaxOutChannels = 64;          // 8 n-tiles of 8
 constexpr int kMaxPooledCols = 128;          // pooled columns of a block tile
 constexpr int kTargetMTiles = 64;            // m16 tiles per block tile: 8 per warp
+// Floats between channels of the pooled tile: room for the largest tile (kTargetMTiles m16
+// tiles of 4 pooled outputs), 4 (mod 32) so that a warp's pooled stores (4 outputs x 8
+// channels) hit distinct banks, and a compile-time constant so that the 8 n-tiles' stores
+// take immediate offsets.
+constexpr int kChannelStride = 4 * kTargetMTiles + 4;
 // Floats per k row of the weight staged in shared memory: 8 (mod 32) for the wider n-tile
 // counts, so that a warp's B-fragment loads (4 k rows x 8 channels) hit distinct banks.
 template <int kNTiles>
@@ -60,7 +65,6 @@ struct StemPlan {
   // vector copies start at a multiple of 16 bytes).
   int halo_rows, halo_cols, pitch, plane, shift;
   int stage_bytes;               // one halo buffer, zero plane included; two are staged
-  int channel_stride;            // floats between channels of the pooled tile (4 mod 32)
   int smem_bytes;
   bool vector_input;             // 16-byte halo copies (decided at launch)
   bool vector_out;               // whole rows in runs of 4 (decided at launch)
@@ -111,10 +115,8 @@ StemPlan make_plan(const ConvPoolShape& s) {
   p.pitch = with_words_mod32(p.halo_cols, bytes == 4 ? 12 : 24, bytes);
   p.plane = with_words_mod32(p.halo_rows * p.pitch, 8, bytes);
   p.stage_bytes = (s.in_channels + 1) * p.plane * bytes;  // a multiple of 16
-  const int pooled = p.pooled_rows * p.pooled_cols;
-  p.channel_stride = pooled + ((4 - pooled % 32) + 32) % 32;
   // The pooled tile (whose memory first holds the weight) and the bias.
-  const int pooled_floats = std::max(8 * p.n_tiles * p.channel_stride,
+  const int pooled_floats = std::max(8 * p.n_tiles * kChannelStride,
                                      kMaxReduction * (8 * p.n_tiles + 8));
   const int64_t smem = 2 * int64_t(p.stage_bytes) + (int64_t(pooled_floats) + 64) * 4;
   p.smem_bytes = int(std::min<int64_t>(smem, INT32_MAX));
@@ -207,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   // Two halo buffers (p.stage_bytes each), the pooled tile, the bias.
   auto halo = [&](int stage) { return reinterpret_cast<Raw*>(smem + stage * p.stage_bytes); };
   float* pooled = reinterpret_cast<float*>(smem + 2 * p.stage_bytes);
-  float* bias = pooled + max(8 * kNTiles * p.channel_stride, kMaxReduction * kWeightRow<kNTiles>);
+  float* bias = pooled + max(8 * kNTiles * kChannelStride, kMaxReduction * kWeightRow<kNTiles>);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
 
@@ -242,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   __syncthreads();
 
-  // This lane's k columns: their offsets into a halo, relative to a pixel's (tap (0, 0),
+  // This lane's k columns: their byte offsets into a halo, relative to a pixel's (tap (0, 0),
   // channel 0) element, and their weights for every n-tile. TF32 (m16n8k8, 4 k steps): columns
   // 8j + t and 8j + t + 4. 16 bits (m16n8k16, 2 k steps, two k per register, the lower in the
   // low half): 16j + 2t, + 1, + 8 and + 9.
@@ -261,7 +263,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int c = real ? k[col] / taps : s.in_channels;
       const int tap = real ? k[col] - c * taps : 0;
       const int r = tap / s.kernel_w, q = tap - r * s.kernel_w;
-      offset[j][col] = c * p.plane + r * s.dilation_h * p.pitch + q * s.dilation_w + p.shift;
+      offset[j][col] = int(sizeof(Raw)) *
+                       (c * p.plane + r * s.dilation_h * p.pitch + q * s.dilation_w + p.shift);
     }
 #pragma unroll
     for (int n = 0; n < kNTiles; ++n) {
@@ -280,6 +283,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
   const int m_cols = p.pooled_cols / 4;     // m16 tiles per pooled row of a tile
   const int row_step = s.stride_h * p.pitch;  // conv row -> halo row
+  const int row_bytes = row_step * int(sizeof(Raw));
   int stage = 0;
   for (int tile = blockIdx.x; tile < p.tiles; tile += gridDim.x, stage ^= 1) {
     if (tile + int(gridDim.x) < p.tiles)
@@ -296,25 +300,29 @@ __global__ void __launch_bounds__(kThreads, 2)
       // Rows g and g + 8 of the m16 tile: conv pixels (2 row, 8 m_col + g) and the one below.
       // Every k step, always: a shorter reduction's padding reads the zero plane (a branch per
       // k step cost more instructions than the multiply-adds it skipped).
-      const Raw* pixel = in + 2 * row * row_step + (8 * m_col + g) * s.stride_w;
+      // Addresses in bytes: the offsets and the row step are pre-scaled, so each load's
+      // address is one addition.
+      const char* pixel = reinterpret_cast<const char*>(in + 2 * row * row_step +
+                                                        (8 * m_col + g) * s.stride_w);
       float acc[kNTiles][4];
 #pragma unroll
       for (int j = 0; j < kSteps; ++j) {
         uint32_t a[4];
         if constexpr (kTf32) {
-          const Raw* lo = pixel + offset[j][0];
-          const Raw* hi = pixel + offset[j][1];
-          a[0] = tf32_bits<E>(lo[0]);
-          a[1] = tf32_bits<E>(lo[row_step]);
-          a[2] = tf32_bits<E>(hi[0]);
-          a[3] = tf32_bits<E>(hi[row_step]);
+          const char* lo = pixel + offset[j][0];
+          const char* hi = pixel + offset[j][1];
+          a[0] = tf32_bits<E>(*reinterpret_cast<const Raw*>(lo));
+          a[1] = tf32_bits<E>(*reinterpret_cast<const Raw*>(lo + row_bytes));
+          a[2] = tf32_bits<E>(*reinterpret_cast<const Raw*>(hi));
+          a[3] = tf32_bits<E>(*reinterpret_cast<const Raw*>(hi + row_bytes));
         } else {
-          const Raw *k0 = pixel + offset[j][0], *k1 = pixel + offset[j][1];
-          const Raw *k8 = pixel + offset[j][2], *k9 = pixel + offset[j][3];
-          a[0] = pair(k0[0], k1[0]);
-          a[1] = pair(k0[row_step], k1[row_step]);
-          a[2] = pair(k8[0], k9[0]);
-          a[3] = pair(k8[row_step], k9[row_step]);
+          auto at = [&](int col, int extra) {
+            return *reinterpret_cast<const Raw*>(pixel + offset[j][col] + extra);
+          };
+          a[0] = pair(at(0, 0), at(1, 0));
+          a[1] = pair(at(0, row_bytes), at(1, row_bytes));
+          a[2] = pair(at(2, 0), at(3, 0));
+          a[3] = pair(at(2, row_bytes), at(3, row_bytes));
         }
 #pragma unroll
         for (int n = 0; n < kNTiles; ++n) {
@@ -329,14 +337,14 @@ __global__ void __launch_bounds__(kThreads, 2)
       // 2 x 2 max: c0 / c2 and c1 / c3 are one window column; lane ^ 4 holds the other. The
       // even lane of the pair keeps channel 2t, the odd one 2t + 1.
       const bool odd = g & 1;
-      float* out = pooled + (2 * t + odd) * p.channel_stride + row * p.pooled_cols +
+      float* out = pooled + (2 * t + odd) * kChannelStride + row * p.pooled_cols +
                    4 * m_col + g / 2;
 #pragma unroll
       for (int n = 0; n < kNTiles; ++n) {
         const float even_channel = max_keeping_nan(acc[n][0], acc[n][2]);
         const float odd_channel = max_keeping_nan(acc[n][1], acc[n][3]);
         const float other = __shfl_xor_sync(0xffffffffu, odd ? even_channel : odd_channel, 4);
-        out[8 * n * p.channel_stride] = max_keeping_nan(odd ? odd_channel : even_channel, other);
+        out[8 * n * kChannelStride] = max_keeping_nan(odd ? odd_channel : even_channel, other);
       }
       m_col += kWarps;
       while (m_col >= m_cols) {
@@ -361,7 +369,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       const float* src = pooled + 4 * v;
       Raw* dst = out + first + 4 * v;
       for (int channel = threadIdx.x / vectors; channel < s.out_channels; channel += per_pass) {
-        const float4 m = *reinterpret_cast<const float4*>(src + channel * p.channel_stride);
+        const float4 m = *reinterpret_cast<const float4*>(src + channel * kChannelStride);
         const float b_channel = bias[channel];
         store4<E>(dst + channel * plane, make_float4(relu_keeping_nan(m.x + b_channel),
                                                      relu_keeping_nan(m.y + b_channel),
@@ -372,7 +380,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int cols = min(p.pooled_cols, s.out_width - where.col0);
       for (int channel = warp; channel < s.out_channels; channel += kWarps) {
         const float b_channel = bias[channel];
-        const float* src = pooled + channel * p.channel_stride;
+        const float* src = pooled + channel * kChannelStride;
         Raw* dst = out + first + channel * plane;
         for (int r = 0; r < rows; ++r)
           for (int col = lane; col < cols; col += 32)
