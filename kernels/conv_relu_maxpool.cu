@@ -37,6 +37,9 @@
 //                     exactly, the store rounds once.
 //  14 tiled_3xtf32_flat As 5 with 3xTF32 (as 3), float32 only: the fp32-accurate path for
 //                     few input channels and large kernels (allow_tf32=False).
+//  18 tiled_tf32_flat_wgmma As 5 on Hopper wgmma (sm_90a), float32: 16 warps, each warpgroup
+//                     64 pixels x 64 channels per m64n64k8 step, the gathered pixels from
+//                     registers, the weights from shared memory (FlatWgmmaMainloop).
 // (6, 10 and 15 are the wgmma kernels, conv_relu_maxpool_wgmma.cu, 15 with 3xTF32; 7 and 11
 // the CUDA-core small_fp32 / small_16bit and 13 their TF32 tensor-core twin small_tf32,
 // conv_relu_maxpool_small.cu; 8 and 9 the other 16-bit kernels, conv_relu_maxpool_half.cu;
@@ -68,6 +71,7 @@
 #include "conv_pool_device.cuh"
 #include "conv_pool_epilogue.cuh"
 #include "conv_pool_operands.h"
+#include "conv_pool_wgmma.cuh"
 #include "conv_relu_maxpool.h"
 #include "conv_relu_maxpool_half.h"
 #include "conv_relu_maxpool_small.h"
@@ -733,6 +737,7 @@ struct FlatTensorCoreMainloop {
   static constexpr int kWarpsN = kWarpsNT;
   static constexpr int kMTiles = kMTilesT;
   static constexpr bool kSplit = kSplitT;
+  static constexpr bool kWgmma = false;
   static constexpr int kWarpsM = conv_pool_epilogue::kTileMTiles / kMTiles;
   static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
   static constexpr int kWarpChannels = kOutBlock / kWarpsN;
@@ -822,6 +827,118 @@ struct FlatTensorCoreMainloop {
   // Accumulator (pixel, channel) -> tile[channel][pixel], adding the bias.
   __device__ __forceinline__ void store(float* tile, const float* bias) const {
     conv_pool_epilogue::store_mma_accumulators<kMTiles, kNTiles, kWarpChannels>(acc, tile, bias);
+  }
+};
+
+// Flat-K mainloop on Hopper wgmma (tiled_tf32_flat_wgmma, float32 with TF32): the same
+// reduction steps, tile and table as FlatTensorCoreMainloop, but each step is one
+// wgmma.m64n64k8 per warpgroup with A (the gathered pixels) from registers and B (the weights)
+// from shared memory: 16 warps, warp w the tile's m-tile w (4 warpgroups of 64 pixels), all 64
+// channels, in the m16n8 C layout of FlatTensorCoreMainloop<64, 1, 1>'s warps (so the epilogue
+// is theirs). A step per warp is 2 table loads, 4 gathered loads and one wgmma instead of the
+// mma.sync loop's 4 B pair loads and 8 mmas per 32 x 32 warp tile, and the tensor cores work
+// while the next step's pixels are gathered (two steps' fragments in flight per warpgroup).
+// Weights: the wgmma layout of K-major TF32 B, [k / 4][channel][4] (core matrices of 8 channels
+// x 4 k, 128 contiguous bytes; 1 KB between k groups), staged once per block like the others'.
+template <int kStepsPerGroupT = 2>
+struct FlatWgmmaMainloop {
+  static constexpr int kOutBlock = 64;
+  static constexpr bool kWgmma = true;
+  static constexpr int kSteps = kStepsPerGroupT;  // k steps per committed wgmma group
+  static constexpr int kWarpsM = conv_pool_epilogue::kTileMTiles;
+  static constexpr int kThreads = 32 * kWarpsM;
+  static constexpr int kWarpChannels = kOutBlock;
+  static constexpr int kNTiles = kOutBlock / 8;
+  static constexpr int kMinBlocks = 1;
+  static constexpr int kGroupBytes = 16 * kOutBlock;  // one k group of 4: 64 channels x 16 bytes
+  float acc[1][kNTiles][4];
+
+  __device__ __forceinline__ FlatWgmmaMainloop() {
+    conv_pool_epilogue::zero_mma_accumulators(acc);
+  }
+
+  // Staged position of weight (channel k, flattened reduction entry e).
+  static __device__ __forceinline__ int weight_index(int k, int e, int /*weight_row*/) {
+    return (e >> 2) * (4 * kOutBlock) + 4 * k + (e & 3);
+  }
+
+  __device__ __forceinline__ float (&accumulators())[32] {
+    return reinterpret_cast<float(&)[32]>(acc);
+  }
+
+  // One step's A fragment (the m16n8k8 layout) for the warp's pixels at src.
+  template <bool kPadded>
+  static __device__ __forceinline__ void gather(uint32_t (&a)[4], const float* src,
+                                                const int* k_offset, int k, int next8) {
+    const int t = threadIdx.x % 4;
+    const int low = k_offset[k + t], high = k_offset[k + t + 4];
+    if (kPadded) {
+      a[0] = low < 0 ? 0u : __float_as_uint(src[low]);
+      a[1] = low < 0 ? 0u : __float_as_uint(src[low + next8]);
+      a[2] = high < 0 ? 0u : __float_as_uint(src[high]);
+      a[3] = high < 0 ? 0u : __float_as_uint(src[high + next8]);
+    } else {
+      a[0] = __float_as_uint(src[low]);
+      a[1] = __float_as_uint(src[low + next8]);
+      a[2] = __float_as_uint(src[high]);
+      a[3] = __float_as_uint(src[high + next8]);
+    }
+  }
+
+  // Reduction steps [step_begin, step_end); every wgmma issued here is complete on return (the
+  // caller may then overwrite the planes; the A registers are this call's).
+  template <bool kPadded, class E>
+  __device__ __forceinline__ void compute_steps(const float* halo,
+                                                const typename E::Raw* weights,
+                                                const int* k_offset, const ConvPoolShape& s,
+                                                const TilePlan& p, int col_shift, int step_begin,
+                                                int step_end) {
+    static_assert(ElementOperands<E>::kFloat, "the wgmma flat mainloop takes float32 operands");
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    const int warp = threadIdx.x / 32, group = (threadIdx.x % 32) / 4;
+    const int tile_row = warp / 2, tile_col = (warp % 2) * 16 + group;
+    const float* src = halo + tile_row * s.stride_h * p.halo_cols + tile_col * s.stride_w +
+                       col_shift;
+    const int next8 = 8 * s.stride_w;
+    const uint64_t b0 = matrix_descriptor(shared_address(weights), kGroupBytes, 128);
+    float (&d)[32] = accumulators();
+    // Groups of kSteps steps alternate between two register sets: a group's fragments are
+    // gathered while the previous group multiplies, and a set is reused only after
+    // wgmma_wait<1> has seen the group before (its last reader) complete.
+    uint32_t a[2][kSteps][4];
+    int step = step_begin;
+    for (; step + 2 * kSteps <= step_end; step += 2 * kSteps) {
+#pragma unroll
+      for (int set = 0; set < 2; ++set) {
+#pragma unroll
+        for (int i = 0; i < kSteps; ++i)
+          gather<kPadded>(a[set][i], src, k_offset, 8 * (step + set * kSteps + i), next8);
+        wgmma_fence();
+#pragma unroll
+        for (int i = 0; i < kSteps; ++i)
+          wgmma_tf32_rs_n64(d, a[set][i], b0 + uint64_t(2 * kGroupBytes / 16) *
+                                                 uint64_t(step + set * kSteps + i));
+        wgmma_commit();
+        wgmma_wait<1>();
+      }
+    }
+    for (; step < step_end; ++step) {  // the rest, one step a group
+      gather<kPadded>(a[0][0], src, k_offset, 8 * step, next8);
+      wgmma_fence();
+      wgmma_tf32_rs_n64(d, a[0][0], b0 + uint64_t(2 * kGroupBytes / 16) * uint64_t(step));
+      wgmma_commit();
+      wgmma_wait<0>();
+    }
+    wgmma_wait<0>();
+    fence_registers(d);
+#else
+    __trap();  // sm_90a only: the host offers the variant only there
+#endif
+  }
+
+  // Accumulator (pixel, channel) -> tile[channel][pixel], adding the bias.
+  __device__ __forceinline__ void store(float* tile, const float* bias) const {
+    conv_pool_epilogue::store_mma_accumulators<1, kNTiles, kWarpChannels>(acc, tile, bias);
   }
 };
 
@@ -1018,6 +1135,14 @@ __global__ void __launch_bounds__(Mainloop::kThreads, Mainloop::kMinBlocks)
     for (int k = warp; k < p.out_block; k += kBlockThreads / 32) {
       const bool k_valid = tc.channel0 + k < s.out_channels;
       const auto* src = weight_in + int64_t(tc.channel0 + k) * ops.weight_stride[0];
+      if constexpr (Mainloop::kWgmma) {  // [e / 4][channel][4]
+        for (int e = lane; e < p.k_padded; e += 32) {
+          const bool valid = k_valid && e < reduction;
+          cp_async_4(weights + Mainloop::weight_index(k, e, p.weight_row),
+                     valid ? src + weight_gather[e] : weight_in, valid);
+        }
+        continue;
+      }
       Raw* dst = weights + k * p.weight_row;
       for (int e = lane; e < p.k_padded; e += 32) {
         const bool valid = k_valid && e < reduction;
@@ -1084,6 +1209,11 @@ __global__ void __launch_bounds__(Mainloop::kThreads, Mainloop::kMinBlocks)
       // Planes > c of this tile and the `released` ones of the next may still be in flight
       // (none with raw planes: this tile's were converted by the threads).
       if (!raw_planes) cp_async_wait_at_most(s.in_channels - 1 - c + released);
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+      // The weights (copied with plane 0 of the block's first tile) are read by the tensor
+      // cores: this thread's copies become visible to the async proxy before the barrier.
+      if constexpr (Mainloop::kWgmma) fence_proxy_async();
+#endif
       __syncthreads();
       const int begin = schedule.group_begin(c);
       const int end = c + 1 < s.in_channels ? schedule.group_begin(c + 1) : schedule.steps;
@@ -1176,9 +1306,18 @@ bool two_blocks_per_sm(int smem_bytes, int max_shared_bytes) {
          int64_t(max_shared_bytes) + kSmemReservedPerBlock;
 }
 
+// The wgmma flat kernel (tiled_tf32_flat_wgmma): float32 operands, blocks of 64 channels.
+TiledChoice flat_wgmma() {
+  using Mainloop = FlatWgmmaMainloop<>;
+  return {conv_pool_flat_kernel<Mainloop, Float32>, Mainloop::kOutBlock, Mainloop::kThreads};
+}
+
 // The flat kernels' output-channel block: 64 above 32 channels (several channel blocks above 64:
 // blocks of 128, 8 warps of 64 pixels x 64 channels, were 2-27% slower, docs/PERF.md v30).
-int flat_out_block(const ConvPoolShape& s) { return s.out_channels > 32 ? 64 : 32; }
+// tiled_tf32_flat_wgmma: 64 always.
+int flat_out_block(const ConvPoolShape& s, int variant) {
+  return variant == kVariantTiledTf32FlatWgmma || s.out_channels > 32 ? 64 : 32;
+}
 
 // Their warp tiling (FlatTensorCoreMainloop<out_block, warps N, m-tiles per warp>) for plan `p`:
 // blocks of 64 as 8 warps of 32 pixels x 64 channels where two blocks share an SM, else as 16
@@ -1199,6 +1338,7 @@ bool is_split_flat(int variant) { return variant == kVariantTiled3xTf32Flat; }
 // tiled_16bit_flat else) with the tiling of plan `p`.
 TiledChoice flat_choice(const ConvPoolShape& s, const TilePlan& p, int variant,
                         int max_shared_bytes) {
+  if (variant == kVariantTiledTf32FlatWgmma) return flat_wgmma();
   if (is_split_flat(variant)) {
     return flat_tiling(p, max_shared_bytes, true) == FlatTiling::k32
                ? flat<FlatTensorCoreMainloop<32, 1, 2, true>>(s.element)
@@ -1259,12 +1399,13 @@ TiledChoice tiled_choice(int variant, int out_block, bool fast) {
 
 bool is_flat(int variant) {
   return variant == kVariantTiledTf32Flat || variant == kVariantTiled16Flat ||
-         variant == kVariantTiled3xTf32Flat;
+         variant == kVariantTiled3xTf32Flat || variant == kVariantTiledTf32FlatWgmma;
 }
 
 // The tiling a tiled variant runs with (the fast geometry is not built for FFMA).
 TilePlan plan_for(const ConvPoolShape& s, int variant, const ConvPoolDevice& device) {
-  if (is_flat(variant)) return make_flat_plan(s, flat_out_block(s), device.max_shared_bytes);
+  if (is_flat(variant))
+    return make_flat_plan(s, flat_out_block(s, variant), device.max_shared_bytes);
   return make_tile_plan(s, tiled_out_block(variant, s, device),
                         variant != kVariantTiledFp32);
 }
@@ -1320,6 +1461,7 @@ extern "C" const char* conv_relu_maxpool_variant_name(int variant) {
     case kVariantTiled3xTf32Wgmma: return "tiled_3xtf32_wgmma";
     case kVariantStemTf32: return "stem_tf32";
     case kVariantStem16: return "stem_16bit";
+    case kVariantTiledTf32FlatWgmma: return "tiled_tf32_flat_wgmma";
     default: return nullptr;
   }
 }
@@ -1343,6 +1485,12 @@ extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int
   if (variant == kVariantSmallFp32 || variant == kVariantSmallTf32)
     return small_conv_pool_unsupported(*s, *device, variant == kVariantSmallTf32);
   if (variant == kVariantStemTf32) return stem_conv_pool_unsupported(*s, *device);
+  if (variant == kVariantTiledTf32FlatWgmma) {
+#if !defined(CONV_POOL_WITH_WGMMA)
+    return "the module was built without sm_90a code (TORCH_CUDA_ARCH_LIST has no 9.0a)";
+#endif
+    if (device->compute_capability != 90) return "needs a Hopper GPU (compute capability 9.0)";
+  }
   if (!is_tiled(variant)) return "unknown variant";
   if (s->pool_h > kTileRows || s->pool_w > kTileCols)
     return "the pooling window is larger than the 8 x 32 conv tile";
@@ -1401,8 +1549,19 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   // zero channels an 8-channel chunk would multiply, and it fits large kernels
   // (lenet_c1 0.41 -> 0.12 ms, alexnet_c1 6.3 -> 0.16 ms on the H200). On the fast
   // path the pipelined chunks measured faster still (rgb_stem 0.60 vs 0.81 ms).
-  if (s->in_channels < kChannelChunk && !fast_path_applies(*s) && runs(kVariantTiledTf32Flat))
+  // On Hopper, where the mma.sync flat kernel's blocks of 64 channels run one per SM (large
+  // kernels: its 16 warps latency-bound, docs/PERF.md v37), its wgmma mainloop: AlexNet's first
+  // layer 97 -> 77 us, ResNet's 7 x 7 / 2 stem 269 -> 234. Where two blocks share an SM (5 x 5
+  // and 3 x 3 kernels over few channels) and for at most 32 channels (half of the wgmma's N = 64
+  // would be zeros) the mma.sync one measured faster (11-54%).
+  if (s->in_channels < kChannelChunk && !fast_path_applies(*s) && runs(kVariantTiledTf32Flat)) {
+    const bool one_block_per_sm =
+        s->out_channels > 32 &&
+        flat_tiling(plan_for(*s, kVariantTiledTf32Flat, *device), device->max_shared_bytes,
+                    false) == FlatTiling::k64;
+    if (one_block_per_sm && runs(kVariantTiledTf32FlatWgmma)) return kVariantTiledTf32FlatWgmma;
     return kVariantTiledTf32Flat;
+  }
   // Hopper: the wgmma kernel for the fast-path geometry, with blocks of 128 output channels, or
   // of 64 for up to 64 (rgb_stem: 0.25 ms vs 0.60 ms for tiled_tf32_16w, same process, run 16).
   // Also for 32 or fewer, where half its N = 64 is zeros: tiled_tf32's blocks of 32 do no less
@@ -1477,6 +1636,7 @@ extern "C" int conv_relu_maxpool_wgmma_split(const ConvPoolShape* s, int variant
 extern "C" const char* conv_relu_maxpool_flat_tiling(const ConvPoolShape* s, int variant,
                                                       const ConvPoolDevice* device) {
   if (!is_flat(variant)) return nullptr;
+  if (variant == kVariantTiledTf32FlatWgmma) return "n64_wgmma_m64";
   switch (flat_tiling(plan_for(*s, variant, *device), device->max_shared_bytes,
                       is_split_flat(variant))) {
     case FlatTiling::k64Wide: return "n64_warp32x64";

@@ -81,6 +81,7 @@
 #include "conv_pool_16bit.cuh"
 #include "conv_pool_device.cuh"
 #include "conv_pool_operands.h"
+#include "conv_pool_wgmma.cuh"
 #include "conv_relu_maxpool_wgmma.h"
 
 namespace {
@@ -345,35 +346,9 @@ __host__ __device__ __forceinline__ TileOrigin tile_origin(const ConvPoolShape& 
 }
 
 // ---------------------------------------------------------------------------
-// wgmma and proxy-fence wrappers (PTX ISA 8.0+, sm_90a).
+// Proxy-fence, mbarrier, bulk-copy and cluster wrappers (PTX ISA 8.0+, sm_90a); the wgmma ones
+// are in conv_pool_wgmma.cuh.
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// Shared-memory matrix descriptor, no swizzle: start address, leading byte offset (between
-// core matrices along K), stride byte offset (between core matrices along M or N), all in
-// 16-byte units.
-__device__ __forceinline__ uint64_t matrix_descriptor(uint32_t address, uint32_t k_stride,
-                                                      uint32_t mn_stride) {
-  return uint64_t((address & 0x3FFFF) >> 4) | (uint64_t(k_stride >> 4) << 16) |
-         (uint64_t(mn_stride >> 4) << 32);
-}
-
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-}
-// Ordinary shared-memory stores become visible to the tensor cores' (async proxy) reads.
-__device__ __forceinline__ void fence_proxy_async() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
 // Generic-proxy global writes become visible to later async-proxy (bulk copy) reads.
 __device__ __forceinline__ void fence_proxy_async_global() {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
@@ -454,13 +429,6 @@ __device__ __forceinline__ float4 load_cluster_shared(uint32_t address) {
       : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
       : "r"(address));
   return v;
-}
-
-// Keeps the compiler from moving accumulator reads or writes across a wgmma wait.
-template <int kCount>
-__device__ __forceinline__ void fence_registers(float (&d)[kCount]) {
-#pragma unroll
-  for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // 16 bytes stored to, added into (at L2; no value back) and read back from global memory, all

@@ -351,11 +351,27 @@ def test_flat_persistent_blocks_over_several_tiles_match_reference(ext, dtype, w
     x, weight, bias = (t.to(dtype) for t in make_operands(wide, seed=random.randrange(2**31)))
     x = x[::2, :, :, :width]
     name = "tiled_tf32_flat" if dtype == torch.float32 else "tiled_16bit_flat"
+    if dtype == torch.float32 and torch.cuda.get_device_capability() == (9, 0):
+        name = "tiled_tf32_flat_wgmma"  # one block of 64 channels per SM: the wgmma mainloop
     assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
-    out = run_op(ext, case, x, weight, bias)
-    assert out.dtype == dtype
+    expected = reference(case, x, weight, bias)
     tolerance = TF32_TOLERANCE if dtype == torch.float32 else SIXTEEN_BIT_TOLERANCE[dtype]
-    torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias), **tolerance)
+    for config in flat_variants_to_run(ext, case, x, weight, bias):
+        out = run_op(ext, case, x, weight, bias, config)
+        assert out.dtype == dtype
+        torch.testing.assert_close(out.double().cpu(), expected, **tolerance)
+
+
+def flat_variants_to_run(ext, case, x, weight, bias) -> list[int]:
+    """The automatic choice (-1), then, for float32, each TF32 flat variant that runs here
+    (tiled_tf32_flat and, on Hopper, tiled_tf32_flat_wgmma) by name."""
+    configs = [-1]
+    if x.dtype == torch.float32:
+        variants = ext.conv2d_relu_maxpool_variants()
+        configs += [variants[name] for name in ("tiled_tf32_flat", "tiled_tf32_flat_wgmma")
+                    if variant_runs(ext, case, x, weight, bias, name)]
+        assert variants["tiled_tf32_flat"] in configs
+    return configs
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16],
@@ -373,12 +389,17 @@ def test_flat_warp_tilings_match_reference(ext, choice, case, dtype):
         assert tiling == kernel_choice.flat_tiling(choice, case, element)  # the H200's
     x, weight, bias = (t.to(dtype) for t in make_operands(case, seed=random.randrange(2**31)))
     name = "tiled_tf32_flat" if dtype == torch.float32 else "tiled_16bit_flat"
+    if (dtype == torch.float32 and tiling == "n64_warp32x32" and
+            torch.cuda.get_device_capability() == (9, 0)):
+        name = "tiled_tf32_flat_wgmma"  # one block of 64 channels per SM: the wgmma mainloop
     assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
-    out = run_op(ext, case, x, weight, bias)
-    assert out.dtype == dtype
+    expected = reference(case, x, weight, bias)
     tolerance = TF32_TOLERANCE if dtype == torch.float32 else SIXTEEN_BIT_TOLERANCE[dtype]
-    torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias), **tolerance,
-                               msg=lambda m: f"{tiling}: {m}")
+    for config in flat_variants_to_run(ext, case, x, weight, bias):
+        out = run_op(ext, case, x, weight, bias, config)
+        assert out.dtype == dtype
+        torch.testing.assert_close(out.double().cpu(), expected, **tolerance,
+                                   msg=lambda m: f"{tiling}, config {config}: {m}")
 
 
 @pytest.mark.parametrize("case", FLAT_TILING_CASES, ids=lambda c: c.name)

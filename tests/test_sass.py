@@ -21,6 +21,8 @@ report in tests/test_build.py; here we check what the disassembly shows:
     (stem_16bit) issue 2 k steps x n-tiles of HMMA.16816.F32[.BF16];
   * no kernel touches local memory (LDL/STL): register arrays stayed in registers;
   * the fast-path instantiations (compile-time 3x3 / 2x2 geometry) exist;
+  * the flat kernel's wgmma mainloop (tiled_tf32_flat_wgmma) issues HGMMA.64x64x8.F32.TF32 with
+    its A operand in registers, and nothing else multiplies;
   * the code is built for Hopper (sm_90a), as compile.sh does on CI and on the H200.
 """
 import re
@@ -64,6 +66,10 @@ def is_tensor_core_kernel(name: str) -> bool:
 
 def is_wgmma_kernel(name: str) -> bool:
     return "wgmma_kernel" in name
+
+
+def is_flat_wgmma_kernel(name: str) -> bool:
+    return "FlatWgmmaMainloop" in name
 
 
 def is_16bit_mma_kernel(name: str) -> bool:
@@ -243,7 +249,7 @@ def test_cuda_core_kernels_have_no_hmma(sass):
     others = {name: code for name, code in sass.items()
               if not is_tensor_core_kernel(name) and not is_wgmma_kernel(name)
               and not is_16bit_mma_kernel(name) and not is_small_mma_kernel(name)
-              and not is_stem_kernel(name)}
+              and not is_stem_kernel(name) and not is_flat_wgmma_kernel(name)}
     assert any("CudaCoreMainloop" in name for name in others)
     assert any("direct_kernel" in name for name in others)
     assert sum("direct16_kernel" in name for name in others) == 2  # float16, bfloat16
@@ -251,6 +257,23 @@ def test_cuda_core_kernels_have_no_hmma(sass):
         assert "HMMA" not in code and "HGMMA" not in code, name
         if not is_packing_kernel(name) and not is_probe_kernel(name):
             assert "FFMA" in code, f"{name} does no fp32 FMA at all?"
+
+
+def test_flat_wgmma_kernel_multiplies_register_pixels_by_shared_weights(sass):
+    """tiled_tf32_flat_wgmma: one float32 instance whose products are all
+    HGMMA.64x64x8.F32.TF32 with A from registers (R, not a descriptor) and B from a shared
+    memory descriptor, no HMMA or FFMA; its main loop keeps one group in flight (a wait for at
+    most one pending group after each commit) and the rest drain it (waits for none)."""
+    kernels = {name: code for name, code in sass.items() if is_flat_wgmma_kernel(name)}
+    assert len(kernels) == 1 and "7Float32" in next(iter(kernels)), sorted(kernels)
+    code = next(iter(kernels.values()))
+    hgmma = re.findall(r"\bHGMMA\.\S+ R\d+, (\S+), gdesc\[UR\d+\]", code)
+    assert hgmma and all(a.startswith("R") for a in hgmma), hgmma
+    assert len(re.findall(r"\bHGMMA\.", code)) == len(hgmma)
+    assert len(re.findall(r"\bHGMMA\.64x64x8\.F32\.TF32\b", code)) == len(hgmma)
+    assert "HMMA" not in code.replace("HGMMA", "") and "FFMA" not in code
+    waits = re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x\d)", code)
+    assert "0x1" in waits and "0x0" in waits, waits
 
 
 def test_small_tf32_kernels_issue_tf32_hmma_only(sass):

@@ -66,7 +66,7 @@ EXPECTED_AUTO = {
     "vgg_b3": "tiled_tf32_wgmma",
     "vgg_b5": "tiled_tf32_wgmma",
     "rgb_stem": "stem_tf32",          # 3 x 3 x 3 into 64 channels: the stem kernel
-    "alexnet_c1": "tiled_tf32_flat",  # 3 input channels, 11x11 / stride 4
+    "alexnet_c1": "tiled_tf32_flat_wgmma",  # 3 input channels, 11x11 / stride 4: flat, wgmma
     "lenet_c1": "small_fp32",         # 6 output channels, 1 x 5 x 5 reduction
     "batch1": "tiled_tf32_wgmma",
 }
@@ -85,6 +85,13 @@ def test_wgmma_only_on_hopper(library, variant_names):
     wgmma = {name: config for config, name in variant_names.items()}["tiled_tf32_wgmma"]
     why = unsupported(library, case, wgmma, device=A100_LIKE)
     assert why is not None and b"9.0" in why
+    # AlexNet's first layer: the flat kernel's wgmma mainloop on Hopper, its mma.sync one else.
+    alexnet = find_case("alexnet_c1")
+    assert choose(library, variant_names, alexnet, device=A100_LIKE) == "tiled_tf32_flat"
+    flat_wgmma = {name: config for config, name in variant_names.items()}["tiled_tf32_flat_wgmma"]
+    why = unsupported(library, alexnet, flat_wgmma, device=A100_LIKE)
+    assert why is not None and b"9.0" in why
+    assert unsupported(library, alexnet, flat_wgmma) is None
 
 
 def test_wgmma_only_for_the_fast_path_geometry(library, variant_names):
@@ -257,7 +264,8 @@ def test_every_variant_supports_the_default_problem_except_flat_and_small(librar
         why = unsupported(library, find_case("default"), config)
         if name in SIXTEEN_BIT_VARIANTS:  # a float32 shape
             assert why == b"needs float16 or bfloat16 input", name
-        elif name in ("tiled_tf32_flat", "tiled_3xtf32_flat"):  # 64 x 9 taps of halo do not fit
+        elif name in ("tiled_tf32_flat", "tiled_3xtf32_flat", "tiled_tf32_flat_wgmma"):
+            # 64 x 9 taps of halo do not fit
             assert why is not None and b"shared memory" in why
         elif name in ("small_fp32", "small_tf32"):  # 128 output channels
             assert why is not None and b"16 output channels" in why
@@ -420,7 +428,8 @@ def test_variants_keep_their_ids(variant_names):
     assert variant_names[12] == "tiled_16bit_flat" and variant_names[13] == "small_tf32"
     assert variant_names[14] == "tiled_3xtf32_flat" and variant_names[15] == "tiled_3xtf32_wgmma"
     assert variant_names[16] == "stem_tf32" and variant_names[17] == "stem_16bit"
-    assert len(variant_names) == 18
+    assert variant_names[18] == "tiled_tf32_flat_wgmma"
+    assert len(variant_names) == 19
 
 
 def test_workspace_of_the_16_bit_tensor_core_kernel(library, variant_names):
@@ -707,7 +716,8 @@ def test_layers_of_few_tiles_split_their_reduction_over_clusters(library):
 
 
 # The flat kernels' warp tiling on the H200 (float32, 16 bits): above 32 channels blocks of 64,
-# 8 warps of 32 pixels x 64 channels where two blocks share an SM, else 16 warps of 32 x 32.
+# 8 warps of 32 pixels x 64 channels where two blocks share an SM, else 16 warps of 32 x 32 (in
+# float32 those layers take tiled_tf32_flat_wgmma, whose tiling is n64_wgmma_m64).
 FLAT_TILINGS = {
     "flat_alexnet": ("n64_warp32x32", "n64_warp32x32"),
     "flat_alexnet_k96": ("n64_warp32x32", "n64_warp32x32"),
@@ -727,8 +737,16 @@ def test_flat_layers_run_the_flat_kernels_with_their_tiling(library, variant_nam
     for element, name, tiling in ((FLOAT32, "tiled_tf32_flat", FLAT_TILINGS[case.name][0]),
                                   (FLOAT16, "tiled_16bit_flat", FLAT_TILINGS[case.name][1]),
                                   (BFLOAT16, "tiled_16bit_flat", FLAT_TILINGS[case.name][1])):
-        assert choose(library, variant_names, case, element=element) == name
         assert flat_tiling(library, case, element) == tiling
+        if element == FLOAT32 and tiling == "n64_warp32x32":
+            assert choose(library, variant_names, case, element=element) == \
+                "tiled_tf32_flat_wgmma"
+            assert flat_tiling(library, case, element, name="tiled_tf32_flat_wgmma") == \
+                "n64_wgmma_m64"
+            assert choose(library, variant_names, case, element=element,
+                          device=A100_LIKE) == name
+        else:
+            assert choose(library, variant_names, case, element=element) == name
     assert set(FLAT_TILINGS) == {c.name for c in FLAT_TILING_CASES}
 
 

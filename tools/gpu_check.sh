@@ -57,6 +57,13 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  alexnet_persistent tiled_tf32_flat_wgmma
+racecheck alexnet_persistent tiled_tf32_flat_wgmma
+memcheck  few_channels_large_kernel tiled_tf32_flat_wgmma
+racecheck few_channels_large_kernel tiled_tf32_flat_wgmma
+memcheck  flat_channel_blocks tiled_tf32_flat_wgmma
+racecheck flat_channel_blocks tiled_tf32_flat_wgmma
+memcheck  flat_k96_7x7 tiled_tf32_flat_wgmma
 memcheck  stem_rows stem_tf32
 racecheck stem_rows stem_tf32
 memcheck  stem_rows stem_16bit float16

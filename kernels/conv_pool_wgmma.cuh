@@ -1,0 +1,68 @@
+// Hopper wgmma wrappers (PTX ISA 8.0+, sm_90a) shared by the wgmma kernels
+// (conv_relu_maxpool_wgmma.cu) and the flat kernel's wgmma mainloop (conv_relu_maxpool.cu).
+// The instructions themselves exist only in sm_90a code: callers guard them with
+// __CUDA_ARCH_FEAT_SM90_ALL (the fences and waits assemble for any sm_90 target).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Shared-memory matrix descriptor, no swizzle: start address, leading byte offset (between
+// core matrices along K), stride byte offset (between core matrices along M or N), all in
+// 16-byte units.
+__device__ __forceinline__ uint64_t matrix_descriptor(uint32_t address, uint32_t k_stride,
+                                                      uint32_t mn_stride) {
+  return uint64_t((address & 0x3FFFF) >> 4) | (uint64_t(k_stride >> 4) << 16) |
+         (uint64_t(mn_stride >> 4) << 32);
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Ordinary shared-memory stores become visible to the tensor cores' (async proxy) reads.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Keeps the compiler from moving accumulator reads or writes across a wgmma wait.
+template <int kCount>
+__device__ __forceinline__ void fence_registers(float (&d)[kCount]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D (64 x 64, fp32) += A (64 x 8, TF32, registers) * B (8 x 64, TF32, shared memory: descriptor
+// b, K-major). Warp w of the warpgroup holds rows 16 w + [0, 16) of A in the m16n8k8 A fragment
+// layout (a[0] row g col t, a[1] row g + 8 col t, a[2] row g col t + 4, a[3] row g + 8 col
+// t + 4; g = lane / 4, t = lane % 4), and of D in the m16n8 C layout of its 8 n-tiles (d[4 j + v]
+// as acc[j][v]). The A registers must not change until a wgmma_wait has seen this wgmma's group.
+__device__ __forceinline__ void wgmma_tf32_rs_n64(float (&d)[32], const uint32_t (&a)[4],
+                                                  uint64_t b) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, "
+      "%8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, "
+      "%24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, 1, 1, 1;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
+        "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+#endif
+}
