@@ -68,24 +68,36 @@ struct PooledTile {
 template <int kBlockThreads, class Store>
 __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const PooledTile& t,
                                           const float* tile, Store store) {
-  const int outputs = t.out_block * t.pooled_rows * t.pooled_cols;
-  for (int idx = threadIdx.x; idx < outputs; idx += kBlockThreads) {
-    const int pooled_col = idx % t.pooled_cols;
-    const int rest = idx / t.pooled_cols;
-    const int pooled_row = rest % t.pooled_rows;
-    const int k = rest / t.pooled_rows;
-    const int out_row = t.out_row0 + pooled_row, out_col = t.out_col0 + pooled_col;
-    const int channel = t.channel0 + k;
-    if (out_row >= s.out_height || out_col >= s.out_width || channel >= s.out_channels) continue;
-    // Window rows/cols in tile coordinates, clipped to the conv output.
-    const int row_begin = max(pooled_row * s.pool_stride_h, -t.conv_row0);
-    const int row_end = min(pooled_row * s.pool_stride_h + s.pool_h, s.conv_height - t.conv_row0);
-    const int col_begin = max(pooled_col * s.pool_stride_w, -t.conv_col0);
-    const int col_end = min(pooled_col * s.pool_stride_w + s.pool_w, s.conv_width - t.conv_col0);
+  // Thread i takes pooled position i % positions (pooled_col fastest: consecutive threads store
+  // consecutive columns) of channels i / positions, + k_stride, ...: the window's bounds and the
+  // output index are worked out once per tile, not per output (two run-time divisions an output,
+  // ~20 instructions each, were a fifth of the flat kernels' epilogue, docs/PERF.md v38). The
+  // last kBlockThreads % positions threads have no position.
+  static_assert(kBlockThreads >= kTileRows * kTileCols, "a thread for every pooled position");
+  const int positions = t.pooled_rows * t.pooled_cols;  // <= 8 x 32: pooled outputs <= pixels
+  const int k_stride = kBlockThreads / positions;
+  int k = threadIdx.x / positions;
+  const int position = threadIdx.x - k * positions;
+  const int pooled_row = position / t.pooled_cols, pooled_col = position % t.pooled_cols;
+  const int out_row = t.out_row0 + pooled_row, out_col = t.out_col0 + pooled_col;
+  if (k >= k_stride || out_row >= s.out_height || out_col >= s.out_width) return;
+  // Window rows/cols in tile coordinates, clipped to the conv output.
+  const int row_begin = max(pooled_row * s.pool_stride_h, -t.conv_row0);
+  const int row_end = min(pooled_row * s.pool_stride_h + s.pool_h, s.conv_height - t.conv_row0);
+  const int col_begin = max(pooled_col * s.pool_stride_w, -t.conv_col0);
+  const int col_end = min(pooled_col * s.pool_stride_w + s.pool_w, s.conv_width - t.conv_col0);
+  // A whole 3 x 3 window (AlexNet's pool): unrolled, no loop branches.
+  const bool whole_3x3 = s.pool_h == 3 && s.pool_w == 3 && row_end - row_begin == 3 &&
+                         col_end - col_begin == 3;
+  const int64_t plane_outputs = int64_t(s.out_height) * s.out_width;
+  const int channel = t.channel0 + k;
+  int64_t out_index = (t.image * s.out_channels + channel) * plane_outputs +
+                      int64_t(out_row) * s.out_width + out_col;
+  const int last = min(t.out_block, s.out_channels - t.channel0);  // channels of this tile
+  for (; k < last; k += k_stride, out_index += k_stride * plane_outputs) {
     const float* plane = tile + k * kRow;
     float best = -INFINITY;
-    if (s.pool_h == 3 && s.pool_w == 3 && row_end - row_begin == 3 && col_end - col_begin == 3) {
-      // A whole 3 x 3 window (AlexNet's pool): unrolled, no loop branches.
+    if (whole_3x3) {
       const float* window = plane + row_begin * kTileCols + col_begin;
 #pragma unroll
       for (int r = 0; r < 3; ++r)
@@ -96,9 +108,6 @@ __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const PooledTi
         for (int c = col_begin; c < col_end; ++c)
           best = max_keeping_nan(best, plane[r * kTileCols + c]);
     }
-    const int64_t out_index =
-        ((t.image * s.out_channels + channel) * s.out_height + out_row) * int64_t(s.out_width) +
-        out_col;
     store(out_index, relu_keeping_nan(best));
   }
 }
