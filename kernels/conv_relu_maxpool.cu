@@ -858,7 +858,7 @@ struct FlatWgmmaMainloop {
   }
 
   // Staged position of weight (channel k, flattened reduction entry e).
-  static __device__ __forceinline__ int weight_index(int k, int e, int /*weight_row*/) {
+  static __device__ __forceinline__ int weight_index(int k, int e) {
     return (e >> 2) * (4 * kOutBlock) + 4 * k + (e & 3);
   }
 
@@ -1138,7 +1138,7 @@ __global__ void __launch_bounds__(Mainloop::kThreads, Mainloop::kMinBlocks)
       if constexpr (Mainloop::kWgmma) {  // [e / 4][channel][4]
         for (int e = lane; e < p.k_padded; e += 32) {
           const bool valid = k_valid && e < reduction;
-          cp_async_4(weights + Mainloop::weight_index(k, e, p.weight_row),
+          cp_async_4(weights + Mainloop::weight_index(k, e),
                      valid ? src + weight_gather[e] : weight_in, valid);
         }
         continue;
