@@ -12,6 +12,8 @@ the layer, is skipped. For an A/B run, run it once per build, alternating, with 
         tiled_tf32_flat,tiled_16bit_flat
 
     python tools/bench_small.py new alexnet_c1 float32 auto,tiled_3xtf32_flat,eager no-tf32
+    python tools/bench_small.py new alexnet_c1,c3_k64_5x5 float32 \
+        tiled_tf32_flat,tiled_tf32_flat_wgmma          # docs/PERF.md v37
 
 (arguments: tag, layers, dtypes, variants, precision; an empty one keeps its default; variant
 "auto" is the automatic choice, "eager" PyTorch's F.conv2d + relu + max_pool2d (cuDNN) on the
