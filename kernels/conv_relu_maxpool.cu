@@ -1486,10 +1486,7 @@ extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int
     return small_conv_pool_unsupported(*s, *device, variant == kVariantSmallTf32);
   if (variant == kVariantStemTf32) return stem_conv_pool_unsupported(*s, *device);
   if (variant == kVariantTiledTf32FlatWgmma) {
-#if !defined(CONV_POOL_WITH_WGMMA)
-    return "the module was built without sm_90a code (TORCH_CUDA_ARCH_LIST has no 9.0a)";
-#endif
-    if (device->compute_capability != 90) return "needs a Hopper GPU (compute capability 9.0)";
+    if (const char* why = wgmma_unavailable(*device)) return why;
   }
   if (!is_tiled(variant)) return "unknown variant";
   if (s->pool_h > kTileRows || s->pool_w > kTileCols)

@@ -1931,15 +1931,24 @@ void wgmma_cluster_capacity(int (&max_clusters)[kConvPoolMaxCluster + 1]) {
 #endif
 }
 
+const char* wgmma_unavailable(const ConvPoolDevice& device) {
+#if !defined(CONV_POOL_WITH_WGMMA)
+  (void)device;
+  return "the module was built without sm_90a code (TORCH_CUDA_ARCH_LIST has no 9.0a)";
+#else
+  return device.compute_capability != 90 ? "wgmma needs a compute capability 9.0 GPU (Hopper)"
+                                         : nullptr;
+#endif
+}
+
 const char* wgmma_conv_pool_unsupported(const ConvPoolShape& s, const ConvPoolDevice& device,
                                         bool split) {
 #if !defined(CONV_POOL_WITH_WGMMA)
   (void)s;
-  (void)device;
   (void)split;
-  return "the module was built without sm_90a code (TORCH_CUDA_ARCH_LIST has no 9.0a)";
+  return wgmma_unavailable(device);
 #else
-  if (device.compute_capability != 90) return "wgmma needs a compute capability 9.0 GPU (Hopper)";
+  if (const char* why = wgmma_unavailable(device)) return why;
   if (!fast_path_applies(s))
     return "the wgmma kernel covers only a 3x3 / stride 1 / dilation 1 convolution followed by "
            "a 2x2 / stride 2 pool inside the conv output";

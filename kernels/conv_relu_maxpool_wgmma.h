@@ -15,6 +15,10 @@
 // off Hopper, or a module without sm_90a code).
 void wgmma_cluster_capacity(int (&max_clusters)[kConvPoolMaxCluster + 1]);
 
+// Why no wgmma code can run on `device` (a module built without sm_90a code, or a GPU other than
+// Hopper), or nullptr when it can: the flat kernel's wgmma mainloop asks this too.
+const char* wgmma_unavailable(const ConvPoolDevice& device);
+
 // Why the wgmma kernel cannot run `shape` on `device`, or nullptr when it can.
 const char* wgmma_conv_pool_unsupported(const ConvPoolShape& shape, const ConvPoolDevice& device,
                                         bool split = false);
