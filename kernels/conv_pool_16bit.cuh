@@ -29,6 +29,12 @@ struct Float16 {
   static __device__ __forceinline__ uint16_t from_float(float v) {
     return __half_as_ushort(__float2half_rn(v));
   }
+  // Two values as one word, `low` in the low half (one cvt.rn.f16x2.f32; exact for values that
+  // came from this type).
+  static __device__ __forceinline__ uint32_t pack(float low, float high) {
+    const __half2 pair = __floats2half2_rn(low, high);
+    return reinterpret_cast<const uint32_t&>(pair);
+  }
 };
 
 struct BFloat16 {
@@ -39,6 +45,10 @@ struct BFloat16 {
   }
   static __device__ __forceinline__ uint16_t from_float(float v) {
     return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  }
+  static __device__ __forceinline__ uint32_t pack(float low, float high) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
+    return reinterpret_cast<const uint32_t&>(pair);
   }
 };
 

@@ -43,26 +43,46 @@ __device__ __forceinline__ void fence_registers(float (&d)[kCount]) {
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// D (64 x 64, fp32) += A (64 x 8, TF32, registers) * B (8 x 64, TF32, shared memory: descriptor
-// b, K-major). Warp w of the warpgroup holds rows 16 w + [0, 16) of A in the m16n8k8 A fragment
-// layout (a[0] row g col t, a[1] row g + 8 col t, a[2] row g col t + 4, a[3] row g + 8 col
-// t + 4; g = lane / 4, t = lane % 4), and of D in the m16n8 C layout of its 8 n-tiles (d[4 j + v]
-// as acc[j][v]). The A registers must not change until a wgmma_wait has seen this wgmma's group.
+// D (64 x 64, fp32) += A (64 x K, registers) * B (K x 64, shared memory: descriptor b,
+// K-major), K = 8 for TF32 and 16 for float16 / bfloat16. Warp w of the warpgroup holds rows
+// 16 w + [0, 16) of A in the mma.sync A fragment layout of that K (TF32, m16n8k8: a[0] row g
+// col t, a[1] row g + 8 col t, a[2] row g col t + 4, a[3] row g + 8 col t + 4; 16 bits,
+// m16n8k16: the same rows, cols 2t and 2t + 1 in a[0] and a[1], 2t + 8 and 2t + 9 in a[2] and
+// a[3], the lower col in the low half; g = lane / 4, t = lane % 4), and of D in the m16n8 C
+// layout of its 8 n-tiles (d[4 j + v] as acc[j][v]). The A registers must not change until a
+// wgmma_wait has seen this wgmma's group. IMMEDIATES: scale-d, scale-a, scale-b (and, for 16
+// bits, trans-b).
+#define CONV_POOL_WGMMA_RS_N64(INSTRUCTION, IMMEDIATES)                                         \
+  asm volatile(INSTRUCTION                                                                     \
+               " {%0, %1, %2, %3, %4, %5, %6, %7, "                                            \
+               "%8, %9, %10, %11, %12, %13, %14, %15, "                                        \
+               "%16, %17, %18, %19, %20, %21, %22, %23, "                                      \
+               "%24, %25, %26, %27, %28, %29, %30, %31}, "                                      \
+               "{%32, %33, %34, %35}, %36, " IMMEDIATES ";\n"                                  \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),       \
+                 "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),     \
+                 "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),              \
+                 "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),              \
+                 "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]),              \
+                 "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])               \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b))
+
 __device__ __forceinline__ void wgmma_tf32_rs_n64(float (&d)[32], const uint32_t (&a)[4],
                                                   uint64_t b) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, "
-      "%8, %9, %10, %11, %12, %13, %14, %15, "
-      "%16, %17, %18, %19, %20, %21, %22, %23, "
-      "%24, %25, %26, %27, %28, %29, %30, %31}, "
-      "{%32, %33, %34, %35}, %36, 1, 1, 1;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
-        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
-        "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+  CONV_POOL_WGMMA_RS_N64("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", "1, 1, 1");
 #endif
 }
+__device__ __forceinline__ void wgmma_f16_rs_n64(float (&d)[32], const uint32_t (&a)[4],
+                                                 uint64_t b) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  CONV_POOL_WGMMA_RS_N64("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", "1, 1, 1, 0");
+#endif
+}
+__device__ __forceinline__ void wgmma_bf16_rs_n64(float (&d)[32], const uint32_t (&a)[4],
+                                                  uint64_t b) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  CONV_POOL_WGMMA_RS_N64("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", "1, 1, 1, 0");
+#endif
+}
+#undef CONV_POOL_WGMMA_RS_N64

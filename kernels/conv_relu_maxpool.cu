@@ -40,6 +40,9 @@
 //  18 tiled_tf32_flat_wgmma As 5 on Hopper wgmma (sm_90a), float32: 16 warps, each warpgroup
 //                     64 pixels x 64 channels per m64n64k8 step, the gathered pixels from
 //                     registers, the weights from shared memory (FlatWgmmaMainloop).
+//  19 tiled_16bit_flat_wgmma As 18 for float16 / bfloat16 operands: m64n64k16 steps with
+//                     16-bit operands, the gathered fp32 halo values packed back to 16 bits
+//                     (exact), the weights staged 16-bit in the wgmma layout; planes as 12.
 // (6, 10 and 15 are the wgmma kernels, conv_relu_maxpool_wgmma.cu, 15 with 3xTF32; 7 and 11
 // the CUDA-core small_fp32 / small_16bit and 13 their TF32 tensor-core twin small_tf32,
 // conv_relu_maxpool_small.cu; 8 and 9 the other 16-bit kernels, conv_relu_maxpool_half.cu;
@@ -189,7 +192,10 @@ TilePlan make_tile_plan(const ConvPoolShape& s, int out_block, bool allow_fast) 
 //   halo) | k_offset [k_padded] (ints) | weight_gather [reduction] (ints) | bias [out_block]
 //   (fp32) | 16-bit with p.flat_raw_planes: raw planes [in_channels][halo_plane] (16-byte
 //   aligned).
-TilePlan make_flat_plan(const ConvPoolShape& s, int out_block, int max_shared_bytes) {
+// step_k: k per reduction step (16 for tiled_16bit_flat_wgmma, else 8); the reduction is padded
+// to a multiple of it.
+TilePlan make_flat_plan(const ConvPoolShape& s, int out_block, int max_shared_bytes,
+                        int step_k) {
   TilePlan p = make_tile_plan(s, out_block, false);
   // Halo rows start at the 16-byte aligned column at or left of the first one (up to 3 extra
   // columns) and hold whole 4-column vectors, so they can move as 16-byte copies
@@ -197,7 +203,7 @@ TilePlan make_flat_plan(const ConvPoolShape& s, int out_block, int max_shared_by
   p.halo_cols = (p.halo_cols + 3 + 3) / 4 * 4;
   p.halo_plane = round_up_to_residue(p.halo_rows * p.halo_cols, 32, 8);
   const int64_t reduction = int64_t(s.in_channels) * s.taps();
-  p.k_padded = int((reduction + 7) / 8 * 8);
+  p.k_padded = int((reduction + step_k - 1) / step_k * step_k);
   p.channel_chunks = 1;
   // B fragment pairs (row g, slots k + 2t and k + 2t + 1: flat_weight_slot) load without bank
   // conflicts when the row is 8 (mod 16) elements: 8-byte fp32 loads go by half-warps (rows
@@ -738,6 +744,7 @@ struct FlatTensorCoreMainloop {
   static constexpr int kMTiles = kMTilesT;
   static constexpr bool kSplit = kSplitT;
   static constexpr bool kWgmma = false;
+  static constexpr int kStepK = 8;  // k per reduction step (one mma.sync K)
   static constexpr int kWarpsM = conv_pool_epilogue::kTileMTiles / kMTiles;
   static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
   static constexpr int kWarpChannels = kOutBlock / kWarpsN;
@@ -830,27 +837,35 @@ struct FlatTensorCoreMainloop {
   }
 };
 
-// Flat-K mainloop on Hopper wgmma (tiled_tf32_flat_wgmma, float32 with TF32): the same
-// reduction steps, tile and table as FlatTensorCoreMainloop, but each step is one
-// wgmma.m64n64k8 per warpgroup with A (the gathered pixels) from registers and B (the weights)
-// from shared memory: 16 warps, warp w the tile's m-tile w (4 warpgroups of 64 pixels), all 64
-// channels, in the m16n8 C layout of FlatTensorCoreMainloop<64, 1, 1>'s warps (so the epilogue
-// is theirs). A step per warp is 2 table loads, 4 gathered loads and one wgmma instead of the
-// mma.sync loop's 4 B pair loads and 8 mmas per 32 x 32 warp tile, and the tensor cores work
-// while the next step's pixels are gathered (two steps' fragments in flight per warpgroup).
-// Weights: the wgmma layout of K-major TF32 B, [k / 4][channel][4] (core matrices of 8 channels
-// x 4 k, 128 contiguous bytes; 1 KB between k groups), staged once per block like the others'.
-template <int kStepsPerGroupT = 2>
+// Flat-K mainloop on Hopper wgmma (tiled_tf32_flat_wgmma for float32 with TF32,
+// tiled_16bit_flat_wgmma for float16 / bfloat16): the same tile and table as
+// FlatTensorCoreMainloop, but each step is one wgmma per warpgroup with A (the gathered pixels)
+// from registers and B (the weights) from shared memory: 16 warps, warp w the tile's m-tile w
+// (4 warpgroups of 64 pixels), all 64 channels, in the m16n8 C layout of
+// FlatTensorCoreMainloop<64, 1, 1>'s warps (so the epilogue is theirs). A float32 step is
+// m64n64k8 TF32: 2 table loads, 4 gathered loads and one wgmma per warp, instead of the
+// mma.sync loop's 4 B pair loads and 8 mmas per 32 x 32 warp tile. A 16-bit step is m64n64k16
+// with 16-bit operands (kStepK = 16: half as many wgmmas for the same gathers): 2 paired table
+// loads, 8 gathered fp32 loads packed back to 16-bit pairs (exact). The tensor cores work while
+// the next steps' pixels are gathered (two groups of steps in flight per warpgroup).
+// Weights: the wgmma layout of K-major B in the operands' type, [k / kCoreK][channel][kCoreK]
+// (core matrices of 8 channels x 16 bytes: 4 fp32 or 8 16-bit k; 1 KB between k groups),
+// staged once per block like the others'.
+template <class E, int kStepsPerGroupT = 2>
 struct FlatWgmmaMainloop {
+  static constexpr bool kFloatOperands = ElementOperands<E>::kFloat;
   static constexpr int kOutBlock = 64;
   static constexpr bool kWgmma = true;
   static constexpr int kSteps = kStepsPerGroupT;  // k steps per committed wgmma group
+  static constexpr int kStepK = kFloatOperands ? 8 : 16;  // k per step (one wgmma)
+  static constexpr int kCoreShift = kFloatOperands ? 2 : 3;
+  static constexpr int kCoreK = 1 << kCoreShift;  // k per 16-byte row of a core matrix
   static constexpr int kWarpsM = conv_pool_epilogue::kTileMTiles;
   static constexpr int kThreads = 32 * kWarpsM;
   static constexpr int kWarpChannels = kOutBlock;
   static constexpr int kNTiles = kOutBlock / 8;
   static constexpr int kMinBlocks = 1;
-  static constexpr int kGroupBytes = 16 * kOutBlock;  // one k group of 4: 64 channels x 16 bytes
+  static constexpr int kGroupBytes = 16 * kOutBlock;  // one k group: 64 channels x 16 bytes
   float acc[1][kNTiles][4];
 
   __device__ __forceinline__ FlatWgmmaMainloop() {
@@ -859,41 +874,68 @@ struct FlatWgmmaMainloop {
 
   // Staged position of weight (channel k, flattened reduction entry e).
   static __device__ __forceinline__ int weight_index(int k, int e) {
-    return (e >> 2) * (4 * kOutBlock) + 4 * k + (e & 3);
+    return (e >> kCoreShift) * (kCoreK * kOutBlock) + kCoreK * k + (e & (kCoreK - 1));
   }
 
   __device__ __forceinline__ float (&accumulators())[32] {
     return reinterpret_cast<float(&)[32]>(acc);
   }
 
-  // One step's A fragment (the m16n8k8 layout) for the warp's pixels at src.
+  // One step's A fragment (conv_pool_wgmma.cuh's layout for its K) for the warp's pixels at
+  // src: row g at src, row g + 8 at src + next8; table entry k + j gives column j's offset.
   template <bool kPadded>
   static __device__ __forceinline__ void gather(uint32_t (&a)[4], const float* src,
                                                 const int* k_offset, int k, int next8) {
     const int t = threadIdx.x % 4;
-    const int low = k_offset[k + t], high = k_offset[k + t + 4];
-    if (kPadded) {
-      a[0] = low < 0 ? 0u : __float_as_uint(src[low]);
-      a[1] = low < 0 ? 0u : __float_as_uint(src[low + next8]);
-      a[2] = high < 0 ? 0u : __float_as_uint(src[high]);
-      a[3] = high < 0 ? 0u : __float_as_uint(src[high + next8]);
+    if constexpr (kFloatOperands) {
+      const int low = k_offset[k + t], high = k_offset[k + t + 4];
+      if (kPadded) {
+        a[0] = low < 0 ? 0u : __float_as_uint(src[low]);
+        a[1] = low < 0 ? 0u : __float_as_uint(src[low + next8]);
+        a[2] = high < 0 ? 0u : __float_as_uint(src[high]);
+        a[3] = high < 0 ? 0u : __float_as_uint(src[high + next8]);
+      } else {
+        a[0] = __float_as_uint(src[low]);
+        a[1] = __float_as_uint(src[low + next8]);
+        a[2] = __float_as_uint(src[high]);
+        a[3] = __float_as_uint(src[high + next8]);
+      }
     } else {
-      a[0] = __float_as_uint(src[low]);
-      a[1] = __float_as_uint(src[low + next8]);
-      a[2] = __float_as_uint(src[high]);
-      a[3] = __float_as_uint(src[high + next8]);
+      // Columns 2t, 2t + 1 and 2t + 8, 2t + 9: two 8-byte table loads (k is a multiple of 16,
+      // the table 8-byte aligned).
+      const int2 low = *reinterpret_cast<const int2*>(k_offset + k + 2 * t);
+      const int2 high = *reinterpret_cast<const int2*>(k_offset + k + 2 * t + 8);
+      const auto value = [&](int offset, int row) {
+        return kPadded && offset < 0 ? 0.f : src[offset + row];
+      };
+      a[0] = E::pack(value(low.x, 0), value(low.y, 0));
+      a[1] = E::pack(value(low.x, next8), value(low.y, next8));
+      a[2] = E::pack(value(high.x, 0), value(high.y, 0));
+      a[3] = E::pack(value(high.x, next8), value(high.y, next8));
     }
   }
 
-  // Reduction steps [step_begin, step_end); every wgmma issued here is complete on return (the
-  // caller may then overwrite the planes; the A registers are this call's).
-  template <bool kPadded, class E>
+  static __device__ __forceinline__ void mma(float (&d)[32], const uint32_t (&a)[4],
+                                             uint64_t b) {
+    if constexpr (kFloatOperands) {
+      wgmma_tf32_rs_n64(d, a, b);
+    } else if constexpr (std::is_same_v<E, Float16>) {
+      wgmma_f16_rs_n64(d, a, b);
+    } else {
+      wgmma_bf16_rs_n64(d, a, b);
+    }
+  }
+
+  // Reduction steps [step_begin, step_end) of kStepK k each; every wgmma issued here is
+  // complete on return (the caller may then overwrite the planes; the A registers are this
+  // call's).
+  template <bool kPadded, class Operands>
   __device__ __forceinline__ void compute_steps(const float* halo,
-                                                const typename E::Raw* weights,
+                                                const typename Operands::Raw* weights,
                                                 const int* k_offset, const ConvPoolShape& s,
                                                 const TilePlan& p, int col_shift, int step_begin,
                                                 int step_end) {
-    static_assert(ElementOperands<E>::kFloat, "the wgmma flat mainloop takes float32 operands");
+    static_assert(std::is_same_v<Operands, E>, "the mainloop's element type");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     const int warp = threadIdx.x / 32, group = (threadIdx.x % 32) / 4;
     const int tile_row = warp / 2, tile_col = (warp % 2) * 16 + group;
@@ -912,27 +954,27 @@ struct FlatWgmmaMainloop {
       for (int set = 0; set < 2; ++set) {
 #pragma unroll
         for (int i = 0; i < kSteps; ++i)
-          gather<kPadded>(a[set][i], src, k_offset, 8 * (step + set * kSteps + i), next8);
+          gather<kPadded>(a[set][i], src, k_offset, kStepK * (step + set * kSteps + i), next8);
         wgmma_fence();
 #pragma unroll
         for (int i = 0; i < kSteps; ++i)
-          wgmma_tf32_rs_n64(d, a[set][i], b0 + uint64_t(2 * kGroupBytes / 16) *
-                                                 uint64_t(step + set * kSteps + i));
+          mma(d, a[set][i],
+              b0 + uint64_t(2 * kGroupBytes / 16) * uint64_t(step + set * kSteps + i));
         wgmma_commit();
         wgmma_wait<1>();
       }
     }
     for (; step < step_end; ++step) {  // the rest, one step a group
-      gather<kPadded>(a[0][0], src, k_offset, 8 * step, next8);
+      gather<kPadded>(a[0][0], src, k_offset, kStepK * step, next8);
       wgmma_fence();
-      wgmma_tf32_rs_n64(d, a[0][0], b0 + uint64_t(2 * kGroupBytes / 16) * uint64_t(step));
+      mma(d, a[0][0], b0 + uint64_t(2 * kGroupBytes / 16) * uint64_t(step));
       wgmma_commit();
       wgmma_wait<0>();
     }
     wgmma_wait<0>();
     fence_registers(d);
 #else
-    __trap();  // sm_90a only: the host offers the variant only there
+    __trap();  // sm_90a only: the host offers the variants only there
 #endif
   }
 
@@ -957,16 +999,18 @@ __device__ __forceinline__ void cp_async_wait_at_most(int pending) {
   }
 }
 
-// The reduction steps whose last k lies in input channel `c` ("group c"): they need planes
-// <= c. A plane is read for the last time by the group of the step holding its last k.
+// The reduction steps (kStepK k each) whose last k lies in input channel `c` ("group c"): they
+// need planes <= c. A plane is read for the last time by the group of the step holding its
+// last k.
+template <int kStepK>
 struct FlatSchedule {
   int taps, reduction, steps;
   __device__ __forceinline__ int group_begin(int c) const {  // first step of group c
-    return c * taps / 8;  // the step holding k = c * taps
+    return c * taps / kStepK;  // the step holding k = c * taps
   }
   __device__ __forceinline__ int last_group(int plane) const {  // group that reads it last
-    const int step = ((plane + 1) * taps - 1) / 8;
-    return min(8 * step + 7, reduction - 1) / taps;
+    const int step = ((plane + 1) * taps - 1) / kStepK;
+    return min(kStepK * step + kStepK - 1, reduction - 1) / taps;
   }
 };
 
@@ -1102,7 +1146,7 @@ __global__ void __launch_bounds__(Mainloop::kThreads, Mainloop::kMinBlocks)
   const bool raw_planes = !ElementOperands<E>::kFloat && p.flat_raw_planes && p.vector_input;
   uint16_t* raw = reinterpret_cast<uint16_t*>(
       (reinterpret_cast<uintptr_t>(bias + p.out_block) + 15) & ~uintptr_t(15));
-  const FlatSchedule schedule{taps, reduction, p.k_padded / 8};
+  const FlatSchedule<Mainloop::kStepK> schedule{taps, reduction, p.k_padded / Mainloop::kStepK};
   const int64_t tiles = p.blocks;
 
   int64_t linear = blockIdx.x;
@@ -1177,7 +1221,13 @@ __global__ void __launch_bounds__(Mainloop::kThreads, Mainloop::kMinBlocks)
 #pragma unroll
       for (int u = 0; u < kBatch; ++u) {
         const int i = i0 + u * kBlockThreads, k = i / p.k_padded, e = i - k * p.k_padded;
-        if (i < weight_elements) weights[k * p.weight_row + flat_weight_slot(e)] = v[u];
+        if (i < weight_elements) {
+          if constexpr (Mainloop::kWgmma) {
+            weights[Mainloop::weight_index(k, e)] = v[u];
+          } else {
+            weights[k * p.weight_row + flat_weight_slot(e)] = v[u];
+          }
+        }
       }
     }
     if (raw_planes) {
@@ -1217,7 +1267,7 @@ __global__ void __launch_bounds__(Mainloop::kThreads, Mainloop::kMinBlocks)
       __syncthreads();
       const int begin = schedule.group_begin(c);
       const int end = c + 1 < s.in_channels ? schedule.group_begin(c + 1) : schedule.steps;
-      if (c + 1 < s.in_channels || reduction % 8 == 0) {
+      if (c + 1 < s.in_channels || reduction % Mainloop::kStepK == 0) {
         mainloop.template compute_steps<false, E>(halo, weights, k_offset, s, p, col_shift,
                                                    begin, end);
       } else {  // the last group ends with the padded step
@@ -1306,17 +1356,26 @@ bool two_blocks_per_sm(int smem_bytes, int max_shared_bytes) {
          int64_t(max_shared_bytes) + kSmemReservedPerBlock;
 }
 
-// The wgmma flat kernel (tiled_tf32_flat_wgmma): float32 operands, blocks of 64 channels.
-TiledChoice flat_wgmma() {
-  using Mainloop = FlatWgmmaMainloop<>;
-  return {conv_pool_flat_kernel<Mainloop, Float32>, Mainloop::kOutBlock, Mainloop::kThreads};
+// The wgmma flat kernels (tiled_tf32_flat_wgmma, tiled_16bit_flat_wgmma): blocks of 64
+// channels, 16 warps.
+TiledChoice flat_wgmma(int element) {
+  const TiledKernel kernel =
+      element == kElementFloat16    ? conv_pool_flat_kernel<FlatWgmmaMainloop<Float16>, Float16>
+      : element == kElementBFloat16 ? conv_pool_flat_kernel<FlatWgmmaMainloop<BFloat16>, BFloat16>
+                                    : conv_pool_flat_kernel<FlatWgmmaMainloop<Float32>, Float32>;
+  using Any = FlatWgmmaMainloop<Float32>;  // the same block for every element type
+  return {kernel, Any::kOutBlock, Any::kThreads};
+}
+
+bool is_flat_wgmma(int variant) {
+  return variant == kVariantTiledTf32FlatWgmma || variant == kVariantTiled16FlatWgmma;
 }
 
 // The flat kernels' output-channel block: 64 above 32 channels (several channel blocks above 64:
 // blocks of 128, 8 warps of 64 pixels x 64 channels, were 2-27% slower, docs/PERF.md v30).
-// tiled_tf32_flat_wgmma: 64 always.
+// The wgmma ones: 64 always.
 int flat_out_block(const ConvPoolShape& s, int variant) {
-  return variant == kVariantTiledTf32FlatWgmma || s.out_channels > 32 ? 64 : 32;
+  return is_flat_wgmma(variant) || s.out_channels > 32 ? 64 : 32;
 }
 
 // Their warp tiling (FlatTensorCoreMainloop<out_block, warps N, m-tiles per warp>) for plan `p`:
@@ -1338,7 +1397,7 @@ bool is_split_flat(int variant) { return variant == kVariantTiled3xTf32Flat; }
 // tiled_16bit_flat else) with the tiling of plan `p`.
 TiledChoice flat_choice(const ConvPoolShape& s, const TilePlan& p, int variant,
                         int max_shared_bytes) {
-  if (variant == kVariantTiledTf32FlatWgmma) return flat_wgmma();
+  if (is_flat_wgmma(variant)) return flat_wgmma(s.element);
   if (is_split_flat(variant)) {
     return flat_tiling(p, max_shared_bytes, true) == FlatTiling::k32
                ? flat<FlatTensorCoreMainloop<32, 1, 2, true>>(s.element)
@@ -1399,13 +1458,14 @@ TiledChoice tiled_choice(int variant, int out_block, bool fast) {
 
 bool is_flat(int variant) {
   return variant == kVariantTiledTf32Flat || variant == kVariantTiled16Flat ||
-         variant == kVariantTiled3xTf32Flat || variant == kVariantTiledTf32FlatWgmma;
+         variant == kVariantTiled3xTf32Flat || is_flat_wgmma(variant);
 }
 
 // The tiling a tiled variant runs with (the fast geometry is not built for FFMA).
 TilePlan plan_for(const ConvPoolShape& s, int variant, const ConvPoolDevice& device) {
   if (is_flat(variant))
-    return make_flat_plan(s, flat_out_block(s, variant), device.max_shared_bytes);
+    return make_flat_plan(s, flat_out_block(s, variant), device.max_shared_bytes,
+                          variant == kVariantTiled16FlatWgmma ? 16 : 8);
   return make_tile_plan(s, tiled_out_block(variant, s, device),
                         variant != kVariantTiledFp32);
 }
@@ -1462,6 +1522,7 @@ extern "C" const char* conv_relu_maxpool_variant_name(int variant) {
     case kVariantStemTf32: return "stem_tf32";
     case kVariantStem16: return "stem_16bit";
     case kVariantTiledTf32FlatWgmma: return "tiled_tf32_flat_wgmma";
+    case kVariantTiled16FlatWgmma: return "tiled_16bit_flat_wgmma";
     default: return nullptr;
   }
 }
@@ -1471,7 +1532,8 @@ extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int
   if (variant == kVariantDirect16 || variant == kVariantTiled16Mma)
     return half_conv_pool_unsupported(*s, variant, *device);
   const bool sixteen_bit_only = variant == kVariantTiled16Wgmma || variant == kVariantSmall16 ||
-                                variant == kVariantTiled16Flat || variant == kVariantStem16;
+                                variant == kVariantTiled16Flat || variant == kVariantStem16 ||
+                                variant == kVariantTiled16FlatWgmma;
   if (sixteen_bit_only && s->element == kElementFloat32) return "needs float16 or bfloat16 input";
   if (variant == kVariantTiled16Wgmma) return wgmma_conv_pool_unsupported(*s, *device);
   if (variant == kVariantSmall16) return small_conv_pool_unsupported(*s, *device, false);
@@ -1485,7 +1547,7 @@ extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int
   if (variant == kVariantSmallFp32 || variant == kVariantSmallTf32)
     return small_conv_pool_unsupported(*s, *device, variant == kVariantSmallTf32);
   if (variant == kVariantStemTf32) return stem_conv_pool_unsupported(*s, *device);
-  if (variant == kVariantTiledTf32FlatWgmma) {
+  if (is_flat_wgmma(variant)) {
     if (const char* why = wgmma_unavailable(*device)) return why;
   }
   if (!is_tiled(variant)) return "unknown variant";
@@ -1496,6 +1558,15 @@ extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int
     return "the input halo and weights of one stage do not fit in shared memory";
   if (plan.blocks > INT32_MAX) return "the grid has more than 2^31 - 1 tiles";
   return nullptr;
+}
+
+// The mma.sync flat kernel `variant` (tiled_tf32_flat, tiled_16bit_flat) runs `s` in blocks of
+// 64 channels, one per SM: where its wgmma twin took over (docs/PERF.md v37, v39).
+static bool flat_runs_one_block_per_sm(const ConvPoolShape& s, int variant,
+                                       const ConvPoolDevice& device) {
+  return s.out_channels > 32 &&
+         flat_tiling(plan_for(s, variant, device), device.max_shared_bytes, false) ==
+             FlatTiling::k64;
 }
 
 extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool allow_tf32,
@@ -1518,8 +1589,13 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
     if (stem && runs(kVariantStem16)) return kVariantStem16;
     if (runs(kVariantTiled16Wgmma)) return kVariantTiled16Wgmma;
     if (runs(kVariantSmall16)) return kVariantSmall16;
-    if (s->in_channels < kChannelChunk && !fast_path_applies(*s) && runs(kVariantTiled16Flat))
+    if (s->in_channels < kChannelChunk && !fast_path_applies(*s) && runs(kVariantTiled16Flat)) {
+      // As for float32 below: the wgmma mainloop where blocks of 64 channels run one per SM.
+      if (flat_runs_one_block_per_sm(*s, kVariantTiled16Flat, *device) &&
+          runs(kVariantTiled16FlatWgmma))
+        return kVariantTiled16FlatWgmma;
       return kVariantTiled16Flat;
+    }
     return runs(kVariantTiled16Mma) ? kVariantTiled16Mma : kVariantDirect16;
   }
   // At most 16 output channels and a short reduction: tensor-core tiles would multiply mostly
@@ -1552,11 +1628,9 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   // and 3 x 3 kernels over few channels) and for at most 32 channels (half of the wgmma's N = 64
   // would be zeros) the mma.sync one measured faster (11-54%).
   if (s->in_channels < kChannelChunk && !fast_path_applies(*s) && runs(kVariantTiledTf32Flat)) {
-    const bool one_block_per_sm =
-        s->out_channels > 32 &&
-        flat_tiling(plan_for(*s, kVariantTiledTf32Flat, *device), device->max_shared_bytes,
-                    false) == FlatTiling::k64;
-    if (one_block_per_sm && runs(kVariantTiledTf32FlatWgmma)) return kVariantTiledTf32FlatWgmma;
+    if (flat_runs_one_block_per_sm(*s, kVariantTiledTf32Flat, *device) &&
+        runs(kVariantTiledTf32FlatWgmma))
+      return kVariantTiledTf32FlatWgmma;
     return kVariantTiledTf32Flat;
   }
   // Hopper: the wgmma kernel for the fast-path geometry, with blocks of 128 output channels, or
@@ -1633,7 +1707,7 @@ extern "C" int conv_relu_maxpool_wgmma_split(const ConvPoolShape* s, int variant
 extern "C" const char* conv_relu_maxpool_flat_tiling(const ConvPoolShape* s, int variant,
                                                       const ConvPoolDevice* device) {
   if (!is_flat(variant)) return nullptr;
-  if (variant == kVariantTiledTf32FlatWgmma) return "n64_wgmma_m64";
+  if (is_flat_wgmma(variant)) return "n64_wgmma_m64";
   switch (flat_tiling(plan_for(*s, variant, *device), device->max_shared_bytes,
                       is_split_flat(variant))) {
     case FlatTiling::k64Wide: return "n64_warp32x64";

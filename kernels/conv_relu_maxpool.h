@@ -33,7 +33,8 @@ enum ConvPoolVariant : int {
                              // 2x2 / 2 pool; TF32 mma.sync with the weights in registers
   kVariantStem16 = 17,       // as 16 for f16/bf16 operands (mma.sync m16n8k16, fp32 accumulate)
   kVariantTiledTf32FlatWgmma = 18, // as 5 on Hopper wgmma (sm_90a), pixels from registers
-  kVariantCount = 19,
+  kVariantTiled16FlatWgmma = 19, // as 12 on Hopper wgmma with f16/bf16 operands (m64n64k16)
+  kVariantCount = 20,
 };
 
 // What the choice of variant needs to know about the GPU (conv_relu_maxpool_query_device; the

@@ -350,9 +350,9 @@ def test_flat_persistent_blocks_over_several_tiles_match_reference(ext, dtype, w
     wide = replace(case, batch=2 * case.batch, width=224)
     x, weight, bias = (t.to(dtype) for t in make_operands(wide, seed=random.randrange(2**31)))
     x = x[::2, :, :, :width]
-    name = "tiled_tf32_flat" if dtype == torch.float32 else "tiled_16bit_flat"
-    if dtype == torch.float32 and torch.cuda.get_device_capability() == (9, 0):
-        name = "tiled_tf32_flat_wgmma"  # one block of 64 channels per SM: the wgmma mainloop
+    name = FLAT_VARIANTS[dtype][0]
+    if torch.cuda.get_device_capability() == (9, 0):
+        name = FLAT_VARIANTS[dtype][1]  # one block of 64 channels per SM: the wgmma mainloop
     assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
     expected = reference(case, x, weight, bias)
     tolerance = TF32_TOLERANCE if dtype == torch.float32 else SIXTEEN_BIT_TOLERANCE[dtype]
@@ -362,15 +362,20 @@ def test_flat_persistent_blocks_over_several_tiles_match_reference(ext, dtype, w
         torch.testing.assert_close(out.double().cpu(), expected, **tolerance)
 
 
+# The flat variants per dtype: the mma.sync kernel, then its wgmma mainloop (Hopper only).
+FLAT_VARIANTS = {torch.float32: ("tiled_tf32_flat", "tiled_tf32_flat_wgmma"),
+                 torch.float16: ("tiled_16bit_flat", "tiled_16bit_flat_wgmma"),
+                 torch.bfloat16: ("tiled_16bit_flat", "tiled_16bit_flat_wgmma")}
+
+
 def flat_variants_to_run(ext, case, x, weight, bias) -> list[int]:
-    """The automatic choice (-1), then, for float32, each TF32 flat variant that runs here
-    (tiled_tf32_flat and, on Hopper, tiled_tf32_flat_wgmma) by name."""
-    configs = [-1]
-    if x.dtype == torch.float32:
-        variants = ext.conv2d_relu_maxpool_variants()
-        configs += [variants[name] for name in ("tiled_tf32_flat", "tiled_tf32_flat_wgmma")
-                    if variant_runs(ext, case, x, weight, bias, name)]
-        assert variants["tiled_tf32_flat"] in configs
+    """The automatic choice (-1), then each flat variant of x's dtype that runs here (the
+    mma.sync one and, on Hopper, the wgmma one) by name."""
+    variants = ext.conv2d_relu_maxpool_variants()
+    names = FLAT_VARIANTS[x.dtype]
+    configs = [-1] + [variants[name] for name in names
+                      if variant_runs(ext, case, x, weight, bias, name)]
+    assert variants[names[0]] in configs
     return configs
 
 
@@ -388,10 +393,9 @@ def test_flat_warp_tilings_match_reference(ext, choice, case, dtype):
     if device.max_shared_bytes == kernel_choice.H200.max_shared_bytes:
         assert tiling == kernel_choice.flat_tiling(choice, case, element)  # the H200's
     x, weight, bias = (t.to(dtype) for t in make_operands(case, seed=random.randrange(2**31)))
-    name = "tiled_tf32_flat" if dtype == torch.float32 else "tiled_16bit_flat"
-    if (dtype == torch.float32 and tiling == "n64_warp32x32" and
-            torch.cuda.get_device_capability() == (9, 0)):
-        name = "tiled_tf32_flat_wgmma"  # one block of 64 channels per SM: the wgmma mainloop
+    name = FLAT_VARIANTS[dtype][0]
+    if tiling == "n64_warp32x32" and torch.cuda.get_device_capability() == (9, 0):
+        name = FLAT_VARIANTS[dtype][1]  # one block of 64 channels per SM: the wgmma mainloop
     assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
     expected = reference(case, x, weight, bias)
     tolerance = TF32_TOLERANCE if dtype == torch.float32 else SIXTEEN_BIT_TOLERANCE[dtype]
@@ -586,7 +590,7 @@ def test_input_over_2_pow_31_elements(ext):
 # (a fragment-layout or indexing bug gives O(1) errors, far outside either).
 SIXTEEN_BIT_DTYPES = [torch.float16, torch.bfloat16]
 SIXTEEN_BIT_VARIANTS = ("direct_16bit", "tiled_16bit_mma", "tiled_16bit_wgmma", "small_16bit",
-                        "tiled_16bit_flat", "stem_16bit")
+                        "tiled_16bit_flat", "stem_16bit", "tiled_16bit_flat_wgmma")
 SIXTEEN_BIT_TOLERANCE = {torch.float16: dict(atol=1e-2, rtol=1e-2),
                          torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}
 DTYPE_IDS = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -1137,7 +1141,7 @@ def test_pack_weight_refuses_what_it_cannot_pack(ext):
 
 @pytest.mark.parametrize("dtype", SIXTEEN_BIT_DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("case", GRID, ids=lambda c: c.name)
-def test_16bit_every_variant_matches_float64_and_pytorch(ext, case, dtype):
+def test_16bit_every_variant_matches_float64_and_pytorch(ext, choice, case, dtype):
     x, weight, bias = make_operands_16bit(case, random.randrange(2**31), dtype)
     chosen = ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args())
     fits_tile = case.pool_kernel[0] <= 8 and case.pool_kernel[1] <= 32
@@ -1152,10 +1156,17 @@ def test_16bit_every_variant_matches_float64_and_pytorch(ext, case, dtype):
     assert flat or not variant_runs(ext, case, x32, weight32, bias32, "tiled_tf32_flat")
     stem = on_hopper() and case.out_channels > 16 and variant_runs(ext, case, x, weight, bias,
                                                                     "stem_16bit")
+    # On Hopper the flat kernel's wgmma mainloop where its blocks of 64 run one per SM.
+    device = kernel_choice.device_of(choice, torch.cuda.current_device())
+    flat_wgmma = (flat and on_hopper() and case.out_channels > 32 and
+                  kernel_choice.flat_tiling(choice, case, ELEMENT_OF[dtype], device) ==
+                  "n64_warp32x32" and
+                  variant_runs(ext, case, x, weight, bias, "tiled_16bit_flat_wgmma"))
     assert chosen == ("stem_16bit" if stem else
                       "tiled_16bit_wgmma" if wgmma else
                       "small_16bit" if small else
-                      "tiled_16bit_flat" if flat and case.in_channels < 8 and not fast_path(case)
+                      ("tiled_16bit_flat_wgmma" if flat_wgmma else "tiled_16bit_flat")
+                      if flat and case.in_channels < 8 and not fast_path(case)
                       else "tiled_16bit_mma" if fits_tile else "direct_16bit")
     check_16bit(run_op(ext, case, x, weight, bias), x, case, weight, bias, dtype, "auto")
     ran = []
@@ -1241,6 +1252,7 @@ def test_16bit_channels_last_default_channels(ext, dtype):
     ("auto", "padding1"), ("direct_16bit", "padding1"), ("tiled_16bit_mma", "padding1"),
     ("tiled_16bit_mma", "kernel5"), ("tiled_16bit_mma", "c13_k19_unaligned"),
     ("small_16bit", "kernel5"), ("tiled_16bit_flat", "kernel5"),
+    ("tiled_16bit_flat_wgmma", "kernel5"),
     # wgmma: 8-byte row loads (width 20) and the strided fallback (width 23, 13 channels).
     ("tiled_16bit_wgmma", "padding1"), ("tiled_16bit_wgmma", "c13_k19_unaligned")])
 def test_16bit_nan_and_inf_propagate_like_pytorch(ext, config_name, case_name, dtype):

@@ -21,8 +21,9 @@ report in tests/test_build.py; here we check what the disassembly shows:
     (stem_16bit) issue 2 k steps x n-tiles of HMMA.16816.F32[.BF16];
   * no kernel touches local memory (LDL/STL): register arrays stayed in registers;
   * the fast-path instantiations (compile-time 3x3 / 2x2 geometry) exist;
-  * the flat kernel's wgmma mainloop (tiled_tf32_flat_wgmma) issues HGMMA.64x64x8.F32.TF32 with
-    its A operand in registers, and nothing else multiplies;
+  * the flat kernel's wgmma mainloop issues HGMMA.64x64x8.F32.TF32 (tiled_tf32_flat_wgmma) or
+    HGMMA.64x64x16.F32[.BF16] (tiled_16bit_flat_wgmma) with its A operand in registers, and
+    nothing else multiplies;
   * the code is built for Hopper (sm_90a), as compile.sh does on CI and on the H200.
 """
 import re
@@ -259,21 +260,36 @@ def test_cuda_core_kernels_have_no_hmma(sass):
             assert "FFMA" in code, f"{name} does no fp32 FMA at all?"
 
 
+# The flat kernel's wgmma mainloop per element type: TF32 m64n64k8 for float32
+# (tiled_tf32_flat_wgmma), m64n64k16 with 16-bit operands for float16 and bfloat16
+# (tiled_16bit_flat_wgmma).
+FLAT_HGMMA_BY_ELEMENT = {"7Float32": r"HGMMA\.64x64x8\.F32\.TF32\b",
+                         "7Float16": r"HGMMA\.64x64x16\.F32(?![.\w])",
+                         "8BFloat16": r"HGMMA\.64x64x16\.F32\.BF16\b"}
+
+
 def test_flat_wgmma_kernel_multiplies_register_pixels_by_shared_weights(sass):
-    """tiled_tf32_flat_wgmma: one float32 instance whose products are all
-    HGMMA.64x64x8.F32.TF32 with A from registers (R, not a descriptor) and B from a shared
-    memory descriptor, no HMMA or FFMA; its main loop keeps one group in flight (a wait for at
-    most one pending group after each commit) and the rest drain it (waits for none)."""
+    """tiled_tf32_flat_wgmma / tiled_16bit_flat_wgmma: one instance per element type whose
+    products are all its type's HGMMA with A from registers (R, not a descriptor) and B from a
+    shared memory descriptor, no HMMA or FFMA; the 16-bit ones pack the gathered fp32 values
+    into 16-bit pairs (F2FP); the main loop keeps one group in flight (a wait for at most one
+    pending group after each commit) and the rest drain it (waits for none)."""
     kernels = {name: code for name, code in sass.items() if is_flat_wgmma_kernel(name)}
-    assert len(kernels) == 1 and "7Float32" in next(iter(kernels)), sorted(kernels)
-    code = next(iter(kernels.values()))
-    hgmma = re.findall(r"\bHGMMA\.\S+ R\d+, (\S+), gdesc\[UR\d+\]", code)
-    assert hgmma and all(a.startswith("R") for a in hgmma), hgmma
-    assert len(re.findall(r"\bHGMMA\.", code)) == len(hgmma)
-    assert len(re.findall(r"\bHGMMA\.64x64x8\.F32\.TF32\b", code)) == len(hgmma)
-    assert "HMMA" not in code.replace("HGMMA", "") and "FFMA" not in code
-    waits = re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x\d)", code)
-    assert "0x1" in waits and "0x0" in waits, waits
+    found = {element for element in FLAT_HGMMA_BY_ELEMENT for name in kernels
+             if f"FlatWgmmaMainloopI{element}" in name}
+    assert len(kernels) == 3 and found == set(FLAT_HGMMA_BY_ELEMENT), sorted(kernels)
+    for name, code in kernels.items():
+        element = next(e for e in FLAT_HGMMA_BY_ELEMENT if f"FlatWgmmaMainloopI{e}" in name)
+        hgmma = re.findall(r"\bHGMMA\.\S+ R\d+, (\S+), gdesc\[UR\d+\]", code)
+        assert hgmma and all(a.startswith("R") for a in hgmma), (name, hgmma)
+        assert len(re.findall(r"\bHGMMA\.", code)) == len(hgmma), name
+        assert len(re.findall(FLAT_HGMMA_BY_ELEMENT[element], code)) == len(hgmma), name
+        assert "HMMA" not in code.replace("HGMMA", "") and "FFMA" not in code, name
+        if element != "7Float32":
+            pack = "F2FP.BF16.F32.PACK_AB" if element == "8BFloat16" else "F2FP.F16.F32.PACK_AB"
+            assert pack in code, name
+        waits = re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x\d)", code)
+        assert "0x1" in waits and "0x0" in waits, (name, waits)
 
 
 def test_small_tf32_kernels_issue_tf32_hmma_only(sass):

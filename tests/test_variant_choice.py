@@ -22,11 +22,14 @@ from utils.suite import FLAT_TILING_CASES, GRID, SUITE, ConvPoolCase, find_case
 
 AUTO = -1
 SIXTEEN_BIT_VARIANTS = ("direct_16bit", "tiled_16bit_mma", "tiled_16bit_wgmma", "small_16bit",
-                        "tiled_16bit_flat", "stem_16bit")
+                        "tiled_16bit_flat", "stem_16bit", "tiled_16bit_flat_wgmma")
 # The 16-bit twins of float32 kernels: the same kernel code and limits, other element types
 # (whose smaller halos may fit shared memory where the float32 ones do not).
 TWINS = {"small_16bit": "small_fp32", "tiled_16bit_flat": "tiled_tf32_flat",
-         "stem_16bit": "stem_tf32"}
+         "stem_16bit": "stem_tf32", "tiled_16bit_flat_wgmma": "tiled_tf32_flat_wgmma"}
+# The flat kernels' wgmma mainloop per element type (Hopper only).
+FLAT_WGMMA = {FLOAT32: "tiled_tf32_flat_wgmma", FLOAT16: "tiled_16bit_flat_wgmma",
+              BFLOAT16: "tiled_16bit_flat_wgmma"}
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +95,12 @@ def test_wgmma_only_on_hopper(library, variant_names):
     why = unsupported(library, alexnet, flat_wgmma, device=A100_LIKE)
     assert why is not None and b"9.0" in why
     assert unsupported(library, alexnet, flat_wgmma) is None
+    # Its 16-bit twin, likewise.
+    flat_wgmma = {name: config for config, name in variant_names.items()}["tiled_16bit_flat_wgmma"]
+    for element in (FLOAT16, BFLOAT16):
+        why = unsupported(library, alexnet, flat_wgmma, device=A100_LIKE, element=element)
+        assert why is not None and b"9.0" in why
+        assert unsupported(library, alexnet, flat_wgmma, element=element) is None
 
 
 def test_wgmma_only_for_the_fast_path_geometry(library, variant_names):
@@ -283,7 +292,7 @@ EXPECTED_AUTO_16_BIT = {
     "vgg_b3": "tiled_16bit_wgmma",
     "vgg_b5": "tiled_16bit_wgmma",
     "rgb_stem": "stem_16bit",           # 3 x 3 x 3 into 64 channels: the stem kernel
-    "alexnet_c1": "tiled_16bit_flat",   # 3 input channels, 11x11 / stride 4
+    "alexnet_c1": "tiled_16bit_flat_wgmma",  # 3 input channels, 11x11 / stride 4: flat, wgmma
     "lenet_c1": "small_16bit",          # 6 output channels, 1 x 5 x 5 reduction
     "batch1": "tiled_16bit_wgmma",
 }
@@ -301,6 +310,7 @@ def test_16_bit_suite_shapes(library, variant_names, case, element):
     # choice is Hopper's only (where it was measured).
     expected = EXPECTED_AUTO_16_BIT[case.name].replace("tiled_16bit_wgmma", "tiled_16bit_mma")
     expected = expected.replace("stem_16bit", "tiled_16bit_mma")
+    expected = expected.replace("tiled_16bit_flat_wgmma", "tiled_16bit_flat")
     assert choose(library, variant_names, case, device=A100_LIKE, element=element) == expected
 
 
@@ -313,18 +323,24 @@ def runs(library, variant_names, case, name, element=FLOAT32, device=H200) -> bo
 def test_16_bit_automatic_choice_is_always_a_16_bit_variant(library, variant_names, case):
     # On Hopper the stem kernel for 17-64 channels where it runs; the wgmma kernel on the fast
     # path (any channel counts); else small_16bit where it runs;
-    # else tiled_16bit_flat for fewer than 8 input channels; else the mma.sync kernel unless
-    # the pooling window outgrows its 8 x 32 conv tile; else the direct one.
+    # else tiled_16bit_flat for fewer than 8 input channels (on Hopper its wgmma mainloop where
+    # blocks of 64 channels run one per SM); else the mma.sync kernel unless the pooling window
+    # outgrows its 8 x 32 conv tile; else the direct one.
     fits = case.pool_kernel[0] <= 8 and case.pool_kernel[1] <= 32
     for device, element in ((H200, BFLOAT16), (A100_LIKE, FLOAT16)):
         small = runs(library, variant_names, case, "small_16bit", element, device)
         flat = runs(library, variant_names, case, "tiled_16bit_flat", element, device)
         stem = (device is H200 and case.out_channels > 16
                 and runs(library, variant_names, case, "stem_16bit", element, device))
+        flat_wgmma = (flat and device is H200 and case.out_channels > 32
+                      and flat_tiling(library, case, element, device) == "n64_warp32x32"
+                      and runs(library, variant_names, case, "tiled_16bit_flat_wgmma", element,
+                               device))
         expected = ("stem_16bit" if stem else
                     "tiled_16bit_wgmma" if fast_path(case) and device is H200 else
                     "small_16bit" if small else
-                    "tiled_16bit_flat" if flat and case.in_channels < 8 and not fast_path(case)
+                    ("tiled_16bit_flat_wgmma" if flat_wgmma else "tiled_16bit_flat")
+                    if flat and case.in_channels < 8 and not fast_path(case)
                     else "tiled_16bit_mma" if fits else "direct_16bit")
         assert choose(library, variant_names, case, device=device, element=element) == expected
 
@@ -398,9 +414,9 @@ def test_16_bit_tensor_core_kernel_falls_back_when_shared_memory_is_small(librar
 def test_float32_variants_refuse_16_bit_shapes(library, variant_names, element):
     for config, name in variant_names.items():
         why = unsupported(library, find_case("default"), config, element=element)
-        if name == "tiled_16bit_flat":
-            # Its 16-bit weights take half the shared memory of its float32 twin's: blocks of
-            # 64 channels fit the default problem, which its twin's do not.
+        if name in ("tiled_16bit_flat", "tiled_16bit_flat_wgmma"):
+            # Their 16-bit weights take half the shared memory of their float32 twins': blocks
+            # of 64 channels fit the default problem, which the twins' do not.
             assert why is None and unsupported(
                 library, find_case("default"),
                 variant_names_to_ids(variant_names)[TWINS[name]]) is not None
@@ -429,7 +445,8 @@ def test_variants_keep_their_ids(variant_names):
     assert variant_names[14] == "tiled_3xtf32_flat" and variant_names[15] == "tiled_3xtf32_wgmma"
     assert variant_names[16] == "stem_tf32" and variant_names[17] == "stem_16bit"
     assert variant_names[18] == "tiled_tf32_flat_wgmma"
-    assert len(variant_names) == 19
+    assert variant_names[19] == "tiled_16bit_flat_wgmma"
+    assert len(variant_names) == 20
 
 
 def test_workspace_of_the_16_bit_tensor_core_kernel(library, variant_names):
@@ -716,8 +733,9 @@ def test_layers_of_few_tiles_split_their_reduction_over_clusters(library):
 
 
 # The flat kernels' warp tiling on the H200 (float32, 16 bits): above 32 channels blocks of 64,
-# 8 warps of 32 pixels x 64 channels where two blocks share an SM, else 16 warps of 32 x 32 (in
-# float32 those layers take tiled_tf32_flat_wgmma, whose tiling is n64_wgmma_m64).
+# 8 warps of 32 pixels x 64 channels where two blocks share an SM, else 16 warps of 32 x 32
+# (those layers take the wgmma mainloop, tiled_tf32_flat_wgmma / tiled_16bit_flat_wgmma, whose
+# tiling is n64_wgmma_m64).
 FLAT_TILINGS = {
     "flat_alexnet": ("n64_warp32x32", "n64_warp32x32"),
     "flat_alexnet_k96": ("n64_warp32x32", "n64_warp32x32"),
@@ -738,10 +756,9 @@ def test_flat_layers_run_the_flat_kernels_with_their_tiling(library, variant_nam
                                   (FLOAT16, "tiled_16bit_flat", FLAT_TILINGS[case.name][1]),
                                   (BFLOAT16, "tiled_16bit_flat", FLAT_TILINGS[case.name][1])):
         assert flat_tiling(library, case, element) == tiling
-        if element == FLOAT32 and tiling == "n64_warp32x32":
-            assert choose(library, variant_names, case, element=element) == \
-                "tiled_tf32_flat_wgmma"
-            assert flat_tiling(library, case, element, name="tiled_tf32_flat_wgmma") == \
+        if tiling == "n64_warp32x32":
+            assert choose(library, variant_names, case, element=element) == FLAT_WGMMA[element]
+            assert flat_tiling(library, case, element, name=FLAT_WGMMA[element]) == \
                 "n64_wgmma_m64"
             assert choose(library, variant_names, case, element=element,
                           device=A100_LIKE) == name

@@ -57,6 +57,12 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  alexnet_persistent tiled_16bit_flat_wgmma float16
+racecheck alexnet_persistent tiled_16bit_flat_wgmma bfloat16
+memcheck  few_channels_large_kernel tiled_16bit_flat_wgmma bfloat16
+racecheck few_channels_large_kernel tiled_16bit_flat_wgmma float16
+memcheck  flat_k96_7x7 tiled_16bit_flat_wgmma float16
+racecheck flat_channel_blocks tiled_16bit_flat_wgmma bfloat16
 memcheck  alexnet_persistent tiled_tf32_flat_wgmma
 racecheck alexnet_persistent tiled_tf32_flat_wgmma
 memcheck  few_channels_large_kernel tiled_tf32_flat_wgmma
