@@ -881,30 +881,14 @@ struct FlatWgmmaMainloop {
     return reinterpret_cast<float(&)[32]>(acc);
   }
 
-  // A thread's table entries for one step at k: columns t and t + 4 (TF32), or 2t, 2t + 1 and
-  // 2t + 8, 2t + 9 (16 bits: two 8-byte loads; k is a multiple of 16, the table 8-byte
-  // aligned).
-  using Entry = std::conditional_t<kFloatOperands, int, int2>;
-  struct Offsets {
-    Entry low, high;
-  };
-  static __device__ __forceinline__ Offsets offsets(const int* k_offset, int k) {
-    const int t = threadIdx.x % 4;
-    if constexpr (kFloatOperands) {
-      return {k_offset[k + t], k_offset[k + t + 4]};
-    } else {
-      return {*reinterpret_cast<const int2*>(k_offset + k + 2 * t),
-              *reinterpret_cast<const int2*>(k_offset + k + 2 * t + 8)};
-    }
-  }
-
   // One step's A fragment (conv_pool_wgmma.cuh's layout for its K) for the warp's pixels at
-  // src: row g at src, row g + 8 at src + next8, each column at its table entry's offset.
+  // src: row g at src, row g + 8 at src + next8; table entry k + j gives column j's offset.
   template <bool kPadded>
   static __device__ __forceinline__ void gather(uint32_t (&a)[4], const float* src,
-                                                const Offsets& o, int next8) {
+                                                const int* k_offset, int k, int next8) {
+    const int t = threadIdx.x % 4;
     if constexpr (kFloatOperands) {
-      const int low = o.low, high = o.high;
+      const int low = k_offset[k + t], high = k_offset[k + t + 4];
       if (kPadded) {
         a[0] = low < 0 ? 0u : __float_as_uint(src[low]);
         a[1] = low < 0 ? 0u : __float_as_uint(src[low + next8]);
@@ -917,7 +901,10 @@ struct FlatWgmmaMainloop {
         a[3] = __float_as_uint(src[high + next8]);
       }
     } else {
-      const int2 low = o.low, high = o.high;
+      // Columns 2t, 2t + 1 and 2t + 8, 2t + 9: two 8-byte table loads (k is a multiple of 16,
+      // the table 8-byte aligned).
+      const int2 low = *reinterpret_cast<const int2*>(k_offset + k + 2 * t);
+      const int2 high = *reinterpret_cast<const int2*>(k_offset + k + 2 * t + 8);
       const auto value = [&](int offset, int row) {
         return kPadded && offset < 0 ? 0.f : src[offset + row];
       };
@@ -959,27 +946,15 @@ struct FlatWgmmaMainloop {
     float (&d)[32] = accumulators();
     // Groups of kSteps steps alternate between two register sets: a group's fragments are
     // gathered while the previous group multiplies, and a set is reused only after
-    // wgmma_wait<1> has seen the group before (its last reader) complete. The next group's
-    // table entries are loaded before that wait, so only the gathers themselves follow it.
+    // wgmma_wait<1> has seen the group before (its last reader) complete.
     uint32_t a[2][kSteps][4];
-    Offsets next[kSteps];
     int step = step_begin;
-    if (step + 2 * kSteps <= step_end) {
-#pragma unroll
-      for (int i = 0; i < kSteps; ++i) next[i] = offsets(k_offset, kStepK * (step + i));
-    }
     for (; step + 2 * kSteps <= step_end; step += 2 * kSteps) {
 #pragma unroll
       for (int set = 0; set < 2; ++set) {
 #pragma unroll
-        for (int i = 0; i < kSteps; ++i) gather<kPadded>(a[set][i], src, next[i], next8);
-        // The next group: this iteration's second, or the next iteration's first if it runs.
-        const int following = step + (set + 1) * kSteps;
-        if (set == 0 || following + 2 * kSteps <= step_end) {
-#pragma unroll
-          for (int i = 0; i < kSteps; ++i)
-            next[i] = offsets(k_offset, kStepK * (following + i));
-        }
+        for (int i = 0; i < kSteps; ++i)
+          gather<kPadded>(a[set][i], src, k_offset, kStepK * (step + set * kSteps + i), next8);
         wgmma_fence();
 #pragma unroll
         for (int i = 0; i < kSteps; ++i)
@@ -990,7 +965,7 @@ struct FlatWgmmaMainloop {
       }
     }
     for (; step < step_end; ++step) {  // the rest, one step a group
-      gather<kPadded>(a[0][0], src, offsets(k_offset, kStepK * step), next8);
+      gather<kPadded>(a[0][0], src, k_offset, kStepK * step, next8);
       wgmma_fence();
       mma(d, a[0][0], b0 + uint64_t(2 * kGroupBytes / 16) * uint64_t(step));
       wgmma_commit();
