@@ -1,4 +1,4 @@
-"""Builds the cuda_extension module: binding.cpp + kernels/*.cu + kernels/*.cpp.
+"""Builds the cuda_extension module: binding.cpp + kernels/**/*.cu + kernels/**/*.cpp.
 
 Three ways in, one build (same sources, flags, toolkit and architecture):
 
@@ -50,8 +50,10 @@ def relative_paths(pattern: str) -> list[str]:
     return sorted(str(path.relative_to(ROOT)) for path in ROOT.glob(pattern))
 
 
-SOURCES = ["binding.cpp"] + relative_paths("kernels/*.cu") + relative_paths("kernels/*.cpp")
-HEADERS = relative_paths("*.h") + relative_paths("kernels/*.h") + relative_paths("kernels/*.cuh")
+# kernels/ and its folders (kernels/hopper/: the general wgmma kernel).
+SOURCES = ["binding.cpp"] + relative_paths("kernels/**/*.cu") + relative_paths("kernels/**/*.cpp")
+HEADERS = (relative_paths("*.h") + relative_paths("kernels/**/*.h")
+           + relative_paths("kernels/**/*.cuh"))
 
 # Objects are named after their source without its suffix: kernels/x.cu and kernels/x.cpp would
 # silently overwrite each other's x.o.

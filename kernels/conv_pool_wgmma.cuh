@@ -86,3 +86,111 @@ __device__ __forceinline__ void wgmma_bf16_rs_n64(float (&d)[32], const uint32_t
 #endif
 }
 #undef CONV_POOL_WGMMA_RS_N64
+
+// Generic-proxy global writes become visible to later async-proxy (bulk copy) reads.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
+// mbarrier (shared memory, this CTA) and the 1D bulk copy engine (cp.async.bulk, PTX 8.0+).
+__device__ __forceinline__ void mbarrier_init(uint64_t* barrier, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(barrier)),
+               "r"(arrivals)
+               : "memory");
+}
+// The initialised barriers become visible to the async proxy (the bulk copies complete them).
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// One arrival that also expects `bytes` more of transactions in the current phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* barrier, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(
+                   shared_address(barrier)),
+               "r"(bytes)
+               : "memory");
+}
+// Returns once the phase with the given parity has completed.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* barrier, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(shared_address(barrier)),
+      "r"(parity)
+      : "memory");
+}
+// bytes (a multiple of 16, both addresses 16-byte aligned) global -> shared; the copy engine
+// counts them against `barrier`'s expected transactions.
+__device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, uint32_t bytes,
+                                                    uint64_t* barrier) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+      ::"r"(shared_address(dst)), "l"(src), "r"(bytes), "r"(shared_address(barrier))
+      : "memory");
+}
+
+// D (64 x N, fp32) += A (64 x K, smem) * B (K x N, smem), N = 128 (64 accumulators per thread)
+// or 64 (32), K = 8 TF32 or 16 16-bit elements: 32 bytes of K either way, two core matrices.
+// Thread t of the warpgroup holds rows 16 * (t / 32) + (t % 32) / 4 (+ 8) and columns
+// 8 j + 2 (t % 4) (+ 1), for every K. accumulate = false ignores D's old value (D = A * B).
+// The operands after the descriptors: scale-d (the predicate), imm-scale-a, imm-scale-b (1: no
+// negation) and, for .f16 / .bf16 only, imm-trans-a, imm-trans-b (0: K-major, no transpose).
+#define WGMMA_N128_ASM(INSTRUCTION, IMMEDIATES)             \
+  asm volatile(                                             \
+      "{\n"                                                 \
+      ".reg .pred p;\n"                                     \
+      "setp.ne.b32 p, %66, 0;\n"                            \
+      INSTRUCTION " "                                       \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, "                   \
+      "%8, %9, %10, %11, %12, %13, %14, %15, "              \
+      "%16, %17, %18, %19, %20, %21, %22, %23, "            \
+      "%24, %25, %26, %27, %28, %29, %30, %31, "            \
+      "%32, %33, %34, %35, %36, %37, %38, %39, "            \
+      "%40, %41, %42, %43, %44, %45, %46, %47, "            \
+      "%48, %49, %50, %51, %52, %53, %54, %55, "            \
+      "%56, %57, %58, %59, %60, %61, %62, %63}, "           \
+      "%64, %65, p, " IMMEDIATES ";\n"                      \
+      "}\n"                                                 \
+      :                                                     \
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),     \
+        "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),     \
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),   \
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), \
+        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), \
+        "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), \
+        "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), \
+        "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), \
+        "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])  \
+      : "l"(a), "l"(b), "r"(int(accumulate)))
+
+#define WGMMA_N64_ASM(INSTRUCTION, IMMEDIATES)              \
+  asm volatile(                                             \
+      "{\n"                                                 \
+      ".reg .pred p;\n"                                     \
+      "setp.ne.b32 p, %34, 0;\n"                            \
+      INSTRUCTION " "                                       \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, "                   \
+      "%8, %9, %10, %11, %12, %13, %14, %15, "              \
+      "%16, %17, %18, %19, %20, %21, %22, %23, "            \
+      "%24, %25, %26, %27, %28, %29, %30, %31}, "           \
+      "%32, %33, p, " IMMEDIATES ";\n"                      \
+      "}\n"                                                 \
+      :                                                     \
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),     \
+        "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),     \
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),   \
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), \
+        "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])  \
+      : "l"(a), "l"(b), "r"(int(accumulate)))

@@ -69,6 +69,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 
 #include "conv_pool_16bit.cuh"
 #include "conv_pool_device.cuh"
@@ -80,6 +81,7 @@
 #include "conv_relu_maxpool_small.h"
 #include "conv_relu_maxpool_stem.h"
 #include "conv_relu_maxpool_wgmma.h"
+#include "hopper/general_wgmma.h"
 
 namespace {
 
@@ -1523,12 +1525,14 @@ extern "C" const char* conv_relu_maxpool_variant_name(int variant) {
     case kVariantStem16: return "stem_16bit";
     case kVariantTiledTf32FlatWgmma: return "tiled_tf32_flat_wgmma";
     case kVariantTiled16FlatWgmma: return "tiled_16bit_flat_wgmma";
+    case kVariantGeneralWgmma: return "general_wgmma";
     default: return nullptr;
   }
 }
 
 extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int variant,
                                                       const ConvPoolDevice* device) {
+  if (variant == kVariantGeneralWgmma) return general_wgmma_unsupported(*s, *device);
   if (variant == kVariantDirect16 || variant == kVariantTiled16Mma)
     return half_conv_pool_unsupported(*s, variant, *device);
   const bool sixteen_bit_only = variant == kVariantTiled16Wgmma || variant == kVariantSmall16 ||
@@ -1596,6 +1600,9 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
         return kVariantTiled16FlatWgmma;
       return kVariantTiled16Flat;
     }
+    // Hopper, everything else: the general wgmma kernel (any kernel size, stride, dilation and
+    // pool), which streams the weights through its stages.
+    if (runs(kVariantGeneralWgmma)) return kVariantGeneralWgmma;
     return runs(kVariantTiled16Mma) ? kVariantTiled16Mma : kVariantDirect16;
   }
   // At most 16 output channels and a short reduction: tensor-core tiles would multiply mostly
@@ -1640,6 +1647,8 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   // channels (as did tiled_3xtf32 against tiled_3xtf32_wgmma, 17-31%; H200, 2026-11-30,
   // docs/PERF.md v33).
   if (runs(kVariantTiledTf32Wgmma)) return kVariantTiledTf32Wgmma;
+  // Hopper, everything else: the general wgmma kernel.
+  if (runs(kVariantGeneralWgmma)) return kVariantGeneralWgmma;
   // 16 warps measured 8% faster than 8 for 33..64 output channels on the fast path
   // (rgb_stem) and within noise elsewhere (docs/PERF.md).
   const bool wide = s->out_channels > 32 && s->out_channels <= 64 && fast_path_applies(*s);
@@ -1662,7 +1671,10 @@ static bool wgmma_runs(const ConvPoolShape& s, int variant) {
   return wgmma_variant_for(s, variant) && fast_path_applies(s);
 }
 
-extern "C" int64_t conv_relu_maxpool_workspace_bytes(const ConvPoolShape* s, int variant) {
+extern "C" int64_t conv_relu_maxpool_workspace_bytes(const ConvPoolShape* s, int variant,
+                                                     const ConvPoolDevice* device,
+                                                     const ConvPoolOperands* ops) {
+  if (variant == kVariantGeneralWgmma) return general_wgmma_workspace_bytes(*s, *device, ops);
   if (variant == kVariantTiled16Mma) return half_conv_pool_workspace_bytes(*s, variant);
   return wgmma_variant_for(*s, variant)
              ? wgmma_conv_pool_workspace_bytes(*s, variant == kVariantTiled3xTf32Wgmma)
@@ -1721,6 +1733,21 @@ extern "C" int conv_relu_maxpool_tiled_out_block(const ConvPoolShape* s, int var
   return is_tiled(variant) ? plan_for(*s, variant, *device).out_block : 0;
 }
 
+extern "C" int conv_relu_maxpool_general_plan(const ConvPoolShape* s, const ConvPoolDevice* device,
+                                             char* text, int capacity) {
+  if (general_wgmma_unsupported(*s, *device) != nullptr) return 0;
+  const general_wgmma::Plan p = general_wgmma_plan(*s, *device, nullptr);
+  const int written = snprintf(
+      text, size_t(capacity),
+      "tile=%s pooled=%dx%d tiles=%lld split=%d steps=%d step_chunks=%d group_rows=%d "
+      "gathered=%d halo=%dx%d phases=%d stage_bytes=%d passes=%d smem=%d blocks_per_sm=%d",
+      general_wgmma::kTileSpecs[p.tile].name, p.pooled_rows, p.pooled_cols,
+      static_cast<long long>(p.tiles), p.split, p.steps, p.step_chunks, p.group_rows, int(p.gathered_rows),
+      p.halo_rows, p.halo_cols, __builtin_popcount(p.phase_mask), p.stage_bytes,
+      p.epilogue_passes, p.smem_bytes, p.blocks_per_sm);
+  return written < capacity ? written : capacity - 1;
+}
+
 extern "C" cudaError_t conv_relu_maxpool_pack_weight(const ConvPoolOperands* ops,
                                                      const ConvPoolShape* s, float* packed,
                                                      const ConvPoolDevice* device,
@@ -1732,7 +1759,10 @@ extern "C" cudaError_t conv_relu_maxpool_pack_weight(const ConvPoolOperands* ops
 extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
                                                 const ConvPoolShape* s, int variant,
                                                 const ConvPoolDevice* device,
-                                                cudaStream_t stream) {
+                                                cudaStream_t stream, const int64_t* out_stride) {
+  if (variant == kVariantGeneralWgmma)
+    return general_wgmma_launch(*ops, *s, *device, stream, out_stride);
+  if (out_stride != nullptr) return cudaErrorInvalidValue;
   if (variant == kVariantDirect16 || variant == kVariantTiled16Mma)
     return half_conv_pool_launch(*ops, *s, variant, stream);
   if (variant == kVariantTiledTf32Wgmma || variant == kVariantTiled16Wgmma ||

@@ -34,7 +34,9 @@ enum ConvPoolVariant : int {
   kVariantStem16 = 17,       // as 16 for f16/bf16 operands (mma.sync m16n8k16, fp32 accumulate)
   kVariantTiledTf32FlatWgmma = 18, // as 5 on Hopper wgmma (sm_90a), pixels from registers
   kVariantTiled16FlatWgmma = 19, // as 12 on Hopper wgmma with f16/bf16 operands (m64n64k16)
-  kVariantCount = 20,
+  kVariantGeneralWgmma = 20, // Hopper wgmma for any conv and pool geometry, float32 (TF32) and
+                             // f16/bf16, the weights streamed (kernels/hopper/)
+  kVariantCount = 21,
 };
 
 // What the choice of variant needs to know about the GPU (conv_relu_maxpool_query_device; the
@@ -91,9 +93,12 @@ struct ConvPoolOperands {
   const float* packed_weight;
 };
 
-// Bytes of device scratch `variant` needs for `shape` (0 for all but the two wgmma variants and
-// tiled_16bit_mma).
-int64_t conv_relu_maxpool_workspace_bytes(const ConvPoolShape* shape, int variant);
+// Bytes of device scratch `variant` needs for `shape` on `device` (0 for all but the wgmma
+// variants and tiled_16bit_mma); `operands` (may be null: taken as NCHW inputs) tells the
+// general kernel whether a 16-bit input needs its NHWC copy.
+int64_t conv_relu_maxpool_workspace_bytes(const ConvPoolShape* shape, int variant,
+                                          const ConvPoolDevice* device,
+                                          const ConvPoolOperands* operands);
 
 // Packing the weights ahead of time, for callers that run the same weights many times: the
 // wgmma variants otherwise re-lay them out at the start of every launch (and wait for that at a
@@ -146,6 +151,14 @@ const char* conv_relu_maxpool_flat_tiling(const ConvPoolShape* shape, int varian
 int conv_relu_maxpool_tiled_out_block(const ConvPoolShape* shape, int variant,
                                       const ConvPoolDevice* device);
 
+// The general kernel's plan for `shape` on `device` as text ("tile=wide_n128 pooled=4x16 ...":
+// tile, pooled outputs per tile, tiles, reduction steps, kernel rows per step, row mode, halo
+// rows x columns, column phases, stage bytes, epilogue passes, shared memory, blocks per SM),
+// written to text (at most capacity bytes, NUL-terminated); returns its length, 0 where the
+// kernel does not run the shape. For tests and tuning.
+int conv_relu_maxpool_general_plan(const ConvPoolShape* shape, const ConvPoolDevice* device,
+                                   char* text, int capacity);
+
 // Packs operands->weight (its strides in operands->weight_stride) into `packed`
 // (conv_relu_maxpool_packed_weight_bytes bytes, 16-byte aligned) on `stream`.
 cudaError_t conv_relu_maxpool_pack_weight(const ConvPoolOperands* operands,
@@ -153,7 +166,10 @@ cudaError_t conv_relu_maxpool_pack_weight(const ConvPoolOperands* operands,
                                           const ConvPoolDevice* device, cudaStream_t stream);
 
 // Launches `variant` (not kVariantAuto) on `stream`; returns the launch's error code.
+// out_stride: out's element strides (n, c, h, w), or nullptr for NCHW contiguous; only
+// general_wgmma writes other layouts (channels-last), the other variants need nullptr.
 cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* operands,
                                      const ConvPoolShape* shape, int variant,
-                                     const ConvPoolDevice* device, cudaStream_t stream);
+                                     const ConvPoolDevice* device, cudaStream_t stream,
+                                     const int64_t* out_stride);
 }

@@ -324,14 +324,15 @@ torch::Tensor conv2d_relu_maxpool_forward(const torch::Tensor& x, const torch::T
   // (stream-ordered reuse). Counted in floats whatever x's dtype.
   torch::Tensor workspace;
   const int64_t workspace_bytes =
-      operands.packed_weight ? 0 : conv_relu_maxpool_workspace_bytes(&shape, variant);
+      operands.packed_weight ? 0
+                             : conv_relu_maxpool_workspace_bytes(&shape, variant, &info, &operands);
   if (workspace_bytes > 0) {
     workspace = torch::empty({(workspace_bytes + 3) / 4}, x.options().dtype(torch::kFloat32));
     operands.workspace = workspace.data_ptr<float>();
   }
 
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
-  C10_CUDA_CHECK(conv_relu_maxpool_launch(&operands, &shape, variant, &info, stream));
+  C10_CUDA_CHECK(conv_relu_maxpool_launch(&operands, &shape, variant, &info, stream, nullptr));
   return out;
 }
 

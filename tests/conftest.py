@@ -5,7 +5,11 @@
 * `@pytest.mark.requires_cuda` skips a test when no CUDA GPU is visible (CI has none).
 * The `extension` fixture imports cuda_extension and fails, never skips, when it is not built:
   CI builds it first, so a missing module is a broken build, not an optional feature.
+* The `seed` fixture gives a test a fresh random seed and prints it (pytest shows it with a
+  failure, and `-s` always); `SEED=n python -m pytest ...` fixes it to re-run a failure.
 """
+import os
+import random
 import sys
 from pathlib import Path
 
@@ -35,3 +39,12 @@ def extension():
         pytest.fail(f"cuda_extension is not built or does not load ({error}): run "
                     "`bash utils/compile.sh` in the repository root first", pytrace=False)
     return cuda_extension
+
+
+@pytest.fixture
+def seed(request) -> int:
+    """A fresh random seed for this test (or $SEED), printed and kept in the test's report."""
+    value = int(os.environ["SEED"]) if "SEED" in os.environ else random.randrange(2**31)
+    print(f"seed {value} ({request.node.nodeid})")
+    request.node.user_properties.append(("seed", value))
+    return value

@@ -244,13 +244,15 @@ def test_no_kernel_spills_registers():
     if not PTXAS_LOG.is_file():
         pytest.skip(f"{PTXAS_LOG.relative_to(REPO_ROOT)} absent: build with utils/compile.sh "
                     "(it saves the ptxas -v report there)")
-    sources = sorted(REPO_ROOT.glob("kernels/*.cu")) + sorted(REPO_ROOT.glob("kernels/*.h"))
+    sources = [path for pattern in ("kernels/**/*.cu", "kernels/**/*.h", "kernels/**/*.cuh")
+               for path in sorted(REPO_ROOT.glob(pattern))]
     newer = [s.name for s in sources if s.stat().st_mtime > PTXAS_LOG.stat().st_mtime]
     if newer:
         pytest.skip(f"ptxas report is older than {', '.join(newer)}: rebuild with utils/compile.sh")
     report = PTXAS_LOG.read_text()
-    for source in REPO_ROOT.glob("kernels/*.cu"):
-        assert f"== kernels/{source.name}" in report, f"no ptxas report for {source.name}"
+    for source in REPO_ROOT.glob("kernels/**/*.cu"):
+        name = source.relative_to(REPO_ROOT).as_posix()
+        assert f"== {name}" in report, f"no ptxas report for {name}"
     functions = parse_ptxas_report(report)
     assert functions, "the ptxas report lists no function: is -Xptxas -v still in setup.py?"
     spilling = {name: usage for name, usage in functions.items() if usage[1] or usage[2]}
@@ -263,3 +265,12 @@ def test_ptxas_report_parser_reads_spills():
     sample = ("ptxas info    : Function properties for _Z6kernelv\n"
               "    16 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n")
     assert parse_ptxas_report(sample) == {"_Z6kernelv": (16, 8, 4)}
+
+
+def test_no_kernel_has_its_wgmmas_serialized():
+    """ptxas says so (C7520: "wgmma.mma_async instructions are serialized") where it cannot keep
+    a kernel's wgmmas in flight together, e.g. for a __syncwarp in a branch between them."""
+    if not PTXAS_LOG.is_file():
+        pytest.skip(f"{PTXAS_LOG.relative_to(REPO_ROOT)} absent: build with utils/compile.sh")
+    serialized = [line for line in PTXAS_LOG.read_text().splitlines() if "C7520" in line]
+    assert not serialized, "\n".join(serialized)

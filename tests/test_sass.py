@@ -86,7 +86,12 @@ def is_stem_kernel(name: str) -> bool:
 
 
 def is_packing_kernel(name: str) -> bool:
-    return "pack_input_kernel" in name or "pack_weights_kernel" in name  # copies only
+    return ("pack_input_kernel" in name or "pack_weights_kernel" in name
+            or "stage_input_kernel" in name)  # copies only
+
+
+def is_general_kernel(name: str) -> bool:
+    return "general_conv_pool_kernel" in name
 
 
 def is_probe_kernel(name: str) -> bool:
@@ -250,7 +255,8 @@ def test_cuda_core_kernels_have_no_hmma(sass):
     others = {name: code for name, code in sass.items()
               if not is_tensor_core_kernel(name) and not is_wgmma_kernel(name)
               and not is_16bit_mma_kernel(name) and not is_small_mma_kernel(name)
-              and not is_stem_kernel(name) and not is_flat_wgmma_kernel(name)}
+              and not is_stem_kernel(name) and not is_flat_wgmma_kernel(name)
+              and not is_general_kernel(name)}
     assert any("CudaCoreMainloop" in name for name in others)
     assert any("direct_kernel" in name for name in others)
     assert sum("direct16_kernel" in name for name in others) == 2  # float16, bfloat16
@@ -341,3 +347,36 @@ def test_fast_path_instantiations_exist(sass):
 def test_built_for_hopper(architectures):
     # compile.sh targets the visible GPU, else 9.0a: on CI and on the H200 that is sm_90a.
     assert "sm_90a" in architectures, architectures
+
+
+# The general kernel (kernels/hopper/): one instance per element type, tile of
+# general_plan.h's table (N of each: 128, 128, 64, 64, 64) and input path (float32 only has the
+# element-wise planar one beside the pixel-slice one).
+GENERAL_TILE_N = (128, 128, 64, 64, 64)
+GENERAL_HGMMA = {"7Float32": r"HGMMA\.64x{n}x8\.F32\.TF32\b",
+                 "7Float16": r"HGMMA\.64x{n}x16\.F32(?![.\w])",
+                 "8BFloat16": r"HGMMA\.64x{n}x16\.F32\.BF16\b"}
+# ptxas closes a wgmma group with an empty HGMMA of its own where a wait follows a loop of
+# wgmmas (general_kernel.cuh says why); it multiplies nothing.
+EMPTY_HGMMA = r"HGMMA\.64x8x16\.F16 RZ, gdesc\[URZ\], RZ, !UPT"
+
+
+def test_general_kernel_instances_issue_wgmma_of_their_type_from_shared_memory(sass):
+    kernels = {name: code for name, code in sass.items() if is_general_kernel(name)}
+    instances = set()
+    for name, code in kernels.items():
+        element, tile, path = re.search(r"kernelI(\d\w+?)Li(\d)ELi(\d)E", name).groups()
+        instances.add((element, int(tile), int(path)))
+        n = GENERAL_TILE_N[int(tile)]
+        ours = re.findall(GENERAL_HGMMA[element].format(n=n) + r".*", code)
+        assert ours, name
+        squares_per_group = (4, 4, 4, 4, 8)[int(tile)] // 2
+        assert len(ours) % squares_per_group == 0, (name, len(ours))
+        # Both operands through descriptors: A from shared memory, not registers.
+        assert all(re.search(r" R\d+, gdesc\[UR\d+\], R\d+", line) for line in ours), name
+        others = [line for line in re.findall(r"HGMMA\.\S+.*", code)
+                  if not re.match(GENERAL_HGMMA[element].format(n=n), line)]
+        assert all(re.match(EMPTY_HGMMA, line) for line in others), (name, others)
+    expected = ({("7Float32", t, p) for t in range(5) for p in (0, 1)}
+                | {(e, t, 1) for e in ("7Float16", "8BFloat16") for t in range(5)})
+    assert instances == expected, sorted(instances ^ expected)

@@ -14,7 +14,8 @@ from dataclasses import replace
 import pytest
 
 from utils.kernel_choice import (A100_LIKE, BFLOAT16, FLOAT16, FLOAT32, H200, ConvPoolDevice,
-                                 ConvPoolShape, clusters, load, packs_weight_apart,
+                                 ConvPoolShape, clusters, general_plan, load,
+                                 packs_weight_apart,
                                  flat_tiling, shape_of, takes_packed_weight, tiled_out_block,
                                  wgmma_split,
                                  wgmma_tile, wgmma_tile_origins)
@@ -251,15 +252,21 @@ def test_small_tf32_where_the_patch_loop_does_not_apply(library, variant_names, 
 def test_pool_window_taller_than_the_tile_takes_a_generic_path(library, variant_names):
     case = find_case("pool_9x3_stride_9x3")
     for config, name in variant_names.items():
+        # general_wgmma's 16 x 16 tiles hold the 9-row window; the 8 x 32 tiles of the others
+        # do not.
         why = unsupported(library, case, config)
-        assert (why is None) == (name in ("direct", "small_fp32")), name
+        assert (why is None) == (name in ("direct", "small_fp32", "general_wgmma")), name
         why_16 = unsupported(library, case, config, element=FLOAT16)
-        assert (why_16 is None) == (name in ("direct_16bit", "small_16bit")), name
+        assert (why_16 is None) == (name in ("direct_16bit", "small_16bit", "general_wgmma")), name
+        if name == "general_wgmma":
+            assert unsupported(library, case, config, device=A100_LIKE) is not None
     # 8 output channels: the CUDA-core kernel, which takes any pooling window.
     assert choose(library, variant_names, case) == "small_fp32"
-    # With 17 output channels only the direct kernel is left.
+    # With 17 output channels: on Hopper the general kernel; elsewhere only the direct kernel
+    # is left.
     wide = replace(case, out_channels=17)
-    assert choose(library, variant_names, wide) == "direct"
+    assert choose(library, variant_names, wide) == "general_wgmma"
+    assert choose(library, variant_names, wide, device=A100_LIKE) == "direct"
 
 
 def test_explicit_config_is_returned_as_is(library, variant_names):
@@ -384,7 +391,10 @@ def test_16_bit_pool_window_taller_than_the_tile_falls_back_to_direct_16bit(libr
     # 8 output channels: the CUDA-core kernel takes any pooling window; 17: only direct_16bit.
     assert choose(library, variant_names, case, element=FLOAT16) == "small_16bit"
     case = replace(case, out_channels=17)
-    assert choose(library, variant_names, case, element=FLOAT16) == "direct_16bit"
+    assert choose(library, variant_names, case, element=FLOAT16,
+                  device=A100_LIKE) == "direct_16bit"
+    # On Hopper the general kernel, whose 16-row tiles hold the window.
+    assert choose(library, variant_names, case, element=FLOAT16) == "general_wgmma"
     why = unsupported(library, case, variant_names_to_ids(variant_names)["tiled_16bit_mma"],
                       element=FLOAT16)
     assert why is not None and b"8 x 32" in why
@@ -423,7 +433,7 @@ def test_float32_variants_refuse_16_bit_shapes(library, variant_names, element):
         elif name in TWINS:  # too many output channels, as its twin
             assert why == unsupported(library, find_case("default"),
                                       variant_names_to_ids(variant_names)[TWINS[name]]), name
-        elif name in SIXTEEN_BIT_VARIANTS:
+        elif name in SIXTEEN_BIT_VARIANTS or name == "general_wgmma":  # both element types
             assert why is None, (name, why)
         else:
             assert why == b"needs float32 input", (name, why)
@@ -446,38 +456,42 @@ def test_variants_keep_their_ids(variant_names):
     assert variant_names[16] == "stem_tf32" and variant_names[17] == "stem_16bit"
     assert variant_names[18] == "tiled_tf32_flat_wgmma"
     assert variant_names[19] == "tiled_16bit_flat_wgmma"
-    assert len(variant_names) == 20
+    assert variant_names[20] == "general_wgmma"
+    assert len(variant_names) == 21
 
 
 def test_workspace_of_the_16_bit_tensor_core_kernel(library, variant_names):
     library.conv_relu_maxpool_workspace_bytes.restype = ctypes.c_int64
-    library.conv_relu_maxpool_workspace_bytes.argtypes = [ctypes.POINTER(ConvPoolShape),
-                                                          ctypes.c_int]
+    library.conv_relu_maxpool_workspace_bytes.argtypes = [
+        ctypes.POINTER(ConvPoolShape), ctypes.c_int, ctypes.POINTER(ConvPoolDevice),
+        ctypes.c_void_p]
     ids = variant_names_to_ids(variant_names)
     case = find_case("c13_k19_unaligned")  # 13 channels -> 16, 19 output channels, 3x3
     shape = shape_of(case, FLOAT16)
     weight_bytes = (19 * 9 * 16 * 2 + 255) // 256 * 256
     input_bytes = case.batch * case.height * case.width * 16 * 2
+    h200 = ctypes.byref(H200)
     assert library.conv_relu_maxpool_workspace_bytes(
-        ctypes.byref(shape), ids["tiled_16bit_mma"]) == weight_bytes + input_bytes
+        ctypes.byref(shape), ids["tiled_16bit_mma"], h200, None) == weight_bytes + input_bytes
     assert library.conv_relu_maxpool_workspace_bytes(ctypes.byref(shape),
-                                                     ids["direct_16bit"]) == 0
+                                                     ids["direct_16bit"], h200, None) == 0
     # A float32 shape never asks the 16-bit kernel for scratch.
     assert library.conv_relu_maxpool_workspace_bytes(
-        ctypes.byref(shape_of(case)), ids["tiled_16bit_mma"]) == 0
+        ctypes.byref(shape_of(case)), ids["tiled_16bit_mma"], h200, None) == 0
 
 
 @pytest.mark.parametrize("element", [FLOAT16, BFLOAT16], ids=["float16", "bfloat16"])
 def test_workspace_of_the_wgmma_kernels_covers_their_staged_weights(library, variant_names,
                                                                     element):
     library.conv_relu_maxpool_workspace_bytes.restype = ctypes.c_int64
-    library.conv_relu_maxpool_workspace_bytes.argtypes = [ctypes.POINTER(ConvPoolShape),
-                                                          ctypes.c_int]
+    library.conv_relu_maxpool_workspace_bytes.argtypes = [
+        ctypes.POINTER(ConvPoolShape), ctypes.c_int, ctypes.POINTER(ConvPoolDevice),
+        ctypes.c_void_p]
     ids = variant_names_to_ids(variant_names)
 
     def workspace(case, variant, element):
         return library.conv_relu_maxpool_workspace_bytes(ctypes.byref(shape_of(case, element)),
-                                                         ids[variant])
+                                                         ids[variant], ctypes.byref(H200), None)
 
     # [channel block][chunk][tap 9][slice 2][N][16 bytes]: chunks of 8 fp32 or 16 16-bit
     # channels, the same 16-byte slices, so 16-bit needs half the chunks. N of the tile run
@@ -506,8 +520,9 @@ def test_workspace_of_the_3xtf32_wgmma_kernel_holds_its_runs_of_8_chunks(library
     taps), one tensor-core run per 8 chunks, their sums in each block's master slots after the
     weights: 16 of 16 bytes per thread of 256, for at most 256 blocks (the launch's grid)."""
     library.conv_relu_maxpool_workspace_bytes.restype = ctypes.c_int64
-    library.conv_relu_maxpool_workspace_bytes.argtypes = [ctypes.POINTER(ConvPoolShape),
-                                                          ctypes.c_int]
+    library.conv_relu_maxpool_workspace_bytes.argtypes = [
+        ctypes.POINTER(ConvPoolShape), ctypes.c_int, ctypes.POINTER(ConvPoolDevice),
+        ctypes.c_void_p]
     variant = variant_names_to_ids(variant_names)["tiled_3xtf32_wgmma"]
     origin = (ctypes.c_int64 * 4)()
     for name, runs in (("default", 1), ("vgg_b3", 4), ("c132_long_reduction", 3),
@@ -520,8 +535,32 @@ def test_workspace_of_the_3xtf32_wgmma_kernel_holds_its_runs_of_8_chunks(library
         assert tiles > 0 and -(-chunks // 8) == runs
         weights = blocks * chunks * 9 * 2 * 128 * 16
         master = min(tiles, 256) * 16 * 256 * 16 if runs > 1 else 0
-        assert library.conv_relu_maxpool_workspace_bytes(ctypes.byref(shape),
-                                                         variant) == weights + master
+        assert library.conv_relu_maxpool_workspace_bytes(
+            ctypes.byref(shape), variant, ctypes.byref(H200), None) == weights + master
+
+
+@pytest.mark.parametrize("element", [FLOAT32, FLOAT16], ids=["float32", "float16"])
+def test_workspace_of_the_general_kernel(library, variant_names, element):
+    """general_wgmma: the weights packed [chunk][tap][slice][out channels padded to 128][16
+    bytes] (256-byte aligned), then for 16-bit inputs taken as NCHW (no operands given) their
+    NHWC copy with the channels padded to the chunk; a layer of few tiles adds its split
+    reduction's partial sums and counters."""
+    library.conv_relu_maxpool_workspace_bytes.restype = ctypes.c_int64
+    library.conv_relu_maxpool_workspace_bytes.argtypes = [
+        ctypes.POINTER(ConvPoolShape), ctypes.c_int, ctypes.POINTER(ConvPoolDevice),
+        ctypes.c_void_p]
+    variant = variant_names_to_ids(variant_names)["general_wgmma"]
+    case = ConvPoolCase("k5", 64, 70, 200, 27, 27, (5, 5), padding=(2, 2), pool_kernel=(3, 3),
+                        pool_stride=(2, 2))
+    chunk = 8 if element == FLOAT32 else 16
+    chunks = -(-case.in_channels // chunk)
+    packed = -(-(chunks * 25 * 2 * 256 * 16) // 256) * 256
+    staged = 0 if element == FLOAT32 else -(-(64 * 27 * 27 * chunks * chunk * 2) // 256) * 256
+    plan = general_plan(library, case, element)
+    assert plan["split"] == 1
+    assert library.conv_relu_maxpool_workspace_bytes(
+        ctypes.byref(shape_of(case, element)), variant, ctypes.byref(H200), None) == (
+            packed + staged)
 
 
 def variant_names_to_ids(variant_names: dict) -> dict:

@@ -4,7 +4,8 @@
 #   bash tools/gpu_check.sh [STAGE[:SECONDS] ...]
 #
 # Stages: env build test verify profile suite suite16 layouts bench host vgg16 distributed
-# notebook sanitize (default: env build test verify profile). SECONDS caps one stage (timeout), so a
+# notebook sanitize general (default: env build test verify profile). general: the general
+# kernel's correctness sweep and timing table (tools/check_general.py). SECONDS caps one stage (timeout), so a
 # long stage cannot eat the others' device time. Each stage's log lands in $OUT/<stage>.log;
 # the suite also writes $OUT/suite.json and $OUT/suite.png, suite16 (the suite in float16, then
 # bfloat16) $OUT/suite_float16.json and $OUT/suite_bfloat16.json, vgg16 $OUT/vgg16.json, notebook
@@ -57,6 +58,21 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  general_large_kernel general_wgmma
+racecheck general_large_kernel general_wgmma
+memcheck  general_large_kernel general_wgmma float16
+racecheck general_large_kernel_channels_last general_wgmma bfloat16
+memcheck  general_strided general_wgmma
+racecheck general_strided general_wgmma
+memcheck  general_strided_channels_last general_wgmma float16
+memcheck  general_dilated general_wgmma bfloat16
+racecheck general_dilated general_wgmma
+memcheck  general_pointwise general_wgmma
+racecheck general_pointwise general_wgmma float16
+memcheck  general_split general_wgmma
+racecheck general_split general_wgmma
+memcheck  general_split_channels_last general_wgmma bfloat16
+racecheck general_split_channels_last general_wgmma float16
 memcheck  alexnet_persistent tiled_16bit_flat_wgmma float16
 racecheck alexnet_persistent tiled_16bit_flat_wgmma bfloat16
 memcheck  few_channels_large_kernel tiled_16bit_flat_wgmma bfloat16
@@ -228,6 +244,8 @@ for entry in "${stages[@]}"; do
     # Shell functions run through bash -c: timeout executes programs, not functions.
     notebook) run_stage notebook "$seconds" bash -c "OUT='$OUT'; $(declare -f notebook); notebook" ;;
     sanitize) run_stage sanitize "$seconds" bash -c "$(declare -f sanitize); sanitize" ;;
+    general) run_stage general "$seconds" python3 tools/check_general.py --cases 40 --perf ;;
+    gtest) run_stage gtest "$seconds" python3 -m pytest -q -p no:cacheprovider tests/test_general_wgmma_gpu.py ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

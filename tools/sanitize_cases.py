@@ -153,9 +153,38 @@ CASES = {
     "wide_3xtf32_generic": ConvPoolCase("wide_3xtf32_generic", 8, 24, 136, 66, 70, (3, 3),
                                         padding=(1, 2), pool_kernel=(3, 3),
                                         pool_stride=(2, 2)),
+    # The general kernel (general_wgmma): a 5 x 5 kernel over 256 channels (steps of kernel-row
+    # groups, the last short) under AlexNet's 3 x 3 / 2 pool; a strided 3 x 3 (gathered rows,
+    # two column phases) with an overlapping padded ceil-mode pool; a dilated 3 x 3 with
+    # channel tails; 1 x 1 steps of several chunks; a layer of few tiles (split reduction
+    # through the workspace); each also channels-last.
+    "general_large_kernel": ConvPoolCase("general_large_kernel", 2, 256, 136, 27, 27, (5, 5),
+                                         padding=(2, 2), pool_kernel=(3, 3),
+                                         pool_stride=(2, 2)),
+    "general_strided": ConvPoolCase("general_strided", 3, 40, 72, 45, 51, (3, 3), stride=(2, 2),
+                                    padding=(1, 1), pool_kernel=(3, 3), pool_stride=(2, 2),
+                                    pool_padding=(1, 1), ceil_mode=True),
+    "general_dilated": ConvPoolCase("general_dilated", 2, 20, 200, 40, 36, (3, 3),
+                                    padding=(2, 2), dilation=(2, 2)),
+    "general_pointwise": ConvPoolCase("general_pointwise", 4, 96, 130, 28, 28, (1, 1),
+                                      pool_kernel=(3, 3), pool_stride=(2, 2),
+                                      pool_padding=(1, 1)),
+    "general_split": ConvPoolCase("general_split", 1, 384, 136, 13, 13, (3, 3), padding=(1, 1),
+                                  pool_kernel=(3, 3), pool_stride=(2, 2)),
+    "general_large_kernel_channels_last": ConvPoolCase(
+        "general_large_kernel_channels_last", 2, 256, 136, 27, 27, (5, 5), padding=(2, 2),
+        pool_kernel=(3, 3), pool_stride=(2, 2)),
+    "general_strided_channels_last": ConvPoolCase(
+        "general_strided_channels_last", 3, 40, 72, 45, 51, (3, 3), stride=(2, 2),
+        padding=(1, 1), pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1),
+        ceil_mode=True),
+    "general_split_channels_last": ConvPoolCase(
+        "general_split_channels_last", 1, 384, 136, 13, 13, (3, 3), padding=(1, 1),
+        pool_kernel=(3, 3), pool_stride=(2, 2)),
 }
 # Cases whose input is made channels-last (same values).
-CHANNELS_LAST = {"channels_last_tails", "narrow_channels_last", "strip_tiles_channels_last",
+CHANNELS_LAST = {"general_large_kernel_channels_last", "general_strided_channels_last",
+                 "general_split_channels_last", "channels_last_tails", "narrow_channels_last", "strip_tiles_channels_last",
                  "few_tiles_channels_last", "few_tiles_packed_apart_channels_last",
                  "narrow_squares_channels_last", "split_square_channels_last",
                  "stem_columns_channels_last"}

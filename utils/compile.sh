@@ -84,8 +84,8 @@ mkdir -p "$reports"
 
 # A kernel whose object is up to date but has no report (built by pip, or before reports were
 # kept) is recompiled, so that build/ptxas.log always covers every kernels/*.cu.
-for source in kernels/*.cu; do
-  [[ -e "$source" ]] || continue
+mapfile -t kernel_sources < <(find kernels -name '*.cu' | sort)
+for source in "${kernel_sources[@]}"; do
   if [[ ! -f "$reports/${source//\//__}.log" ]]; then
     find build -path "*/temp.*/${source%.cu}.o" -delete 2>/dev/null || true
   fi
@@ -129,8 +129,7 @@ awk -v reports="$reports" -v root="$ROOT/" '
 ' "$log"
 
 : > build/ptxas.log
-for source in kernels/*.cu; do
-  [[ -e "$source" ]] || continue
+for source in "${kernel_sources[@]}"; do
   report="$reports/${source//\//__}.log"
   [[ -f "$report" ]] \
     || fail "no ptxas report for $source in $log (is -Xptxas -v still in setup.py?)"

@@ -88,6 +88,9 @@ def load(extension) -> ctypes.CDLL:
     lib.conv_relu_maxpool_tiled_out_block.restype = ctypes.c_int
     lib.conv_relu_maxpool_tiled_out_block.argtypes = [shape, ctypes.c_int,
                                                       ctypes.POINTER(ConvPoolDevice)]
+    lib.conv_relu_maxpool_general_plan.restype = ctypes.c_int
+    lib.conv_relu_maxpool_general_plan.argtypes = [shape, ctypes.POINTER(ConvPoolDevice),
+                                                   ctypes.c_char_p, ctypes.c_int]
     return lib
 
 
@@ -195,3 +198,19 @@ def wgmma_split(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
     variant = wgmma_variant(lib, element) if name is None else variant_id(lib, name)
     return lib.conv_relu_maxpool_wgmma_split(ctypes.byref(shape_of(case, element)), variant,
                                              ctypes.byref(device))
+
+
+def general_plan(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
+                 device: ConvPoolDevice = H200) -> Optional[dict]:
+    """The general wgmma kernel's plan for `case` on `device` as a dict ({"tile": "wide_n128",
+    "pooled": "4x16", "steps": 72, ...}; conv_relu_maxpool_general_plan), None where that
+    kernel does not run it."""
+    text = ctypes.create_string_buffer(512)
+    if lib.conv_relu_maxpool_general_plan(ctypes.byref(shape_of(case, element)),
+                                          ctypes.byref(device), text, len(text)) == 0:
+        return None
+    plan = {}
+    for item in text.value.decode().split():
+        key, value = item.split("=", 1)
+        plan[key] = int(value) if value.lstrip("-").isdigit() else value
+    return plan

@@ -326,6 +326,36 @@ def random_case(rng: random.Random, name: str = "random") -> ConvPoolCase:
             return case
 
 
+def fuzz_case(rng: random.Random, name: str = "fuzz", max_size: int = 40,
+              max_channels: int = 300, batch: Optional[int] = None) -> ConvPoolCase:
+    """One valid random configuration over the space the general wgmma kernel covers: kernels
+    1-11 (square half the time), strides 1-4, dilation 1-3, any padding up to the dilated
+    kernel's half plus one, pools 1-4 of any stride, padding and ceil mode, channel counts up
+    to `max_channels`, images up to `max_size`."""
+    kernel_sizes = [1, 1, 2, 3, 3, 3, 4, 5, 5, 7, 11]
+    channels = [c for c in (1, 3, 4, 8, 12, 16, 24, 32, 40, 64, 96, 130, 192, 256, 300, 384,
+                            512, 768, 1024) if c <= max_channels]
+    while True:
+        kernel = (rng.choice(kernel_sizes), rng.choice(kernel_sizes))
+        if rng.random() < 0.5:
+            kernel = (kernel[0], kernel[0])
+        dilation = (rng.choice([1, 1, 1, 2, 3]), rng.choice([1, 1, 1, 2, 3]))
+        pool = (rng.randint(1, 4), rng.randint(1, 4))
+        case = ConvPoolCase(
+            name=name, batch=batch if batch is not None else rng.randint(1, 3),
+            in_channels=rng.choice(channels), out_channels=rng.choice(channels),
+            height=rng.randint(5, max_size), width=rng.randint(5, max_size),
+            kernel_size=kernel, stride=(rng.randint(1, 4), rng.randint(1, 4)),
+            padding=(rng.randint(0, kernel[0] * dilation[0] // 2 + 1),
+                     rng.randint(0, kernel[1] * dilation[1] // 2 + 1)),
+            dilation=dilation, pool_kernel=pool,
+            pool_stride=rng.choice([None, (rng.randint(1, 4), rng.randint(1, 4))]),
+            pool_padding=(rng.randint(0, pool[0] // 2), rng.randint(0, pool[1] // 2)),
+            ceil_mode=rng.random() < 0.3, bias=rng.random() < 0.8)
+        if case.is_valid():
+            return case
+
+
 def random_cases(rng: random.Random, count: int) -> list[ConvPoolCase]:
     """`count` valid random configurations named random_0, random_1, ..."""
     return [random_case(rng, f"random_{i}") for i in range(count)]

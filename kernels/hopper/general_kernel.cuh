@@ -1,0 +1,218 @@
+// The general Hopper kernel: fused Conv2d -> ReLU -> MaxPool2d for any convolution (kernel
+// size, stride, dilation, padding, channel counts) and any max-pool (window, stride, padding,
+// ceil mode) on wgmma (sm_90a), float32 in TF32 or float16 / bfloat16, fp32 accumulation.
+//
+// One block (two warpgroups) per tile (general_plan.h: a rectangle of pooled outputs of one
+// image and n output channels; the tile scheduler is tile_origin). Its reduction runs over
+// steps = (run of input-channel chunks, group of kernel rows), three shared-memory stages deep:
+//   * loads: the step's input halo by cp.async from every thread (PlanarHaloLoader or
+//     PixelHaloLoader), its weights by bulk copies from warp 0 completing the stage's
+//     mbarrier (copy_step_weights), issued two steps ahead;
+//   * math: per tap one wgmma per 8 x 8 pixel square, both operands from shared memory
+//     (mma_step), so the weights stream through the stages and no kernel size runs out of
+//     shared memory;
+//   * epilogue: the accumulators through shared memory to bias, ReLU, max-pool and the store
+//     (general_epilogue.cuh), the pipeline's bytes reused.
+// Per step one barrier, after the step's copies landed (each thread waited for its own, then
+// fenced them to the tensor cores' proxy) and every warpgroup waited for its wgmmas of the
+// previous step, which frees that step's stage: the step's wgmmas are issued, then the loads
+// two steps ahead, then the warpgroup waits for its wgmmas. (A wait that kept the step's
+// wgmmas in flight is not to be had: the wgmma count of a step is a run-time number, so ptxas
+// closes a wgmma group at every tap and makes any wait a wait for all of them.)
+// Split reductions (plan.split > 1, layers of fewer tiles than the SMs hold): `split` blocks
+// share a tile, each a run of its steps; each writes its partial sums to the workspace, and the
+// last to arrive (a counter per tile) adds all of them, in split order (the same sum whichever
+// block is last), and runs the epilogue (reduce_split).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "general_epilogue.cuh"
+#include "general_mainloop.cuh"
+
+namespace general_wgmma {
+
+template <class E, int kTileId, int kInput>
+struct HaloLoaderFor {
+  using Type = PixelHaloLoader<Element<E>, kTileId>;
+};
+template <int kTileId>
+struct HaloLoaderFor<Float32, kTileId, kPlanarInput> {
+  using Type = PlanarHaloLoader<kTileId>;
+};
+
+// Split reductions: this block's partial sums to its slot of the workspace, [tile][rank]
+// [float4 of the accumulators][thread] (a warp's stores contiguous); true for the tile's last
+// block, whose `acc` then holds the sum of every block's partials in rank order. `flag`: one
+// word of shared memory.
+template <int kTileId>
+__device__ __forceinline__ bool reduce_split(
+    float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs], const Plan& p,
+    int64_t tile, int rank, void* flag) {
+  using T = Tile<kTileId>;
+  constexpr int kVectors = T::kSquaresPerGroup * T::kAccs / 4;  // float4 per thread
+  float4* partials = static_cast<float4*>(const_cast<void*>(p.partials)) +
+                     tile * p.split * kVectors * kThreads + threadIdx.x;
+  float4* mine = partials + int64_t(rank) * kVectors * kThreads;
+#pragma unroll
+  for (int m = 0; m < T::kSquaresPerGroup; ++m)
+#pragma unroll
+    for (int i = 0; i < T::kAccs / 4; ++i)
+      __stcg(mine + (m * (T::kAccs / 4) + i) * kThreads,
+             make_float4(acc[m][4 * i], acc[m][4 * i + 1], acc[m][4 * i + 2], acc[m][4 * i + 3]));
+  __threadfence();  // the partials reach L2 before the count says so
+  __syncthreads();
+  int* last = static_cast<int*>(flag);
+  if (threadIdx.x == 0) {
+    int* counter = static_cast<int*>(const_cast<void*>(p.counters)) + tile;
+    *last = atomicAdd(counter, 1) == p.split - 1;
+  }
+  __syncthreads();
+  if (!*last) return false;
+  __threadfence();  // every block's partials are visible to this one's loads
+#pragma unroll
+  for (int m = 0; m < T::kSquaresPerGroup; ++m)
+#pragma unroll
+    for (int i = 0; i < T::kAccs / 4; ++i) {
+      const float4 v = __ldcg(partials + (m * (T::kAccs / 4) + i) * kThreads);
+      acc[m][4 * i] = v.x;
+      acc[m][4 * i + 1] = v.y;
+      acc[m][4 * i + 2] = v.z;
+      acc[m][4 * i + 3] = v.w;
+    }
+  for (int r = 1; r < p.split; ++r) {
+    const float4* theirs = partials + int64_t(r) * kVectors * kThreads;
+#pragma unroll
+    for (int m = 0; m < T::kSquaresPerGroup; ++m)
+#pragma unroll
+      for (int i = 0; i < T::kAccs / 4; ++i) {
+        const float4 v = __ldcg(theirs + (m * (T::kAccs / 4) + i) * kThreads);
+        acc[m][4 * i] += v.x;
+        acc[m][4 * i + 1] += v.y;
+        acc[m][4 * i + 2] += v.z;
+        acc[m][4 * i + 3] += v.w;
+      }
+  }
+  return true;
+}
+
+template <class E, int kTileId, int kInput>
+__global__ void __launch_bounds__(kThreads, Tile<kTileId>::kMinBlocks)
+    general_conv_pool_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const Plan p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = Tile<kTileId>;
+  using X = Element<E>;  // the element type's operations
+  extern __shared__ __align__(128) unsigned char smem[];
+  float* bias = reinterpret_cast<float*>(smem + p.bias_offset);
+  int* tap_table = reinterpret_cast<int*>(smem + p.tap_table_offset);
+  uint64_t* landed = reinterpret_cast<uint64_t*>(smem + p.barrier_offset);
+
+  int64_t tile = blockIdx.x;
+  int first_step = 0, end_step = p.steps, rank = 0;
+  if (p.split > 1) {
+    tile = blockIdx.x / p.split;
+    rank = int(blockIdx.x - tile * p.split);
+    first_step = rank * p.split_steps;
+    end_step = min(p.steps, first_step + p.split_steps);
+  }
+  const TileOrigin o = tile_origin<kTileId>(s, p, tile);
+  if (threadIdx.x == 0) {
+    for (int stage = 0; stage < kStages; ++stage) mbarrier_init(landed + stage, 1);
+    fence_mbarrier_init();
+  }
+  if (threadIdx.x < T::kN) {
+    const int channel = o.channel0 + int(threadIdx.x);
+    const typename X::Raw* b = ElementOperands<X>::bias(ops);
+    bias[threadIdx.x] = b != nullptr && channel < s.out_channels
+                            ? X::to_float(b[int64_t(channel) * ops.bias_stride])
+                            : 0.f;
+  }
+  // Tap t of a step (kernel row t / kernel_w of its group, column t % kernel_w): its operand's
+  // offset, in 16-byte slots, from a square's tap-(0, 0) operand.
+  for (int t = threadIdx.x; t < p.group_rows * s.kernel_w; t += kThreads) {
+    const int row = t / s.kernel_w, col = t - row * s.kernel_w;
+    const int halo_row = p.gathered_rows ? 0 : row * s.dilation_h;
+    tap_table[t] = halo_row * p.row_pitch + halo_column_slot(s, p, col * s.dilation_w);
+  }
+
+  typename HaloLoaderFor<E, kTileId, kInput>::Type loader;
+  loader.init(s, p, ops, o);
+  auto stage_base = [&](int stage) { return smem + stage * p.stage_bytes; };
+  auto issue = [&](int step, int stage) {
+    const Step st = make_step(s, p, o, step);
+    loader.load(s, p, ops, o, st, stage_base(stage));
+    cp_async_commit();
+    if (threadIdx.x < 32)
+      copy_step_weights<kTileId>(s, p, o, st, stage_base(stage) + p.halo_bytes, landed + stage);
+  };
+  __syncthreads();  // the barriers' initialisation, before the copies that complete them
+  issue(first_step, 0);
+  if (first_step + 1 < end_step) issue(first_step + 1, 1);
+
+  // Square m of this warpgroup: its tap-(0, 0) operand's slot in a stage's halo.
+  const int warpgroup = threadIdx.x / 128;
+  const int row_rate = p.gathered_rows ? 1 : s.stride_h;
+  const uint32_t smem_base = shared_address(smem);
+  uint32_t square_slot[T::kSquaresPerGroup];
+#pragma unroll
+  for (int m = 0; m < T::kSquaresPerGroup; ++m) {
+    const int square = warpgroup * T::kSquaresPerGroup + m;
+    square_slot[m] = uint32_t((square / T::kSquareCols) * 8 * row_rate * p.row_pitch +
+                              (square % T::kSquareCols) * 8);
+  }
+  const uint32_t a_leading = uint32_t(p.slice_plane * kSliceBytes);
+  const uint32_t a_stride = uint32_t(row_rate * p.row_pitch * kSliceBytes);
+
+  float acc[T::kSquaresPerGroup][T::kAccs];  // written by the first wgmma (accumulate = false)
+  uint32_t phases = 0;  // bit `stage`: parity of the next phase of landed[stage]
+  int stage = 0;
+  for (int step = first_step; step < end_step; ++step) {
+    if (step + 1 < end_step)
+      cp_async_wait<1>();
+    else
+      cp_async_wait<0>();
+    fence_proxy_async();
+    // Every thread's halo copies of this step landed and are visible to the tensor cores, and
+    // every warpgroup's wgmmas of step - 1 completed (the wait at the end of the last step).
+    __syncthreads();
+    mbarrier_wait(landed + stage, (phases >> stage) & 1u);
+    phases ^= 1u << stage;
+    const int group = step % p.groups;
+    const int taps = min(p.group_rows, s.kernel_h - group * p.group_rows) * s.kernel_w;
+    const int chunks = min(p.step_chunks, p.chunks - (step / p.groups) * p.step_chunks);
+    const uint32_t halo = smem_base + uint32_t(stage * p.stage_bytes);
+    uint64_t a0[T::kSquaresPerGroup];
+#pragma unroll
+    for (int m = 0; m < T::kSquaresPerGroup; ++m)
+      a0[m] = matrix_descriptor(halo + square_slot[m] * kSliceBytes, a_leading, a_stride);
+    const uint64_t b0 = matrix_descriptor(halo + uint32_t(p.halo_bytes), T::kN * kSliceBytes,
+                                          8 * kSliceBytes);
+    wgmma_fence();
+    mma_step<X, kTileId>(acc, a0, b0, tap_table, taps, chunks, p.step_chunks, p.slice_plane,
+                         step == first_step);
+    wgmma_commit();
+    // Step - 1's stage is free: every warpgroup finished its wgmmas before the barrier above.
+    // Its loads for step + 2 run while the tensor cores work through this step.
+    if (step + 2 < end_step) issue(step + 2, stage == 0 ? kStages - 1 : stage - 1);
+    wgmma_wait<0>();
+    stage = stage == kStages - 1 ? 0 : stage + 1;
+  }
+#pragma unroll
+  for (int m = 0; m < T::kSquaresPerGroup; ++m) fence_registers(acc[m]);
+  __syncthreads();  // no wgmma reads the stages any more
+  if (p.split > 1 && !reduce_split<kTileId>(acc, p, tile, rank, landed + kStages)) return;
+
+  float* conv_tile = reinterpret_cast<float*>(smem);
+  const int pass_channels = T::kN / p.epilogue_passes;
+  for (int pass = 0; pass < p.epilogue_passes; ++pass) {
+    if (pass > 0) __syncthreads();  // the last pass's pooling read the tile
+    stage_accumulators<kTileId>(acc, conv_tile, p.tile_pitch, pass, pass_channels);
+    __syncthreads();
+    pool_tile<X, kTileId>(s, p, ops, o, conv_tile, bias, pass, pass_channels);
+  }
+#endif
+}
+
+}  // namespace general_wgmma

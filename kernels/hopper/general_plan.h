@@ -1,0 +1,137 @@
+// The general Hopper kernel's plan: everything about one launch that the host works out once
+// (general_wgmma.cu, make_general_plan) and the kernel receives by value. Plain C++ so that
+// both nvcc and the host compiler read it, and the tests can ask for it (general_wgmma_plan).
+//
+// The geometry, in the kernel's terms:
+//   tile       one image, a block of `n` output channels and a rectangle of pooled outputs
+//              (pooled_rows x pooled_cols) whose pooling windows all lie inside a rectangle of
+//              tile_rows x tile_cols conv pixels: square_rows x square_cols squares of 8 x 8
+//              pixels, one M = 64 wgmma operand each. Windows that overlap (pool stride below
+//              the window) are computed by both tiles they fall in.
+//   step       one (run of step_chunks input-channel chunks, group of kernel rows): those
+//              channels' input halo for those kernel rows and their weights, staged together;
+//              a tile reduces over chunk_steps x groups steps. Short kernels take several
+//              chunks a step (a 1 x 1 step of one chunk would be too little work to hide the
+//              next steps' loads behind).
+//   halo       the input rows and columns a step's taps read, in channel slices of 16 bytes
+//              (4 fp32 or 8 16-bit channels; a chunk is two slices, one wgmma K), laid out
+//              [slice][halo row][column phase][column] so that the 8 pixels of one conv row
+//              under any tap are 8 consecutive 16-byte slots: with a column stride s, input
+//              column j lives in phase j % s at position j / s, and only the phases some
+//              kernel column reads are staged (phase_mask).
+#pragma once
+
+#include <cstdint>
+
+#include "../conv_pool_shape.h"
+
+namespace general_wgmma {
+
+constexpr int kThreads = 256;  // two consumer warpgroups
+constexpr int kStages = 3;     // steps in flight: the wgmmas of one, the loads of the next two
+constexpr int kSliceBytes = 16;
+// Kernel columns, taps per stage and staged columns the device-side tables and loops are sized
+// for (general_wgmma_unsupported refuses more).
+constexpr int kMaxKernelCols = 64;
+constexpr int kMaxStageTaps = 256;
+constexpr int kMaxHaloCols = 256;
+constexpr int kMaxStrideW = 32;  // phase_mask is 32 bits
+// Output channels of the packed weights are padded to a multiple of this (the widest block).
+constexpr int kPackedChannelAlign = 128;
+
+// The kernel instances' tiles: the one table of them (the host's choice, the launch and the
+// tests all index it).
+enum TileId : int { kWide128 = 0, kSquare128, kWide64, kSquare64, kTall64, kTileCount };
+
+struct TileSpec {
+  int square_rows, square_cols;  // of 8 x 8 conv pixels; two warpgroups share them
+  int n;                         // output channels per block (N of every wgmma)
+  int min_blocks;                // blocks per SM the kernel's launch bounds allow for
+  const char* name;
+};
+
+// 128 accumulators per thread in each but the N = 64 two-blocks-per-SM tiles (64: their
+// 128-register cap leaves room for the rest).
+constexpr TileSpec kTileSpecs[kTileCount] = {
+    {1, 4, 128, 1, "wide_n128"},    // 8 x 32 pixels: wide images
+    {2, 2, 128, 1, "square_n128"},  // 16 x 16: small images (14 x 14 and the like)
+    {1, 4, 64, 2, "wide_n64"},      // 8 x 32, two blocks per SM: one's epilogue under the
+    {2, 2, 64, 2, "square_n64"},    // other's mainloop; layers of at most 64 channels
+    {2, 4, 64, 1, "tall_n64"},      // 16 x 32: overlapping 3 x 3 / 2 pools recompute least
+};
+
+// How a step's halo comes in from global memory.
+enum InputPath : int {
+  kPlanarInput = 0,  // float32, any strides (NCHW): one 4-byte cp.async per element, written
+                     // into its pixel's slice (the transpose happens on the way in)
+  kPixelInput = 1,   // channels contiguous (channels-last, or the NHWC copy the launch makes of
+                     // a 16-bit NCHW input): one 16-byte cp.async per pixel slice
+};
+
+struct Plan {
+  int tile;          // TileId
+  int input;         // InputPath
+  bool staged_copy;  // kPixelInput from the launch's NHWC copy of x (16-bit NCHW inputs)
+  // Tiles: pooled outputs per tile, tiles per image dimension, channel blocks; in all
+  // batch x tiles_h x tiles_w x channel_blocks (< 2^31), channel block fastest.
+  int pooled_rows, pooled_cols;
+  int tiles_h, tiles_w, channel_blocks;
+  int64_t tiles;
+  // Split reductions: `split` blocks a tile (1: none), each split_steps of its steps (the last
+  // fewer); grid = tiles x split, the split index fastest.
+  int split, split_steps;
+  // Reduction: chunks of input channels, chunks per step (the last step may have fewer),
+  // chunk_steps = ceil(chunks / step_chunks), kernel rows per step (group_rows; the last group
+  // may have fewer), groups, steps = chunk_steps x groups (chunk step outer).
+  int chunks, step_chunks, chunk_steps, group_rows, groups, steps;
+  // gathered_rows (group_rows == 1 only): one halo row per conv row of the tile, input rows
+  // stride_h apart (strided layers, where a dense span of rows would stage rows no tap reads);
+  // else the dense span of input rows the group's taps read.
+  bool gathered_rows;
+  int halo_rows;      // staged rows of the largest group
+  int halo_cols;      // staged input columns: (tile_cols - 1) * stride_w + (kernel_w - 1) * dilation_w + 1
+  uint32_t phase_mask;  // bit r: column phase r (residue mod stride_w) is staged
+  int phase_cols;     // slots per staged phase: ceil(halo_cols / stride_w)
+  int row_pitch;      // slots per halo row (phases x phase_cols, + 1 against bank conflicts)
+  int slice_plane;    // slots per slice: halo_rows x row_pitch
+  int halo_bytes;     // 2 x step_chunks slices
+  int weight_stage_bytes;  // [tap][chunk][slice][n][16 bytes]: group_rows x kernel_w taps
+  int stage_bytes;    // halo + weights, 128-byte aligned
+  // Epilogue: the conv tile in shared memory, [channel][pixel] fp32 with tile_pitch floats per
+  // channel, n / epilogue_passes channels at a time (the pipeline's bytes, reused).
+  int epilogue_passes;
+  int tile_pitch;
+  // Dynamic shared memory of a block: [stages][halo | weights] (the epilogue tile reuses it),
+  // then the tile's bias (n floats), the tap table (ints), one mbarrier per stage and a word
+  // for the split reduction's verdict.
+  int bias_offset, tap_table_offset, barrier_offset;
+  int smem_bytes;
+  int blocks_per_sm;  // resident blocks the shared memory and registers allow
+  // Workspace: the packed weights, [chunk][tap][slice][padded_out_channels][16 bytes], then
+  // (staged_copy) x as NHWC with staged_channels (in_channels rounded up to the chunk), then
+  // (split > 1) the partial sums, tiles x split x 256 threads x the accumulators, and a
+  // counter per tile (zeroed by the launch).
+  int padded_out_channels;
+  int staged_channels;
+  int64_t packed_bytes;
+  int64_t staged_input_bytes;
+  int64_t partial_bytes;
+  // The output's element strides (n, c, h, w), set by the launch: NCHW contiguous or
+  // channels-last.
+  int64_t out_stride[4];
+  // Device pointers, set by the launch (into the workspace, or the caller's packed copy).
+  const void* packed;
+  const void* staged_input;
+  const void* partials;
+  const void* counters;
+};
+
+// Element layout a step needs of the element type: channels per slice and per chunk.
+CONV_POOL_HD constexpr int slice_channels(ConvPoolElement element) {
+  return element == kElementFloat32 ? 4 : 8;
+}
+CONV_POOL_HD constexpr int chunk_channels(ConvPoolElement element) {
+  return 2 * slice_channels(element);
+}
+
+}  // namespace general_wgmma

@@ -1,0 +1,410 @@
+// Host side of the general Hopper kernel (general_kernel.cuh): the plan (which tile, how the
+// reduction is staged, the shared-memory carve-up, the workspace), the shape limits, and the
+// launch with its two preparation kernels: the weights packed into the staged layout, and for
+// 16-bit NCHW inputs an NHWC copy of x (whose 16-byte pixel slices the kernel then copies).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "../conv_pool_operands.h"
+#include "../conv_relu_maxpool_wgmma.h"
+#include "general_wgmma.h"
+
+namespace general_wgmma {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int round_up(int value, int multiple) { return int(ceil_div(value, multiple) * multiple); }
+
+// Shared memory the hardware keeps per resident block beside the dynamic allocation, and an
+// SM's total (the opt-in per-block limit is 1 KB under it on sm_80 .. sm_90).
+constexpr int kReservedPerBlock = 1024;
+
+int sm_shared_bytes(const ConvPoolDevice& device) {
+  return device.max_shared_bytes + kReservedPerBlock;
+}
+
+// Cost model of the tile choice (plan_tile), in SM clock cycles. A K step (32 bytes of every
+// operand row: 8 TF32 or 16 16-bit channels of one tap) of one 8 x 8 square is one m64nNk wgmma:
+// N / 2 cycles of tensor-core work (64 x N x 8 TF32 MACs at 1024 a cycle, or 16-bit ones at
+// twice that), and it reads 64 + N operand rows of 32 bytes from shared memory at 128 bytes a
+// cycle, which the halo copies share (kSharedMemoryShare). So N = 64 blocks run at the
+// shared-memory bandwidth rather than the tensor cores' rate, N = 128 below it.
+// A block's fixed work: its accumulators through shared memory and the pooling (about 4 x
+// squares x N cycles) and the pipeline's fill; where two blocks share an SM, most of one's
+// fixed work runs under the other's wgmmas (kSharedSmFixed of it counts).
+constexpr double kSharedMemoryShare = 1.15;
+constexpr double kPipelineFillCycles = 1500.0;
+constexpr double kSharedSmFixed = 0.6;
+// Split reductions: at most this many blocks a tile, each at least kMinSplitSteps steps; the
+// last block of a tile reads the partials from L2 at about this many bytes a cycle.
+constexpr int kMaxSplit = 16;
+constexpr int kMinSplitSteps = 4;
+constexpr double kPartialBytesPerCycle = 64.0;
+
+double k_step_cycles(const TileSpec& t) {
+  const double squares = t.square_rows * t.square_cols;
+  return squares * std::max(t.n / 2.0, kSharedMemoryShare * (64.0 + t.n) * 32.0 / 128.0);
+}
+
+struct Candidate {
+  const char* why_not = nullptr;
+  Plan plan{};
+  double cost = 0.0;
+};
+
+// Taps x chunks a step should hold at least: 12 wgmma K steps per square (a 3 x 3 chunk is 9)
+// keep the tensor cores busy long enough to hide the loads issued two steps ahead.
+constexpr int kMinStepKSteps = 12;
+constexpr int kMaxStepChunks = 8;
+
+// The reduction's staging for a tile: kernel rows per step (group_rows), row mode and chunks per
+// step, the one that moves the fewest halo bytes per chunk among those whose three stages fit
+// `budget` (each with as many chunks a step, up to kMinStepKSteps' worth, as fit).
+bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int budget) {
+  const int tile_rows = 8 * t.square_rows;
+  const int weight_slice_bytes = t.n * kSliceBytes;
+  bool found = false;
+  int64_t best_volume = 0;
+  int best_work = 0;
+  for (int gathered = 0; gathered < 2; ++gathered) {
+    for (int group_rows = gathered ? 1 : s.kernel_h; group_rows >= 1; --group_rows) {
+      const int taps = group_rows * s.kernel_w;
+      if (taps > kMaxStageTaps) continue;
+      const int halo_rows = gathered ? tile_rows
+                                     : (tile_rows - 1) * s.stride_h +
+                                           (group_rows - 1) * s.dilation_h + 1;
+      const int wanted = std::min<int>(
+          {kMaxStepChunks, int(ceil_div(kMinStepKSteps, taps)), p.chunks});
+      for (int step_chunks = wanted; step_chunks >= 1; --step_chunks) {
+        const int halo_bytes =
+            round_up(2 * step_chunks * halo_rows * p.row_pitch * kSliceBytes, 128);
+        const int weight_bytes = taps * 2 * step_chunks * weight_slice_bytes;
+        const int stage_bytes = round_up(halo_bytes + weight_bytes, 128);
+        const int fixed = t.n * 4 + round_up(taps * 4, 16) + kStages * 8;
+        if (int64_t(kStages) * stage_bytes + fixed > budget) continue;
+        const int groups = int(ceil_div(s.kernel_h, group_rows));
+        // Halo bytes per chunk of the reduction.
+        const int64_t volume = int64_t(groups) * halo_bytes / step_chunks;
+        const int work = taps * step_chunks;
+        if (!found || volume < best_volume || (volume == best_volume && work > best_work)) {
+          found = true;
+          best_volume = volume;
+          best_work = work;
+          p.gathered_rows = gathered != 0;
+          p.group_rows = group_rows;
+          p.groups = groups;
+          p.step_chunks = step_chunks;
+          p.halo_rows = halo_rows;
+          p.halo_bytes = halo_bytes;
+          p.weight_stage_bytes = weight_bytes;
+          p.stage_bytes = stage_bytes;
+        }
+        break;
+      }
+    }
+  }
+  return found;
+}
+
+// The plan of tile `tile_id` for `s` (why_not set where the tile cannot run it).
+Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int tile_id) {
+  Candidate c;
+  const TileSpec& t = kTileSpecs[tile_id];
+  Plan& p = c.plan;
+  p.tile = tile_id;
+  const int tile_rows = 8 * t.square_rows, tile_cols = 8 * t.square_cols;
+  if (s.pool_h > tile_rows || s.pool_w > tile_cols) {
+    c.why_not = "the pooling window is larger than the tile";
+    return c;
+  }
+  p.pooled_rows = (tile_rows - s.pool_h) / s.pool_stride_h + 1;
+  p.pooled_cols = (tile_cols - s.pool_w) / s.pool_stride_w + 1;
+  p.tiles_h = int(ceil_div(s.out_height, p.pooled_rows));
+  p.tiles_w = int(ceil_div(s.out_width, p.pooled_cols));
+  p.channel_blocks = int(ceil_div(s.out_channels, t.n));
+  p.tiles = int64_t(s.batch) * p.tiles_h * p.tiles_w * p.channel_blocks;
+  if (p.tiles > INT32_MAX) {
+    c.why_not = "the grid has more than 2^31 - 1 tiles";
+    return c;
+  }
+  const int chunk = chunk_channels(s.element);
+  p.chunks = int(ceil_div(s.in_channels, chunk));
+  p.halo_cols = (tile_cols - 1) * s.stride_w + (s.kernel_w - 1) * s.dilation_w + 1;
+  if (p.halo_cols > kMaxHaloCols) {
+    c.why_not = "a tile's input columns are more than 256 (stride and kernel too wide)";
+    return c;
+  }
+  p.phase_mask = 0;
+  for (int q = 0; q < s.kernel_w; ++q) p.phase_mask |= 1u << ((q * s.dilation_w) % s.stride_w);
+  p.phase_cols = int(ceil_div(p.halo_cols, s.stride_w));
+  p.row_pitch = __builtin_popcount(p.phase_mask) * p.phase_cols;
+  // Two blocks per SM where the tile is built for it and they fit; else one.
+  const int two_block_budget = sm_shared_bytes(device) / 2 - kReservedPerBlock;
+  const bool two_blocks = t.min_blocks == 2 && stage_reduction(s, t, p, two_block_budget);
+  if (!two_blocks && !stage_reduction(s, t, p, device.max_shared_bytes)) {
+    c.why_not = "one stage of the input halo and weights does not fit in shared memory";
+    return c;
+  }
+  p.chunk_steps = int(ceil_div(p.chunks, p.step_chunks));
+  p.steps = p.chunk_steps * p.groups;
+  p.slice_plane = p.halo_rows * p.row_pitch;
+  // Epilogue: as many channels at a time as the budget holds beside the fixed parts.
+  const int pipeline = kStages * p.stage_bytes;
+  p.tile_pitch = tile_rows * tile_cols + 4;
+  const int budget = two_blocks ? two_block_budget : device.max_shared_bytes;
+  const int fixed = t.n * 4 + round_up(p.group_rows * s.kernel_w * 4, 16) + kStages * 8;
+  p.epilogue_passes = 1;
+  while (p.epilogue_passes < t.n / 8 &&
+         std::max(pipeline, (t.n / p.epilogue_passes) * p.tile_pitch * 4) + fixed > budget)
+    p.epilogue_passes *= 2;
+  const int region = round_up(std::max(pipeline, (t.n / p.epilogue_passes) * p.tile_pitch * 4),
+                              16);
+  p.bias_offset = region;
+  p.tap_table_offset = region + t.n * 4;
+  p.barrier_offset = round_up(p.tap_table_offset + p.group_rows * s.kernel_w * 4, 8);
+  p.smem_bytes = p.barrier_offset + kStages * 8 + 8;
+  if (p.smem_bytes > device.max_shared_bytes) {
+    c.why_not = "one stage of the input halo and weights does not fit in shared memory";
+    return c;
+  }
+  p.blocks_per_sm =
+      std::max(1, std::min(t.min_blocks, sm_shared_bytes(device) /
+                                             (p.smem_bytes + kReservedPerBlock)));
+  p.padded_out_channels = round_up(s.out_channels, kPackedChannelAlign);
+  p.packed_bytes = int64_t(p.chunks) * s.taps() * 2 * p.padded_out_channels * kSliceBytes;
+  p.staged_channels = p.chunks * chunk;
+
+  // Cost: waves of blocks; per SM and wave, its blocks' K steps and their fixed work. Layers
+  // of fewer tiles than the SMs hold split each tile's steps over `split` blocks, where that
+  // pays for the partial sums' round trip through L2 (kPartialBytesPerCycle for the last block
+  // of a tile, which reads them all).
+  const double fixed_cycles = 4.0 * t.square_rows * t.square_cols * t.n + kPipelineFillCycles;
+  const int64_t slots = int64_t(device.sm_count) * p.blocks_per_sm;  // resident at once
+  const double tile_bytes = 4.0 * 64 * t.square_rows * t.square_cols * t.n;
+  p.split = 1;
+  p.split_steps = p.steps;
+  for (int split = 1; split <= kMaxSplit && split <= p.steps; ++split) {
+    const int split_steps = int(ceil_div(p.steps, split));
+    if (split > 1 && (ceil_div(p.steps, split_steps) != split || split_steps < kMinSplitSteps ||
+                      p.tiles * split > slots))
+      continue;
+    // The busiest SM's blocks run one after another on its tensor cores (two at a time share
+    // them); their fixed work overlaps where two are resident.
+    const double k_steps = double(p.chunks) * s.taps() / split;
+    const double blocks = double(ceil_div(p.tiles * split, device.sm_count));
+    const double reduce = split > 1 ? (split + 1) * tile_bytes / kPartialBytesPerCycle : 0.0;
+    const double overlap = p.blocks_per_sm == 2 && blocks >= 2 ? kSharedSmFixed : 1.0;
+    const double cost = blocks * (k_steps * k_step_cycles(t) + overlap * fixed_cycles) + reduce;
+    if (split == 1 || cost < c.cost) {
+      c.cost = cost;
+      p.split = split;
+      p.split_steps = split_steps;
+    }
+  }
+  p.partial_bytes =
+      p.split > 1 ? int64_t(p.tiles) * p.split * int64_t(tile_bytes) + 4 * p.tiles : 0;
+  return c;
+}
+
+// A tile named by $CONV_POOL_GENERAL_TILE ("wide_n128", ...), or -1: a tuning and test hook
+// that overrides the cost model's choice wherever that tile runs the shape.
+int forced_tile() {
+  const char* name = std::getenv("CONV_POOL_GENERAL_TILE");
+  if (name == nullptr) return -1;
+  for (int tile = 0; tile < kTileCount; ++tile)
+    if (std::strcmp(name, kTileSpecs[tile].name) == 0) return tile;
+  return -1;
+}
+
+// The cheapest tile that runs `s`; why_not of the last one tried when none does.
+Candidate best_plan(const ConvPoolShape& s, const ConvPoolDevice& device) {
+  Candidate best;
+  best.why_not = "no tile";
+  if (const int tile = forced_tile(); tile >= 0) {
+    Candidate c = plan_tile(s, device, tile);
+    if (c.why_not == nullptr) return c;
+  }
+  for (int tile = 0; tile < kTileCount; ++tile) {
+    Candidate c = plan_tile(s, device, tile);
+    if (c.why_not != nullptr) {
+      if (best.why_not != nullptr) best.why_not = c.why_not;
+      continue;
+    }
+    if (best.why_not != nullptr || c.cost < best.cost) best = c;
+  }
+  return best;
+}
+
+// How the kernel reads x: float32 moves pixel slices by 16 bytes where the channels are
+// contiguous and 16-byte aligned (channels-last), else element by element; 16-bit inputs with
+// such channels are read in place, others copied to NHWC first.
+void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops, Plan& p) {
+  const int per_slice = slice_channels(s.element);
+  bool slices = false;
+  if (ops != nullptr) {
+    slices = ops->x_stride[1] == 1 && s.in_channels % per_slice == 0 &&
+             ops->x_stride[0] % per_slice == 0 && ops->x_stride[2] % per_slice == 0 &&
+             ops->x_stride[3] % per_slice == 0 &&
+             aligned16(s.element == kElementFloat32 ? static_cast<const void*>(ops->x)
+                                                    : static_cast<const void*>(ops->x16));
+  }
+  if (s.element == kElementFloat32) {
+    p.input = slices ? kPixelInput : kPlanarInput;
+    p.staged_copy = false;
+  } else {
+    p.input = kPixelInput;
+    p.staged_copy = !slices;
+  }
+  p.staged_input_bytes =
+      p.staged_copy ? int64_t(s.batch) * s.in_height * s.in_width * p.staged_channels * 2 : 0;
+}
+
+int64_t region_bytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// The weights in the staged layout [chunk][tap][slice][padded_out_channels][16 bytes], zeros
+// past the channels: one thread per 16 bytes.
+template <class Raw, int kSliceChannels>
+__global__ void pack_weights_kernel(const Raw* weight, int64_t ws0, int64_t ws1, int64_t ws2,
+                                    int64_t ws3, ConvPoolShape s, Plan p, Raw* packed) {
+  const int64_t units = int64_t(p.chunks) * s.taps() * 2 * p.padded_out_channels;
+  for (int64_t u = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; u < units;
+       u += int64_t(gridDim.x) * blockDim.x) {
+    const int k = int(u % p.padded_out_channels);
+    int64_t rest = u / p.padded_out_channels;
+    const int slice = int(rest % 2);
+    rest /= 2;
+    const int tap = int(rest % s.taps());
+    const int chunk = int(rest / s.taps());
+    const int r = tap / s.kernel_w, q = tap % s.kernel_w;
+    Raw values[kSliceChannels];
+#pragma unroll
+    for (int e = 0; e < kSliceChannels; ++e) {
+      const int c = (chunk * 2 + slice) * kSliceChannels + e;
+      values[e] = k < s.out_channels && c < s.in_channels
+                      ? weight[k * ws0 + c * ws1 + r * ws2 + q * ws3]
+                      : Raw(0);
+    }
+    *reinterpret_cast<uint4*>(packed + u * kSliceChannels) =
+        *reinterpret_cast<const uint4*>(values);
+  }
+}
+
+// x (16-bit, any strides) as NHWC with p.staged_channels channels, zeros past in_channels: 32
+// pixels x 32 channels per block through shared memory, read along the pixels, written along
+// the channels.
+__global__ void stage_input_kernel(const uint16_t* x, int64_t xs0, int64_t xs1, int64_t xs2,
+                                   int64_t xs3, ConvPoolShape s, int staged_channels,
+                                   uint16_t* out) {
+  __shared__ uint16_t tile[32][33];
+  const int64_t pixels = int64_t(s.batch) * s.in_height * s.in_width;
+  const int64_t pixel0 = int64_t(blockIdx.x) * 32;
+  const int channel0 = blockIdx.y * 32;
+  {
+    const int64_t pixel = pixel0 + threadIdx.x;
+    int64_t offset = 0;
+    if (pixel < pixels) {
+      const int w = int(pixel % s.in_width);
+      const int64_t rest = pixel / s.in_width;
+      const int h = int(rest % s.in_height);
+      offset = (rest / s.in_height) * xs0 + h * xs2 + w * xs3;
+    }
+    for (int c = threadIdx.y; c < 32; c += blockDim.y) {
+      const int channel = channel0 + c;
+      tile[c][threadIdx.x] =
+          pixel < pixels && channel < s.in_channels ? x[offset + channel * xs1] : uint16_t(0);
+    }
+  }
+  __syncthreads();
+  const int channel = channel0 + threadIdx.x;
+  if (channel >= staged_channels) return;
+  for (int px = threadIdx.y; px < 32; px += blockDim.y) {
+    const int64_t pixel = pixel0 + px;
+    if (pixel < pixels) out[pixel * staged_channels + channel] = tile[threadIdx.x][px];
+  }
+}
+
+}  // namespace
+}  // namespace general_wgmma
+
+using general_wgmma::Plan;
+
+const char* general_wgmma_unsupported(const ConvPoolShape& s, const ConvPoolDevice& device) {
+  if (const char* why = wgmma_unavailable(device)) return why;
+  if (s.kernel_w > general_wgmma::kMaxKernelCols) return "the kernel is wider than 64 columns";
+  if (s.stride_w > general_wgmma::kMaxStrideW) return "the column stride is above 32";
+  return general_wgmma::best_plan(s, device).why_not;
+}
+
+Plan general_wgmma_plan(const ConvPoolShape& s, const ConvPoolDevice& device,
+                        const ConvPoolOperands* ops) {
+  Plan p = general_wgmma::best_plan(s, device).plan;
+  general_wgmma::choose_input(s, ops, p);
+  return p;
+}
+
+int64_t general_wgmma_workspace_bytes(const ConvPoolShape& s, const ConvPoolDevice& device,
+                                      const ConvPoolOperands* ops) {
+  const Plan p = general_wgmma_plan(s, device, ops);
+  return general_wgmma::region_bytes(p.packed_bytes) +
+         general_wgmma::region_bytes(p.staged_input_bytes) + p.partial_bytes;
+}
+
+cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                 const ConvPoolDevice& device, cudaStream_t stream,
+                                 const int64_t* out_stride) {
+  using namespace general_wgmma;
+  Plan p = general_wgmma_plan(s, device, &ops);
+  if (out_stride != nullptr) {
+    for (int d = 0; d < 4; ++d) p.out_stride[d] = out_stride[d];
+  } else {
+    p.out_stride[3] = 1;
+    p.out_stride[2] = s.out_width;
+    p.out_stride[1] = p.out_stride[2] * s.out_height;
+    p.out_stride[0] = p.out_stride[1] * s.out_channels;
+  }
+  unsigned char* workspace = reinterpret_cast<unsigned char*>(ops.workspace);
+  p.packed = workspace;
+  p.staged_input = workspace + region_bytes(p.packed_bytes);
+  unsigned char* partials = workspace + region_bytes(p.packed_bytes) +
+                            region_bytes(p.staged_input_bytes);
+  p.partials = partials;
+  p.counters = partials + (p.partial_bytes - 4 * p.tiles);
+  if (p.split > 1) {
+    if (cudaError_t error =
+            cudaMemsetAsync(const_cast<void*>(p.counters), 0, size_t(4 * p.tiles), stream);
+        error != cudaSuccess)
+      return error;
+  }
+  const int64_t units = int64_t(p.chunks) * s.taps() * 2 * p.padded_out_channels;
+  const unsigned pack_blocks = unsigned(std::min<int64_t>(ceil_div(units, 256), 4 * 1024));
+  if (s.element == kElementFloat32) {
+    pack_weights_kernel<float, 4><<<pack_blocks, 256, 0, stream>>>(
+        ops.weight, ops.weight_stride[0], ops.weight_stride[1], ops.weight_stride[2],
+        ops.weight_stride[3], s, p, static_cast<float*>(const_cast<void*>(p.packed)));
+  } else {
+    pack_weights_kernel<uint16_t, 8><<<pack_blocks, 256, 0, stream>>>(
+        ops.weight16, ops.weight_stride[0], ops.weight_stride[1], ops.weight_stride[2],
+        ops.weight_stride[3], s, p, static_cast<uint16_t*>(const_cast<void*>(p.packed)));
+  }
+  if (cudaError_t error = cudaGetLastError(); error != cudaSuccess) return error;
+  if (p.staged_copy) {
+    const int64_t pixels = int64_t(s.batch) * s.in_height * s.in_width;
+    const dim3 grid(unsigned(ceil_div(pixels, 32)), unsigned(ceil_div(p.staged_channels, 32)));
+    stage_input_kernel<<<grid, dim3(32, 8), 0, stream>>>(
+        ops.x16, ops.x_stride[0], ops.x_stride[1], ops.x_stride[2], ops.x_stride[3], s,
+        p.staged_channels, static_cast<uint16_t*>(const_cast<void*>(p.staged_input)));
+    if (cudaError_t error = cudaGetLastError(); error != cudaSuccess) return error;
+  }
+  switch (s.element) {
+    case kElementFloat32:
+      return general_wgmma_launch_float32(ops, s, p, stream);
+    case kElementFloat16:
+      return general_wgmma_launch_float16(ops, s, p, stream);
+    default:
+      return general_wgmma_launch_bfloat16(ops, s, p, stream);
+  }
+}

@@ -1,0 +1,40 @@
+// The general Hopper kernel (general_kernel.cuh) as the launcher in conv_relu_maxpool.cu uses it:
+// variant general_wgmma, for float32 (TF32) and float16 / bfloat16 shapes of any geometry.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "../conv_relu_maxpool.h"
+#include "general_plan.h"
+
+// Why the general kernel cannot run `shape` on `device`, or nullptr when it can.
+const char* general_wgmma_unsupported(const ConvPoolShape& shape, const ConvPoolDevice& device);
+
+// The plan the launch runs `shape` with on `device` (tile, reduction steps, shared memory),
+// given the operands' layout when `operands` is not null (else as for NCHW inputs). The caller
+// checked general_wgmma_unsupported first.
+general_wgmma::Plan general_wgmma_plan(const ConvPoolShape& shape, const ConvPoolDevice& device,
+                                       const ConvPoolOperands* operands);
+
+// Scratch bytes of the launch: the packed weights, and for 16-bit inputs whose channels are not
+// contiguous (NCHW) an NHWC copy of x; `operands` as for general_wgmma_plan.
+int64_t general_wgmma_workspace_bytes(const ConvPoolShape& shape, const ConvPoolDevice& device,
+                                      const ConvPoolOperands* operands);
+
+// Launches it on `stream` (operands.workspace holds general_wgmma_workspace_bytes); out_stride:
+// the output's element strides (n, c, h, w), nullptr for NCHW contiguous.
+cudaError_t general_wgmma_launch(const ConvPoolOperands& operands, const ConvPoolShape& shape,
+                                 const ConvPoolDevice& device, cudaStream_t stream,
+                                 const int64_t* out_stride);
+
+// The per-element-type instance launchers (general_wgmma_<type>.cu): plan.tile and plan.input
+// pick the kernel instance.
+cudaError_t general_wgmma_launch_float32(const ConvPoolOperands& operands,
+                                         const ConvPoolShape& shape,
+                                         const general_wgmma::Plan& plan, cudaStream_t stream);
+cudaError_t general_wgmma_launch_float16(const ConvPoolOperands& operands,
+                                         const ConvPoolShape& shape,
+                                         const general_wgmma::Plan& plan, cudaStream_t stream);
+cudaError_t general_wgmma_launch_bfloat16(const ConvPoolOperands& operands,
+                                          const ConvPoolShape& shape,
+                                          const general_wgmma::Plan& plan, cudaStream_t stream);

@@ -1,0 +1,197 @@
+"""GPU correctness of the general Hopper kernel (general_wgmma, kernels/hopper/) against float64.
+
+The kernel is forced (config = general_wgmma) on random geometries of the whole space it covers
+(utils.suite.fuzz_case: kernels 1-11, strides 1-4, dilation 1-3, pools 1-4 of any stride,
+padding and ceil mode, up to 300 channels), in float32 (TF32), float16 and bfloat16, with NCHW,
+channels-last and column-strided inputs; on one case per tile of its table; and with NaN and
+infinities in the input, judged against float64 with cuDNN off (whose FFT and Winograd
+algorithms would spread one inf over whole tiles). Every seed is printed (the `seed` fixture).
+Skipped without a Hopper GPU (the kernel is sm_90a code).
+"""
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from utils import kernel_choice
+from utils.suite import ConvPoolCase, fuzz_case
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+    reason="needs a Hopper GPU (sm_90a)")
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+DTYPE_IDS = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+ELEMENT = {torch.float32: kernel_choice.FLOAT32, torch.float16: kernel_choice.FLOAT16,
+           torch.bfloat16: kernel_choice.BFLOAT16}
+# TF32 products (10-bit significands) and fp32 sums; 16-bit outputs rounded once (as in
+# tests/test_gpu_correctness.py: a layout or indexing bug gives O(1) errors).
+TOLERANCE = {torch.float32: 1e-2, torch.float16: 1e-2, torch.bfloat16: 2e-2}
+LAYOUTS = ["dense", "channels_last", "every_other"]
+
+
+@pytest.fixture(scope="module")
+def ext():
+    import cuda_extension
+    return cuda_extension
+
+
+@pytest.fixture(scope="module")
+def lib(ext):
+    return kernel_choice.load(ext)
+
+
+@pytest.fixture(scope="module")
+def device(lib):
+    return kernel_choice.device_of(lib)
+
+
+def general_config(ext) -> int:
+    return ext.conv2d_relu_maxpool_variants()["general_wgmma"]
+
+
+def operands(case: ConvPoolCase, seed: int, dtype: torch.dtype):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(case.input_shape(), generator=g)
+    fan_in = case.in_channels * case.kernel_size[0] * case.kernel_size[1]
+    w = torch.randn(case.weight_shape(), generator=g) / fan_in ** 0.5
+    b = torch.randn(case.out_channels, generator=g) if case.bias else None
+    to = lambda t: None if t is None else t.to(dtype).cuda()
+    return to(x), to(w), to(b)
+
+
+def reference(case: ConvPoolCase, x, w, b):
+    """float64 on the GPU with cuDNN off: the direct definition."""
+    with torch.backends.cudnn.flags(enabled=False):
+        conv = F.conv2d(x.double(), w.double(), None if b is None else b.double(), case.stride,
+                        case.padding, case.dilation)
+        return F.max_pool2d(F.relu(conv), case.pool_kernel, case.effective_pool_stride,
+                            case.pool_padding, 1, case.ceil_mode)
+
+
+def with_layout(x: torch.Tensor, layout: str) -> torch.Tensor:
+    if layout == "channels_last":
+        return x.contiguous(memory_format=torch.channels_last)
+    if layout == "every_other":
+        wide = torch.empty(*x.shape[:3], 2 * x.shape[3], device=x.device, dtype=x.dtype)
+        wide[..., ::2] = x
+        return wide[..., ::2]
+    return x
+
+
+def run_general(ext, case, x, w, b):
+    return ext.conv2d_relu_maxpool_forward(x, w, b, *case.op_args(), general_config(ext), None)
+
+
+def check(ext, case, x, w, b, dtype, what):
+    out = run_general(ext, case, x, w, b)
+    expected = reference(case, x, w, b)
+    assert out.dtype == dtype and out.shape == expected.shape, what
+    tol = TOLERANCE[dtype]
+    torch.testing.assert_close(out.double(), expected, atol=tol, rtol=tol,
+                               msg=lambda m: f"{what}: {m}")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+def test_random_geometries_match_float64(ext, lib, device, seed, dtype, layout):
+    rng = random.Random(seed)
+    ran = 0
+    for i in range(16):
+        case = fuzz_case(rng, f"fuzz_{i}")
+        plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
+        # The kernel runs every geometry of the fuzz space (its limits lie outside it).
+        assert plan is not None, f"general_wgmma refused {case}"
+        x, w, b = operands(case, rng.randrange(2**31), dtype)
+        check(ext, case, with_layout(x, layout), w, b, dtype, f"{case} plan {plan}")
+        ran += 1
+    assert ran == 16
+
+
+# Every tile of the kernel's table (kernels/hopper/general_plan.h), forced through the host's
+# tuning hook $CONV_POOL_GENERAL_TILE (the plan is made per call), on a case with tails in every
+# dimension, an overlapping padded ceil-mode pool and, at batch 1, a split reduction.
+TILES = ["wide_n128", "square_n128", "wide_n64", "square_n64", "tall_n64"]
+TILE_CASES = [
+    ConvPoolCase("tails", 3, 40, 136, 37, 45, (3, 3), padding=(1, 1), pool_kernel=(3, 3),
+                 pool_stride=(2, 2), pool_padding=(1, 1), ceil_mode=True),
+    ConvPoolCase("split", 1, 320, 72, 15, 23, (3, 3), padding=(1, 1)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("tile", TILES)
+def test_every_tile_matches_float64(ext, lib, device, seed, tile, dtype, monkeypatch):
+    monkeypatch.setenv("CONV_POOL_GENERAL_TILE", tile)
+    splits = set()
+    for case in TILE_CASES:
+        plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
+        assert plan is not None and plan["tile"] == tile, plan
+        splits.add(plan["split"] > 1)
+        x, w, b = operands(case, seed, dtype)
+        for layout in LAYOUTS:
+            check(ext, case, with_layout(x, layout), w, b, dtype, f"{tile} {case.name} {layout}")
+    assert splits == {False, True}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("case", [
+    # 5 x 5 over 512 channels: the weights of all 25 taps do not fit one stage, so steps take
+    # groups of kernel rows, the last one short.
+    ConvPoolCase("row_groups", 2, 512, 192, 27, 27, (5, 5), padding=(2, 2), pool_kernel=(3, 3),
+                 pool_stride=(2, 2)),
+    # Stride 2: one halo row per conv row (gathered rows), two column phases.
+    ConvPoolCase("gathered_rows", 2, 64, 128, 57, 57, (1, 1), stride=(2, 2)),
+    # Stride 4, dilation 3, 11 x 11: four column phases, a wide halo.
+    ConvPoolCase("strided_dilated", 1, 16, 64, 90, 90, (11, 11), stride=(4, 4), padding=(5, 5),
+                 dilation=(3, 3)),
+    # 1 x 7 and 7 x 1 (Inception) with an overlapping padded pool.
+    ConvPoolCase("asymmetric", 2, 96, 128, 17, 17, (1, 7), padding=(0, 3), pool_kernel=(3, 3),
+                 pool_stride=(2, 2), pool_padding=(1, 1)),
+    ConvPoolCase("asymmetric_t", 2, 96, 128, 17, 17, (7, 1), padding=(3, 0), pool_kernel=(3, 2),
+                 pool_stride=(1, 2)),
+], ids=lambda c: c.name)
+def test_staging_modes_match_float64(ext, lib, device, seed, case, dtype):
+    plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
+    assert plan is not None
+    if case.name == "row_groups" and dtype == torch.float32:
+        assert plan["group_rows"] < 5, plan
+    if case.name == "gathered_rows":
+        assert plan["gathered"] == 1 and plan["phases"] == 1, plan
+    if case.name == "strided_dilated":
+        assert plan["phases"] == 4, plan
+    x, w, b = operands(case, seed, dtype)
+    for layout in LAYOUTS:
+        check(ext, case, with_layout(x, layout), w, b, dtype, f"{case.name} {layout} {plan}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+def test_nan_and_inf_propagate_like_float64(ext, seed, dtype):
+    case = ConvPoolCase("special", 2, 24, 40, 20, 22, (3, 3), padding=(1, 1),
+                        pool_kernel=(3, 3), pool_stride=(2, 2), ceil_mode=True)
+    x, w, b = operands(case, seed, dtype)
+    x[0, 3, 5, 7] = float("nan")
+    x[1, 0, 10, 2] = float("inf")
+    x[1, 5, 2, 15] = float("-inf")
+    x[0, 1, 17, 17] = float("inf")
+    x[0, 2, 17, 18] = float("-inf")  # window sums inf - inf = NaN
+    out = run_general(ext, case, x, w, b)
+    expected = reference(case, x, w, b)
+    tol = TOLERANCE[dtype]
+    assert torch.isnan(expected).any() and torch.isinf(expected).any()
+    torch.testing.assert_close(out.double(), expected, atol=tol, rtol=tol, equal_nan=True)
+
+
+def test_output_is_fully_written(ext, seed):
+    """Every output element is written: the op's output starts as whatever the allocator
+    held, so a poisoned cache shows unwritten ones as NaN."""
+    case = ConvPoolCase("poison", 3, 40, 136, 33, 47, (3, 3), stride=(2, 1), padding=(1, 2),
+                        pool_kernel=(2, 3), pool_stride=(2, 2), pool_padding=(1, 1),
+                        ceil_mode=True)
+    x, w, b = operands(case, seed, torch.float32)
+    poison = torch.full((1 << 24,), float("nan"), device="cuda")
+    del poison  # its block goes back to the caching allocator, still full of NaN
+    out = run_general(ext, case, x, w, b)
+    assert not torch.isnan(out).any()
+    check(ext, case, x, w, b, torch.float32, "poisoned")
