@@ -15,10 +15,11 @@
 //     (general_epilogue.cuh), the pipeline's bytes reused.
 // Per step one barrier, after the step's copies landed (each thread waited for its own, then
 // fenced them to the tensor cores' proxy) and every warpgroup waited for its wgmmas of the
-// previous step, which frees that step's stage: the step's wgmmas are issued, then the loads
-// two steps ahead, then the warpgroup waits for its wgmmas. (A wait that kept the step's
-// wgmmas in flight is not to be had: the wgmma count of a step is a run-time number, so ptxas
-// closes a wgmma group at every tap and makes any wait a wait for all of them.)
+// previous step, which frees that step's stage: the step's wgmmas are issued (mma_step), then
+// the loads two steps ahead, then the warpgroup waits for its wgmmas. (A wait that kept one
+// step's wgmmas in flight, wait_group 1, would wait for all of them here: a step's wgmmas take
+// one of several unrolled sequences, and where such paths meet ptxas closes the group with an
+// empty wgmma of its own, which the wait then counts as the one left in flight.)
 // Split reductions (plan.split > 1, layers of fewer tiles than the SMs hold): `split` blocks
 // share a tile, each a run of its steps; each writes its partial sums to the workspace, and the
 // last to arrive (a counter per tile) adds all of them, in split order (the same sum whichever
@@ -106,7 +107,7 @@ __global__ void __launch_bounds__(kThreads, Tile<kTileId>::kMinBlocks)
   using X = Element<E>;  // the element type's operations
   extern __shared__ __align__(128) unsigned char smem[];
   float* bias = reinterpret_cast<float*>(smem + p.bias_offset);
-  int* tap_table = reinterpret_cast<int*>(smem + p.tap_table_offset);
+  int* kstep_table = reinterpret_cast<int*>(smem + p.kstep_table_offset);
   uint64_t* landed = reinterpret_cast<uint64_t*>(smem + p.barrier_offset);
 
   int64_t tile = blockIdx.x;
@@ -129,12 +130,15 @@ __global__ void __launch_bounds__(kThreads, Tile<kTileId>::kMinBlocks)
                             ? X::to_float(b[int64_t(channel) * ops.bias_stride])
                             : 0.f;
   }
-  // Tap t of a step (kernel row t / kernel_w of its group, column t % kernel_w): its operand's
-  // offset, in 16-byte slots, from a square's tap-(0, 0) operand.
-  for (int t = threadIdx.x; t < p.group_rows * s.kernel_w; t += kThreads) {
+  // K step i = t x step_chunks + c of a step (tap t: kernel row t / kernel_w of its group,
+  // column t % kernel_w; chunk c of its run): its operand's offset, in 16-byte slots, from a
+  // square's tap-(0, 0) operand of the run's first chunk.
+  for (int i = threadIdx.x; i < p.group_rows * s.kernel_w * p.step_chunks; i += kThreads) {
+    const int t = i / p.step_chunks, chunk = i - t * p.step_chunks;
     const int row = t / s.kernel_w, col = t - row * s.kernel_w;
     const int halo_row = p.gathered_rows ? 0 : row * s.dilation_h;
-    tap_table[t] = halo_row * p.row_pitch + halo_column_slot(s, p, col * s.dilation_w);
+    kstep_table[i] = halo_row * p.row_pitch + halo_column_slot(s, p, col * s.dilation_w) +
+                     2 * chunk * p.slice_plane;
   }
 
   typename HaloLoaderFor<E, kTileId, kInput>::Type loader;
@@ -190,7 +194,7 @@ __global__ void __launch_bounds__(kThreads, Tile<kTileId>::kMinBlocks)
     const uint64_t b0 = matrix_descriptor(halo + uint32_t(p.halo_bytes), T::kN * kSliceBytes,
                                           8 * kSliceBytes);
     wgmma_fence();
-    mma_step<X, kTileId>(acc, a0, b0, tap_table, taps, chunks, p.step_chunks, p.slice_plane,
+    mma_step<X, kTileId>(acc, a0, b0, kstep_table, taps, chunks, p.step_chunks,
                          step == first_step);
     wgmma_commit();
     // Step - 1's stage is free: every warpgroup finished its wgmmas before the barrier above.

@@ -312,31 +312,62 @@ __device__ __forceinline__ void copy_step_weights(const ConvPoolShape& s, const 
   }
 }
 
-// The wgmmas of one step for this warpgroup: one per tap, chunk and square. a0[m]: descriptor
-// of square m's tap-(0, 0) operand of the step's first chunk in this stage; b0: the stage's
-// weights; the tap table holds each tap's offset (16-byte units) from a square's descriptor,
-// and chunk c's slices lie 2 c slice planes on.
+// The wgmmas of one step for this warpgroup: one per K step (tap, chunk) and square. a0[m]:
+// descriptor of square m's tap-(0, 0) operand of the step's first chunk in this stage; b0: the
+// stage's weights, [tap][chunk][slice][n][16 bytes], so K step i = tap x step_chunks + chunk
+// is 2 i n slots on; the K-step table holds each one's offset (16-byte units) from a square's
+// descriptor (its tap's halo row and column slot, 2 chunk slice planes).
+//
+// A step of a whole run of chunks issues its K steps from a sequence unrolled for that count
+// (kStaticKSteps): the wgmmas then follow one another with no instruction between them that
+// ptxas must fence, so they queue up on the tensor cores. A loop over run-time counts makes
+// ptxas close a wgmma group and fence at every iteration (H200: a 3 x 3 layer's steps ran at a
+// third of the tensor cores' rate that way); the loop stays for the rest (a short last run of
+// chunks, counts outside the list GENERAL_WGMMA_STATIC_KSTEPS).
+template <class E, int kTileId, int kKSteps>
+__device__ __forceinline__ void mma_ksteps(
+    float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs],
+    const uint64_t (&a0)[Tile<kTileId>::kSquaresPerGroup], uint64_t b0, const int* kstep_offset,
+    bool first_step) {
+  using T = Tile<kTileId>;
+#pragma unroll
+  for (int i = 0; i < kKSteps; ++i) {
+    const uint64_t a_offset = uint64_t(kstep_offset[i]);
+    const uint64_t b = b0 + uint64_t(2 * i * T::kN);
+#pragma unroll
+    for (int m = 0; m < T::kSquaresPerGroup; ++m)
+      E::mma(acc[m], a0[m] + a_offset, b, i > 0 || !first_step);
+  }
+}
+
 template <class E, int kTileId>
 __device__ __forceinline__ void mma_step(float (&acc)[Tile<kTileId>::kSquaresPerGroup]
                                                      [Tile<kTileId>::kAccs],
                                          const uint64_t (&a0)[Tile<kTileId>::kSquaresPerGroup],
-                                         uint64_t b0, const int* tap_offset, int taps,
-                                         int chunks, int step_chunks, int slice_plane,
-                                         bool first_step) {
+                                         uint64_t b0, const int* kstep_offset, int taps,
+                                         int chunks, int step_chunks, bool first_step) {
   using T = Tile<kTileId>;
-  constexpr uint64_t kSliceWeights = T::kN;  // 16-byte units per staged weight slice
-  for (int t = 0; t < taps; ++t) {
-    const uint64_t a_tap = uint64_t(tap_offset[t]);
-    const uint64_t b_tap = b0 + uint64_t(t) * 2 * step_chunks * kSliceWeights;
+  if (chunks == step_chunks) {
+    switch (taps * step_chunks) {
+#define GENERAL_WGMMA_CASE(K)                                                   \
+  case K:                                                                       \
+    mma_ksteps<E, kTileId, K>(acc, a0, b0, kstep_offset, first_step);           \
+    return;
+      GENERAL_WGMMA_STATIC_KSTEPS(GENERAL_WGMMA_CASE)
+#undef GENERAL_WGMMA_CASE
+      default:
+        break;
+    }
+  }
+  for (int t = 0; t < taps; ++t)
     for (int c = 0; c < chunks; ++c) {
-      const uint64_t a_offset = a_tap + uint64_t(2 * c * slice_plane);
-      const uint64_t b = b_tap + uint64_t(2 * c) * kSliceWeights;
+      const int i = t * step_chunks + c;
+      const uint64_t b = b0 + uint64_t(2 * i * T::kN);
       const bool accumulate = !(first_step && t == 0 && c == 0);
 #pragma unroll
       for (int m = 0; m < T::kSquaresPerGroup; ++m)
-        E::mma(acc[m], a0[m] + a_offset, b, accumulate);
+        E::mma(acc[m], a0[m] + uint64_t(kstep_offset[i]), b, accumulate);
     }
-  }
 }
 
 }  // namespace general_wgmma

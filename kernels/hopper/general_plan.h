@@ -102,9 +102,9 @@ struct Plan {
   int epilogue_passes;
   int tile_pitch;
   // Dynamic shared memory of a block: [stages][halo | weights] (the epilogue tile reuses it),
-  // then the tile's bias (n floats), the tap table (ints), one mbarrier per stage and a word
-  // for the split reduction's verdict.
-  int bias_offset, tap_table_offset, barrier_offset;
+  // then the tile's bias (n floats), the K-step table (ints: group_rows x kernel_w x
+  // step_chunks), one mbarrier per stage and a word for the split reduction's verdict.
+  int bias_offset, kstep_table_offset, barrier_offset;
   int smem_bytes;
   int blocks_per_sm;  // resident blocks the shared memory and registers allow
   // Workspace: the packed weights, [chunk][tap][slice][padded_out_channels][16 bytes], then
@@ -125,6 +125,18 @@ struct Plan {
   const void* partials;
   const void* counters;
 };
+
+// The K-step counts (taps x chunks) of a step that the kernel issues as an unrolled sequence
+// (mma_step); the plan prefers them.
+#define GENERAL_WGMMA_STATIC_KSTEPS(X)                                                    \
+  X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15) X(16) \
+  X(18) X(20) X(21) X(24) X(25) X(27) X(28) X(32)
+
+CONV_POOL_HD constexpr bool static_ksteps(int ksteps) {
+#define GENERAL_WGMMA_IS(K) ksteps == K ||
+  return GENERAL_WGMMA_STATIC_KSTEPS(GENERAL_WGMMA_IS) false;
+#undef GENERAL_WGMMA_IS
+}
 
 // Element layout a step needs of the element type: channels per slice and per chunk.
 CONV_POOL_HD constexpr int slice_channels(ConvPoolElement element) {

@@ -70,6 +70,9 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
   bool found = false;
   int64_t best_volume = 0;
   int best_work = 0;
+  // First only steps whose K-step counts (a whole group's, the last group's) the kernel issues
+  // unrolled; then any.
+  for (int any_count = 0; any_count < 2 && !found; ++any_count)
   for (int gathered = 0; gathered < 2; ++gathered) {
     for (int group_rows = gathered ? 1 : s.kernel_h; group_rows >= 1; --group_rows) {
       const int taps = group_rows * s.kernel_w;
@@ -84,9 +87,13 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
             round_up(2 * step_chunks * halo_rows * p.row_pitch * kSliceBytes, 128);
         const int weight_bytes = taps * 2 * step_chunks * weight_slice_bytes;
         const int stage_bytes = round_up(halo_bytes + weight_bytes, 128);
-        const int fixed = t.n * 4 + round_up(taps * 4, 16) + kStages * 8;
+        const int fixed = t.n * 4 + round_up(taps * step_chunks * 4, 16) + kStages * 8 + 8;
         if (int64_t(kStages) * stage_bytes + fixed > budget) continue;
         const int groups = int(ceil_div(s.kernel_h, group_rows));
+        const int last_taps = (s.kernel_h - (groups - 1) * group_rows) * s.kernel_w;
+        if (!any_count && !(static_ksteps(taps * step_chunks) &&
+                            static_ksteps(last_taps * step_chunks)))
+          continue;
         // Halo bytes per chunk of the reduction.
         const int64_t volume = int64_t(groups) * halo_bytes / step_chunks;
         const int work = taps * step_chunks;
@@ -156,7 +163,8 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   const int pipeline = kStages * p.stage_bytes;
   p.tile_pitch = tile_rows * tile_cols + 4;
   const int budget = two_blocks ? two_block_budget : device.max_shared_bytes;
-  const int fixed = t.n * 4 + round_up(p.group_rows * s.kernel_w * 4, 16) + kStages * 8;
+  const int fixed =
+      t.n * 4 + round_up(p.group_rows * s.kernel_w * p.step_chunks * 4, 16) + kStages * 8 + 8;
   p.epilogue_passes = 1;
   while (p.epilogue_passes < t.n / 8 &&
          std::max(pipeline, (t.n / p.epilogue_passes) * p.tile_pitch * 4) + fixed > budget)
@@ -164,8 +172,9 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   const int region = round_up(std::max(pipeline, (t.n / p.epilogue_passes) * p.tile_pitch * 4),
                               16);
   p.bias_offset = region;
-  p.tap_table_offset = region + t.n * 4;
-  p.barrier_offset = round_up(p.tap_table_offset + p.group_rows * s.kernel_w * 4, 8);
+  p.kstep_table_offset = region + t.n * 4;
+  p.barrier_offset =
+      round_up(p.kstep_table_offset + p.group_rows * s.kernel_w * p.step_chunks * 4, 8);
   p.smem_bytes = p.barrier_offset + kStages * 8 + 8;
   if (p.smem_bytes > device.max_shared_bytes) {
     c.why_not = "one stage of the input halo and weights does not fit in shared memory";

@@ -27,8 +27,12 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& operands, const ConvPoo
                                  const ConvPoolDevice& device, cudaStream_t stream,
                                  const int64_t* out_stride);
 
-// The per-element-type instance launchers (general_wgmma_<type>.cu): plan.tile and plan.input
-// pick the kernel instance.
+// The instance launchers, one file per element type and input path so that they compile in
+// parallel (general_wgmma_<type>[_planar].cu): plan.tile picks the kernel instance.
+cudaError_t general_wgmma_launch_float32_planar(const ConvPoolOperands& operands,
+                                                const ConvPoolShape& shape,
+                                                const general_wgmma::Plan& plan,
+                                                cudaStream_t stream);
 cudaError_t general_wgmma_launch_float32(const ConvPoolOperands& operands,
                                          const ConvPoolShape& shape,
                                          const general_wgmma::Plan& plan, cudaStream_t stream);
