@@ -541,10 +541,9 @@ def test_workspace_of_the_3xtf32_wgmma_kernel_holds_its_runs_of_8_chunks(library
 
 @pytest.mark.parametrize("element", [FLOAT32, FLOAT16], ids=["float32", "float16"])
 def test_workspace_of_the_general_kernel(library, variant_names, element):
-    """general_wgmma: the weights packed [chunk][tap][slice][out channels padded to 128][16
+    """general_wgmma: the weights packed [channel block][chunk run][tap][chunk][slice][n][16
     bytes] (256-byte aligned), then for 16-bit inputs taken as NCHW (no operands given) their
-    NHWC copy with the channels padded to the chunk; a layer of few tiles adds its split
-    reduction's partial sums and counters."""
+    NHWC copy with the channels padded to the chunk."""
     library.conv_relu_maxpool_workspace_bytes.restype = ctypes.c_int64
     library.conv_relu_maxpool_workspace_bytes.argtypes = [
         ctypes.POINTER(ConvPoolShape), ctypes.c_int, ctypes.POINTER(ConvPoolDevice),
@@ -554,10 +553,13 @@ def test_workspace_of_the_general_kernel(library, variant_names, element):
                         pool_stride=(2, 2))
     chunk = 8 if element == FLOAT32 else 16
     chunks = -(-case.in_channels // chunk)
-    packed = -(-(chunks * 25 * 2 * 256 * 16) // 256) * 256
-    staged = 0 if element == FLOAT32 else -(-(64 * 27 * 27 * chunks * chunk * 2) // 256) * 256
     plan = general_plan(library, case, element)
     assert plan["split"] == 1
+    n = 128 if plan["tile"].endswith("n128") else 64
+    runs = -(-chunks // plan["step_chunks"])
+    padded_channels = -(-case.out_channels // n) * n
+    packed = padded_channels * runs * plan["step_chunks"] * 25 * 2 * 16
+    staged = 0 if element == FLOAT32 else -(-(64 * 27 * 27 * chunks * chunk * 2) // 256) * 256
     assert library.conv_relu_maxpool_workspace_bytes(
         ctypes.byref(shape_of(case, element)), variant, ctypes.byref(H200), None) == (
             packed + staged)

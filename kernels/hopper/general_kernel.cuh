@@ -108,6 +108,7 @@ __global__ void __launch_bounds__(kThreads, Tile<kTileId>::kMinBlocks)
   extern __shared__ __align__(128) unsigned char smem[];
   float* bias = reinterpret_cast<float*>(smem + p.bias_offset);
   int* kstep_table = reinterpret_cast<int*>(smem + p.kstep_table_offset);
+  int* col_slot = reinterpret_cast<int*>(smem + p.col_slot_offset);
   uint64_t* landed = reinterpret_cast<uint64_t*>(smem + p.barrier_offset);
 
   int64_t tile = blockIdx.x;
@@ -141,14 +142,16 @@ __global__ void __launch_bounds__(kThreads, Tile<kTileId>::kMinBlocks)
                      2 * chunk * p.slice_plane;
   }
 
+  fill_column_slots(s, p, col_slot);
+
   typename HaloLoaderFor<E, kTileId, kInput>::Type loader;
   loader.init(s, p, ops, o);
   auto stage_base = [&](int stage) { return smem + stage * p.stage_bytes; };
   auto issue = [&](int step, int stage) {
     const Step st = make_step(s, p, o, step);
-    loader.load(s, p, ops, o, st, stage_base(stage));
+    loader.load(s, p, ops, st, col_slot, stage_base(stage));
     cp_async_commit();
-    if (threadIdx.x < 32)
+    if (threadIdx.x == 0)
       copy_step_weights<kTileId>(s, p, o, st, stage_base(stage) + p.halo_bytes, landed + stage);
   };
   __syncthreads();  // the barriers' initialisation, before the copies that complete them
@@ -185,7 +188,6 @@ __global__ void __launch_bounds__(kThreads, Tile<kTileId>::kMinBlocks)
     phases ^= 1u << stage;
     const int group = step % p.groups;
     const int taps = min(p.group_rows, s.kernel_h - group * p.group_rows) * s.kernel_w;
-    const int chunks = min(p.step_chunks, p.chunks - (step / p.groups) * p.step_chunks);
     const uint32_t halo = smem_base + uint32_t(stage * p.stage_bytes);
     uint64_t a0[T::kSquaresPerGroup];
 #pragma unroll
@@ -194,8 +196,7 @@ __global__ void __launch_bounds__(kThreads, Tile<kTileId>::kMinBlocks)
     const uint64_t b0 = matrix_descriptor(halo + uint32_t(p.halo_bytes), T::kN * kSliceBytes,
                                           8 * kSliceBytes);
     wgmma_fence();
-    mma_step<X, kTileId>(acc, a0, b0, kstep_table, taps, chunks, p.step_chunks,
-                         step == first_step);
+    mma_step<X, kTileId>(acc, a0, b0, kstep_table, taps, p.step_chunks, step == first_step);
     wgmma_commit();
     // Step - 1's stage is free: every warpgroup finished its wgmmas before the barrier above.
     // Its loads for step + 2 run while the tensor cores work through this step.

@@ -137,7 +137,7 @@ __device__ __forceinline__ int halo_column_slot(const ConvPoolShape& s, const Pl
 
 // A step: its chunks, group and kernel rows, and where its halo rows start in the input.
 struct Step {
-  int chunk0, chunks;             // first chunk, chunks present (the last step may have fewer)
+  int chunk0;      // first chunk of the run (a short last run's missing chunks are zeros)
   int group, kernel_row0, kernel_rows;
   int halo_rows;   // rows staged
   int row_first;   // input row of halo row 0
@@ -150,7 +150,6 @@ __device__ __forceinline__ Step make_step(const ConvPoolShape& s, const Plan& p,
   const int chunk_step = step / p.groups;
   st.group = step - chunk_step * p.groups;
   st.chunk0 = chunk_step * p.step_chunks;
-  st.chunks = min(p.step_chunks, p.chunks - st.chunk0);
   st.kernel_row0 = st.group * p.group_rows;
   st.kernel_rows = min(p.group_rows, s.kernel_h - st.kernel_row0);
   st.row_first = o.in_row0 + st.kernel_row0 * s.dilation_h;
@@ -165,151 +164,190 @@ __device__ __forceinline__ Step make_step(const ConvPoolShape& s, const Plan& p,
   return st;
 }
 
-// Loads a step's halo with one 4-byte cp.async per element (kPlanarInput, float32 inputs of any
-// strides). Lane l of a warp takes channel l % 4 of a slice and halo column 8 g + l / 4 of the
-// warp's column groups g = warp, warp + 8, ...: a warp's copies read 4 channels x 8 consecutive
-// columns (4 sectors) and write 8 consecutive 16-byte slots. The per-column work (slot, input
-// offset, bounds) is done once per tile.
-template <int kTileId>
-struct PlanarHaloLoader {
-  static constexpr int kColGroups = kMaxHaloCols / 64;  // per warp
-  int slot[kColGroups];       // halo-row slot of this thread's column, -1: none
-  int64_t col_offset[kColGroups];
-  bool col_inside[kColGroups];
-  int channel_in_slice;
-
-  __device__ __forceinline__ void init(const ConvPoolShape& s, const Plan& p,
-                                       const ConvPoolOperands& ops, const TileOrigin& o) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    channel_in_slice = lane % 4;
-#pragma unroll
-    for (int g = 0; g < kColGroups; ++g) {
-      const int j = (warp + 8 * g) * 8 + lane / 4;
-      slot[g] = j < p.halo_cols ? halo_column_slot(s, p, j) : -1;
-      const int col = o.in_col0 + j;
-      col_inside[g] = col >= 0 && col < s.in_width;
-      col_offset[g] = int64_t(col) * ops.x_stride[3];
-    }
+// The loaders spread a step's halo over all 8 warps in units of (halo row, column group): unit
+// u = row x groups + group goes to warp u % 8, so that rows split between warps even where a
+// tile has few column groups. Per tile each thread works out, once, which of its columns
+// (one per group: lane's column in it) are staged (a bit of `staged`) and inside the image
+// (`inside`); per unit it adds the row's offset, looks up the column's slot (the shared-memory
+// table col_slot, -1 where no tap reads the column), and copies every slice of the step's
+// chunks from there, 16 bytes or one element apart.
+struct HaloUnits {
+  int groups;           // column groups of the halo
+  int first_row, first_group;  // this warp's first unit
+  __device__ __forceinline__ void init(int halo_cols, int group_cols) {
+    groups = (halo_cols + group_cols - 1) / group_cols;
+    const int warp = threadIdx.x / 32;
+    first_row = warp / groups;
+    first_group = warp - first_row * groups;
   }
-
-  __device__ __forceinline__ void load(const ConvPoolShape& s, const Plan& p,
-                                       const ConvPoolOperands& ops, const TileOrigin& o,
-                                       const Step& st, unsigned char* halo) const {
-    const float* image = ops.x + o.image * ops.x_stride[0];
-#pragma unroll
-    for (int g = 0; g < kColGroups; ++g) {
-      if (slot[g] < 0) continue;
-      for (int slice = 0; slice < 2 * st.chunks; ++slice) {
-        const int channel = st.chunk0 * 8 + slice * 4 + channel_in_slice;
-        const bool channel_inside = channel < s.in_channels && col_inside[g];
-        const float* src = image + int64_t(channel_inside ? channel : 0) * ops.x_stride[1] +
-                           (channel_inside ? col_offset[g] : 0);
-        float* dst = reinterpret_cast<float*>(halo) +
-                     (slice * p.slice_plane + slot[g]) * 4 + channel_in_slice;
-        int row = st.row_first;
-        for (int r = 0; r < st.halo_rows; ++r, row += st.row_step, dst += p.row_pitch * 4) {
-          const bool inside = channel_inside && row >= 0 && row < s.in_height;
-          cp_async_4(dst, inside ? src + int64_t(row) * ops.x_stride[2] : ops.x, inside);
-        }
+  // Calls unit(row, group) for this warp's units of a step of `rows` halo rows.
+  template <class Unit>
+  __device__ __forceinline__ void for_each(int rows, Unit&& unit) const {
+    int row = first_row, group = first_group;
+    while (row < rows) {
+      unit(row, group);
+      group += 8;
+      while (group >= groups) {
+        group -= groups;
+        ++row;
       }
     }
   }
 };
 
-// Loads a step's halo with one 16-byte cp.async per pixel slice (kPixelInput: channels
-// contiguous, in x itself or in the launch's NHWC copy). Lane l takes slice l % 2 of halo
-// column 16 g + l / 2 of the warp's column groups g = warp, warp + 8: a warp reads 16 pixels'
-// 32 bytes each.
-template <class E, int kTileId>
-struct PixelHaloLoader {
-  using Raw = typename E::Raw;
-  static constexpr int kColGroups = kMaxHaloCols / 128;
-  int slot[kColGroups];
-  int64_t col_offset[kColGroups];
-  bool col_inside[kColGroups];
-  int slice;
-  const Raw* image;
-  int64_t row_stride;
-  int channels;  // channels present in the source (in_channels, or the copy's padded count)
+// The slot of each halo column within a halo row (halo_column_slot; -1: no tap reads it), in
+// shared memory for the loaders, written once per block.
+__device__ __forceinline__ void fill_column_slots(const ConvPoolShape& s, const Plan& p,
+                                                  int* col_slot) {
+  for (int j = threadIdx.x; j < kMaxHaloCols; j += kThreads)
+    col_slot[j] = j < p.halo_cols ? halo_column_slot(s, p, j) : -1;
+}
+
+// Loads a step's halo with one 4-byte cp.async per element (kPlanarInput, float32 inputs of any
+// strides). A unit is 4 channels (lane % 4) x 8 consecutive columns (lane / 4) of one halo row:
+// a warp's copies read 4 x 32 bytes and write 8 consecutive 16-byte slots.
+template <int kTileId>
+struct PlanarHaloLoader {
+  HaloUnits units;
+  uint32_t staged, inside;  // bit g: this thread's column of group g
+  const float* base;        // x at (image, channel lane % 4, row 0, this thread's column of group 0)
+  int channel_in_slice;
 
   __device__ __forceinline__ void init(const ConvPoolShape& s, const Plan& p,
                                        const ConvPoolOperands& ops, const TileOrigin& o) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int lane = threadIdx.x % 32;
+    channel_in_slice = lane % 4;
+    units.init(p.halo_cols, 8);
+    staged = inside = 0;
+    for (int g = 0; g < units.groups; ++g) {
+      const int j = 8 * g + lane / 4, col = o.in_col0 + j;
+      if (j < p.halo_cols && halo_column_slot(s, p, j) >= 0) staged |= 1u << g;
+      if (col >= 0 && col < s.in_width) inside |= 1u << g;
+    }
+    base = ops.x + o.image * ops.x_stride[0] + int64_t(channel_in_slice) * ops.x_stride[1] +
+           int64_t(o.in_col0 + lane / 4) * ops.x_stride[3];
+  }
+
+  __device__ __forceinline__ void load(const ConvPoolShape& s, const Plan& p,
+                                       const ConvPoolOperands& ops, const Step& st,
+                                       const int* col_slot, unsigned char* halo) const {
+    const int slices = 2 * p.step_chunks;
+    const int first_channel = st.chunk0 * 8 + channel_in_slice;
+    // Slices whose channel of this thread exists: [0, present) (the rest, a short last run's
+    // missing chunks among them, are zeros).
+    const int present =
+        first_channel >= s.in_channels ? 0 : (s.in_channels - first_channel + 3) / 4;
+    const int64_t slice_stride = 4 * ops.x_stride[1];
+    const int64_t group_stride = 8 * ops.x_stride[3];
+    const float* step_base = base + int64_t(st.chunk0) * 8 * ops.x_stride[1];
+    float* halo_floats = reinterpret_cast<float*>(halo) + channel_in_slice;
+    const int lane_col = (threadIdx.x % 32) / 4;
+    units.for_each(st.halo_rows, [&](int r, int g) {
+      if (!((staged >> g) & 1u)) return;
+      const int row = st.row_first + r * st.row_step;
+      const bool row_inside = ((inside >> g) & 1u) && row >= 0 && row < s.in_height;
+      const float* src = step_base + int64_t(row) * ops.x_stride[2] + g * group_stride;
+      float* dst = halo_floats + (r * p.row_pitch + col_slot[8 * g + lane_col]) * 4;
+      for (int slice = 0; slice < slices; ++slice) {
+        const bool valid = row_inside && slice < present;
+        cp_async_4(dst, valid ? src : ops.x, valid);
+        src += slice_stride;
+        dst += p.slice_plane * 4;
+      }
+    });
+  }
+};
+
+// Loads a step's halo with one 16-byte cp.async per pixel slice (kPixelInput: channels
+// contiguous, in x itself or in the launch's NHWC copy). A unit is one slice (lane % 2) of 16
+// consecutive columns (lane / 2) of one halo row: a warp reads 16 pixels' 32 bytes.
+template <class E, int kTileId>
+struct PixelHaloLoader {
+  using Raw = typename E::Raw;
+  HaloUnits units;
+  uint32_t staged, inside;
+  const Raw* base;  // the source at (image, row 0, this thread's column of group 0, its slice)
+  int64_t row_stride, group_stride;
+  int channels;     // channels present in the source (in_channels, or the copy's padded count)
+  int slice;
+
+  __device__ __forceinline__ void init(const ConvPoolShape& s, const Plan& p,
+                                       const ConvPoolOperands& ops, const TileOrigin& o) {
+    const int lane = threadIdx.x % 32;
     slice = lane % 2;
-    int64_t image_stride, col_stride;
+    units.init(p.halo_cols, 16);
+    const Raw* image;
+    int64_t col_stride;
     if (p.staged_copy) {
       channels = p.staged_channels;
       col_stride = p.staged_channels;
       row_stride = col_stride * s.in_width;
-      image_stride = row_stride * s.in_height;
-      image = static_cast<const Raw*>(p.staged_input) + o.image * image_stride;
+      image = static_cast<const Raw*>(p.staged_input) + o.image * row_stride * s.in_height;
     } else {
       channels = s.in_channels;
       col_stride = ops.x_stride[3];
       row_stride = ops.x_stride[2];
       image = ElementOperands<E>::x(ops) + o.image * ops.x_stride[0];
     }
-#pragma unroll
-    for (int g = 0; g < kColGroups; ++g) {
-      const int j = (warp + 8 * g) * 16 + lane / 2;
-      slot[g] = j < p.halo_cols ? halo_column_slot(s, p, j) : -1;
-      const int col = o.in_col0 + j;
-      col_inside[g] = col >= 0 && col < s.in_width;
-      col_offset[g] = int64_t(col) * col_stride;
+    group_stride = 16 * col_stride;
+    staged = inside = 0;
+    for (int g = 0; g < units.groups; ++g) {
+      const int j = 16 * g + lane / 2, col = o.in_col0 + j;
+      if (j < p.halo_cols && halo_column_slot(s, p, j) >= 0) staged |= 1u << g;
+      if (col >= 0 && col < s.in_width) inside |= 1u << g;
     }
+    base = image + int64_t(o.in_col0 + lane / 2) * col_stride + slice * E::kSliceChannels;
   }
 
   __device__ __forceinline__ void load(const ConvPoolShape& s, const Plan& p,
-                                       const ConvPoolOperands& ops, const TileOrigin& o,
-                                       const Step& st, unsigned char* halo) const {
-    for (int chunk = 0; chunk < st.chunks; ++chunk) {
-      const int staged_slice = 2 * chunk + slice;
-      const int channel = (2 * st.chunk0 + staged_slice) * E::kSliceChannels;
-      const bool channel_inside = channel < channels;
-#pragma unroll
-      for (int g = 0; g < kColGroups; ++g) {
-        if (slot[g] < 0) continue;
-        const bool column_inside = channel_inside && col_inside[g];
-        const Raw* src = image + (column_inside ? col_offset[g] + channel : 0);
-        unsigned char* dst = halo + (staged_slice * p.slice_plane + slot[g]) * kSliceBytes;
-        int row = st.row_first;
-        for (int r = 0; r < st.halo_rows; ++r, row += st.row_step) {
-          const bool inside = column_inside && row >= 0 && row < s.in_height;
-          cp_async_16(reinterpret_cast<float*>(dst + r * p.row_pitch * kSliceBytes),
-                      reinterpret_cast<const float*>(inside ? src + int64_t(row) * row_stride
-                                                            : image),
-                      inside);
-        }
+                                       const ConvPoolOperands& ops, const Step& st,
+                                       const int* col_slot, unsigned char* halo) const {
+    constexpr int kChunk = 2 * E::kSliceChannels;
+    const int first_channel = st.chunk0 * kChunk + slice * E::kSliceChannels;
+    // Chunks of the run whose slice of this thread exists (whole slices: the source's channels
+    // are a multiple of them).
+    const int present = first_channel >= channels ? 0 : (channels - first_channel + kChunk - 1) /
+                                                            kChunk;
+    const Raw* step_base = base + int64_t(st.chunk0) * kChunk;
+    const Raw* image = ElementOperands<E>::x(ops);
+    unsigned char* slice_halo = halo + slice * p.slice_plane * kSliceBytes;
+    const int lane_col = (threadIdx.x % 32) / 2;
+    units.for_each(st.halo_rows, [&](int r, int g) {
+      if (!((staged >> g) & 1u)) return;
+      const int row = st.row_first + r * st.row_step;
+      const bool row_inside = ((inside >> g) & 1u) && row >= 0 && row < s.in_height;
+      const Raw* src = step_base + int64_t(row) * row_stride + g * group_stride;
+      unsigned char* dst =
+          slice_halo + (r * p.row_pitch + col_slot[16 * g + lane_col]) * kSliceBytes;
+      for (int chunk = 0; chunk < p.step_chunks; ++chunk) {
+        const bool valid = row_inside && chunk < present;
+        cp_async_16(reinterpret_cast<float*>(dst),
+                    reinterpret_cast<const float*>(valid ? src : image), valid);
+        src += kChunk;
+        dst += 2 * p.slice_plane * kSliceBytes;
       }
-    }
+    });
   }
 };
 
-// A step's weights: per (tap, chunk, slice) one bulk copy of n x 16 bytes from the packed
-// layout [chunk][tap][slice][padded_out_channels][16 bytes] into [tap][chunk][slice][n][16
-// bytes], issued by warp 0 and completing `landed`. (No __syncwarp between the expect and the
-// copies: the transaction count may run below zero before the arrival, and a syncwarp in this
-// branch made ptxas serialise the wgmmas.)
+// A step's weights: one bulk copy of the step's block of the packed layout, [channel block]
+// [chunk run][tap][chunk][slice][n][16 bytes] (a short last run padded with zero chunks), into
+// the stage, completing `landed`. Thread 0 only.
 template <int kTileId>
 __device__ __forceinline__ void copy_step_weights(const ConvPoolShape& s, const Plan& p,
                                                   const TileOrigin& o, const Step& st,
                                                   unsigned char* weights, uint64_t* landed) {
   constexpr int kN = Tile<kTileId>::kN;
-  constexpr uint32_t kCopyBytes = kN * kSliceBytes;
-  const int lane = threadIdx.x % 32;
-  const int per_tap = 2 * st.chunks;
-  const int copies = per_tap * st.kernel_rows * s.kernel_w;
-  if (lane == 0) mbarrier_arrive_expect_tx(landed, uint32_t(copies) * kCopyBytes);
-  const int tap0 = st.kernel_row0 * s.kernel_w;
-  const unsigned char* packed = static_cast<const unsigned char*>(p.packed);
-  for (int i = lane; i < copies; i += 32) {
-    const int tap = i / per_tap, within = i - tap * per_tap;  // within = 2 chunk + slice
-    const int64_t row =
-        (int64_t(st.chunk0 + within / 2) * s.taps() + tap0 + tap) * 2 + within % 2;
-    bulk_copy_to_shared(weights + (tap * 2 * p.step_chunks + within) * kCopyBytes,
-                        packed + (row * p.padded_out_channels + o.channel0) * kSliceBytes,
-                        kCopyBytes, landed);
-  }
+  const int64_t run_bytes = int64_t(s.taps()) * p.step_chunks * 2 * kN * kSliceBytes;
+  const int64_t block = int64_t(o.channel0 / kN) * p.chunk_steps + st.chunk0 / p.step_chunks;
+  const int64_t offset = block * run_bytes +
+                         int64_t(st.kernel_row0) * s.kernel_w * p.step_chunks * 2 * kN *
+                             kSliceBytes;
+  const uint32_t bytes = uint32_t(st.kernel_rows * s.kernel_w * p.step_chunks * 2 * kN *
+                                  kSliceBytes);
+  mbarrier_arrive_expect_tx(landed, bytes);
+  bulk_copy_to_shared(weights, static_cast<const unsigned char*>(p.packed) + offset, bytes,
+                      landed);
 }
 
 // The wgmmas of one step for this warpgroup: one per K step (tap, chunk) and square. a0[m]:
@@ -345,29 +383,26 @@ __device__ __forceinline__ void mma_step(float (&acc)[Tile<kTileId>::kSquaresPer
                                                      [Tile<kTileId>::kAccs],
                                          const uint64_t (&a0)[Tile<kTileId>::kSquaresPerGroup],
                                          uint64_t b0, const int* kstep_offset, int taps,
-                                         int chunks, int step_chunks, bool first_step) {
+                                         int step_chunks, bool first_step) {
   using T = Tile<kTileId>;
-  if (chunks == step_chunks) {
-    switch (taps * step_chunks) {
-#define GENERAL_WGMMA_CASE(K)                                                   \
-  case K:                                                                       \
-    mma_ksteps<E, kTileId, K>(acc, a0, b0, kstep_offset, first_step);           \
+  const int ksteps = taps * step_chunks;
+  switch (ksteps) {
+#define GENERAL_WGMMA_CASE(K)                                         \
+  case K:                                                             \
+    mma_ksteps<E, kTileId, K>(acc, a0, b0, kstep_offset, first_step); \
     return;
-      GENERAL_WGMMA_STATIC_KSTEPS(GENERAL_WGMMA_CASE)
+    GENERAL_WGMMA_STATIC_KSTEPS(GENERAL_WGMMA_CASE)
 #undef GENERAL_WGMMA_CASE
-      default:
-        break;
-    }
+    default:
+      break;
   }
-  for (int t = 0; t < taps; ++t)
-    for (int c = 0; c < chunks; ++c) {
-      const int i = t * step_chunks + c;
-      const uint64_t b = b0 + uint64_t(2 * i * T::kN);
-      const bool accumulate = !(first_step && t == 0 && c == 0);
+  for (int i = 0; i < ksteps; ++i) {
+    const uint64_t b = b0 + uint64_t(2 * i * T::kN);
+    const bool accumulate = !(first_step && i == 0);
 #pragma unroll
-      for (int m = 0; m < T::kSquaresPerGroup; ++m)
-        E::mma(acc[m], a0[m] + uint64_t(kstep_offset[i]), b, accumulate);
-    }
+    for (int m = 0; m < T::kSquaresPerGroup; ++m)
+      E::mma(acc[m], a0[m] + uint64_t(kstep_offset[i]), b, accumulate);
+  }
 }
 
 }  // namespace general_wgmma

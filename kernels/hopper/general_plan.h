@@ -36,8 +36,6 @@ constexpr int kMaxKernelCols = 64;
 constexpr int kMaxStageTaps = 256;
 constexpr int kMaxHaloCols = 256;
 constexpr int kMaxStrideW = 32;  // phase_mask is 32 bits
-// Output channels of the packed weights are padded to a multiple of this (the widest block).
-constexpr int kPackedChannelAlign = 128;
 
 // The kernel instances' tiles: the one table of them (the host's choice, the launch and the
 // tests all index it).
@@ -103,15 +101,16 @@ struct Plan {
   int tile_pitch;
   // Dynamic shared memory of a block: [stages][halo | weights] (the epilogue tile reuses it),
   // then the tile's bias (n floats), the K-step table (ints: group_rows x kernel_w x
-  // step_chunks), one mbarrier per stage and a word for the split reduction's verdict.
-  int bias_offset, kstep_table_offset, barrier_offset;
+  // step_chunks), the halo columns' slots (kMaxHaloCols ints), one mbarrier per stage and a
+  // word for the split reduction's verdict.
+  int bias_offset, kstep_table_offset, col_slot_offset, barrier_offset;
   int smem_bytes;
   int blocks_per_sm;  // resident blocks the shared memory and registers allow
-  // Workspace: the packed weights, [chunk][tap][slice][padded_out_channels][16 bytes], then
+  // Workspace: the packed weights, [channel block][chunk run][tap][chunk][slice][n][16 bytes]
+  // (one step's weights contiguous: one bulk copy; a short last run padded with zeros), then
   // (staged_copy) x as NHWC with staged_channels (in_channels rounded up to the chunk), then
   // (split > 1) the partial sums, tiles x split x 256 threads x the accumulators, and a
   // counter per tile (zeroed by the launch).
-  int padded_out_channels;
   int staged_channels;
   int64_t packed_bytes;
   int64_t staged_input_bytes;

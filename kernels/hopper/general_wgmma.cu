@@ -87,7 +87,8 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
             round_up(2 * step_chunks * halo_rows * p.row_pitch * kSliceBytes, 128);
         const int weight_bytes = taps * 2 * step_chunks * weight_slice_bytes;
         const int stage_bytes = round_up(halo_bytes + weight_bytes, 128);
-        const int fixed = t.n * 4 + round_up(taps * step_chunks * 4, 16) + kStages * 8 + 8;
+        const int fixed = t.n * 4 + round_up(taps * step_chunks * 4, 16) + kMaxHaloCols * 4 +
+                          kStages * 8 + 8;
         if (int64_t(kStages) * stage_bytes + fixed > budget) continue;
         const int groups = int(ceil_div(s.kernel_h, group_rows));
         const int last_taps = (s.kernel_h - (groups - 1) * group_rows) * s.kernel_w;
@@ -163,8 +164,8 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   const int pipeline = kStages * p.stage_bytes;
   p.tile_pitch = tile_rows * tile_cols + 4;
   const int budget = two_blocks ? two_block_budget : device.max_shared_bytes;
-  const int fixed =
-      t.n * 4 + round_up(p.group_rows * s.kernel_w * p.step_chunks * 4, 16) + kStages * 8 + 8;
+  const int fixed = t.n * 4 + round_up(p.group_rows * s.kernel_w * p.step_chunks * 4, 16) +
+                    kMaxHaloCols * 4 + kStages * 8 + 8;
   p.epilogue_passes = 1;
   while (p.epilogue_passes < t.n / 8 &&
          std::max(pipeline, (t.n / p.epilogue_passes) * p.tile_pitch * 4) + fixed > budget)
@@ -173,8 +174,9 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
                               16);
   p.bias_offset = region;
   p.kstep_table_offset = region + t.n * 4;
-  p.barrier_offset =
-      round_up(p.kstep_table_offset + p.group_rows * s.kernel_w * p.step_chunks * 4, 8);
+  p.col_slot_offset =
+      round_up(p.kstep_table_offset + p.group_rows * s.kernel_w * p.step_chunks * 4, 16);
+  p.barrier_offset = p.col_slot_offset + kMaxHaloCols * 4;
   p.smem_bytes = p.barrier_offset + kStages * 8 + 8;
   if (p.smem_bytes > device.max_shared_bytes) {
     c.why_not = "one stage of the input halo and weights does not fit in shared memory";
@@ -183,9 +185,9 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   p.blocks_per_sm =
       std::max(1, std::min(t.min_blocks, sm_shared_bytes(device) /
                                              (p.smem_bytes + kReservedPerBlock)));
-  p.padded_out_channels = round_up(s.out_channels, kPackedChannelAlign);
-  p.packed_bytes = int64_t(p.chunks) * s.taps() * 2 * p.padded_out_channels * kSliceBytes;
-  p.staged_channels = p.chunks * chunk;
+  p.packed_bytes = int64_t(p.channel_blocks) * t.n * p.chunk_steps * p.step_chunks * s.taps() *
+                   2 * kSliceBytes;
+  p.staged_channels = p.chunks * chunk;  // whole chunks (a short run's missing ones: zeros)
 
   // Cost: waves of blocks; per SM and wave, its blocks' K steps and their fixed work. Layers
   // of fewer tiles than the SMs hold split each tile's steps over `split` blocks, where that
@@ -274,20 +276,28 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops, Plan& p) 
 
 int64_t region_bytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// The weights in the staged layout [chunk][tap][slice][padded_out_channels][16 bytes], zeros
-// past the channels: one thread per 16 bytes.
+// The weights in the staged layout, [channel block][chunk run][tap][chunk][slice][n][16 bytes],
+// zeros past the channels (and for a short last run's missing chunks): one thread per 16 bytes.
 template <class Raw, int kSliceChannels>
 __global__ void pack_weights_kernel(const Raw* weight, int64_t ws0, int64_t ws1, int64_t ws2,
-                                    int64_t ws3, ConvPoolShape s, Plan p, Raw* packed) {
-  const int64_t units = int64_t(p.chunks) * s.taps() * 2 * p.padded_out_channels;
+                                    int64_t ws3, ConvPoolShape s, Plan p, int n, Raw* packed) {
+  const int64_t units = int64_t(p.channel_blocks) * n * p.chunk_steps * p.step_chunks *
+                        s.taps() * 2;
   for (int64_t u = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; u < units;
        u += int64_t(gridDim.x) * blockDim.x) {
-    const int k = int(u % p.padded_out_channels);
-    int64_t rest = u / p.padded_out_channels;
+    int64_t rest = u;
+    const int k_in_block = int(rest % n);
+    rest /= n;
     const int slice = int(rest % 2);
     rest /= 2;
+    const int chunk_in_run = int(rest % p.step_chunks);
+    rest /= p.step_chunks;
     const int tap = int(rest % s.taps());
-    const int chunk = int(rest / s.taps());
+    rest /= s.taps();
+    const int run = int(rest % p.chunk_steps);
+    const int block = int(rest / p.chunk_steps);
+    const int k = block * n + k_in_block;
+    const int chunk = run * p.step_chunks + chunk_in_run;
     const int r = tap / s.kernel_w, q = tap % s.kernel_w;
     Raw values[kSliceChannels];
 #pragma unroll
@@ -388,16 +398,17 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
         error != cudaSuccess)
       return error;
   }
-  const int64_t units = int64_t(p.chunks) * s.taps() * 2 * p.padded_out_channels;
+  const int n = kTileSpecs[p.tile].n;
+  const int64_t units = p.packed_bytes / kSliceBytes;
   const unsigned pack_blocks = unsigned(std::min<int64_t>(ceil_div(units, 256), 4 * 1024));
   if (s.element == kElementFloat32) {
     pack_weights_kernel<float, 4><<<pack_blocks, 256, 0, stream>>>(
         ops.weight, ops.weight_stride[0], ops.weight_stride[1], ops.weight_stride[2],
-        ops.weight_stride[3], s, p, static_cast<float*>(const_cast<void*>(p.packed)));
+        ops.weight_stride[3], s, p, n, static_cast<float*>(const_cast<void*>(p.packed)));
   } else {
     pack_weights_kernel<uint16_t, 8><<<pack_blocks, 256, 0, stream>>>(
         ops.weight16, ops.weight_stride[0], ops.weight_stride[1], ops.weight_stride[2],
-        ops.weight_stride[3], s, p, static_cast<uint16_t*>(const_cast<void*>(p.packed)));
+        ops.weight_stride[3], s, p, n, static_cast<uint16_t*>(const_cast<void*>(p.packed)));
   }
   if (cudaError_t error = cudaGetLastError(); error != cudaSuccess) return error;
   if (p.staged_copy) {
