@@ -23,6 +23,17 @@ __device__ __forceinline__ void cp_async_8(void* smem_dst, const void* global_sr
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(global_src),
                "r"(valid ? 8 : 0));
 }
+// The same, to a shared-memory address already in the shared window (no conversion per copy).
+__device__ __forceinline__ void cp_async_4_shared(unsigned smem_dst, const void* global_src,
+                                                  bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_dst), "l"(global_src),
+               "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_16_shared(unsigned smem_dst, const void* global_src,
+                                                   bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_dst),
+               "l"(global_src), "r"(valid ? 16 : 0));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {

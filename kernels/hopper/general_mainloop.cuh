@@ -164,33 +164,29 @@ __device__ __forceinline__ Step make_step(const ConvPoolShape& s, const Plan& p,
   return st;
 }
 
-// The loaders spread a step's halo over all 8 warps in units of (halo row, column group): unit
-// u = row x groups + group goes to warp u % 8, so that rows split between warps even where a
-// tile has few column groups. Per tile each thread works out, once, which of its columns
-// (one per group: lane's column in it) are staged (a bit of `staged`) and inside the image
-// (`inside`); per unit it adds the row's offset, looks up the column's slot (the shared-memory
-// table col_slot, -1 where no tap reads the column), and copies every slice of the step's
-// chunks from there, 16 bytes or one element apart.
-struct HaloUnits {
-  int groups;           // column groups of the halo
-  int first_row, first_group;  // this warp's first unit
+// The loaders spread a step's halo over all 8 warps by column groups (8 or 16 columns, one per
+// lane or lane pair) and halo rows: with G >= 8 groups, warp w takes groups w, w + 8, ... and
+// all their rows; with fewer, warp w takes group w % G and every k-th of its rows, k being the
+// number of warps on that group. Per tile each thread works out, once, which of its columns are
+// staged (a bit of `staged`: some tap reads the column) and inside the image (`inside`); per
+// step it walks its rows with running pointers, so that a copy costs a few instructions.
+struct HaloWalk {
+  int groups;          // column groups of the halo
+  int first_group, group_step;
+  int first_row, row_step;  // in halo rows
   __device__ __forceinline__ void init(int halo_cols, int group_cols) {
     groups = (halo_cols + group_cols - 1) / group_cols;
     const int warp = threadIdx.x / 32;
-    first_row = warp / groups;
-    first_group = warp - first_row * groups;
-  }
-  // Calls unit(row, group) for this warp's units of a step of `rows` halo rows.
-  template <class Unit>
-  __device__ __forceinline__ void for_each(int rows, Unit&& unit) const {
-    int row = first_row, group = first_group;
-    while (row < rows) {
-      unit(row, group);
-      group += 8;
-      while (group >= groups) {
-        group -= groups;
-        ++row;
-      }
+    if (groups >= 8) {
+      first_group = warp;
+      group_step = 8;
+      first_row = 0;
+      row_step = 1;
+    } else {
+      first_group = warp % groups;
+      group_step = groups;  // one group
+      first_row = warp / groups;
+      row_step = (8 - first_group + groups - 1) / groups;  // warps on this group
     }
   }
 };
@@ -204,28 +200,29 @@ __device__ __forceinline__ void fill_column_slots(const ConvPoolShape& s, const 
 }
 
 // Loads a step's halo with one 4-byte cp.async per element (kPlanarInput, float32 inputs of any
-// strides). A unit is 4 channels (lane % 4) x 8 consecutive columns (lane / 4) of one halo row:
-// a warp's copies read 4 x 32 bytes and write 8 consecutive 16-byte slots.
+// strides). A warp copies 4 channels (lane % 4) x 8 consecutive columns (lane / 4) of one halo
+// row at a time: 4 x 32 bytes read, 8 consecutive 16-byte slots written.
 template <int kTileId>
 struct PlanarHaloLoader {
-  HaloUnits units;
+  HaloWalk walk;
   uint32_t staged, inside;  // bit g: this thread's column of group g
   const float* base;        // x at (image, channel lane % 4, row 0, this thread's column of group 0)
-  int channel_in_slice;
+  int channel_in_slice, lane_col;
 
   __device__ __forceinline__ void init(const ConvPoolShape& s, const Plan& p,
                                        const ConvPoolOperands& ops, const TileOrigin& o) {
     const int lane = threadIdx.x % 32;
     channel_in_slice = lane % 4;
-    units.init(p.halo_cols, 8);
+    lane_col = lane / 4;
+    walk.init(p.halo_cols, 8);
     staged = inside = 0;
-    for (int g = 0; g < units.groups; ++g) {
-      const int j = 8 * g + lane / 4, col = o.in_col0 + j;
+    for (int g = 0; g < walk.groups; ++g) {
+      const int j = 8 * g + lane_col, col = o.in_col0 + j;
       if (j < p.halo_cols && halo_column_slot(s, p, j) >= 0) staged |= 1u << g;
       if (col >= 0 && col < s.in_width) inside |= 1u << g;
     }
     base = ops.x + o.image * ops.x_stride[0] + int64_t(channel_in_slice) * ops.x_stride[1] +
-           int64_t(o.in_col0 + lane / 4) * ops.x_stride[3];
+           int64_t(o.in_col0 + lane_col) * ops.x_stride[3];
   }
 
   __device__ __forceinline__ void load(const ConvPoolShape& s, const Plan& p,
@@ -238,44 +235,59 @@ struct PlanarHaloLoader {
     const int present =
         first_channel >= s.in_channels ? 0 : (s.in_channels - first_channel + 3) / 4;
     const int64_t slice_stride = 4 * ops.x_stride[1];
-    const int64_t group_stride = 8 * ops.x_stride[3];
+    const int slice_bytes = p.slice_plane * kSliceBytes;
+    const int halo_rows = st.halo_rows, height = s.in_height, row_pitch = p.row_pitch;
+    const int input_row_step = walk.row_step * st.row_step;
+    const int64_t src_row_step = int64_t(input_row_step) * ops.x_stride[2];
+    const int dst_row_step = walk.row_step * row_pitch * kSliceBytes;
+    const float* zero_source = ops.x;
     const float* step_base = base + int64_t(st.chunk0) * 8 * ops.x_stride[1];
-    float* halo_floats = reinterpret_cast<float*>(halo) + channel_in_slice;
-    const int lane_col = (threadIdx.x % 32) / 4;
-    units.for_each(st.halo_rows, [&](int r, int g) {
-      if (!((staged >> g) & 1u)) return;
-      const int row = st.row_first + r * st.row_step;
-      const bool row_inside = ((inside >> g) & 1u) && row >= 0 && row < s.in_height;
-      const float* src = step_base + int64_t(row) * ops.x_stride[2] + g * group_stride;
-      float* dst = halo_floats + (r * p.row_pitch + col_slot[8 * g + lane_col]) * 4;
-      for (int slice = 0; slice < slices; ++slice) {
-        const bool valid = row_inside && slice < present;
-        cp_async_4(dst, valid ? src : ops.x, valid);
-        src += slice_stride;
-        dst += p.slice_plane * 4;
+    const uint32_t halo_base = shared_address(halo) + channel_in_slice * 4;
+    for (int g = walk.first_group; g < walk.groups; g += walk.group_step) {
+      if (!((staged >> g) & 1u)) continue;
+      const bool column_inside = (inside >> g) & 1u;
+      int row = st.row_first + walk.first_row * st.row_step;
+      const float* src = step_base + int64_t(row) * ops.x_stride[2] +
+                         int64_t(8 * g) * ops.x_stride[3];
+      uint32_t dst = halo_base +
+                     (walk.first_row * row_pitch + col_slot[8 * g + lane_col]) * kSliceBytes;
+      for (int r = walk.first_row; r < halo_rows; r += walk.row_step) {
+        const bool row_inside = column_inside && unsigned(row) < unsigned(height);
+        const float* slice_src = src;
+        uint32_t slice_dst = dst;
+        for (int slice = 0; slice < slices; ++slice) {
+          const bool valid = row_inside && slice < present;
+          cp_async_4_shared(slice_dst, valid ? slice_src : zero_source, valid);
+          slice_src += slice_stride;
+          slice_dst += slice_bytes;
+        }
+        row += input_row_step;
+        src += src_row_step;
+        dst += dst_row_step;
       }
-    });
+    }
   }
 };
 
 // Loads a step's halo with one 16-byte cp.async per pixel slice (kPixelInput: channels
-// contiguous, in x itself or in the launch's NHWC copy). A unit is one slice (lane % 2) of 16
-// consecutive columns (lane / 2) of one halo row: a warp reads 16 pixels' 32 bytes.
+// contiguous, in x itself or in the launch's NHWC copy). A warp copies one slice (lane % 2) of
+// 16 consecutive columns (lane / 2) of one halo row at a time: 16 pixels' 32 bytes.
 template <class E, int kTileId>
 struct PixelHaloLoader {
   using Raw = typename E::Raw;
-  HaloUnits units;
+  HaloWalk walk;
   uint32_t staged, inside;
   const Raw* base;  // the source at (image, row 0, this thread's column of group 0, its slice)
   int64_t row_stride, group_stride;
   int channels;     // channels present in the source (in_channels, or the copy's padded count)
-  int slice;
+  int slice, lane_col;
 
   __device__ __forceinline__ void init(const ConvPoolShape& s, const Plan& p,
                                        const ConvPoolOperands& ops, const TileOrigin& o) {
     const int lane = threadIdx.x % 32;
     slice = lane % 2;
-    units.init(p.halo_cols, 16);
+    lane_col = lane / 2;
+    walk.init(p.halo_cols, 16);
     const Raw* image;
     int64_t col_stride;
     if (p.staged_copy) {
@@ -291,12 +303,12 @@ struct PixelHaloLoader {
     }
     group_stride = 16 * col_stride;
     staged = inside = 0;
-    for (int g = 0; g < units.groups; ++g) {
-      const int j = 16 * g + lane / 2, col = o.in_col0 + j;
+    for (int g = 0; g < walk.groups; ++g) {
+      const int j = 16 * g + lane_col, col = o.in_col0 + j;
       if (j < p.halo_cols && halo_column_slot(s, p, j) >= 0) staged |= 1u << g;
       if (col >= 0 && col < s.in_width) inside |= 1u << g;
     }
-    base = image + int64_t(o.in_col0 + lane / 2) * col_stride + slice * E::kSliceChannels;
+    base = image + int64_t(o.in_col0 + lane_col) * col_stride + slice * E::kSliceChannels;
   }
 
   __device__ __forceinline__ void load(const ConvPoolShape& s, const Plan& p,
@@ -306,27 +318,39 @@ struct PixelHaloLoader {
     const int first_channel = st.chunk0 * kChunk + slice * E::kSliceChannels;
     // Chunks of the run whose slice of this thread exists (whole slices: the source's channels
     // are a multiple of them).
-    const int present = first_channel >= channels ? 0 : (channels - first_channel + kChunk - 1) /
-                                                            kChunk;
+    const int present =
+        first_channel >= channels ? 0 : (channels - first_channel + kChunk - 1) / kChunk;
+    const int chunks = p.step_chunks;
+    const int chunk_bytes = 2 * p.slice_plane * kSliceBytes;
+    const int halo_rows = st.halo_rows, height = s.in_height, row_pitch = p.row_pitch;
+    const int input_row_step = walk.row_step * st.row_step;
+    const int64_t src_row_step = input_row_step * row_stride;
+    const int dst_row_step = walk.row_step * row_pitch * kSliceBytes;
+    const Raw* zero_source = base;
     const Raw* step_base = base + int64_t(st.chunk0) * kChunk;
-    const Raw* image = ElementOperands<E>::x(ops);
-    unsigned char* slice_halo = halo + slice * p.slice_plane * kSliceBytes;
-    const int lane_col = (threadIdx.x % 32) / 2;
-    units.for_each(st.halo_rows, [&](int r, int g) {
-      if (!((staged >> g) & 1u)) return;
-      const int row = st.row_first + r * st.row_step;
-      const bool row_inside = ((inside >> g) & 1u) && row >= 0 && row < s.in_height;
+    const uint32_t halo_base = shared_address(halo) + slice * p.slice_plane * kSliceBytes;
+    for (int g = walk.first_group; g < walk.groups; g += walk.group_step) {
+      if (!((staged >> g) & 1u)) continue;
+      const bool column_inside = (inside >> g) & 1u;
+      int row = st.row_first + walk.first_row * st.row_step;
       const Raw* src = step_base + int64_t(row) * row_stride + g * group_stride;
-      unsigned char* dst =
-          slice_halo + (r * p.row_pitch + col_slot[16 * g + lane_col]) * kSliceBytes;
-      for (int chunk = 0; chunk < p.step_chunks; ++chunk) {
-        const bool valid = row_inside && chunk < present;
-        cp_async_16(reinterpret_cast<float*>(dst),
-                    reinterpret_cast<const float*>(valid ? src : image), valid);
-        src += kChunk;
-        dst += 2 * p.slice_plane * kSliceBytes;
+      uint32_t dst = halo_base +
+                     (walk.first_row * row_pitch + col_slot[16 * g + lane_col]) * kSliceBytes;
+      for (int r = walk.first_row; r < halo_rows; r += walk.row_step) {
+        const bool row_inside = column_inside && unsigned(row) < unsigned(height);
+        const Raw* chunk_src = src;
+        uint32_t chunk_dst = dst;
+        for (int chunk = 0; chunk < chunks; ++chunk) {
+          const bool valid = row_inside && chunk < present;
+          cp_async_16_shared(chunk_dst, valid ? chunk_src : zero_source, valid);
+          chunk_src += kChunk;
+          chunk_dst += chunk_bytes;
+        }
+        row += input_row_step;
+        src += src_row_step;
+        dst += dst_row_step;
       }
-    });
+    }
   }
 };
 
