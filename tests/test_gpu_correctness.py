@@ -1162,11 +1162,14 @@ def test_16bit_every_variant_matches_float64_and_pytorch(ext, choice, case, dtyp
                   kernel_choice.flat_tiling(choice, case, ELEMENT_OF[dtype], device) ==
                   "n64_warp32x32" and
                   variant_runs(ext, case, x, weight, bias, "tiled_16bit_flat_wgmma"))
+    # Everything else on Hopper: the general kernel (general_wgmma runs every GRID geometry).
+    general = on_hopper() and variant_runs(ext, case, x, weight, bias, "general_wgmma")
     assert chosen == ("stem_16bit" if stem else
                       "tiled_16bit_wgmma" if wgmma else
                       "small_16bit" if small else
                       ("tiled_16bit_flat_wgmma" if flat_wgmma else "tiled_16bit_flat")
                       if flat and case.in_channels < 8 and not fast_path(case)
+                      else "general_wgmma" if general
                       else "tiled_16bit_mma" if fits_tile else "direct_16bit")
     check_16bit(run_op(ext, case, x, weight, bias), x, case, weight, bias, dtype, "auto")
     ran = []
@@ -1180,8 +1183,10 @@ def test_16bit_every_variant_matches_float64_and_pytorch(ext, choice, case, dtyp
         check_16bit(run_op(ext, case, x, weight, bias, config), x, case, weight, bias, dtype,
                     name)
         ran.append(name)
-    # Only the 16-bit variants take 16-bit inputs, and the direct one takes every shape.
-    assert set(ran) <= set(SIXTEEN_BIT_VARIANTS) and "direct_16bit" in ran
+    # Only the 16-bit variants and the general kernel (both element types) take 16-bit inputs,
+    # the direct one takes every shape, and on Hopper so does the general one.
+    assert set(ran) <= set(SIXTEEN_BIT_VARIANTS) | {"general_wgmma"} and "direct_16bit" in ran
+    assert ("general_wgmma" in ran) == on_hopper()
 
 
 @pytest.mark.parametrize("dtype", SIXTEEN_BIT_DTYPES, ids=DTYPE_IDS.get)

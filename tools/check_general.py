@@ -153,7 +153,7 @@ def perf(ext, lib, with_compile: bool, tiles: bool) -> None:
     from utils import kernel_choice
     config = ext.conv2d_relu_maxpool_variants()["general_wgmma"]
     device = kernel_choice.device_of(lib)
-    rows = []
+    rows, records = [], []
     for dtype in (torch.float32, torch.float16):
         for case in PERF_CASES:
             x, w, b = operands(case, 0, dtype)
@@ -172,6 +172,17 @@ def perf(ext, lib, with_compile: bool, tiles: bool) -> None:
             t_general = bench(lambda: ext.conv2d_relu_maxpool_forward(x, w, b, *args, config,
                                                                       None))
             t_auto = bench(lambda: ext.conv2d_relu_maxpool_forward(x, w, b, *args, -1, None))
+            # The variant these layers took before the general kernel (when it runs them; the
+            # direct kernel, their other former choice, is not timed: seconds a call).
+            previous = "tiled_tf32" if dtype == torch.float32 else "tiled_16bit_mma"
+            t_previous = float("nan")
+            try:
+                previous_config = ext.conv2d_relu_maxpool_variants()[previous]
+                ext.conv2d_relu_maxpool_forward(x, w, b, *args, previous_config, None)
+                t_previous = bench(lambda: ext.conv2d_relu_maxpool_forward(
+                    x, w, b, *args, previous_config, None))
+            except RuntimeError:
+                pass
             t_eager = bench(eager)
             t_compile = float("nan")
             if with_compile:
@@ -181,6 +192,11 @@ def perf(ext, lib, with_compile: bool, tiles: bool) -> None:
             tflops = case.flops() / (t_general * 1e-6) / 1e12
             rows.append((case.name, DTYPE_NAMES[dtype], auto_name, t_general, t_auto, t_eager,
                          t_compile, tflops, err))
+            records.append(dict(case=case.label(), name=case.name, dtype=DTYPE_NAMES[dtype],
+                                auto=auto_name, general_us=t_general, auto_us=t_auto,
+                                previous=previous, previous_us=t_previous, eager_us=t_eager,
+                                compile_us=t_compile, general_tflops=tflops,
+                                relative_l2_vs_eager=err))
             element = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}[dtype]
             plan = kernel_choice.general_plan(lib, case, element, device)
             print(f"{case.name:20s} {DTYPE_NAMES[dtype]:8s} auto={auto_name:22s} "
@@ -189,11 +205,13 @@ def perf(ext, lib, with_compile: bool, tiles: bool) -> None:
             print(f"    plan {plan}", flush=True)
             if tiles:
                 print(f"    tiles {time_tiles(ext, lib, case, x, w, b, config)}", flush=True)
-    print("\ncase                 dtype    general_us  eager_us  compile_us  x_eager  x_compile "
-          "TFLOP/s")
-    for name, dt, _, tg, _, te, tc, tf, _ in rows:
-        print(f"{name:20s} {dt:8s} {tg:10.1f} {te:9.1f} {tc:11.1f} {te / tg:8.2f} "
-              f"{tc / tg:10.2f} {tf:7.0f}")
+    print("\ncase                 dtype    general_us previous_us  eager_us  compile_us  x_prev  "
+          "x_eager  x_compile TFLOP/s")
+    for (name, dt, _, tg, _, te, tc, tf, _), record in zip(rows, records):
+        tp = record["previous_us"]
+        print(f"{name:20s} {dt:8s} {tg:10.1f} {tp:11.1f} {te:9.1f} {tc:11.1f} {tp / tg:7.2f} "
+              f"{te / tg:8.2f} {tc / tg:10.2f} {tf:7.0f}")
+    return records
 
 
 def main() -> int:
@@ -202,6 +220,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=None, help="sweep seed (default: random)")
     parser.add_argument("--perf", action="store_true", help="time the PERF_CASES table")
     parser.add_argument("--compile", action="store_true", help="torch.compile in the table")
+    parser.add_argument("--json", type=Path, help="with --perf: write the table's rows there")
     parser.add_argument("--tiles", action="store_true",
                         help="with --perf: also time every tile of the kernel's table forced")
     args = parser.parse_args()
@@ -211,7 +230,14 @@ def main() -> int:
     seed = args.seed if args.seed is not None else random.randrange(2**31)
     failures = correctness(cuda_extension, lib, args.cases, seed) if args.cases else 0
     if args.perf:
-        perf(cuda_extension, lib, args.compile, args.tiles)
+        records = perf(cuda_extension, lib, args.compile, args.tiles)
+        if args.json:
+            import json
+            environment = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,
+                               cudnn=torch.backends.cudnn.version())
+            args.json.write_text(json.dumps(dict(schema="conv_relu_maxpool.check_general/1",
+                                                 environment=environment, rows=records),
+                                            indent=1))
     return 1 if failures else 0
 
 
