@@ -1,5 +1,6 @@
-// Hopper wgmma wrappers (PTX ISA 8.0+, sm_90a) shared by the wgmma kernels
-// (conv_relu_maxpool_wgmma.cu) and the flat kernel's wgmma mainloop (conv_relu_maxpool.cu).
+// Hopper wgmma, proxy-fence, mbarrier and bulk-copy wrappers (PTX ISA 8.0+, sm_90a) shared by
+// the wgmma kernels (conv_relu_maxpool_wgmma.cu), the flat kernel's wgmma mainloop
+// (conv_relu_maxpool.cu) and the general kernel (kernels/hopper/).
 // The instructions themselves exist only in sm_90a code: callers guard them with
 // __CUDA_ARCH_FEAT_SM90_ALL (the fences and waits assemble for any sm_90 target).
 #pragma once

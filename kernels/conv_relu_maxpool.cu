@@ -43,7 +43,9 @@
 //  19 tiled_16bit_flat_wgmma As 18 for float16 / bfloat16 operands: m64n64k16 steps with
 //                     16-bit operands, the gathered fp32 halo values packed back to 16 bits
 //                     (exact), the weights staged 16-bit in the wgmma layout; planes as 12.
-// (6, 10 and 15 are the wgmma kernels, conv_relu_maxpool_wgmma.cu, 15 with 3xTF32; 7 and 11
+// (20, general_wgmma, is the general Hopper kernel in kernels/hopper/: any geometry, float32 in
+// TF32 and float16 / bfloat16, chosen on Hopper wherever none of the special kernels applies;
+// 6, 10 and 15 are the wgmma kernels, conv_relu_maxpool_wgmma.cu, 15 with 3xTF32; 7 and 11
 // the CUDA-core small_fp32 / small_16bit and 13 their TF32 tensor-core twin small_tf32,
 // conv_relu_maxpool_small.cu; 8 and 9 the other 16-bit kernels, conv_relu_maxpool_half.cu;
 // 16 and 17 the first-layer kernels stem_tf32 / stem_16bit, conv_relu_maxpool_stem.cu.)

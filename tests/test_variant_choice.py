@@ -19,7 +19,7 @@ from utils.kernel_choice import (A100_LIKE, BFLOAT16, FLOAT16, FLOAT32, H200, Co
                                  flat_tiling, shape_of, takes_packed_weight, tiled_out_block,
                                  wgmma_split,
                                  wgmma_tile, wgmma_tile_origins)
-from utils.suite import FLAT_TILING_CASES, GRID, SUITE, ConvPoolCase, find_case
+from utils.suite import FLAT_TILING_CASES, GRID, SUITE, ConvPoolCase, find_case, fuzz_case
 
 AUTO = -1
 SIXTEEN_BIT_VARIANTS = ("direct_16bit", "tiled_16bit_mma", "tiled_16bit_wgmma", "small_16bit",
@@ -831,3 +831,54 @@ def test_stem_kernel_limits(library, variant_names):
                            element=element) is None  # 2 x 16 = 32
         for why, case in refused.items():
             assert unsupported(library, case, ids[name], element=element) == why, case
+
+
+def test_hopper_never_takes_the_direct_kernel_for_a_layer_above_10_mflop(library, variant_names,
+                                                                        seed):
+    """Over the fuzz space (utils.suite.fuzz_case: kernels 1-11, strides 1-4, dilation 1-3,
+    pools 1-4, up to 1024 channels) the automatic choice on the H200 runs every layer above 10
+    MFLOP on a tensor-core kernel (the general one where no special kernel applies), in float32
+    with TF32 and in both 16-bit types: the one-thread-per-output kernels remain for tiny
+    layers and explicit requests."""
+    rng = random.Random(seed)
+    checked = 0
+    for i in range(600):
+        case = fuzz_case(rng, f"fuzz_{i}", max_size=80, max_channels=1024)
+        if case.flops() <= 1e7:
+            continue
+        checked += 1
+        for element in (FLOAT32, FLOAT16, BFLOAT16):
+            chosen = choose(library, variant_names, case, element=element)
+            assert chosen not in ("direct", "direct_16bit"), (case, element, chosen)
+    assert checked > 100
+
+
+def test_older_gpus_keep_their_variants_and_never_take_the_general_kernel(library,
+                                                                          variant_names, seed):
+    """sm_80 (A100-like): general_wgmma refuses (it is sm_90a code), and the choice for the
+    layers it took over on Hopper stays what it was: the mma.sync kernels where their tiles fit
+    (GoogLeNet's 3 x 3 under a 3 x 3 / 2 pool, a 1 x 1 under a padded one), the direct kernel
+    for a 5 x 5 over 64 channels (AlexNet's second layer: its weights do not fit one stage)."""
+    general = variant_names_to_ids(variant_names)["general_wgmma"]
+    googlenet = ConvPoolCase("googlenet_c3", 32, 64, 192, 56, 56, (3, 3), padding=(1, 1),
+                             pool_kernel=(3, 3), pool_stride=(2, 2), ceil_mode=True)
+    pointwise = ConvPoolCase("k1_pool3", 64, 256, 256, 28, 28, (1, 1), pool_kernel=(3, 3),
+                             pool_stride=(2, 2), pool_padding=(1, 1))
+    alexnet_c2 = ConvPoolCase("alexnet_c2", 128, 64, 192, 27, 27, (5, 5), padding=(2, 2),
+                              pool_kernel=(3, 3), pool_stride=(2, 2))
+    expected = {googlenet: ("tiled_tf32", "tiled_16bit_mma"),
+                pointwise: ("tiled_tf32", "tiled_16bit_mma"),
+                alexnet_c2: ("direct", "tiled_16bit_mma")}
+    for case, (float32, sixteen) in expected.items():
+        assert choose(library, variant_names, case, device=A100_LIKE) == float32, case.name
+        assert choose(library, variant_names, case, device=A100_LIKE,
+                      element=FLOAT16) == sixteen, case.name
+        assert unsupported(library, case, general, device=A100_LIKE) is not None
+        # On the H200 the general kernel takes all three.
+        assert choose(library, variant_names, case) == "general_wgmma", case.name
+    rng = random.Random(seed)
+    for i in range(200):
+        case = fuzz_case(rng, f"fuzz_{i}")
+        for element in (FLOAT32, FLOAT16):
+            assert choose(library, variant_names, case, device=A100_LIKE,
+                          element=element) != "general_wgmma"
