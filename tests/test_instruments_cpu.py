@@ -452,7 +452,8 @@ def test_profiling_arguments(tmp_path):
     assert (args.suite, args.iters, args.json, args.plot, args.single_run) == (
         False, 100, None, None, None)
     assert profiling.requested_targets(args) == ["new", "eager", "compile"]
-    assert profiling.requested_cases(args) == [DEFAULT]
+    # (case, dtype: None for --dtype's, channels-last input)
+    assert profiling.requested_cases(args) == [(DEFAULT, None, False)]
     assert args.dtype == "float32"
     assert profiling.DTYPES[parser.parse_args(["--dtype", "bfloat16"]).dtype] == torch.bfloat16
     args = parser.parse_args(["--suite", "--json", str(tmp_path / "a.json"), "--plot",
@@ -460,12 +461,12 @@ def test_profiling_arguments(tmp_path):
                               "--max-autotune", "--channels-last"])
     assert args.suite and args.iters == 7 and args.measure_ceilings
     assert args.json == tmp_path / "a.json" and args.plot == tmp_path / "a.png"
-    assert profiling.requested_cases(args) == SUITE
+    assert profiling.requested_cases(args) == [(case, None, False) for case in SUITE]
     assert profiling.requested_targets(args) == ["new", "eager", "compile", "max-autotune",
                                                  "channels-last"]
     args = parser.parse_args(["--single-run", "new,compile", "--case", "batch1"])
     assert args.single_run == ["new", "compile"]
-    assert profiling.requested_cases(args) == [find_case("batch1")]
+    assert profiling.requested_cases(args) == [(find_case("batch1"), None, False)]
     for bad in (["--single-run", "new,bogus"], ["--suite", "--case", "batch1"],
                 ["--iters", "many"], ["--dtype", "float64"]):
         with pytest.raises(SystemExit):

@@ -6,6 +6,9 @@
     python -m utils.profiling --suite --json out.json --plot speedup.png
     python -m utils.profiling --suite --dtype bfloat16   # model.bfloat16() against its peers
     python -m utils.profiling --suite --no-tf32     # fp32-accurate: allow_tf32 = False for all
+    python -m utils.profiling --zoo --zoo-limit 60  # layers of torchvision's models (utils/zoo.py)
+    python -m utils.profiling --fuzz 150            # random geometries >= 0.5 GFLOP, every dtype
+                                                    # and both layouts
     ncu --nvtx --nvtx-include "new/" python -m utils.profiling --single-run new
 
 How a time is taken: after a warm-up, each call is bracketed by its own pair of CUDA events;
@@ -171,6 +174,8 @@ class CaseResult:
     input_buffers: int
     targets: dict[str, TargetResult] = field(default_factory=dict)
     matches_model: Optional[bool] = None
+    dtype: str = "float32"
+    channels_last: bool = False
 
     def speedup_over(self) -> dict[str, float]:
         """Median time of each peer divided by the op's median (> 1: the op is faster)."""
@@ -191,7 +196,8 @@ def case_record(result: CaseResult) -> dict:
                              compile_s=target.compile_s)
     return dict(name=result.case.name, case=result.case.to_dict(), variant=result.variant,
                 floor_us=result.floor_us, input_buffers=result.input_buffers, targets=targets,
-                speedup_over=result.speedup_over(), matches_model=result.matches_model)
+                speedup_over=result.speedup_over(), matches_model=result.matches_model,
+                dtype=result.dtype, channels_last=result.channels_last)
 
 
 def build_record(environment: dict, settings: dict, ceilings: Ceilings,
@@ -382,17 +388,22 @@ def variant_name(case: ConvPoolCase, model_new: nn.Module, x: torch.Tensor) -> s
 
 
 def profile_case(case: ConvPoolCase, names: Sequence[str], args: argparse.Namespace,
-                 ceilings: Ceilings, flush: torch.Tensor) -> CaseResult:
+                 ceilings: Ceilings, flush: torch.Tensor, dtype_name: Optional[str] = None,
+                 channels_last: bool = False) -> CaseResult:
+    """Every target on `case`, in `dtype_name` (default: --dtype) and with channels-last input
+    for all of them when `channels_last` (the fuzz's layouts)."""
     from model import Model
-    dtype = DTYPES[args.dtype]
+    dtype_name = dtype_name or args.dtype
+    dtype = DTYPES[dtype_name]
+    layout = ", channels-last input" if channels_last else ""
     print(f"{case.name}: {case.label()} -> {case.output_shape()}, "
-          f"{case.flops() / 1e9:.1f} GFLOP, {args.dtype}", flush=True)
+          f"{case.flops() / 1e9:.1f} GFLOP, {dtype_name}{layout}", flush=True)
     torch.manual_seed(0)
     model = Model(**case.model_kwargs()).to("cuda", dtype).eval()
     count = input_buffer_count(case.input_elements() * dtype.itemsize, l2_bytes())
-    inputs = make_inputs(case, count, channels_last=False, dtype=dtype)
+    inputs = make_inputs(case, count, channels_last=channels_last, dtype=dtype)
     result = CaseResult(case, variant="-", floor_us=floor_us(case, ceilings, dtype),
-                        input_buffers=count)
+                        input_buffers=count, dtype=dtype_name, channels_last=channels_last)
     with torch.no_grad():
         targets = build_targets(case, names, inputs[0], model)
         ours = [name for name in (NEW, PREPACKED) if name in targets]
@@ -557,6 +568,21 @@ def build_parser() -> argparse.ArgumentParser:
                             "default problem")
     which.add_argument("--case", action="append", metavar="NAME",
                        help="run this SUITE or GRID case (repeatable)")
+    which.add_argument("--zoo", action="store_true",
+                       help="run the layer zoo: convolutions of torchvision's models under "
+                            "their pools or 2x2/2 and 3x3/2 ones (utils/zoo.py)")
+    which.add_argument("--fuzz", type=int, metavar="COUNT",
+                       help="run COUNT random geometries of at least 0.5 GFLOP (kernels 1-11, "
+                            "strides 1-4, dilation 1-3, pools 1-4, up to 1024 channels), "
+                            "cycling float32 / float16 / bfloat16 and NCHW / channels-last")
+    parser.add_argument("--zoo-models", nargs="+", metavar="NAME",
+                        help="with --zoo: these torchvision models (default: utils.zoo's list)")
+    parser.add_argument("--zoo-batches", nargs="+", type=int, metavar="N",
+                        help="with --zoo: these batch sizes (default: 1 32 128)")
+    parser.add_argument("--zoo-limit", type=int, metavar="COUNT",
+                        help="with --zoo: COUNT layers spread evenly over the zoo's FLOP range")
+    parser.add_argument("--fuzz-seed", type=int, default=0,
+                        help="with --fuzz: the seed of the geometries (default 0)")
     parser.add_argument("--iters", type=int, default=DEFAULT_ITERS,
                         help=f"timed calls per target (default {DEFAULT_ITERS})")
     parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
@@ -606,12 +632,63 @@ def requested_targets(args: argparse.Namespace) -> list[str]:
     return names
 
 
-def requested_cases(args: argparse.Namespace) -> list[ConvPoolCase]:
+FUZZ_MIN_FLOPS = 0.5e9
+FUZZ_MAX_FLOPS = 200e9    # keeps one geometry's timing under a few seconds
+FUZZ_MAX_BYTES = 4 << 30  # input + output of one geometry at float32
+FUZZ_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def spread(cases: Sequence[ConvPoolCase], count: int) -> list[ConvPoolCase]:
+    """`count` of `cases` at evenly spaced ranks of their FLOPs (all when there are fewer)."""
+    if count >= len(cases):
+        return list(cases)
+    ordered = sorted(cases, key=lambda case: case.flops())
+    return [ordered[round(i * (len(ordered) - 1) / max(count - 1, 1))] for i in range(count)]
+
+
+def fuzz_cases(count: int, seed: int) -> list[tuple[ConvPoolCase, str, bool]]:
+    """`count` random (case, dtype, channels_last) of at least FUZZ_MIN_FLOPS, dtypes and
+    layouts taken in turn."""
+    import random
+    from utils.suite import fuzz_case
+    rng = random.Random(seed)
+    drawn = []
+    while len(drawn) < count:
+        case = fuzz_case(rng, f"fuzz_{len(drawn)}", max_size=160, max_channels=1024,
+                         batch=rng.choice([1, 2, 4, 8, 16, 32, 64]))
+        size = 4 * (case.input_elements() + case.output_elements())
+        if not FUZZ_MIN_FLOPS <= case.flops() <= FUZZ_MAX_FLOPS or size > FUZZ_MAX_BYTES:
+            continue
+        index = len(drawn)
+        drawn.append((case, FUZZ_DTYPES[index % 3], (index // 3) % 2 == 1))
+    return drawn
+
+
+def requested_cases(args: argparse.Namespace) -> list[tuple[ConvPoolCase, Optional[str], bool]]:
+    """(case, dtype or None for --dtype, channels-last input) to run."""
     if args.suite:
-        return list(SUITE)
-    if args.case:
-        return [find_case(name) for name in args.case]
-    return [DEFAULT]
+        cases = list(SUITE)
+    elif args.case:
+        cases = [find_case(name) for name in args.case]
+    elif args.zoo:
+        from utils import zoo
+        cases = zoo.zoo_cases(args.zoo_models or zoo.DEFAULT_MODELS,
+                              args.zoo_batches or zoo.BATCHES)
+        if args.zoo_limit:
+            cases = spread(cases, args.zoo_limit)
+    elif args.fuzz:
+        return fuzz_cases(args.fuzz, args.fuzz_seed)
+    else:
+        cases = [DEFAULT]
+    return [(case, None, False) for case in cases]
+
+
+def progress(done: int, total: int, started: float) -> str:
+    """'case k of n, ~m min left' from the time per case so far."""
+    if done == 0:
+        return f"case 1 of {total}"
+    left = (time.perf_counter() - started) / done * (total - done)
+    return f"case {done + 1} of {total}, ~{left / 60:.1f} min left"
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -635,7 +712,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cuda.matmul.allow_tf32 = False
     if args.single_run:
-        single_run(cases, args.single_run, DTYPES[args.dtype])
+        single_run([case for case, _, _ in cases], args.single_run, DTYPES[args.dtype])
         return 0
 
     environment = environment_info()
@@ -653,10 +730,18 @@ def main(argv: Optional[list[str]] = None) -> int:
         ceilings = Ceilings(args.tf32_tflops, args.hbm_tbps, "PEERS-H200.md")
     names = requested_targets(args)
     flush = torch.empty(L2_FLUSH_BYTES // 4, device="cuda")
-    results = [profile_case(case, names, args, ceilings, flush) for case in cases]
+    results, started = [], time.perf_counter()
+    for done, (case, dtype_name, channels_last) in enumerate(cases):
+        if len(cases) > 1:
+            print(f"[{progress(done, len(cases), started)}]", flush=True)
+        results.append(profile_case(case, names, args, ceilings, flush, dtype_name,
+                                    channels_last))
 
     if args.json:
-        settings = dict(iters=args.iters, warmup=args.warmup, targets=names, dtype=args.dtype,
+        settings = dict(iters=args.iters, warmup=args.warmup, targets=names,
+                        dtype="per case" if args.fuzz else args.dtype,
+                        cases="zoo" if args.zoo else f"fuzz (seed {args.fuzz_seed})"
+                        if args.fuzz else "suite" if args.suite else "listed",
                         l2_flush_bytes=L2_FLUSH_BYTES, l2_bytes=l2_bytes(),
                         profiler_calls=0 if args.no_profiler else PROFILER_CALLS,
                         cudnn_allow_tf32=torch.backends.cudnn.allow_tf32,
