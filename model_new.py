@@ -37,9 +37,11 @@ that a call skips that step; off by default, see its caveat.
 nn.Sequential containers of any model into ModelNew modules (e.g. torchvision's VGG
 `.features`).
 """
+from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import torch
+import torch.fx
 import torch.nn as nn
 
 try:
@@ -510,58 +512,406 @@ def _fusable_pool(pool: nn.Module) -> bool:
     return _pair(pool.dilation, "dilation") == (1, 1)
 
 
-def fused_from_layers(conv: nn.Conv2d, pool: nn.MaxPool2d) -> ModelNew:
-    """A ModelNew computing pool(relu(conv(x))) that holds `conv` itself as its parameter
-    holder: the same Parameter objects (same device, dtype, requires_grad), no copy."""
+def _fusable_batch_norm(batch_norm: nn.Module, conv: nn.Conv2d) -> Optional[str]:
+    """Why `batch_norm` cannot be folded into `conv`, or None when it can."""
+    if type(batch_norm) is not nn.BatchNorm2d or _has_hooks(batch_norm):
+        return "a BatchNorm2d subclass or one with hooks"
+    if batch_norm.training:
+        return "its BatchNorm2d is in training mode (batch statistics): never folded"
+    if batch_norm.running_mean is None or batch_norm.running_var is None:
+        return "its BatchNorm2d keeps no running statistics"
+    if batch_norm.num_features != conv.out_channels:
+        return "its BatchNorm2d has another channel count"
+    return None
+
+
+def folded_conv(conv: nn.Conv2d, batch_norm: nn.BatchNorm2d) -> nn.Conv2d:
+    """An nn.Conv2d computing batch_norm(conv(x)) for an eval-mode batch_norm: weight scaled
+    per output channel by gamma / sqrt(running_var + eps), bias (b - running_mean) times that
+    plus beta, worked out in float64 and stored in conv's dtype and device, without
+    gradients. A copy: later changes to conv's or batch_norm's parameters do not reach it. Runs
+    once, on the parameters, at fusion time (no forward computes with it)."""
+    with torch.no_grad():
+        scale = torch.rsqrt(batch_norm.running_var.double() + batch_norm.eps)
+        shift = -batch_norm.running_mean.double() * scale
+        if batch_norm.affine:
+            scale = scale * batch_norm.weight.double()
+            shift = shift * batch_norm.weight.double() + batch_norm.bias.double()
+        weight = conv.weight.double() * scale.reshape(-1, 1, 1, 1)
+        bias = shift if conv.bias is None else conv.bias.double() * scale + shift
+    with torch.device("meta"):  # the shell only: its parameters are replaced below
+        folded = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride,
+                           conv.padding, conv.dilation, bias=True,
+                           padding_mode=conv.padding_mode)
+    dtype = conv.weight.dtype
+    folded.weight = nn.Parameter(weight.to(dtype), requires_grad=False)
+    folded.bias = nn.Parameter(bias.to(dtype), requires_grad=False)
+    folded.train(conv.training)
+    return folded
+
+
+def fused_from_layers(conv: nn.Conv2d, pool: nn.MaxPool2d,
+                      batch_norm: Optional[nn.BatchNorm2d] = None) -> ModelNew:
+    """A ModelNew computing pool(relu(conv(x))) (pool(relu(batch_norm(conv(x)))) with an
+    eval-mode batch_norm) that holds `conv` itself as its parameter holder: the same Parameter
+    objects (same device, dtype, requires_grad), no copy; with a batch_norm, folded_conv's
+    copy instead."""
+    holder = conv if batch_norm is None else folded_conv(conv, batch_norm)
     with torch.device("meta"):  # skip allocating and initialising a throw-away Conv2d
         fused = ModelNew(conv.in_channels, conv.out_channels, conv.kernel_size,
                          pool.kernel_size, stride=conv.stride, padding=_conv_padding(conv),
                          dilation=conv.dilation, pool_stride=pool.stride,
                          pool_padding=pool.padding, ceil_mode=pool.ceil_mode,
-                         bias=conv.bias is not None)
-    fused.conv = conv
+                         bias=holder.bias is not None)
+    fused.conv = holder
     fused.train(conv.training)
     return fused
 
 
-def _fuse_sequential(sequence: nn.Sequential, prepack: bool) -> int:
-    """Fuses the Conv2d, ReLU, MaxPool2d runs of one Sequential in place; returns how many."""
-    fused_count = 0
+@dataclass
+class FusionEntry:
+    """One nn.Conv2d that fuse_conv_relu_maxpool looked at: fused or not, and why."""
+    conv: str                  # its qualified name in the model
+    fused: bool
+    why: str                   # "fused", "fused, BatchNorm2d folded", or the reason it is not
+    batch_norm: Optional[str] = None
+    relu: Optional[str] = None  # a module's qualified name, or the function that was called
+    pool: Optional[str] = None
+
+
+class FusionReport(list):
+    """fuse_conv_relu_maxpool's account (report=True): a FusionEntry per convolution."""
+
+    def fused(self) -> List[FusionEntry]:
+        return [entry for entry in self if entry.fused]
+
+    def __str__(self) -> str:
+        lines = [f"{len(self.fused())} of {len(self)} convolutions fused"]
+        for entry in self:
+            parts = [entry.conv] + [p for p in (entry.batch_norm, entry.relu, entry.pool) if p]
+            lines.append(f"  {' -> '.join(parts)}: {entry.why}")
+        return "\n".join(lines)
+
+
+def _set_submodule(root: nn.Module, name: str, module: nn.Module) -> None:
+    parent_name, _, attribute = name.rpartition(".")
+    setattr(root.get_submodule(parent_name) if parent_name else root, attribute, module)
+
+
+def _fuse_sequential(sequence: nn.Sequential, prefix: str, prepack: bool,
+                     report: FusionReport) -> None:
+    """Fuses the Conv2d -> [eval BatchNorm2d] -> ReLU -> MaxPool2d runs of one Sequential's
+    consecutive layers in place: the run's first position gets the ModelNew, the others
+    nn.Identity."""
     index = 0
     while index + 2 < len(sequence):
-        conv, relu, pool = sequence[index], sequence[index + 1], sequence[index + 2]
-        if _fusable_conv(conv) and _fusable_relu(relu) and _fusable_pool(pool):
-            sequence[index] = fused_from_layers(conv, pool).prepack(prepack)
-            sequence[index + 1] = nn.Identity()
-            sequence[index + 2] = nn.Identity()
-            fused_count += 1
-            index += 3
+        conv = sequence[index]
+        bn = sequence[index + 1] if type(sequence[index + 1]) is nn.BatchNorm2d else None
+        rest = index + (2 if bn is not None else 1)
+        if (rest + 1 < len(sequence) and _fusable_conv(conv) and _fusable_relu(sequence[rest])
+                and _fusable_pool(sequence[rest + 1])
+                and (bn is None or _fusable_batch_norm(bn, conv) is None)):
+            keys = list(sequence._modules)  # the children's names ("0", or "conv0" ...)
+            names = [f"{prefix}{keys[i]}" for i in range(index, rest + 2)]
+            sequence[index] = fused_from_layers(conv, sequence[rest + 1], bn).prepack(prepack)
+            for position in range(index + 1, rest + 2):
+                sequence[position] = nn.Identity()
+            report.append(FusionEntry(names[0], True,
+                                      "fused, BatchNorm2d folded" if bn is not None else "fused",
+                                      names[1] if bn is not None else None, names[-2],
+                                      names[-1]))
+            index = rest + 2
         else:
             index += 1
-    return fused_count
 
 
-def fuse_conv_relu_maxpool(module: nn.Module, prepack: bool = False) -> nn.Module:
-    """Replaces, in place, every Conv2d -> ReLU -> MaxPool2d run of consecutive layers in
-    the nn.Sequential containers of `module` (at any depth, `module` itself included) by one
-    ModelNew, and returns `module`.
+class _FusionTracer(torch.fx.Tracer):
+    """symbolic_trace's tracer, with the fused modules as leaves."""
 
-    The ModelNew holds the original Conv2d (weights shared, not copied; same device and
-    dtype); the ReLU and MaxPool2d positions become nn.Identity, so the indices of all
-    other layers stay valid (e.g. torchvision VGG's `features[i]`). Parameter names change
-    from `features.0.weight` to `features.0.conv.weight`: load a state dict before fusing.
+    def is_leaf_module(self, module: nn.Module, qualified_name: str) -> bool:
+        return isinstance(module, ModelNew) or super().is_leaf_module(module, qualified_name)
+
+
+_RELU_FUNCTIONS = {torch.relu: "torch.relu", torch.relu_: "torch.relu_",
+                   torch.nn.functional.relu: "F.relu"}
+_MAX_POOL_FUNCTIONS = {torch.nn.functional.max_pool2d: "F.max_pool2d",
+                       torch.max_pool2d: "torch.max_pool2d"}
+
+
+def _only_user(node: "torch.fx.Node") -> Optional["torch.fx.Node"]:
+    users = list(node.users)
+    return users[0] if len(users) == 1 else None
+
+
+def _fuse_traced(module: nn.Module, graph: "torch.fx.Graph", prepack: bool,
+                 report: FusionReport) -> None:
+    """Fuses, in place, the runs torch.fx's graph of `module` shows across its forward code:
+    an nn.Conv2d whose output is used only by an eval nn.BatchNorm2d (optional), whose output
+    is used only by a ReLU (nn.ReLU, F.relu, torch.relu, Tensor.relu, inplace or not), whose
+    output is used only by an nn.MaxPool2d, each module called nowhere else. The Conv2d's place
+    gets the ModelNew, the BatchNorm2d's, nn.ReLU's and MaxPool2d's nn.Identity; a functional
+    ReLU stays, applied to the pooled output, where it changes nothing (it is >= 0 or NaN)."""
+    modules = dict(module.named_modules())
+    calls = {}
+    for node in graph.nodes:
+        if node.op == "call_module":
+            calls[node.target] = calls.get(node.target, 0) + 1
+
+    def called(node: Optional["torch.fx.Node"], kind: type) -> bool:
+        return (node is not None and node.op == "call_module"
+                and type(modules.get(node.target)) is kind)
+
+    for node in graph.nodes:
+        if not called(node, nn.Conv2d):
+            continue
+        conv = modules[node.target]
+        entry = FusionEntry(node.target, False, "")
+        report.append(entry)
+        if not _fusable_conv(conv):
+            entry.why = ("the kernel does not take this convolution (groups, padding mode or "
+                         "string padding, dtype, subclass or hooks)")
+            continue
+        chain = [node]
+        following = _only_user(node)
+        batch_norm = None
+        if called(following, nn.BatchNorm2d):
+            batch_norm = modules[following.target]
+            entry.batch_norm = following.target
+            why = _fusable_batch_norm(batch_norm, conv)
+            if why is not None:
+                entry.why = why
+                continue
+            chain.append(following)
+            following = _only_user(following)
+        relu = following
+        if called(relu, nn.ReLU) and _fusable_relu(modules[relu.target]):
+            entry.relu = relu.target
+        elif relu is not None and relu.op == "call_function" and relu.target in _RELU_FUNCTIONS:
+            entry.relu = _RELU_FUNCTIONS[relu.target]
+        elif relu is not None and relu.op == "call_method" and relu.target in ("relu", "relu_"):
+            entry.relu = f"Tensor.{relu.target}"
+        else:
+            entry.why = "its output does not go only to a ReLU (after at most a BatchNorm2d)"
+            continue
+        chain.append(relu)
+        pool = _only_user(relu)
+        if pool is not None and pool.op == "call_function" and pool.target in _MAX_POOL_FUNCTIONS:
+            entry.pool = _MAX_POOL_FUNCTIONS[pool.target]
+            entry.why = (f"the max-pool is a call of {entry.pool}, which cannot be replaced in "
+                         "place (torch.compile with enable_inductor_fusion() fuses it)")
+            continue
+        if not called(pool, nn.MaxPool2d) or not _fusable_pool(modules[pool.target]):
+            entry.why = "its ReLU's output does not go only to an nn.MaxPool2d the kernel takes"
+            continue
+        entry.pool = pool.target
+        chain.append(pool)
+        shared = [n.target for n in chain if n.op == "call_module" and calls[n.target] > 1]
+        if shared:
+            entry.why = f"{shared[0]} is called more than once in forward"
+            continue
+        fused = fused_from_layers(conv, modules[pool.target], batch_norm).prepack(prepack)
+        _set_submodule(module, node.target, fused)
+        for later in chain[1:]:
+            if later.op == "call_module":
+                _set_submodule(module, later.target, nn.Identity())
+        entry.fused = True
+        entry.why = "fused, BatchNorm2d folded" if batch_norm is not None else "fused"
+
+
+def fuse_conv_relu_maxpool(module: nn.Module, prepack: bool = False, report: bool = False
+                           ) -> Union[nn.Module, Tuple[nn.Module, FusionReport]]:
+    """Replaces, in place, the Conv2d -> [BatchNorm2d] -> ReLU -> MaxPool2d runs of `module`
+    by ModelNew modules and returns `module` (with report=True, `(module, FusionReport)`: for
+    every convolution, whether it was fused and why not).
+
+    Two passes, both in place:
+      * nn.Sequential containers (at any depth, `module` itself included; not subclasses that
+        override forward): runs of consecutive layers;
+      * everything else torch.fx can trace (symbolic_trace of `module`): a run whose tensors
+        flow conv -> [bn] -> relu -> pool through forward code (ResNet's, GoogLeNet's and
+        Inception's stems, DenseNet's first block, F.relu / torch.relu / Tensor.relu calls),
+        each intermediate used once and each module called once. A model fx cannot trace
+        (data-dependent control flow) keeps the first pass only.
+    The run's Conv2d position gets the ModelNew, its BatchNorm2d, nn.ReLU and MaxPool2d
+    positions nn.Identity, so the indices and names of all other layers stay valid (e.g.
+    torchvision VGG's `features[i]`). Parameter names change from `features.0.weight` to
+    `features.0.conv.weight`: load a state dict before fusing.
 
     Fused only what the kernel computes exactly: an nn.Conv2d (exact type) with groups=1,
     padding_mode='zeros', numeric, 'valid' or evenly splitting 'same' padding, weight and
-    bias both float32, float16 or bfloat16; an nn.ReLU (inplace or not); an nn.MaxPool2d
-    with dilation 1 and return_indices=False; none of the three with hooks. Sequential
-    subclasses that override forward are left alone. Everything else is untouched. The fused
-    modules run on CUDA only, and forward only (see ModelNew). prepack=True calls
-    ModelNew.prepack() on each (read its caveat on weight writes that bypass the version
-    counter).
+    bias both float32, float16 or bfloat16; an nn.BatchNorm2d in eval mode with running
+    statistics (folded into the convolution, below), or none; an nn.ReLU (inplace or not) or a
+    functional one; an nn.MaxPool2d with dilation 1 and return_indices=False (a functional
+    max-pool is left to torch.compile with enable_inductor_fusion()); none of the modules with
+    hooks. A BatchNorm2d in training mode is never folded: its run is left alone. Everything
+    else is untouched.
+
+    Without a BatchNorm2d the ModelNew holds the original Conv2d (weights shared, not copied;
+    same device and dtype): later changes to its weights are seen. With one, the model becomes
+    an inference model: the ModelNew holds a folded copy (folded_conv, no gradients), so later
+    changes to the original convolution's or BatchNorm2d's parameters or statistics are not
+    seen; fuse the original model again after them. The fused modules run on CUDA only, and
+    forward only (see ModelNew). prepack=True calls ModelNew.prepack() on each (read its caveat
+    on weight writes that bypass the version counter).
     """
-    sequences = [m for m in module.modules()
+    entries = FusionReport()
+    sequences = [(name, m) for name, m in module.named_modules()
                  if isinstance(m, nn.Sequential) and type(m).forward is nn.Sequential.forward]
-    for sequence in sequences:
-        _fuse_sequential(sequence, prepack)
-    return module
+    for name, sequence in sequences:
+        _fuse_sequential(sequence, f"{name}." if name else "", prepack, entries)
+    try:
+        graph = _FusionTracer().trace(module)
+    except Exception as error:  # noqa: BLE001 - any failure to trace means: no second pass
+        fused = [name for name, m in module.named_modules() if isinstance(m, ModelNew)]
+        for name, conv in module.named_modules():
+            if type(conv) is nn.Conv2d and not any(name.startswith(f"{f}.") for f in fused):
+                entries.append(FusionEntry(
+                    name, False, "not in a Conv2d -> ReLU -> MaxPool2d run of an nn.Sequential, "
+                    f"and torch.fx could not trace the model ({type(error).__name__}: "
+                    f"{str(error).splitlines()[0] if str(error) else ''})"))
+    else:
+        _fuse_traced(module, graph, prepack, entries)
+    return (module, entries) if report else module
+
+
+# ---- torch.compile: the fused op inside Inductor's graphs ---------------------------------
+
+class InductorFusionPass:
+    """An Inductor post-grad graph pass (torch._inductor.config.post_grad_custom_post_pass)
+    that rewrites aten.convolution -> aten.relu -> max-pool (aten.max_pool2d_with_indices, or
+    the low-memory prims._low_memory_max_pool_with_offsets that Inductor decomposes it to) into
+    fused_conv::conv2d_relu_maxpool, where each intermediate has that one user, only the
+    pooled values are used (not the indices), the convolution has groups=1 and is not
+    transposed, the pool has dilation 1, the tensors are on `devices` and the op's fake
+    implementation accepts the layer (dtype, geometry). Everything else is left as it was.
+    With torch._inductor.config.freezing = True, Inductor folds eval-mode BatchNorm2d into the
+    convolution before this pass runs, so those runs fuse too; without freezing the
+    BatchNorm2d's arithmetic sits between the convolution and the ReLU and the run is left
+    alone."""
+
+    def __init__(self, devices: Sequence[str] = ("cuda",)):
+        self.devices = tuple(devices)
+        self.rewritten = 0  # runs rewritten so far, over every graph this pass has seen
+
+    def uuid(self) -> Any:
+        """Identifies this pass for Inductor's FX graph cache (its source and devices)."""
+        import hashlib
+        import inspect
+        text = inspect.getsource(InductorFusionPass) + repr(self.devices)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    @staticmethod
+    def _pools():
+        pools = [torch.ops.aten.max_pool2d_with_indices.default]
+        low_memory = getattr(torch.ops.prims, "_low_memory_max_pool_with_offsets", None)
+        if low_memory is not None:
+            pools.append(low_memory.default)
+        return tuple(pools)
+
+    def __call__(self, graph: "torch.fx.Graph") -> None:
+        import operator
+        pools = self._pools()
+        for pool in list(graph.nodes):
+            if pool.op != "call_function" or pool.target not in pools:
+                continue
+            relu = pool.args[0]
+            if not (isinstance(relu, torch.fx.Node) and relu.op == "call_function"
+                    and relu.target == torch.ops.aten.relu.default and len(relu.users) == 1):
+                continue
+            conv = relu.args[0]
+            if not (isinstance(conv, torch.fx.Node) and conv.op == "call_function"
+                    and conv.target == torch.ops.aten.convolution.default
+                    and len(conv.users) == 1):
+                continue
+            getters = [g for g in pool.users
+                       if g.op == "call_function" and g.target is operator.getitem]
+            if len(getters) != len(pool.users) or any(
+                    g.args[1] != 0 and g.users for g in getters):
+                continue  # the indices (or offsets) are used
+            x, weight, bias, stride, padding, dilation, transposed, _, groups = conv.args
+            if transposed or groups != 1:
+                continue
+            kernel = list(pool.args[1])
+            pool_stride = list(pool.args[2]) if len(pool.args) > 2 and pool.args[2] else kernel
+            pool_padding = list(pool.args[3]) if len(pool.args) > 3 else [0, 0]
+            pool_dilation = list(pool.args[4]) if len(pool.args) > 4 else [1, 1]
+            ceil_mode = bool(pool.args[5]) if len(pool.args) > 5 else False
+            if any(d != 1 for d in pool_dilation):
+                continue
+            value = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+            if value is None or value.device.type not in self.devices:
+                continue
+            args = (x, weight, bias, list(stride), list(padding), list(dilation), kernel,
+                    pool_stride, pool_padding, ceil_mode, AUTO_CONFIG, None)
+            fake = self._fake_output(args)
+            if fake is None:
+                continue  # the op refuses this layer
+            with graph.inserting_before(pool):
+                fused = graph.call_function(torch.ops.fused_conv.conv2d_relu_maxpool.default,
+                                            args)
+            fused.meta["val"] = fake
+            for getter in getters:
+                if getter.args[1] == 0:
+                    getter.replace_all_uses_with(fused)
+                graph.erase_node(getter)
+            for node in (pool, relu, conv):
+                graph.erase_node(node)
+            self.rewritten += 1
+        graph.lint()
+
+    @staticmethod
+    def _fake_output(args: Tuple[Any, ...]) -> Optional[torch.Tensor]:
+        """The op's output on the nodes' fake values, or None where its checks refuse them
+        (the fake implementation run on meta copies, so that it judges the layer and not the
+        device, which the pass has checked)."""
+        values = [a.meta.get("val") if isinstance(a, torch.fx.Node) else a for a in args]
+        x = values[0]
+        fake_mode = getattr(x, "fake_mode", None)
+        if fake_mode is None or not all(isinstance(v, torch.Tensor) for v in values[:2]):
+            return None
+        meta = [torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+                if isinstance(v, torch.Tensor) else v for v in values]
+        try:
+            shape = _conv2d_relu_maxpool_fake(*meta).shape
+        except RuntimeError:
+            return None
+        with fake_mode:
+            return torch.empty(shape, dtype=x.dtype, device=x.device)
+
+
+_INDUCTOR_STATE: dict = {}
+
+
+def enable_inductor_fusion(enabled: bool = True) -> Optional[InductorFusionPass]:
+    """Opt-in: makes torch.compile (Inductor) put the fused op into the graphs it compiles,
+    so that `torch.compile(model)` of an unchanged model runs its Conv2d -> ReLU -> MaxPool2d
+    runs on this kernel (InductorFusionPass says which runs; fullgraph=True still holds: the
+    op is a custom op with a fake implementation). Installs the pass as
+    torch._inductor.config.post_grad_custom_post_pass and returns it (its `rewritten` counts
+    the runs); enable_inductor_fusion(False) puts back whatever was there before, i.e. stock
+    behaviour. Off by default. Graphs compiled while it was on stay compiled (torch.compile's
+    caches): call torch._dynamo.reset() to recompile."""
+    import torch._inductor.config as inductor_config
+    if not enabled:
+        if "previous" in _INDUCTOR_STATE:
+            inductor_config.post_grad_custom_post_pass = _INDUCTOR_STATE.pop("previous")
+        return None
+    if "previous" not in _INDUCTOR_STATE:
+        _INDUCTOR_STATE["previous"] = inductor_config.post_grad_custom_post_pass
+    if _INDUCTOR_STATE["previous"] is not None:
+        raise RuntimeError("torch._inductor.config.post_grad_custom_post_pass is already set "
+                           "by something else; enable_inductor_fusion would replace it")
+    fusion_pass = inductor_fusion_pass()
+    inductor_config.post_grad_custom_post_pass = fusion_pass
+    return fusion_pass
+
+
+def inductor_fusion_pass(devices: Sequence[str] = ("cuda",)) -> InductorFusionPass:
+    """An InductorFusionPass that is also Inductor's CustomGraphPass, so that its uuid() keys
+    the FX graph cache (a plain callable makes Inductor bypass the cache). torch._inductor is
+    imported here, not when model_new is."""
+    from torch._inductor.custom_graph_pass import CustomGraphPass
+    if "class" not in _INDUCTOR_STATE:
+        _INDUCTOR_STATE["class"] = type("InductorFusionGraphPass",
+                                        (InductorFusionPass, CustomGraphPass), {})
+    return _INDUCTOR_STATE["class"](devices)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
@@ -48,3 +49,24 @@ def seed(request) -> int:
     print(f"seed {value} ({request.node.nodeid})")
     request.node.user_properties.append(("seed", value))
     return value
+
+
+def reference_conv_relu_maxpool(x, weight, bias, stride, padding, dilation, pool_kernel,
+                                pool_stride, pool_padding, ceil_mode, config=-1,
+                                packed_weight=None):
+    """What the op computes, in PyTorch, with the binding's contiguous output."""
+    conv = F.conv2d(x, weight, bias, stride, padding, dilation)
+    return F.max_pool2d(F.relu(conv), pool_kernel, pool_stride or pool_kernel, pool_padding, 1,
+                        ceil_mode).contiguous()
+
+
+@pytest.fixture
+def reference_cpu_kernel(extension):
+    """For one test, the op's CPU kernel (normally the binding's "must be a CUDA tensor"
+    error) computes the reference instead: everything around the kernel - ModelNew's
+    arguments, autograd, fuse_conv_relu_maxpool's settings - then runs on the CPU."""
+    import model_new
+    torch.library.register_kernel(model_new.OP_QUALNAME, "cpu", reference_conv_relu_maxpool)
+    yield
+    torch.library.register_kernel(model_new.OP_QUALNAME, "cpu",
+                                  model_new._conv2d_relu_maxpool_binding)

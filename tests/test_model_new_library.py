@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from conftest import reference_conv_relu_maxpool
 from model import Model
 from utils import kernel_choice, verification
 from utils.suite import GRID, SUITE, ConvPoolCase, find_case, random_case
@@ -82,26 +83,6 @@ def op_args_for(case: ConvPoolCase, device) -> tuple:
 
 
 SHAPE_CASES = [small_channels(case) for case in SUITE + GRID]
-
-
-def reference_conv_relu_maxpool(x, weight, bias, stride, padding, dilation, pool_kernel,
-                                pool_stride, pool_padding, ceil_mode, config=-1,
-                                packed_weight=None):
-    """What the op computes, in PyTorch, with the binding's contiguous output."""
-    conv = F.conv2d(x, weight, bias, stride, padding, dilation)
-    return F.max_pool2d(F.relu(conv), pool_kernel, pool_stride or pool_kernel, pool_padding, 1,
-                        ceil_mode).contiguous()
-
-
-@pytest.fixture
-def reference_cpu_kernel(model_new):
-    """For one test, the op's CPU kernel (normally the binding's "must be a CUDA tensor"
-    error) computes the reference instead: everything around the kernel - ModelNew's
-    arguments, autograd, fuse_conv_relu_maxpool's settings - then runs on the CPU."""
-    torch.library.register_kernel(model_new.OP_QUALNAME, "cpu", reference_conv_relu_maxpool)
-    yield
-    torch.library.register_kernel(model_new.OP_QUALNAME, "cpu",
-                                  model_new._conv2d_relu_maxpool_binding)
 
 
 # ---- registration ------------------------------------------------------------------------
@@ -527,21 +508,38 @@ def test_fused_network_has_the_same_output_shapes_on_meta(model_new):
         assert fused(x).shape == network(x).shape
 
 
-def test_fuse_leaves_float64_and_hooked_layers_and_sequential_subclasses_alone(model_new):
-    class Reordering(nn.Sequential):
-        def forward(self, x):  # not Sequential's forward: positions may mean something else
-            return super().forward(x)
-
+def test_fuse_leaves_float64_and_hooked_layers_alone(model_new):
     hooked = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2))
     hooked[1].register_forward_hook(lambda module, args, out: None)
     networks = [nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2)).double(),
-                hooked, Reordering(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2)),
-                nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU6(), nn.MaxPool2d(2)),
+                hooked, nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU6(), nn.MaxPool2d(2)),
                 nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.AvgPool2d(2))]
     for network in networks:
         before = list(network)
         model_new.fuse_conv_relu_maxpool(network)
         assert list(network) == before
+
+
+def test_a_sequential_subclass_fuses_where_its_traced_forward_shows_the_run(model_new):
+    """The Sequential pass skips subclasses that override forward (positions may mean
+    something else there); the torch.fx pass sees what the forward does, and fuses a run whose
+    tensors do flow conv -> relu -> pool."""
+    class Reordering(nn.Sequential):
+        def forward(self, x):
+            return super().forward(x)
+
+    class Skipping(nn.Sequential):
+        def forward(self, x):  # the ReLU's output never reaches the pool
+            return self[2](self[0](x)) + self[1](x).sum()
+
+    network = Reordering(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2))
+    model_new.fuse_conv_relu_maxpool(network)
+    assert isinstance(network[0], model_new.ModelNew)
+    assert isinstance(network[1], nn.Identity) and isinstance(network[2], nn.Identity)
+    skipping = Skipping(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2))
+    before = list(skipping)
+    model_new.fuse_conv_relu_maxpool(skipping)
+    assert list(skipping) == before
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
