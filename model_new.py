@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import torch
+import torch._prims_common
 import torch.fx
 import torch.nn as nn
 
@@ -247,8 +248,14 @@ def _conv2d_relu_maxpool_fake(x: torch.Tensor, weight: torch.Tensor,
         if packed_weight.dim() != 1:
             raise RuntimeError("packed_weight must be conv2d_relu_maxpool_pack_weight(weight): a "
                                f"1-D tensor, got shape {_shape_string(packed_weight)}")
-    # The binding allocates a contiguous NCHW output in x's dtype, whatever x's layout.
-    return x.new_empty((batch, out_channels, out_h, out_w))
+    # The binding's layout rule (output_memory_format): channels-last when x or weight is, as
+    # PyTorch's convolution and the max-pool after it give, else NCHW contiguous.
+    shape = (batch, out_channels, out_h, out_w)
+    if (torch._prims_common.suggest_memory_format(x) == torch.channels_last
+            or torch._prims_common.suggest_memory_format(weight) == torch.channels_last):
+        return torch.empty(shape, dtype=x.dtype, device=x.device,
+                           memory_format=torch.channels_last)
+    return x.new_empty(shape)
 
 
 def _setup_context(ctx: Any, inputs: Tuple[Any, ...], output: torch.Tensor) -> None:

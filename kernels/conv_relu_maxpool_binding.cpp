@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "../binding_registry.h"
+#include "conv_pool_layout.h"
 #include "conv_relu_maxpool.h"
 
 namespace {
@@ -235,6 +236,15 @@ const ConvPoolDevice& device_info(int device) {
 
 bool tf32_allowed() { return at::globalContext().allowTF32CuDNN(); }
 
+// The output's memory format: channels-last when x or weight suggests it, as for PyTorch's
+// convolution (whose output the max-pool keeps the layout of), else NCHW contiguous. The op's
+// fake implementation (model_new.py) applies the same rule.
+c10::MemoryFormat output_memory_format(const torch::Tensor& x, const torch::Tensor& weight) {
+  const bool channels_last = x.suggest_memory_format() == c10::MemoryFormat::ChannelsLast ||
+                             weight.suggest_memory_format() == c10::MemoryFormat::ChannelsLast;
+  return channels_last ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::Contiguous;
+}
+
 // The variant `config` runs on `device` (automatic choice for -1); raises when an
 // explicitly requested variant cannot run the shape.
 int resolve_variant(const ConvPoolShape& shape, int64_t config, const ConvPoolDevice& device) {
@@ -295,21 +305,32 @@ torch::Tensor conv2d_relu_maxpool_forward(const torch::Tensor& x, const torch::T
     check_packed_weight(*packed_weight, x, weight, packed_weight_elements(shape, info, weight));
 
   c10::cuda::CUDAGuard device_guard(x.device());
-  auto out = torch::empty({shape.batch, shape.out_channels, shape.out_height, shape.out_width},
-                          x.options().memory_format(torch::MemoryFormat::Contiguous));
+  // The output's layout follows PyTorch's convolution (channels-last when x or weight is, and
+  // the max-pool keeps its input's): output_memory_format. general_wgmma writes either layout;
+  // the other variants write NCHW, which conv_pool_to_channels_last then re-lays out.
+  const auto memory_format = output_memory_format(x, weight);
+  const std::vector<int64_t> out_shape = {shape.batch, shape.out_channels, shape.out_height,
+                                          shape.out_width};
+  auto out = torch::empty(out_shape, x.options().memory_format(memory_format));
   if (plan.empty) return out;
+  const bool channels_last = memory_format == torch::MemoryFormat::ChannelsLast;
+  const bool writes_layout = !channels_last || variant == kVariantGeneralWgmma;
+  torch::Tensor nchw =
+      writes_layout ? out
+                    : torch::empty(out_shape, x.options().memory_format(
+                                                  torch::MemoryFormat::Contiguous));
 
   ConvPoolOperands operands{};
   if (shape.element == kElementFloat32) {
     operands.x = x.data_ptr<float>();
     operands.weight = weight.data_ptr<float>();
     operands.bias = bias.has_value() ? bias->data_ptr<float>() : nullptr;
-    operands.out = out.data_ptr<float>();
+    operands.out = nchw.data_ptr<float>();
   } else {  // float16 / bfloat16: the kernels read the 16-bit words
     operands.x16 = static_cast<const uint16_t*>(x.data_ptr());
     operands.weight16 = static_cast<const uint16_t*>(weight.data_ptr());
     operands.bias16 = bias.has_value() ? static_cast<const uint16_t*>(bias->data_ptr()) : nullptr;
-    operands.out16 = static_cast<uint16_t*>(out.data_ptr());
+    operands.out16 = static_cast<uint16_t*>(nchw.data_ptr());
   }
   for (int d = 0; d < 4; ++d) {
     operands.x_stride[d] = x.stride(d);
@@ -332,7 +353,18 @@ torch::Tensor conv2d_relu_maxpool_forward(const torch::Tensor& x, const torch::T
   }
 
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device).stream();
-  C10_CUDA_CHECK(conv_relu_maxpool_launch(&operands, &shape, variant, &info, stream, nullptr));
+  const int64_t out_stride[4] = {out.stride(0), out.stride(1), out.stride(2), out.stride(3)};
+  C10_CUDA_CHECK(conv_relu_maxpool_launch(&operands, &shape, variant, &info, stream,
+                                          channels_last && writes_layout ? out_stride : nullptr));
+  if (!writes_layout) {
+    const int64_t nchw_stride[4] = {nchw.stride(0), nchw.stride(1), nchw.stride(2),
+                                    nchw.stride(3)};
+    C10_CUDA_CHECK(conv_pool_to_channels_last(nchw.data_ptr(), nchw_stride,
+                                              int(out.element_size()), shape.batch,
+                                              shape.out_channels, shape.out_height,
+                                              shape.out_width, shape.out_channels,
+                                              out.data_ptr(), stream));
+  }
   return out;
 }
 

@@ -195,3 +195,26 @@ def test_output_is_fully_written(ext, seed):
     out = run_general(ext, case, x, w, b)
     assert not torch.isnan(out).any()
     check(ext, case, x, w, b, torch.float32, "poisoned")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+def test_channels_last_in_gives_channels_last_out_from_every_kind_of_variant(ext, seed, dtype):
+    """The output follows PyTorch's layout rule (channels-last when x or weight is): the
+    general kernel writes it itself (channels fastest), the other variants write NCHW and the
+    binding re-lays it out; values as in NCHW."""
+    case = ConvPoolCase("layout", 2, 16, 72, 23, 29, (3, 3), padding=(1, 1), pool_kernel=(3, 3),
+                        pool_stride=(2, 2), pool_padding=(1, 1), ceil_mode=True)
+    x, w, b = operands(case, seed, dtype)
+    expected = reference(case, x, w, b)
+    direct = "direct" if dtype == torch.float32 else "direct_16bit"
+    variants = ext.conv2d_relu_maxpool_variants()
+    for x_in, w_in in ((x.contiguous(memory_format=torch.channels_last), w),
+                       (x, w.contiguous(memory_format=torch.channels_last))):
+        for config in (-1, variants["general_wgmma"], variants[direct]):
+            out = ext.conv2d_relu_maxpool_forward(x_in, w_in, b, *case.op_args(), config, None)
+            assert out.is_contiguous(memory_format=torch.channels_last), config
+            tol = TOLERANCE[dtype]
+            torch.testing.assert_close(out.double(), expected, atol=tol, rtol=tol,
+                                       msg=lambda m: f"config {config}: {m}")
+    nchw = ext.conv2d_relu_maxpool_forward(x, w, b, *case.op_args(), -1, None)
+    assert nchw.is_contiguous()

@@ -268,11 +268,20 @@ def test_fake_follows_x_to_its_device_and_refuses_a_weight_elsewhere(op):
             op(x, weight.to("cuda:0"), bias, *settings)
 
 
-def test_fake_output_is_contiguous_for_a_channels_last_input(op):
+def test_fake_output_follows_pytorch_conv_into_channels_last(op):
+    """Channels-last out when x or weight is channels-last (as PyTorch's convolution, and the
+    max-pool that keeps its input's layout), NCHW otherwise: the binding's rule."""
     case = SHAPE_CASES[0]
     x, weight, bias, *settings = op_args_for(case, "meta")
-    out = op(x.to(memory_format=torch.channels_last), weight, bias, *settings)
-    assert out.is_contiguous()  # like the binding: NCHW output whatever x's layout
+    last = torch.channels_last
+    assert op(x, weight, bias, *settings).is_contiguous()
+    for x_in, w_in in ((x.to(memory_format=last), weight), (x, weight.to(memory_format=last)),
+                       (x.to(memory_format=last), weight.to(memory_format=last))):
+        out = op(x_in, w_in, bias, *settings)
+        assert out.is_contiguous(memory_format=last) and not out.is_contiguous()
+        expected = F.max_pool2d(F.relu(F.conv2d(x_in, w_in, bias, *settings[:3])),
+                                *settings[3:6], 1, settings[6])
+        assert out.shape == expected.shape
 
 
 # ---- tracing on meta tensors: compile and export without a GPU ------------------------------
@@ -964,7 +973,7 @@ def test_channels_last_input_matches_without_a_copy(model_new):
         torch.cuda.synchronize()
         grown = torch.cuda.max_memory_allocated() - before
     torch.testing.assert_close(out, expected, **TOLERANCE)
-    assert out.is_contiguous()
+    assert out.is_contiguous(memory_format=torch.channels_last)  # as PyTorch's conv and pool
     assert grown < x.nbytes // 2, f"{grown} bytes allocated: was x copied?"
 
 

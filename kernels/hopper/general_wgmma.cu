@@ -1,7 +1,8 @@
 // Host side of the general Hopper kernel (general_kernel.cuh): the plan (which tile, how the
 // reduction is staged, the shared-memory carve-up, the workspace), the shape limits, and the
-// launch with its two preparation kernels: the weights packed into the staged layout, and for
-// 16-bit NCHW inputs an NHWC copy of x (whose 16-byte pixel slices the kernel then copies).
+// launch with its two preparation steps: the weights packed into the staged layout, and for
+// 16-bit NCHW inputs an NHWC copy of x (conv_pool_layout.h; the kernel then copies its 16-byte
+// pixel slices).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "../conv_pool_layout.h"
 #include "../conv_pool_operands.h"
 #include "../conv_relu_maxpool_wgmma.h"
 #include "general_wgmma.h"
@@ -312,40 +314,6 @@ __global__ void pack_weights_kernel(const Raw* weight, int64_t ws0, int64_t ws1,
   }
 }
 
-// x (16-bit, any strides) as NHWC with p.staged_channels channels, zeros past in_channels: 32
-// pixels x 32 channels per block through shared memory, read along the pixels, written along
-// the channels.
-__global__ void stage_input_kernel(const uint16_t* x, int64_t xs0, int64_t xs1, int64_t xs2,
-                                   int64_t xs3, ConvPoolShape s, int staged_channels,
-                                   uint16_t* out) {
-  __shared__ uint16_t tile[32][33];
-  const int64_t pixels = int64_t(s.batch) * s.in_height * s.in_width;
-  const int64_t pixel0 = int64_t(blockIdx.x) * 32;
-  const int channel0 = blockIdx.y * 32;
-  {
-    const int64_t pixel = pixel0 + threadIdx.x;
-    int64_t offset = 0;
-    if (pixel < pixels) {
-      const int w = int(pixel % s.in_width);
-      const int64_t rest = pixel / s.in_width;
-      const int h = int(rest % s.in_height);
-      offset = (rest / s.in_height) * xs0 + h * xs2 + w * xs3;
-    }
-    for (int c = threadIdx.y; c < 32; c += blockDim.y) {
-      const int channel = channel0 + c;
-      tile[c][threadIdx.x] =
-          pixel < pixels && channel < s.in_channels ? x[offset + channel * xs1] : uint16_t(0);
-    }
-  }
-  __syncthreads();
-  const int channel = channel0 + threadIdx.x;
-  if (channel >= staged_channels) return;
-  for (int px = threadIdx.y; px < 32; px += blockDim.y) {
-    const int64_t pixel = pixel0 + px;
-    if (pixel < pixels) out[pixel * staged_channels + channel] = tile[threadIdx.x][px];
-  }
-}
-
 }  // namespace
 }  // namespace general_wgmma
 
@@ -412,12 +380,11 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
   }
   if (cudaError_t error = cudaGetLastError(); error != cudaSuccess) return error;
   if (p.staged_copy) {
-    const int64_t pixels = int64_t(s.batch) * s.in_height * s.in_width;
-    const dim3 grid(unsigned(ceil_div(pixels, 32)), unsigned(ceil_div(p.staged_channels, 32)));
-    stage_input_kernel<<<grid, dim3(32, 8), 0, stream>>>(
-        ops.x16, ops.x_stride[0], ops.x_stride[1], ops.x_stride[2], ops.x_stride[3], s,
-        p.staged_channels, static_cast<uint16_t*>(const_cast<void*>(p.staged_input)));
-    if (cudaError_t error = cudaGetLastError(); error != cudaSuccess) return error;
+    if (cudaError_t error = conv_pool_to_channels_last(
+            ops.x16, ops.x_stride, 2, s.batch, s.in_channels, s.in_height, s.in_width,
+            p.staged_channels, const_cast<void*>(p.staged_input), stream);
+        error != cudaSuccess)
+      return error;
   }
   switch (s.element) {
     case kElementFloat32:

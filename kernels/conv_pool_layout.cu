@@ -1,0 +1,62 @@
+// Layout conversion to channels-last (conv_pool_layout.h): a tiled transpose through shared
+// memory, 32 pixels x 32 channels a block, read along the pixels (one channel plane's
+// consecutive pixels per warp) and written along the channels (one pixel's consecutive
+// channels per warp).
+#include "conv_pool_layout.h"
+
+#include <algorithm>
+
+namespace {
+
+template <class Raw>
+__global__ void to_channels_last_kernel(const Raw* src, int64_t s0, int64_t s1, int64_t s2,
+                                        int64_t s3, int64_t pixels, int channels, int height,
+                                        int width, int dst_channels, Raw* dst) {
+  __shared__ Raw tile[32][33];
+  const int64_t pixel0 = int64_t(blockIdx.x) * 32;
+  const int channel0 = blockIdx.y * 32;
+  {
+    const int64_t pixel = pixel0 + threadIdx.x;
+    int64_t offset = 0;
+    if (pixel < pixels) {
+      const int w = int(pixel % width);
+      const int64_t rest = pixel / width;
+      const int h = int(rest % height);
+      offset = (rest / height) * s0 + h * s2 + w * s3;
+    }
+    for (int c = threadIdx.y; c < 32; c += blockDim.y) {
+      const int channel = channel0 + c;
+      tile[c][threadIdx.x] =
+          pixel < pixels && channel < channels ? src[offset + channel * s1] : Raw(0);
+    }
+  }
+  __syncthreads();
+  const int channel = channel0 + threadIdx.x;
+  if (channel >= dst_channels) return;
+  for (int px = threadIdx.y; px < 32; px += blockDim.y) {
+    const int64_t pixel = pixel0 + px;
+    if (pixel < pixels) dst[pixel * dst_channels + channel] = tile[threadIdx.x][px];
+  }
+}
+
+}  // namespace
+
+cudaError_t conv_pool_to_channels_last(const void* src, const int64_t* stride, int element_bytes,
+                                       int64_t batch, int channels, int height, int width,
+                                       int dst_channels, void* dst, cudaStream_t stream) {
+  const int64_t pixels = batch * height * width;
+  if (pixels == 0 || dst_channels == 0) return cudaSuccess;
+  const dim3 grid(unsigned((pixels + 31) / 32), unsigned((dst_channels + 31) / 32));
+  if (element_bytes == 4) {
+    to_channels_last_kernel<float><<<grid, dim3(32, 8), 0, stream>>>(
+        static_cast<const float*>(src), stride[0], stride[1], stride[2], stride[3], pixels,
+        channels, height, width, dst_channels, static_cast<float*>(dst));
+  } else if (element_bytes == 2) {
+    to_channels_last_kernel<uint16_t><<<grid, dim3(32, 8), 0, stream>>>(
+        static_cast<const uint16_t*>(src), stride[0], stride[1], stride[2], stride[3], pixels,
+        channels, height, width, dst_channels, static_cast<uint16_t*>(dst));
+  } else {
+    return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}

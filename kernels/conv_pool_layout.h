@@ -1,0 +1,17 @@
+// Layout conversion to channels-last (NHWC), our own kernel (conv_pool_layout.cu): the general
+// kernel's NHWC copy of a 16-bit NCHW input, and the op's channels-last output for the variants
+// that write NCHW.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+// dst[((n * height + h) * width + w) * dst_channels + c] = src(n, c, h, w) for c < channels (at
+// src + n * src_stride[0] + c * src_stride[1] + h * src_stride[2] + w * src_stride[3]), 0 for
+// channels <= c < dst_channels; elements of element_bytes = 2 or 4 bytes (raw words: no
+// conversion). On `stream`.
+cudaError_t conv_pool_to_channels_last(const void* src, const int64_t* src_stride,
+                                       int element_bytes, int64_t batch, int channels,
+                                       int height, int width, int dst_channels, void* dst,
+                                       cudaStream_t stream);
