@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "conv_pool_16bit.cuh"
+
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -195,3 +197,59 @@ __device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, 
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
         "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])  \
       : "l"(a), "l"(b), "r"(int(accumulate)))
+
+// wgmma with both operands in shared memory (descriptors a and b), fp32 accumulators, for
+// element type E: m64nNk8 TF32 for Float32 (the tensor cores read an fp32 word's top 19 bits),
+// m64nNk16 for Float16 / BFloat16; N = 128 (64 accumulators per thread) or 64 (32). The
+// wgmma kernels (conv_relu_maxpool_wgmma.cu) and the general kernel (kernels/hopper/) issue
+// theirs through these.
+template <class E>
+struct WgmmaSS;
+
+template <>
+struct WgmmaSS<Float32> {
+  static __device__ __forceinline__ void mma(float (&d)[64], uint64_t a, uint64_t b,
+                                             bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    WGMMA_N128_ASM("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", "1, 1");
+#endif
+  }
+  static __device__ __forceinline__ void mma(float (&d)[32], uint64_t a, uint64_t b,
+                                             bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    WGMMA_N64_ASM("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", "1, 1");
+#endif
+  }
+};
+
+template <>
+struct WgmmaSS<Float16> {
+  static __device__ __forceinline__ void mma(float (&d)[64], uint64_t a, uint64_t b,
+                                             bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    WGMMA_N128_ASM("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", "1, 1, 0, 0");
+#endif
+  }
+  static __device__ __forceinline__ void mma(float (&d)[32], uint64_t a, uint64_t b,
+                                             bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    WGMMA_N64_ASM("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", "1, 1, 0, 0");
+#endif
+  }
+};
+
+template <>
+struct WgmmaSS<BFloat16> {
+  static __device__ __forceinline__ void mma(float (&d)[64], uint64_t a, uint64_t b,
+                                             bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    WGMMA_N128_ASM("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "1, 1, 0, 0");
+#endif
+  }
+  static __device__ __forceinline__ void mma(float (&d)[32], uint64_t a, uint64_t b,
+                                             bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    WGMMA_N64_ASM("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", "1, 1, 0, 0");
+#endif
+  }
+};

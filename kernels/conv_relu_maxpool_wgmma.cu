@@ -481,17 +481,10 @@ struct Tf32Operands {
     dst[wrap.slot(2)] = make_float4(c[0].z, c[1].z, c[2].z, c[3].z);
     dst[wrap.slot(3)] = make_float4(c[0].w, c[1].w, c[2].w, c[3].w);
   }
-  static __device__ __forceinline__ void mma(float (&d)[64], uint64_t a, uint64_t b,
+  template <int kCount>
+  static __device__ __forceinline__ void mma(float (&d)[kCount], uint64_t a, uint64_t b,
                                              bool accumulate) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    WGMMA_N128_ASM("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", "1, 1");
-#endif
-  }
-  static __device__ __forceinline__ void mma(float (&d)[32], uint64_t a, uint64_t b,
-                                             bool accumulate) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    WGMMA_N64_ASM("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", "1, 1");
-#endif
+    WgmmaSS<Float32>::mma(d, a, b, accumulate);
   }
 };
 
@@ -534,49 +527,13 @@ struct Tf32SplitOperands : Tf32Operands {
   }
 };
 
-// m64nNk16 with fp32 accumulators, 16-bit operands of type E (Float16 or BFloat16).
-template <class E>
-struct Wgmma16;
-
-template <>
-struct Wgmma16<Float16> {
-  static __device__ __forceinline__ void mma(float (&d)[64], uint64_t a, uint64_t b,
-                                             bool accumulate) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    WGMMA_N128_ASM("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", "1, 1, 0, 0");
-#endif
-  }
-  static __device__ __forceinline__ void mma(float (&d)[32], uint64_t a, uint64_t b,
-                                             bool accumulate) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    WGMMA_N64_ASM("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", "1, 1, 0, 0");
-#endif
-  }
-};
-
-template <>
-struct Wgmma16<BFloat16> {
-  static __device__ __forceinline__ void mma(float (&d)[64], uint64_t a, uint64_t b,
-                                             bool accumulate) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    WGMMA_N128_ASM("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "1, 1, 0, 0");
-#endif
-  }
-  static __device__ __forceinline__ void mma(float (&d)[32], uint64_t a, uint64_t b,
-                                             bool accumulate) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    WGMMA_N64_ASM("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", "1, 1, 0, 0");
-#endif
-  }
-};
-
 // Two 16-bit values in one 32-bit word, `low` at the lower address (little endian).
 __device__ __forceinline__ uint32_t pair(uint16_t low, uint16_t high) {
   return uint32_t(low) | (uint32_t(high) << 16);
 }
 
 template <class E>
-struct HalfOperands : Wgmma16<E> {
+struct HalfOperands : WgmmaSS<E> {  // its mma(): conv_pool_wgmma.cuh
   using Element = uint16_t;
   static constexpr bool kSplit = false;
   static constexpr int kChunk = 16;

@@ -12,9 +12,10 @@ import random
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from utils import kernel_choice
+from utils.references import LAYOUTS, case_operands, with_layout
+from utils.references import reference_float64 as reference
 from utils.suite import ConvPoolCase, fuzz_case
 
 pytestmark = pytest.mark.skipif(
@@ -28,7 +29,6 @@ ELEMENT = {torch.float32: kernel_choice.FLOAT32, torch.float16: kernel_choice.FL
 # TF32 products (10-bit significands) and fp32 sums; 16-bit outputs rounded once (as in
 # tests/test_gpu_correctness.py: a layout or indexing bug gives O(1) errors).
 TOLERANCE = {torch.float32: 1e-2, torch.float16: 1e-2, torch.bfloat16: 2e-2}
-LAYOUTS = ["dense", "channels_last", "every_other"]
 
 
 @pytest.fixture(scope="module")
@@ -52,32 +52,7 @@ def general_config(ext) -> int:
 
 
 def operands(case: ConvPoolCase, seed: int, dtype: torch.dtype):
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    x = torch.randn(case.input_shape(), generator=g)
-    fan_in = case.in_channels * case.kernel_size[0] * case.kernel_size[1]
-    w = torch.randn(case.weight_shape(), generator=g) / fan_in ** 0.5
-    b = torch.randn(case.out_channels, generator=g) if case.bias else None
-    to = lambda t: None if t is None else t.to(dtype).cuda()
-    return to(x), to(w), to(b)
-
-
-def reference(case: ConvPoolCase, x, w, b):
-    """float64 on the GPU with cuDNN off: the direct definition."""
-    with torch.backends.cudnn.flags(enabled=False):
-        conv = F.conv2d(x.double(), w.double(), None if b is None else b.double(), case.stride,
-                        case.padding, case.dilation)
-        return F.max_pool2d(F.relu(conv), case.pool_kernel, case.effective_pool_stride,
-                            case.pool_padding, 1, case.ceil_mode)
-
-
-def with_layout(x: torch.Tensor, layout: str) -> torch.Tensor:
-    if layout == "channels_last":
-        return x.contiguous(memory_format=torch.channels_last)
-    if layout == "every_other":
-        wide = torch.empty(*x.shape[:3], 2 * x.shape[3], device=x.device, dtype=x.dtype)
-        wide[..., ::2] = x
-        return wide[..., ::2]
-    return x
+    return case_operands(case, seed, dtype)
 
 
 def run_general(ext, case, x, w, b):

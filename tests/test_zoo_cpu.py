@@ -1,7 +1,6 @@
 """The layer zoo (utils/zoo.py) and the profiling tool's zoo and fuzz selections, on the CPU:
 the layers read off torchvision's model definitions (meta device) are the ones the models
 have, with the pools that follow them."""
-import random
 
 import pytest
 

@@ -17,7 +17,6 @@ import argparse
 import random
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -25,37 +24,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from utils.references import LAYOUTS, with_layout  # noqa: E402
+from utils.references import case_operands as operands  # noqa: E402
+from utils.references import reference_float64 as reference  # noqa: E402
 from utils.suite import ConvPoolCase, fuzz_case  # noqa: E402
 
 TOLERANCE = {torch.float32: 1e-2, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-
-
-def operands(case: ConvPoolCase, seed: int, dtype: torch.dtype):
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    x = torch.randn(case.input_shape(), generator=g).to(dtype)
-    fan_in = case.in_channels * case.kernel_size[0] * case.kernel_size[1]
-    w = (torch.randn(case.weight_shape(), generator=g) / fan_in ** 0.5).to(dtype)
-    b = torch.randn(case.out_channels, generator=g).to(dtype) if case.bias else None
-    return x.cuda(), w.cuda(), None if b is None else b.cuda()
-
-
-def reference(case: ConvPoolCase, x, w, b):
-    with torch.backends.cudnn.flags(enabled=False):
-        conv = F.conv2d(x.double(), w.double(), None if b is None else b.double(), case.stride,
-                        case.padding, case.dilation)
-        return F.max_pool2d(F.relu(conv), case.pool_kernel, case.effective_pool_stride,
-                            case.pool_padding, 1, case.ceil_mode)
-
-
-def with_layout(x: torch.Tensor, layout: str) -> torch.Tensor:
-    if layout == "channels_last":
-        return x.contiguous(memory_format=torch.channels_last)
-    if layout == "every_other":
-        wide = torch.empty(*x.shape[:3], 2 * x.shape[3], device=x.device, dtype=x.dtype)
-        wide[..., ::2] = x
-        return wide[..., ::2]
-    return x
 
 
 def correctness(ext, lib, cases: int, seed: int) -> int:
@@ -76,7 +51,7 @@ def correctness(ext, lib, cases: int, seed: int) -> int:
                 continue
             x, w, b = operands(case, case_seed, dtype)
             expected = reference(case, x, w, b)
-            for layout in ("dense", "channels_last", "every_other"):
+            for layout in LAYOUTS:
                 out = ext.conv2d_relu_maxpool_forward(with_layout(x, layout), w, b,
                                                       *case.op_args(), config, None)
                 checked += 1

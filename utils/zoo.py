@@ -14,7 +14,6 @@ batch 1, 32 and 128 where input and output fit in `max_bytes`.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 from dataclasses import dataclass, replace
 from typing import Iterable, Optional, Sequence

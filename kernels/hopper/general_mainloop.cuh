@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../conv_pool_16bit.cuh"
 #include "../conv_pool_device.cuh"
@@ -22,64 +23,16 @@
 
 namespace general_wgmma {
 
-// What the float32 (TF32) and the 16-bit kernels do differently. E: Float32, Float16,
-// BFloat16 (conv_pool_16bit.cuh).
+// What the float32 (TF32) and the 16-bit kernels do differently: E's conversions
+// (conv_pool_16bit.cuh), its channels per 16-byte slice, and its wgmma (WgmmaSS,
+// conv_pool_wgmma.cuh). E: Float32, Float16, BFloat16.
 template <class E>
-struct Element;
-
-template <>
-struct Element<Float32> : Float32 {
-  static constexpr ConvPoolElement kElement = kElementFloat32;
-  static constexpr int kSliceChannels = 4;
-  // m64nNk8, TF32 operands (the tensor cores read an fp32 word's top 19 bits).
-  static __device__ __forceinline__ void mma(float (&d)[64], uint64_t a, uint64_t b,
-                                             bool accumulate) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    WGMMA_N128_ASM("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", "1, 1");
-#endif
-  }
-  static __device__ __forceinline__ void mma(float (&d)[32], uint64_t a, uint64_t b,
-                                             bool accumulate) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    WGMMA_N64_ASM("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", "1, 1");
-#endif
-  }
-};
-
-template <>
-struct Element<Float16> : Float16 {
-  static constexpr ConvPoolElement kElement = kElementFloat16;
-  static constexpr int kSliceChannels = 8;
-  static __device__ __forceinline__ void mma(float (&d)[64], uint64_t a, uint64_t b,
-                                             bool accumulate) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    WGMMA_N128_ASM("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", "1, 1, 0, 0");
-#endif
-  }
-  static __device__ __forceinline__ void mma(float (&d)[32], uint64_t a, uint64_t b,
-                                             bool accumulate) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    WGMMA_N64_ASM("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", "1, 1, 0, 0");
-#endif
-  }
-};
-
-template <>
-struct Element<BFloat16> : BFloat16 {
-  static constexpr ConvPoolElement kElement = kElementBFloat16;
-  static constexpr int kSliceChannels = 8;
-  static __device__ __forceinline__ void mma(float (&d)[64], uint64_t a, uint64_t b,
-                                             bool accumulate) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    WGMMA_N128_ASM("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "1, 1, 0, 0");
-#endif
-  }
-  static __device__ __forceinline__ void mma(float (&d)[32], uint64_t a, uint64_t b,
-                                             bool accumulate) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    WGMMA_N64_ASM("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", "1, 1, 0, 0");
-#endif
-  }
+struct Element : E, WgmmaSS<E> {
+  static constexpr ConvPoolElement kElement =
+      std::is_same_v<E, Float32>   ? kElementFloat32
+      : std::is_same_v<E, Float16> ? kElementFloat16
+                                   : kElementBFloat16;
+  static constexpr int kSliceChannels = slice_channels(kElement);
 };
 
 // Compile-time view of a TileSpec.
