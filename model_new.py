@@ -87,6 +87,15 @@ def _pair(value: IntPair, name: str) -> Tuple[int, int]:
     return (int(value[0]), int(value[1]))
 
 
+def _setting(value: IntPair) -> Tuple[int, ...]:
+    """A ModelNew setting as the op takes it: an int for both dimensions, a sequence as given
+    (one value for both; another length stays, for the op's check to refuse at forward)."""
+    if isinstance(value, int):
+        return (value, value)
+    value = tuple(int(v) for v in value)
+    return (value[0], value[0]) if len(value) == 1 else value
+
+
 # ---- the custom op -------------------------------------------------------------------------
 
 def _conv2d_relu_maxpool_binding(x: torch.Tensor, weight: torch.Tensor,
@@ -291,6 +300,12 @@ def _backward_unsupported_fake(grad_output: torch.Tensor, x_shape: List[int],
                                weight_shape: List[int],
                                bias_shape: List[int]) -> Tuple[torch.Tensor, torch.Tensor,
                                                                torch.Tensor]:
+    """Empty gradients while torch.compile / torch.export trace (fake tensors), so that a
+    forward with grad enabled traces; on real meta tensors (`.backward()` of a meta-device
+    ModelNew's output) the backward runs, and raises as it does on CUDA."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    if not isinstance(grad_output, FakeTensor):
+        raise RuntimeError(FORWARD_ONLY_MESSAGE)
     return (grad_output.new_empty(x_shape), grad_output.new_empty(weight_shape),
             grad_output.new_empty(bias_shape))
 
@@ -406,13 +421,14 @@ class ModelNew(nn.Module):
         # Parameter holder only: gives Model's names (conv.weight, conv.bias) and init.
         self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, dilation,
                               bias=bias)
-        self.stride = _pair(stride, "stride")
-        self.padding = _pair(padding, "padding")
-        self.dilation = _pair(dilation, "dilation")
-        self.pool_kernel = _pair(pool_kernel_size, "pool_kernel_size")
-        self.pool_stride = self.pool_kernel if pool_stride is None else _pair(pool_stride,
-                                                                             "pool_stride")
-        self.pool_padding = _pair(pool_padding, "pool_padding")
+        # As Model (nn.Conv2d, nn.MaxPool2d): any values construct, and the op's checks name
+        # what is wrong at the first forward (a negative padding, a 3-value pool kernel, ...).
+        self.stride = _setting(stride)
+        self.padding = _setting(padding)
+        self.dilation = _setting(dilation)
+        self.pool_kernel = _setting(pool_kernel_size)
+        self.pool_stride = self.pool_kernel if pool_stride is None else _setting(pool_stride)
+        self.pool_padding = _setting(pool_padding)
         self.ceil_mode = bool(ceil_mode)
         self.config = AUTO_CONFIG
         self.prepack(False)
@@ -461,6 +477,17 @@ class ModelNew(nn.Module):
         return self._packed_weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_compiling():  # traced as is: no error context to add
+            return self._forward(x)
+        try:
+            return self._forward(x)
+        except RuntimeError as error:
+            if type(error) is not RuntimeError:  # OutOfMemoryError, AcceleratorError: as raised
+                raise
+            # Which of a network's fused layers refused its input, and why.
+            raise RuntimeError(f"{self._layer_name()}: {error}") from error
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
         packed = None
         if self._prepack and not torch.compiler.is_compiling():
             packed = self._current_packed_weight()
@@ -468,6 +495,14 @@ class ModelNew(nn.Module):
             x, self.conv.weight, self.conv.bias, self.stride, self.padding, self.dilation,
             self.pool_kernel, self.pool_stride, self.pool_padding, self.ceil_mode, self.config,
             packed)
+
+    def _layer_name(self) -> str:
+        """'ModelNew features.3 (64 -> 128, kernel 3x3)': the name fuse_conv_relu_maxpool gave
+        it in its model, if any, and its geometry."""
+        name = getattr(self, "fused_name", None)
+        kernel = "x".join(str(k) for k in self.conv.kernel_size)
+        return (f"ModelNew{' ' + name if name else ''} ({self.conv.in_channels} -> "
+                f"{self.conv.out_channels}, kernel {kernel})")
 
     def extra_repr(self) -> str:
         return (f"stride={self.stride}, padding={self.padding}, dilation={self.dilation}, "
@@ -621,6 +656,7 @@ def _fuse_sequential(sequence: nn.Sequential, prefix: str, prepack: bool,
             keys = list(sequence._modules)  # the children's names ("0", or "conv0" ...)
             names = [f"{prefix}{keys[i]}" for i in range(index, rest + 2)]
             sequence[index] = fused_from_layers(conv, sequence[rest + 1], bn).prepack(prepack)
+            sequence[index].fused_name = f"{prefix}{keys[index]}"
             for position in range(index + 1, rest + 2):
                 sequence[position] = nn.Identity()
             report.append(FusionEntry(names[0], True,
@@ -717,6 +753,7 @@ def _fuse_traced(module: nn.Module, graph: "torch.fx.Graph", prepack: bool,
             entry.why = f"{shared[0]} is called more than once in forward"
             continue
         fused = fused_from_layers(conv, modules[pool.target], batch_norm).prepack(prepack)
+        fused.fused_name = node.target
         _set_submodule(module, node.target, fused)
         for later in chain[1:]:
             if later.op == "call_module":

@@ -283,15 +283,27 @@ void check_packed_weight(const torch::Tensor& packed, const torch::Tensor& x,
                       packed.storage_offset()));
 }
 
+// x and weight, which pybind11 hands over as optional so that a None gets this one-line error
+// instead of an overload-resolution TypeError that prints every argument, tensors included.
+std::pair<const torch::Tensor&, const torch::Tensor&> required_tensors(
+    const std::optional<torch::Tensor>& x, const std::optional<torch::Tensor>& weight) {
+  TORCH_CHECK(x.has_value() && x->defined(), "x must be a 4-D tensor (N, C, H, W), got None");
+  TORCH_CHECK(weight.has_value() && weight->defined(),
+              "weight must be a 4-D tensor (out_channels, in_channels, kH, kW), got None");
+  return {*x, *weight};
+}
+
 }  // namespace
 
-torch::Tensor conv2d_relu_maxpool_forward(const torch::Tensor& x, const torch::Tensor& weight,
+torch::Tensor conv2d_relu_maxpool_forward(const std::optional<torch::Tensor>& x_arg,
+                                          const std::optional<torch::Tensor>& weight_arg,
                                           const std::optional<torch::Tensor>& bias,
                                           const IntPair& stride, const IntPair& padding,
                                           const IntPair& dilation, const IntPair& pool_kernel,
                                           const IntPair& pool_stride, const IntPair& pool_padding,
                                           bool ceil_mode, int64_t config,
                                           const std::optional<torch::Tensor>& packed_weight) {
+  const auto& [x, weight] = required_tensors(x_arg, weight_arg);
   Checked plan = check_and_plan(x, weight, bias, stride, padding, dilation, pool_kernel,
                                 pool_stride, pool_padding, ceil_mode, config);
   const ConvPoolShape& shape = plan.shape;
@@ -406,12 +418,14 @@ torch::Tensor conv2d_relu_maxpool_pack_weight(const torch::Tensor& weight) {
 }
 
 // Which variant the op would run for these arguments (config -1 = automatic choice).
-std::string conv2d_relu_maxpool_choose(const torch::Tensor& x, const torch::Tensor& weight,
+std::string conv2d_relu_maxpool_choose(const std::optional<torch::Tensor>& x_arg,
+                                       const std::optional<torch::Tensor>& weight_arg,
                                        const std::optional<torch::Tensor>& bias,
                                        const IntPair& stride, const IntPair& padding,
                                        const IntPair& dilation, const IntPair& pool_kernel,
                                        const IntPair& pool_stride, const IntPair& pool_padding,
                                        bool ceil_mode, int64_t config) {
+  const auto& [x, weight] = required_tensors(x_arg, weight_arg);
   Checked plan = check_and_plan(x, weight, bias, stride, padding, dilation, pool_kernel,
                                 pool_stride, pool_padding, ceil_mode, config);
   return conv_relu_maxpool_variant_name(

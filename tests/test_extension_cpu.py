@@ -137,6 +137,14 @@ def test_x_not_4d_names_its_shape(op, shape):
         op(**valid_args(x=x))
 
 
+@pytest.mark.parametrize("name,expected", [
+    ("x", "x must be a 4-D tensor (N, C, H, W), got None"),
+    ("weight", "weight must be a 4-D tensor (out_channels, in_channels, kH, kW), got None")])
+def test_a_missing_x_or_weight_is_named(op, name, expected):
+    with raises(expected):
+        op(**valid_args(**{name: None}))
+
+
 @pytest.mark.parametrize("shape", [(8, 3, 3), (8, 3, 3, 3, 1)])
 def test_weight_not_4d_names_its_shape(op, shape):
     with raises(f"weight must be 4-D (out_channels, in_channels, kH, kW), got {len(shape)}-D"):

@@ -7,6 +7,7 @@ and method ReLUs, the runs fx sees across modules, and what must stay unfused: t
 BatchNorm2d, functional max-pools, modules called twice, models fx cannot trace.
 """
 import copy
+import re
 
 import pytest
 import torch
@@ -194,6 +195,18 @@ def test_a_model_fx_cannot_trace_keeps_the_sequential_pass(model_new):
     unfused = [entry for entry in report if not entry.fused]
     assert [entry.conv for entry in unfused] == ["conv"]
     assert "torch.fx could not trace" in unfused[0].why
+
+
+@pytest.mark.parametrize("name,layer", [("vgg11", "features.3"), ("googlenet", "conv3.conv")])
+def test_a_refused_input_names_the_fused_layer_that_refused_it(model_new, name, layer):
+    """Sequential pass (vgg11) and fx pass (googlenet): a CPU input to the fused network is
+    refused by its first fused layer, by name; a later one is reached with a bad dtype."""
+    model = model_new.fuse_conv_relu_maxpool(build(name))
+    fused = dict(model.named_modules())[layer]
+    assert fused.fused_name == layer
+    with pytest.raises(RuntimeError, match=rf"^ModelNew {re.escape(layer)} \(\d+ -> "
+                       rf"{fused.conv.out_channels}, kernel 3x3\): x must be a CUDA tensor"):
+        fused(torch.randn(1, fused.conv.in_channels, 16, 16))
 
 
 def test_the_report_names_every_convolution_and_prints(model_new):

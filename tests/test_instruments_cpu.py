@@ -211,8 +211,10 @@ def test_case_names_are_unique():
     names = [case.name for case in SUITE] + [case.name for case in GRID]
     assert len({c.name for c in GRID}) == len(GRID)
     assert find_case("k136_channel_tail").out_channels == 136
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError) as missing:
         find_case("no_such_case")
+    listed = str(missing.value).split("known: ")[1].rstrip("'\"").split(", ")
+    assert len(listed) == len(set(listed)) and set(listed) == set(names)
     assert names
 
 

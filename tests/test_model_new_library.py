@@ -319,9 +319,9 @@ def test_output_requires_grad_when_parameters_do(model_new):
         assert not fused(torch.empty(2, 3, 16, 16, device="meta")).requires_grad
 
 
-def test_backward_runs_the_op_that_raises_and_traces_with_fake_gradients(model_new):
-    """On meta tensors the backward only traces (as torch.compile does): it must run the
-    raising op and give gradients of the right shapes, none for a missing bias."""
+def test_backward_on_meta_tensors_raises_the_forward_only_error(model_new):
+    """A meta-device ModelNew's .backward() runs the backward op and refuses, as on CUDA
+    (it used to return empty gradients silently)."""
     seen = []
 
     class Record(TorchDispatchMode):
@@ -332,10 +332,24 @@ def test_backward_runs_the_op_that_raises_and_traces_with_fake_gradients(model_n
     fused = model_new.ModelNew(3, 8, 3, 2, bias=False).to("meta")
     x = torch.empty(2, 3, 16, 16, device="meta", requires_grad=True)
     out = fused(x)
-    with Record():
+    with Record(), pytest.raises(RuntimeError, match="forward-only"):
         out.sum().backward()
     assert torch.ops.fused_conv.conv2d_relu_maxpool_backward_unsupported.default in seen
-    assert x.grad.shape == x.shape and fused.conv.weight.grad.shape == (8, 3, 3, 3)
+    assert x.grad is None and fused.conv.weight.grad is None
+
+
+def test_backward_traces_with_fake_gradients_under_fake_tensors(model_new):
+    """Under fake tensors (what torch.compile and torch.export trace with) the backward gives
+    gradients of the right shapes, so a forward with grad enabled traces."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    fused = model_new.ModelNew(3, 8, 3, 2, bias=False).to("meta")
+    mode = FakeTensorMode()
+    weight = mode.from_tensor(fused.conv.weight.detach()).requires_grad_()
+    x = mode.from_tensor(torch.empty(2, 3, 16, 16, device="meta")).requires_grad_()
+    with mode:
+        out = torch.func.functional_call(fused, {"conv.weight": weight}, (x,))
+        grad_x, grad_weight = torch.autograd.grad(out.sum(), (x, weight))
+    assert grad_x.shape == x.shape and grad_weight.shape == (8, 3, 3, 3)
 
 
 class Context:
@@ -1059,3 +1073,33 @@ def test_fused_vgg16_features_match_eager(model_new):
     scale = expected.abs().max().item()
     assert scale > 0
     torch.testing.assert_close(out / scale, expected / scale, **TOLERANCE)
+
+
+@pytest.mark.parametrize("setting,message", [
+    ({"padding": -1}, "padding must be non-negative, got (-1, -1)"),
+    ({"stride": 0}, "stride must be positive, got (0, 0)"),
+    ({"pool_kernel_size": (2, 2, 2)}, "pool_kernel must be an int pair (h, w), got 3 values"),
+    ({"pool_padding": (1, 1, 1)}, "pool_padding must be an int pair (h, w), got 3 values")])
+def test_bad_settings_construct_as_in_model_and_are_refused_at_forward(model_new, setting,
+                                                                       message):
+    """Model (nn.Conv2d, nn.MaxPool2d) constructs with these and fails at forward; so does
+    ModelNew, with the op's message behind the layer's name."""
+    arguments = {"pool_kernel_size": 2, **setting}
+    x = torch.randn(1, 3, 12, 12)
+    with pytest.raises(RuntimeError):
+        Model(3, 8, 3, **arguments)(x)
+    fused = model_new.ModelNew(3, 8, 3, **arguments)
+    with pytest.raises(RuntimeError, match=re.escape(f"ModelNew (3 -> 8, kernel 3x3): {message}")):
+        fused(x)
+
+
+def test_errors_of_other_kinds_pass_through_the_layer_unchanged(model_new, monkeypatch):
+    """Only the op's refusals get the layer's name; an out-of-memory error keeps its type."""
+    fused = model_new.ModelNew(3, 8, 3, 2)
+
+    def out_of_memory(x):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(fused, "_forward", out_of_memory)
+    with pytest.raises(torch.OutOfMemoryError, match="^CUDA out of memory$"):
+        fused(torch.randn(1, 3, 12, 12))

@@ -13,6 +13,7 @@
 # TORCH_CUDA_ARCH_LIST (kept if set, else the visible GPU, 9.0 as 9.0a, else 9.0a). Each problem
 # is reported as one line and a non-zero exit.
 #
+# Prints one line per finished compile ([k/n] source, elapsed time); --verbose streams everything.
 # Outputs: build/build.log (full build output), build/ptxas.log (ptxas -v report of every
 # kernels/*.cu: registers, stack, spills; parsed by tests/test_build.py).
 #
@@ -91,12 +92,26 @@ for source in "${kernel_sources[@]}"; do
   fi
 done
 
+progress() {
+  local line source
+  : > "$log"
+  while IFS= read -r line; do
+    printf '%s\n' "$line" >> "$log"
+    if [[ "$line" =~ ^(\[[0-9]+/[0-9]+\])\ .*\ -c\ ([^ ]+\.(cu|cpp))(\ |$) ]]; then
+      source=${BASH_REMATCH[2]#"$ROOT/"}
+      echo "compile.sh: ${BASH_REMATCH[1]} $source ($(elapsed))"
+    fi
+  done
+}
+
 echo "compile.sh: building cuda_extension ($BUILD_SUMMARY; $MAX_JOBS jobs)"
 status=0
 if (( verbose )); then
   "$PYTHON" setup.py build_ext --inplace --force 2>&1 | tee "$log" || status=$?
 else
-  "$PYTHON" setup.py build_ext --inplace --force >"$log" 2>&1 || status=$?
+  # The log gets everything; the terminal one line per finished compile (ninja's "[k/n]
+  # <command>" lines), with the source it built and the time since the start.
+  "$PYTHON" setup.py build_ext --inplace --force 2>&1 | progress || status=$?
 fi
 if (( status != 0 )); then
   if (( ! verbose )); then

@@ -18,7 +18,9 @@ target: the median and the p10-p90 spread of `--iters` calls, the profiler's ker
 per call (torch.profiler, kernels only, no flush: the number an nsys/torch.profiler summary
 shows), TFLOP/s, and the percent of the floor. The floor is
 max(FLOPs / TF32 ceiling, min bytes / HBM bandwidth), with the ceilings from
-../shared/PEERS-H200.md unless --measure-ceilings (or --tf32-tflops / --hbm-tbps) says otherwise.
+the H200 measurements listed in docs/PERF.md ("The floors"; labelled "PEERS-H200.md" in the JSON,
+the team's peer measurements of 2026-11-29) unless --measure-ceilings (or --tf32-tflops /
+--hbm-tbps) says otherwise.
 With --dtype float16 or bfloat16 every target runs in that dtype (Model and ModelNew
 converted with .to(dtype), inputs created in it); the floor then takes the 16-bit tensor-core
 ceiling (cuBLAS bf16 matmul, --half-tflops) and 2 bytes per element. With --no-tf32 every
@@ -55,7 +57,7 @@ import torch.nn as nn
 from utils.suite import DEFAULT, SUITE, ConvPoolCase, find_case
 from utils.setup_checks import SetupError, require_gpu_and_extension
 
-# Ceilings measured on the lent H200 (../shared/PEERS-H200.md).
+# Ceilings measured on the lent H200 (docs/PERF.md, "The floors").
 DEFAULT_TF32_TFLOPS = 356.0   # cuBLAS fp32 matmul 8192^3, TF32 on
 DEFAULT_HBM_TBPS = 4.24       # device-to-device copy, read + write
 DEFAULT_HALF_TFLOPS = 708.0   # cuBLAS bf16 matmul (the floor's ceiling for 16-bit runs)
@@ -600,7 +602,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default float32)")
     parser.add_argument("--measure-ceilings", action="store_true",
                         help="measure the TF32 matmul and copy ceilings at start instead of "
-                             "using the PEERS-H200.md values")
+                             "using the H200 values in docs/PERF.md (The floors)")
     parser.add_argument("--tf32-tflops", type=float, default=DEFAULT_TF32_TFLOPS,
                         help=f"TF32 ceiling for the floor (default {DEFAULT_TF32_TFLOPS})")
     parser.add_argument("--hbm-tbps", type=float, default=DEFAULT_HBM_TBPS,

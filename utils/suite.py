@@ -366,7 +366,7 @@ def find_case(name: str) -> ConvPoolCase:
     for case in SUITE + GRID:
         if case.name == name:
             return case
-    known = ", ".join(c.name for c in SUITE + GRID)
+    known = ", ".join(dict.fromkeys(c.name for c in SUITE + GRID))  # each name once
     raise KeyError(f"no case named {name!r}; known: {known}")
 
 
