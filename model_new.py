@@ -436,9 +436,9 @@ class ModelNew(nn.Module):
     def prepack(self, enabled: bool = True) -> "ModelNew":
         """Keeps a packed copy of the weight for the Hopper (wgmma) kernels, so that a call
         does not re-lay the weight out first (on the H200: VGG-16's block 5 at batch 32 6-9%
-        faster, large layers within noise; docs/PERF.md v18). Layers of few tiles (batch 1 to
+        faster, large layers within noise; docs/PERF.md). Layers of few tiles (batch 1 to
         8 of VGG-like layers) do not use the copy: they run narrower blocks that pack their
-        own weights, which measured faster there (v19, v20). Returns self;
+        own weights, which measured faster there. Returns self;
         prepack(False) drops the copy.
 
         The copy is made on the next forward and made again whenever the weight is replaced

@@ -71,7 +71,7 @@ __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const PooledTi
   // Thread i takes pooled position i % positions (pooled_col fastest: consecutive threads store
   // consecutive columns) of channels i / positions, + k_stride, ...: the window's bounds and the
   // output index are worked out once per tile, not per output (two run-time divisions an output,
-  // ~20 instructions each, were a fifth of the flat kernels' epilogue, docs/PERF.md v38). The
+  // ~20 instructions each, were a fifth of the flat kernels' epilogue, docs/PERF.md). The
   // last kBlockThreads % positions threads have no position.
   static_assert(kBlockThreads >= kTileRows * kTileCols, "a thread for every pooled position");
   const int positions = t.pooled_rows * t.pooled_cols;  // <= 8 x 32: pooled outputs <= pixels

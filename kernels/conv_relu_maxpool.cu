@@ -245,7 +245,7 @@ TilePlan make_flat_plan(const ConvPoolShape& s, int out_block, int max_shared_by
 // cross term inf * 0 would add a NaN), and a cross term that overflows has the sign of
 // big * big'. A NaN x gives a canonical NaN (0x7fffffff) in both, which the truncation keeps
 // even where x's own payload lies in the 13 bits the big part drops. Four instructions, no
-// predicates (rounding each part to nearest took ~15 per operand, docs/PERF.md v31).
+// predicates (rounding each part to nearest took ~15 per operand, docs/PERF.md).
 __device__ __forceinline__ void split_tf32(float x, uint32_t& small, uint32_t& cross) {
   const float clamped = clamp_to_finite(x);
   cross = __float_as_uint(clamped);
@@ -1376,7 +1376,7 @@ bool is_flat_wgmma(int variant) {
 }
 
 // The flat kernels' output-channel block: 64 above 32 channels (several channel blocks above 64:
-// blocks of 128, 8 warps of 64 pixels x 64 channels, were 2-27% slower, docs/PERF.md v30).
+// blocks of 128, 8 warps of 64 pixels x 64 channels, were 2-27% slower, docs/PERF.md).
 // The wgmma ones: 64 always.
 int flat_out_block(const ConvPoolShape& s, int variant) {
   return is_flat_wgmma(variant) || s.out_channels > 32 ? 64 : 32;
@@ -1418,7 +1418,7 @@ TiledChoice flat_choice(const ConvPoolShape& s, const TilePlan& p, int variant,
 // widest block the output channels fill well. 3xTF32 takes blocks of 128 channels only where
 // they fit and still give every SM a block (batch-1 VGG layers: 64 blocks of 128 for 132 SMs
 // took 75 us against 45 for 128 blocks of 64; where they fill it, 13-17% faster than 64,
-// docs/PERF.md v31).
+// docs/PERF.md).
 int tiled_out_block(int variant, const ConvPoolShape& s, const ConvPoolDevice& device) {
   const int out_channels = s.out_channels;
   switch (variant) {
@@ -1567,7 +1567,7 @@ extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int
 }
 
 // The mma.sync flat kernel `variant` (tiled_tf32_flat, tiled_16bit_flat) runs `s` in blocks of
-// 64 channels, one per SM: where its wgmma twin took over (docs/PERF.md v37, v39).
+// 64 channels, one per SM: where its wgmma twin took over (docs/PERF.md).
 static bool flat_runs_one_block_per_sm(const ConvPoolShape& s, int variant,
                                        const ConvPoolDevice& device) {
   return s.out_channels > 32 &&
@@ -1588,7 +1588,7 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   // Off the fast path, as for float32: the CUDA-core kernel for at most 16 output channels, the
   // flat reduction for fewer than 8 input channels (tiled_16bit_mma pads channels to 16).
   // A first layer (a reduction of at most 32, e.g. RGB x 3 x 3, into 17-64 channels under a
-  // 2x2 / 2 pool) on Hopper: the stem kernel (rgb_stem, docs/PERF.md v36). Elsewhere, and for
+  // 2x2 / 2 pool) on Hopper: the stem kernel (rgb_stem, docs/PERF.md). Elsewhere, and for
   // at most 16 channels (the small kernels' range), what was measured before it.
   const bool stem = device->compute_capability == 90 && s->out_channels > 16;
   if (s->element != kElementFloat32) {
@@ -1612,7 +1612,7 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   // TF32 allowed, at most 8 channels and 2x2 / stride 2 windows, the same kernel's tensor-core
   // loop (small_tf32), unless its CUDA-core patch loop applies: that one measured as fast or
   // faster (LeNet 16.7 us against 17.7), the generic loop slower (a 3-channel 5x5 / stride 2
-  // layer: 65 us against 36; docs/PERF.md, v21).
+  // layer: 65 us against 36; docs/PERF.md).
   if (allow_tf32 && runs(kVariantSmallTf32) && !small_conv_pool_patch_loop(*s))
     return kVariantSmallTf32;
   if (runs(kVariantSmallFp32)) return kVariantSmallFp32;
@@ -1632,7 +1632,7 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   // (lenet_c1 0.41 -> 0.12 ms, alexnet_c1 6.3 -> 0.16 ms on the H200). On the fast
   // path the pipelined chunks measured faster still (rgb_stem 0.60 vs 0.81 ms).
   // On Hopper, where the mma.sync flat kernel's blocks of 64 channels run one per SM (large
-  // kernels: its 16 warps latency-bound, docs/PERF.md v37), its wgmma mainloop: AlexNet's first
+  // kernels: its 16 warps latency-bound, docs/PERF.md), its wgmma mainloop: AlexNet's first
   // layer 97 -> 77 us, ResNet's 7 x 7 / 2 stem 269 -> 234. Where two blocks share an SM (5 x 5
   // and 3 x 3 kernels over few channels) and for at most 32 channels (half of the wgmma's N = 64
   // would be zeros) the mma.sync one measured faster (11-54%).
@@ -1643,11 +1643,11 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
     return kVariantTiledTf32Flat;
   }
   // Hopper: the wgmma kernel for the fast-path geometry, with blocks of 128 output channels, or
-  // of 64 for up to 64 (rgb_stem: 0.25 ms vs 0.60 ms for tiled_tf32_16w, same process, run 16).
+  // of 64 for up to 64 (rgb_stem: 0.25 ms vs 0.60 ms for tiled_tf32_16w, same process).
   // Also for 32 or fewer, where half its N = 64 is zeros: tiled_tf32's blocks of 32 do no less
   // work per output channel block and took 10-46% longer on four layers of 24 and 32 output
-  // channels (as did tiled_3xtf32 against tiled_3xtf32_wgmma, 17-31%; H200, 2026-11-30,
-  // docs/PERF.md v33).
+  // channels (as did tiled_3xtf32 against tiled_3xtf32_wgmma, 17-31% on the
+  // H200, docs/PERF.md).
   if (runs(kVariantTiledTf32Wgmma)) return kVariantTiledTf32Wgmma;
   // Hopper, everything else: the general wgmma kernel.
   if (runs(kVariantGeneralWgmma)) return kVariantGeneralWgmma;

@@ -555,7 +555,7 @@ __device__ __forceinline__ void small_kernel_body(const ConvPoolOperands& ops,
     // vectors with p.raw_vectors, else column pairs) while this one is computed, then converted
     // into the region; else loaded and converted after it. One loop with branches: two copies
     // of it, one per kind of raw copy as float32 has below, measured slower on the H200 (LeNet
-    // 17.2 against 16.2 us, 28 x 28 images with padding 2 20.2 against 18.8; docs/PERF.md v28).
+    // 17.2 against 16.2 us, 28 x 28 images with padding 2 20.2 against 18.8; docs/PERF.md).
     uint16_t* raw = reinterpret_cast<uint16_t*>(input + region);
     if (tile < p.tiles) stage_region<E>(ops, s, p, tile, input);
     for (; tile < p.tiles; tile += gridDim.x) {

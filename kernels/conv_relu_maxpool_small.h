@@ -14,7 +14,7 @@ const char* small_conv_pool_unsupported(const ConvPoolShape& shape, const ConvPo
 
 // Whether small_fp32 / small_16bit run `shape` with their patch loop (stride 1, 3x3 or 5x5, 2x2
 // windows, at most 8 channels), which measured as fast as small_tf32 there (LeNet: 16.7 against
-// 17.7 us); elsewhere their generic loop is the slower one (docs/PERF.md, v21).
+// 17.7 us); elsewhere their generic loop is the slower one (docs/PERF.md).
 bool small_conv_pool_patch_loop(const ConvPoolShape& shape);
 
 // Launches it for shape.element (the caller checked small_conv_pool_unsupported first).

@@ -110,7 +110,7 @@ StemPlan make_plan(const ConvPoolShape& s) {
   // a multiple of 8: the same shift for every tile.
   p.shift = ((-s.pad_w) % vector + vector) % vector;
   p.halo_cols = round_up(p.shift + cols, vector);
-  // Banks (docs/PERF.md v36, by a model of the gathers): rows 12 words (float32) or 24 words
+  // Banks (docs/PERF.md, by a model of the gathers): rows 12 words (float32) or 24 words
   // (16-bit) past a multiple of 32, planes 8.
   p.pitch = with_words_mod32(p.halo_cols, bytes == 4 ? 12 : 24, bytes);
   p.plane = with_words_mod32(p.halo_rows * p.pitch, 8, bytes);

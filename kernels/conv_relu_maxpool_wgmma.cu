@@ -38,8 +38,8 @@
 // is packed that way too, by a launch of its own on every SM: packs_apart); from then on a
 // chunk's weights are one contiguous 36 KB block that thread 0 moves with one bulk copy
 // (cp.async.bulk), which completes a per-stage mbarrier that every thread waits on before the
-// stage's wgmmas (per-thread 16-byte cp.async copies cost 3-13% more: the H200 runs of
-// 2026-11-29). The input halo is transposed on the way in: each thread loads one slice's
+// stage's wgmmas (per-thread 16-byte cp.async copies cost 3-13% more on the H200, in
+// docs/PERF.md). The input halo is transposed on the way in: each thread loads one slice's
 // channels x 4 columns two steps ahead
 // (TF32: 4 channels as 16-byte row loads; 16-bit: 8 channels as 8-byte row loads, so the halo's
 // geometry, its thread mapping and the 16 staging registers stay those of the TF32 kernel) and
@@ -91,7 +91,7 @@ constexpr int kTaps = 9;
 constexpr int kStages = 3;
 // A step issues the wgmmas of taps [0, kSplitTap), then the halo loads and stores, then the
 // rest: a warp blocks in wgmma issue until the tensor cores have room, so loads placed after
-// all 18 ran while the queue was nearly empty (H200, 2026-11-29: 7-12% slower; the split at
+// all 18 ran while the queue was nearly empty (H200: 7-12% slower; the split at
 // 3, 5 or 7 measured within 4% of each other, and moving the two barriers between the halves
 // too was 2-7% slower).
 constexpr int kSplitTap = 5;
@@ -156,7 +156,7 @@ struct WgmmaTile {
   // N = 64 fits two blocks per SM (<= 128 registers, 110 KB (8 x 32) or 112 KB (16 x 16) of
   // shared memory each): one block's epilogue and barriers then overlap the other's wgmmas.
   // Not the 16-bit 16 x 16 tile: capped so, it was 2.5% slower on a layer of many tiles (H200,
-  // 2026-11-30; docs/PERF.md v26). Not 3xTF32's: its doubled stages fill an SM.
+  // docs/PERF.md). Not 3xTF32's: its doubled stages fill an SM.
   static constexpr int kMinBlocksPerSm =
       (kN == 64 && !kOneBlockTwin && !kSplit && (kTileRows == 8 || Operands::kChunk == 8)) ? 2
                                                                                           : 1;
@@ -517,7 +517,7 @@ struct Tf32SplitOperands : Tf32Operands {
   // the big * big half: the tensor cores add into fp32 accumulators with an error that grows
   // with each wgmma added to a sum and scales with the sum (not with the terms added), so that
   // half gets one wgmma per tap and the cross terms accumulate in a sum ~2^-11 its size
-  // (docs/PERF.md v34). (Into the second half, ptxas waited for every wgmma before the next:
+  // (docs/PERF.md). (Into the second half, ptxas waited for every wgmma before the next:
   // a chain of wgmmas whose accumulators overlap must start at the same register.)
   static __device__ __forceinline__ void mma_cross(float (&d)[64], uint64_t a, uint64_t b,
                                                    bool accumulate) {
@@ -1013,8 +1013,8 @@ __device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const 
 }
 
 // 3xTF32 runs. The tensor cores add each wgmma's products into the fp32 accumulators with an
-// error that scales with the running sum, so a tile's error grew with its chunks (docs/PERF.md
-// v34, v35). Every kFlushChunks chunks (576 taps: the default problem's whole reduction is one
+// error that scales with the running sum, so a tile's error grew with its chunks (docs/PERF.md,
+// the 3xTF32 error). Every kFlushChunks chunks (576 taps: the default problem's whole reduction is one
 // run) the warpgroup waits for its wgmmas, adds the two accumulator halves of the run and moves
 // them to this block's master slots (a store for the tile's first run, a reduction at L2 for
 // the others: no round trip; red.global.add.f32 flushes subnormal sums to zero, an error below
@@ -1262,7 +1262,7 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
       __syncthreads();
       if (refill) loader.copy_weights(smem + stage2 * Tile::kStageBytes, weights_landed + stage2);
       // step + 1's halo stores become visible to the tensor cores. (Fencing them earlier and
-      // dropping this barrier measured 5-11% slower on the H200, docs/PERF.md run 52.)
+      // dropping this barrier measured 5-11% slower on the H200, docs/PERF.md.)
       fence_proxy_async();
       __syncthreads();
       if (refill) loader.advance(ops, s, p);
@@ -1423,12 +1423,12 @@ inline bool narrow_blocks(const ConvPoolShape& s) { return s.out_channels <= 64;
 
 // A layer whose 128-channel tiles number no more than this runs 64-channel blocks: twice
 // the blocks, so twice the SMs share the in-kernel packing, and each block's chunk steps are
-// shorter (H200, 2026-11-30: 18-38% less time for batch-1 and batch-8 VGG layers). Still one
+// shorter (H200: 18-38% less time for batch-1 and batch-8 VGG layers). Still one
 // round of tiles on a Hopper GPU of 128 SMs or more (the H100 SXM and the H200 have 132).
 // Such a layer packs its own weights whatever it is given: weights packed ahead of time are
 // laid out for N = 128 (the packing sees the weight, not the batch), and the 128-channel
-// blocks that read them were slower on all but one of the layers measured (v20 in
-// docs/PERF.md).
+// blocks that read them were slower on all but one of the layers measured
+// (docs/PERF.md).
 constexpr int kFewTiles = 64;
 
 // The tile shape that computes the fewest unused pooled outputs for this geometry (the same
@@ -1454,7 +1454,7 @@ TileKind least_waste(const ConvPoolShape& s, bool strips) {
 // are few (kFewTiles: the wide or square tile then, the strip has no N = 64 form). A layer of
 // no more than 64 channels runs its N = 64 tile two blocks per SM where it has that form, but
 // the square one only when its tiles are enough to pair blocks on a 128-SM GPU (capped for two
-// blocks, it was 6-9% slower with one block per SM: H200, 2026-11-30; docs/PERF.md v26).
+// blocks, it was 6-9% slower with one block per SM: H200; docs/PERF.md).
 template <class Operands, class F>
 auto with_operand_tile(const ConvPoolShape& s, F&& f) {
   if (narrow_blocks(s)) {
@@ -1495,7 +1495,7 @@ auto with_tile(const ConvPoolShape& s, F&& f) {
 // split: the 3xTF32 tiles (float32 shapes only): of the N = 64 wide, square and strip tiles
 // the one that wastes least (as above), one block per SM; but not strips for a layer of few
 // tiles (kFewTiles, as above), whose wide or square tiles split their reductions over clusters
-// (H200, 2026-11-30: VGG block 3 at batch 1 57 us that way, 102 on strips). Their doubled halo
+// (H200: VGG block 3 at batch 1 57 us that way, 102 on strips). Their doubled halo
 // and weights leave no room for three stages of N = 128 (N = 64: 210 KB, 217 KB for strips).
 template <class F>
 auto with_tile(const ConvPoolShape& s, bool split, F&& f) {
@@ -1557,7 +1557,7 @@ constexpr bool takes_packed_weight() {
 // Without packed weights, every block of a launch packs a share of them at its start. Where
 // the shares are large (a large weight over few blocks: VGG-16's blocks 4-5 at batch 1), a
 // kernel of its own on every SM packs them into the workspace instead, and the kernel
-// instance that reads packed weights runs on that copy, still in L2 (H200, 2026-11-30: VGG
+// instance that reads packed weights runs on that copy, still in L2 (H200: VGG
 // block 5 at batch 1 119 -> 77 us of kernel time, block 4 90 -> 83, block 5 at batch 8 80 ->
 // 78; below this share the second launch added ~1 us of event time for nothing). In packed
 // weight elements per block.
@@ -1601,7 +1601,7 @@ cudaError_t launch_instance(const ConvPoolOperands& ops, const ConvPoolShape& s,
 // the layer's tiles leave SMs idle. Cluster sizes 2 to 8 (the portable limit), each block
 // given at least kMinSplitChunks chunks. Cost model, fitted on the H200 (VGG-16's blocks 3-5
 // at batch 1 and block 5 at batch 8, every split from 1 to 8 forced, float32 and float16;
-// docs/PERF.md v27): kernel time ~ rounds x (chunks per block + kRoundChunks), ~1 us a chunk,
+// docs/PERF.md): kernel time ~ rounds x (chunks per block + kRoundChunks), ~1 us a chunk,
 // where rounds = tiles over the clusters that run at once (ConvPoolDevice::max_clusters; for
 // no split, one block per SM); the least cost wins, the smaller split on a tie.
 constexpr int kMinSplitChunks = 4;
@@ -1659,7 +1659,7 @@ struct ClusterLaunch {
   ClusterLaunch& operator=(const ClusterLaunch&) = delete;
 };
 
-// The weights -> the workspace, by a kernel of its own on every SM (v20 in docs/PERF.md); the
+// The weights -> the workspace, by a kernel of its own on every SM (docs/PERF.md); the
 // operands the kernel instance for packed weights then reads.
 template <class Tile>
 cudaError_t pack_into_workspace(const ConvPoolOperands& ops, const ConvPoolShape& s,

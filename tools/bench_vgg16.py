@@ -69,7 +69,7 @@ def time_calls(fn: Callable[[], torch.Tensor], warmup: int, iters: int) -> List[
 
 
 def markdown_table(results: Dict[str, dict]) -> str:
-    """The results as a Markdown table (the README's VGG-16 table)."""
+    """The results as a Markdown table (docs/RESULTS.md's VGG-16 table)."""
     lines = ["| target | median ms | p10-p90 ms | speedup vs eager | matches eager |",
              "|---|---:|---:|---:|---|"]
     for name, row in results.items():

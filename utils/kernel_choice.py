@@ -48,8 +48,8 @@ def clusters(at_once: dict) -> ctypes.Array:
 
 
 # What the binding reads off the H200 (conv_relu_maxpool_query_device: device attributes, and
-# cudaOccupancyMaxActiveClusters of one-block-per-SM clusters of 2-8, read there by device_of
-# on 2026-11-30, run 110 of docs/PERF.md), and an Ampere-like device.
+# cudaOccupancyMaxActiveClusters of one-block-per-SM clusters of 2-8, read there by device_of,
+# docs/PERF.md), and an Ampere-like device.
 H200_CLUSTERS = {2: 66, 3: 39, 4: 30, 5: 22, 6: 17, 7: 15, 8: 15}
 H200 = ConvPoolDevice(232448, 132, 90, clusters(H200_CLUSTERS))
 A100_LIKE = ConvPoolDevice(166912, 108, 80)

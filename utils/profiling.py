@@ -19,7 +19,7 @@ per call (torch.profiler, kernels only, no flush: the number an nsys/torch.profi
 shows), TFLOP/s, and the percent of the floor. The floor is
 max(FLOPs / TF32 ceiling, min bytes / HBM bandwidth), with the ceilings from
 the H200 measurements listed in docs/PERF.md ("The floors"; labelled "PEERS-H200.md" in the JSON,
-the team's peer measurements of 2026-11-29) unless --measure-ceilings (or --tf32-tflops /
+the team's peer measurements of the H200) unless --measure-ceilings (or --tf32-tflops /
 --hbm-tbps) says otherwise.
 With --dtype float16 or bfloat16 every target runs in that dtype (Model and ModelNew
 converted with .to(dtype), inputs created in it); the floor then takes the 16-bit tensor-core
