@@ -50,7 +50,7 @@ def relative_paths(pattern: str) -> list[str]:
     return sorted(str(path.relative_to(ROOT)) for path in ROOT.glob(pattern))
 
 
-# kernels/ and its folders (kernels/hopper/: the general wgmma kernel).
+# kernels/ and its folders (kernels/hopper/, kernels/sm80/: the kernels by role).
 SOURCES = ["binding.cpp"] + relative_paths("kernels/**/*.cu") + relative_paths("kernels/**/*.cpp")
 HEADERS = (relative_paths("*.h") + relative_paths("kernels/**/*.h")
            + relative_paths("kernels/**/*.cuh"))

@@ -253,3 +253,67 @@ struct WgmmaSS<BFloat16> {
 #endif
   }
 };
+
+// ---------------------------------------------------------------------------
+// Cluster and global-memory wrappers (PTX ISA 7.8+, sm_90), for the split reductions of the
+// 3 x 3 / 2 x 2 kernel (kernels/hopper/tiled_epilogue.cuh).
+
+// Thread block clusters (PTX ISA 7.8+, sm_90): this block's rank in its cluster and the
+// cluster's index in the grid (x: the kernels launch 1-D clusters); a barrier over the
+// cluster's threads in two halves (the release orders this thread's shared-memory writes
+// before the other blocks' reads after their wait); the address in the shared memory of the
+// cluster's block `rank` of what this block's `p` points to, and 16 bytes read from there.
+__device__ __forceinline__ int cluster_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return int(rank);
+}
+__device__ __forceinline__ int cluster_index() {
+  uint32_t index;
+  asm volatile("mov.u32 %0, %%clusterid.x;\n" : "=r"(index));
+  return int(index);
+}
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ uint32_t cluster_shared_address(const void* p, int rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
+               : "=r"(remote)
+               : "r"(shared_address(p)), "r"(rank));
+  return remote;
+}
+// (Volatile, so that it stays between the cluster barriers; no memory clobber, so that the
+// compiler may keep several in flight.)
+__device__ __forceinline__ float4 load_cluster_shared(uint32_t address) {
+  float4 v;
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+      : "r"(address));
+  return v;
+}
+
+// 16 bytes stored to, added into (at L2; no value back) and read back from global memory, all
+// at gpu scope (relaxed), so that the load sees this thread's earlier store and reductions
+// there rather than a stale L1 line.
+__device__ __forceinline__ void store_relaxed(float4* p, const float4& v) {
+  asm volatile("st.relaxed.gpu.global.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v.x),
+               "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ void red_add(float4* p, const float4& v) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v.x), "f"(v.y),
+               "f"(v.z), "f"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ float4 load_relaxed(const float4* p) {
+  float4 v;
+  asm volatile("ld.relaxed.gpu.global.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}

@@ -274,3 +274,15 @@ def test_no_kernel_has_its_wgmmas_serialized():
         pytest.skip(f"{PTXAS_LOG.relative_to(REPO_ROOT)} absent: build with utils/compile.sh")
     serialized = [line for line in PTXAS_LOG.read_text().splitlines() if "C7520" in line]
     assert not serialized, "\n".join(serialized)
+
+
+def test_the_wgmma_probe_generator_still_finds_every_knock_out(tmp_path):
+    """tools/wgmma_probe/gen.py patches the kernel's text; each patch asserts that its anchor
+    occurs once, so a kernel change that moves one fails here rather than on the GPU."""
+    out = tmp_path / "wgmma_probe.cu"
+    subprocess.run([sys.executable, str(REPO_ROOT / "tools" / "wgmma_probe" / "gen.py"),
+                    str(out)], check=True)
+    text = out.read_text()
+    for mask in (1, 2, 4, 8, 32, 64, 128):
+        assert f"PROBE & {mask}" in text, mask
+    assert '#include "hopper/' not in text  # the kernel's headers are inlined

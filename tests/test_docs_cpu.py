@@ -59,3 +59,10 @@ def test_the_history_pattern_catches_what_it_is_for():
         assert HISTORY.search(line), line
     assert not HISTORY.search('asm volatile("ld.shared::cluster.v4.f32 ...")')
     assert not HISTORY.search("// this runs 64-channel blocks")
+
+
+def test_no_file_under_kernels_is_longer_than_900_lines():
+    lengths = {path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines())
+               for path in (ROOT / "kernels").rglob("*") if path.is_file()}
+    assert lengths
+    assert {path: n for path, n in lengths.items() if n > 900} == {}

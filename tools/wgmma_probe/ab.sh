@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# A/B timing of two versions of the wgmma kernel in one run: BEFORE.cu (a saved copy of
-# kernels/conv_relu_maxpool_wgmma.cu, e.g. `git show REV:kernels/conv_relu_maxpool_wgmma.cu`)
-# against the file in kernels/ now, both through the probe launcher (PROBE 0: the whole
-# kernel, outputs checked), alternating old, new, old, new so drift shows. Needs nvcc and an
-# sm_90a GPU. The headers in kernels/ are shared by both builds.
-#   bash tools/wgmma_probe/ab.sh scratch/before.cu "default vgg_b3"
+# A/B timing of two versions of the wgmma kernel in one run: BEFORE (a saved kernels/ folder,
+# e.g. `mkdir -p scratch/before && git archive REV kernels | tar -x -C scratch/before`, then
+# scratch/before/kernels; or a saved copy of conv_relu_maxpool_wgmma.cu alone, which then uses
+# today's headers in kernels/) against kernels/ now, both through the probe launcher (PROBE 0:
+# the whole kernel, outputs checked), alternating old, new, old, new so drift shows. Needs nvcc
+# and an sm_90a GPU.
+#   bash tools/wgmma_probe/ab.sh scratch/before/kernels "default vgg_b3"
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)

@@ -11,15 +11,43 @@ outputs of any PROBE other than 0 are wrong by design.
     128 no wgmmas (the loads alone)
 
     python3 tools/wgmma_probe/gen.py OUTPUT.cu
-    PROBE_SOURCE=old_kernel.cu python3 tools/wgmma_probe/gen.py OUTPUT.cu   # another version
+    PROBE_SOURCE=saved/kernels python3 tools/wgmma_probe/gen.py OUTPUT.cu  # another version
+
+The kernel's code is spread over conv_relu_maxpool_wgmma.cu and hopper/tiled_*.cuh: the output
+is one file with those headers inlined.
 """
 import os
+import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-src = Path(os.environ.get("PROBE_SOURCE",
-                          ROOT / "kernels" / "conv_relu_maxpool_wgmma.cu")).read_text()
+KERNELS = ROOT / "kernels"
+
+
+def amalgamated(path: Path, base: Path, seen: set) -> str:
+    """`path` with its hopper/tiled_*.cuh headers inlined (once each, in include order, so the
+    knock-outs below find the kernel's code in one text) and every other header of ours
+    included by absolute path; `path`'s own includes resolve against `base`, a header's
+    against its folder."""
+    def include(match: "re.Match") -> str:
+        header = (base / match.group(1)).resolve()
+        if header.parent.name == "hopper" and header.name.startswith("tiled_"):
+            if header in seen:
+                return ""
+            seen.add(header)
+            return amalgamated(header, header.parent, seen).replace("#pragma once\n", "")
+        return f'#include "{header}"'
+    return re.sub(r'#include "([^"]+)"', include, path.read_text())
+
+
+# PROBE_SOURCE: a saved kernels/ folder (every header its own), or a saved copy of
+# conv_relu_maxpool_wgmma.cu alone (today's headers in kernels/).
+source = Path(os.environ.get("PROBE_SOURCE", KERNELS)).resolve()
+if source.is_dir():
+    src = amalgamated(source / "conv_relu_maxpool_wgmma.cu", source, set())
+else:
+    src = amalgamated(source, KERNELS, set())
 
 
 def replace(old: str, new: str) -> None:
@@ -28,10 +56,7 @@ def replace(old: str, new: str) -> None:
     src = src.replace(old, new)
 
 
-for header in ["conv_pool_16bit.cuh", "conv_pool_device.cuh", "conv_pool_operands.h",
-               "conv_relu_maxpool_wgmma.h"]:
-    replace(f'#include "{header}"', f'#include "{ROOT / "kernels" / header}"')
-replace("namespace {\n", "#ifndef PROBE\n#define PROBE 0\n#endif\nnamespace {\n")
+src = "#ifndef PROBE\n#define PROBE 0\n#endif\n" + src
 replace("if (unit < 0) return;\n    const bool row_valid",
         "if (unit < 0 || (PROBE & 1)) return;\n    const bool row_valid")
 replace("if (unit < 0) return;\n    typename Operands::Pixel* dst",
@@ -39,8 +64,8 @@ replace("if (unit < 0) return;\n    typename Operands::Pixel* dst",
 replace("mbarrier_arrive_expect_tx(landed, Tile::kWeightChunkBytes);",
         "mbarrier_arrive_expect_tx(landed, (PROBE & 4) ? 0 : Tile::kWeightChunkBytes);"
         " if (!(PROBE & 4))")
-replace("wgmma_wait<1>();\n      __syncthreads();",
-        "wgmma_wait<1>();\n      if (!(PROBE & 8)) __syncthreads();")
+replace("      __syncthreads();\n      if (refill) loader.copy_weights",
+        "      if (!(PROBE & 8)) __syncthreads();\n      if (refill) loader.copy_weights")
 replace("    pack_weights<Tile>(ops, s, p);\n    // Every",
         "    if (!(PROBE & 32)) pack_weights<Tile>(ops, s, p);\n    // Every")
 replace("    cooperative_groups::this_grid().sync();\n",

@@ -1,0 +1,161 @@
+// The 3 x 3 / 2 x 2 Hopper kernel's epilogue: the 2 x 2 max of the accumulators, bias, ReLU
+// and the coalesced store of the pooled tile, and the split reduction's sum of a cluster's
+// partial accumulators through distributed shared memory.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../conv_pool_device.cuh"
+#include "../conv_pool_wgmma.cuh"
+#include "tiled_mainloop.cuh"
+
+namespace tiled_wgmma {
+
+// 2 x 2 max of the accumulators into pooled[channel][pooled row][pooled col]. Row 16 w + g of
+// a square's M = 64 is pixel (2 w, g), row 16 w + g + 8 is pixel (2 w + 1, g): values v and
+// v + 2 are vertical neighbours, lanes g and g ^ 1 (lane ^ 4) horizontal ones.
+template <class Tile>
+__device__ __forceinline__ void pool_accumulators(const float (&acc)[2][Tile::kAccRegs],
+                                                  float* pooled) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warpgroup = warp / 4, warp_in_group = warp % 4;
+  const int group = lane / 4, thread_in_group = lane % 4;
+  const bool odd = group & 1;
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+    const int square = 2 * warpgroup + m;
+    const int pooled_row = (square / Tile::kSquareCols) * 4 + warp_in_group;
+    const int pooled_col = (square % Tile::kSquareCols) * 4 + group / 2;
+#pragma unroll
+    for (int j = 0; j < Tile::kN / 8; ++j) {
+      const float even_channel = max_keeping_nan(acc[m][4 * j], acc[m][4 * j + 2]);
+      const float odd_channel = max_keeping_nan(acc[m][4 * j + 1], acc[m][4 * j + 3]);
+      // The even lane of the pair stores channel 2t, the odd one 2t + 1: each keeps its own
+      // channel's vertical maximum and sends the other to its partner (one shuffle, not two).
+      const float kept = odd ? odd_channel : even_channel;
+      const float sent = odd ? even_channel : odd_channel;
+      const int channel = 8 * j + 2 * thread_in_group + (odd ? 1 : 0);
+      pooled[channel * Tile::kPooledPlane + pooled_row * Tile::kPooledCols + pooled_col] =
+          max_keeping_nan(kept, __shfl_xor_sync(0xffffffffu, sent, 4));
+    }
+  }
+}
+
+// The pooled tile -> out, with bias and ReLU. Each thread keeps one run of `run` pooled
+// columns of one row (run = 4 where the output rows split into aligned runs of 4,
+// p.vector_out: one 16-byte (fp32) or 8-byte (16-bit) store per run, a quarter of the stores,
+// shared loads and address arithmetic; else 1) and walks the channels. A run lies in one
+// 8 x 8 square (4 pooled columns), so a strip's two pieces split between runs, and a run of 4
+// is wholly inside the output or wholly past its width. One loop for both run lengths: two
+// loops under a branch spilled at the two-blocks instances' 128-register cap. kSplitK: only
+// the channel groups this block of the cluster summed (reduce_split).
+template <class Tile, bool kSplitK = false>
+__device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                             const TileOrigin& o, const float* pooled,
+                                             const float* bias, bool vector_out, int split = 1,
+                                             int rank = 0) {
+  constexpr int kPooledTile = Tile::kPooledRows * Tile::kPooledCols;
+  static_assert(kThreads % kPooledTile == 0, "fixed run per thread");
+  // Runs of 4 per channel and per row.
+  constexpr int kRuns4 = kPooledTile / 4, kRowRuns4 = Tile::kPooledCols / 4;
+  const int runs = vector_out ? kRuns4 : kPooledTile;
+  const int channel_step = vector_out ? kThreads / kRuns4 : kThreads / kPooledTile;
+  const int r = threadIdx.x % runs;
+  const int pooled_col = vector_out ? 4 * (r % kRowRuns4) : r % Tile::kPooledCols;
+  const int pooled_row = vector_out ? r / kRowRuns4 : r / Tile::kPooledCols;
+  int out_row = o.out_row0 + pooled_row, out_col = o.out_col0 + pooled_col;
+  int64_t image = o.image;
+  if constexpr (Tile::kStrip) {
+    const int square = pooled_col / 4;
+    if (square >= o.squares) return;
+    if (square >= o.first_squares) {  // the second piece: the next square row, from column 0
+      image = o.next_image;
+      out_row = o.next_out_row0 + pooled_row;
+      out_col = pooled_col - 4 * o.first_squares;
+    }
+  }
+  if (out_row >= s.out_height || out_col >= s.out_width) return;
+  const int k0 = vector_out ? threadIdx.x / kRuns4 : threadIdx.x / kPooledTile;
+  const int64_t plane = int64_t(s.out_height) * s.out_width;
+  using Operands = typename Tile::Operands;
+  typename Operands::Element* out =
+      Operands::output(ops) + (image * s.out_channels + o.channel0 + k0) * plane +
+               int64_t(out_row) * s.out_width + out_col;
+  const float* src = pooled + k0 * Tile::kPooledPlane + pooled_row * Tile::kPooledCols + pooled_col;
+  const int channels = min(Tile::kN, s.out_channels - o.channel0);
+  const int64_t out_step = channel_step * plane;
+  const int src_step = channel_step * Tile::kPooledPlane;
+#pragma unroll 4
+  for (int k = k0; k < channels; k += channel_step) {
+    if (!kSplitK || (k / 8) % split == rank) {
+      const float b = bias[k];
+      if (vector_out) {
+        const float4 v = *reinterpret_cast<const float4*>(src);
+        Operands::store_run(out, relu_keeping_nan(v.x + b), relu_keeping_nan(v.y + b),
+                            relu_keeping_nan(v.z + b), relu_keeping_nan(v.w + b));
+      } else {
+        *out = Operands::to_output(relu_keeping_nan(*src + b));
+      }
+    }
+    out += out_step;
+    src += src_step;
+  }
+}
+
+// Split reductions (kSplitK): the p.split blocks of a cluster hold partial sums of one tile, each
+// over its share of the chunks, in the same registers. Each block writes its partials to its
+// pipeline stages (idle now); then block `rank` adds the p.split partials of the channel groups
+// g with g % split == rank (8 channels: accumulators 4 g .. 4 g + 3 of each square, one 16-byte
+// load each), in rank order, so every run adds in the same order. Its other accumulators keep
+// its own partials, which store_pooled<Tile, true> does not write. Ends with this block's
+// arrival at the cluster barrier that the kernel waits at before it exits (the others read its
+// stages until then).
+template <class Tile>
+__device__ __forceinline__ void reduce_split(float (&acc)[2][Tile::kAccRegs], unsigned char* smem,
+                                             int split, int rank) {
+  constexpr int kGroups = Tile::kN / 8;
+  static_assert(2 * Tile::kAccs * kThreads * 4 <= Tile::kPipelineBytes, "partials fit");
+  float4* partial = reinterpret_cast<float4*>(smem);  // [square][group][thread]
+  __syncthreads();  // both warpgroups' wgmmas are done with the stages
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g)
+      partial[(m * kGroups + g) * kThreads + threadIdx.x] =
+          make_float4(acc[m][4 * g], acc[m][4 * g + 1], acc[m][4 * g + 2], acc[m][4 * g + 3]);
+  cluster_arrive();
+  cluster_wait();  // every block's partials are written
+  bool mine[kGroups];
+#pragma unroll
+  for (int g = 0; g < kGroups; ++g) {
+    mine[g] = g % split == rank;
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (mine[g]) acc[m][4 * g + e] = 0.f;
+  }
+  // Unrolled over the largest cluster, so that every load of every rank is in flight at once.
+#pragma unroll
+  for (int q = 0; q < kConvPoolMaxCluster; ++q) {
+    if (q >= split) break;
+    const uint32_t base = cluster_shared_address(partial + threadIdx.x, q);
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        if (!mine[g]) continue;
+        const float4 v =
+            load_cluster_shared(base + uint32_t((m * kGroups + g) * kThreads * sizeof(float4)));
+        acc[m][4 * g] += v.x;
+        acc[m][4 * g + 1] += v.y;
+        acc[m][4 * g + 2] += v.z;
+        acc[m][4 * g + 3] += v.w;
+      }
+  }
+  cluster_arrive();
+}
+
+}  // namespace tiled_wgmma
