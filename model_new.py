@@ -55,8 +55,6 @@ except ImportError as error:  # pragma: no cover - exercised by users without a 
 IntPair = Union[int, Sequence[int]]
 
 AUTO_CONFIG = -1
-# Kernel variants the binding accepts as `config` (ids 0 .. VARIANT_COUNT - 1; -1 = auto).
-VARIANT_COUNT = len(cuda_extension.conv2d_relu_maxpool_variants())
 
 OP_NAMESPACE = "fused_conv"
 OP_NAME = "conv2d_relu_maxpool"
@@ -112,54 +110,8 @@ def _conv2d_relu_maxpool_binding(x: torch.Tensor, weight: torch.Tensor,
         ceil_mode, config, packed_weight)
 
 
-def conv_length(length: Any, kernel: Any, pad: int, stride: int, dilation: int) -> Any:
-    """Convolution output length (kernels/conv_pool_shape.h conv_length; 0 when none)."""
-    numerator = length + 2 * pad - dilation * (kernel - 1) - 1
-    if numerator < 0:
-        return 0
-    return numerator // stride + 1
-
-
-def pooled_length(length: Any, kernel: int, pad: int, stride: int, ceil_mode: bool) -> Any:
-    """Pooling output length exactly as PyTorch's pooling_output_shape (and
-    kernels/conv_pool_shape.h): in ceil mode the last window must start inside the input or
-    the left padding."""
-    numerator = length + 2 * pad - kernel + (stride - 1 if ceil_mode else 0)
-    out = numerator // stride + 1  # Python's // floors, also for a negative numerator
-    if ceil_mode and (out - 1) * stride >= length + pad:
-        out = out - 1
-    return out
-
-
-def _op_pair(value: Sequence[int], name: str) -> Tuple[int, int]:
-    """The binding's pair rule: one value is used for both dimensions."""
-    if len(value) not in (1, 2):
-        raise RuntimeError(f"{name} must be an int pair (h, w), got {len(value)} values")
-    return (value[0], value[0]) if len(value) == 1 else (value[0], value[1])
-
-
-def _shape_string(t: torch.Tensor) -> str:
-    return "[" + ", ".join(str(size) for size in t.shape) + "]"
-
-
-# c10's names of dtypes, as the binding prints them ("x must be float32, float16 or bfloat16, got
-# Double").
-C10_DTYPE_NAMES = {
-    torch.float64: "Double", torch.float32: "Float", torch.float16: "Half",
-    torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int", torch.int16: "Short",
-    torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool",
-    torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
-}
-
-
-def _dtype_string(dtype: torch.dtype) -> str:
-    return C10_DTYPE_NAMES.get(dtype, str(dtype))
-
-
-# The dtypes the kernels take (x decides; weight and bias must match it), as the binding names
-# them in its messages ("weight must be float16 like x, got Float").
-KERNEL_DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16",
-                      torch.bfloat16: "bfloat16"}
+# The dtypes the kernels take (x decides; weight and bias must match it).
+KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def _conv2d_relu_maxpool_fake(x: torch.Tensor, weight: torch.Tensor,
@@ -168,103 +120,16 @@ def _conv2d_relu_maxpool_fake(x: torch.Tensor, weight: torch.Tensor,
                               pool_stride: List[int], pool_padding: List[int], ceil_mode: bool,
                               config: int = AUTO_CONFIG,
                               packed_weight: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """Output shape (and the binding's checks that need no data): used by torch.compile,
-    torch.export and meta tensors. Messages are the binding's."""
-    if x.dtype not in KERNEL_DTYPE_NAMES:
-        raise RuntimeError("x must be float32, float16 or bfloat16, got "
-                           f"{_dtype_string(x.dtype)}")
-    for tensor, name, layout in ((x, "x", "(N, C, H, W)"),
-                                 (weight, "weight", "(out_channels, in_channels, kH, kW)")):
-        if tensor.dtype != x.dtype:
-            raise RuntimeError(f"{name} must be {KERNEL_DTYPE_NAMES[x.dtype]} like x, got "
-                               f"{_dtype_string(tensor.dtype)}")
-        if tensor.dim() != 4:
-            raise RuntimeError(f"{name} must be 4-D {layout}, got {tensor.dim()}-D with shape "
-                               f"{_shape_string(tensor)}")
-    batch, in_channels, in_h, in_w = x.shape
-    out_channels, weight_in_channels, kernel_h, kernel_w = weight.shape
-    torch._check(in_channels >= 1, lambda: "x must have at least 1 channel, got shape "
-                 f"{_shape_string(x)}")
-    torch._check(out_channels >= 1 and kernel_h >= 1 and kernel_w >= 1,
-                 lambda: "weight must have out_channels, kH and kW >= 1, got shape "
-                 f"{_shape_string(weight)}")
-    torch._check(weight_in_channels == in_channels,
-                 lambda: f"channel mismatch: x has {in_channels} channels but weight expects "
-                 f"{weight_in_channels} (weight shape {_shape_string(weight)}); groups other "
-                 "than 1 are not supported")
-    if bias is not None:
-        if bias.dtype != x.dtype:
-            raise RuntimeError(f"bias must be {KERNEL_DTYPE_NAMES[x.dtype]} like x, got "
-                               f"{_dtype_string(bias.dtype)}")
-        torch._check(bias.dim() == 1 and bias.shape[0] == out_channels,
-                     lambda: f"bias must be 1-D with out_channels = {out_channels} elements, "
-                     f"got shape {_shape_string(bias)}")
-
-    stride_h, stride_w = _op_pair(stride, "stride")
-    pad_h, pad_w = _op_pair(padding, "padding")
-    dil_h, dil_w = _op_pair(dilation, "dilation")
-    pool_h, pool_w = _op_pair(pool_kernel, "pool_kernel")
-    # An empty pool_stride means "same as pool_kernel", as in F.max_pool2d.
-    pool_stride_h, pool_stride_w = ((pool_h, pool_w) if len(pool_stride) == 0
-                                    else _op_pair(pool_stride, "pool_stride"))
-    pool_pad_h, pool_pad_w = _op_pair(pool_padding, "pool_padding")
-    for name, (h, w), lowest, what in (
-            ("stride", (stride_h, stride_w), 1, "positive"),
-            ("dilation", (dil_h, dil_w), 1, "positive"),
-            ("padding", (pad_h, pad_w), 0, "non-negative"),
-            ("pool_kernel", (pool_h, pool_w), 1, "positive"),
-            ("pool_stride", (pool_stride_h, pool_stride_w), 1, "positive"),
-            ("pool_padding", (pool_pad_h, pool_pad_w), 0, "non-negative")):
-        if h < lowest or w < lowest:
-            raise RuntimeError(f"{name} must be {what}, got ({h}, {w})")
-    if pool_pad_h > pool_h // 2 or pool_pad_w > pool_w // 2:
-        raise RuntimeError(f"pool_padding must be at most half of pool_kernel, got pool_padding "
-                           f"({pool_pad_h}, {pool_pad_w}) for pool_kernel ({pool_h}, {pool_w})")
-    if not AUTO_CONFIG <= config < VARIANT_COUNT:
-        raise RuntimeError(f"config must be -1 (auto) or a variant id in [0, "
-                           f"{VARIANT_COUNT - 1}], got {config}")
-
-    conv_h = conv_length(in_h, kernel_h, pad_h, stride_h, dil_h)
-    conv_w = conv_length(in_w, kernel_w, pad_w, stride_w, dil_w)
-    torch._check(conv_h >= 1 and conv_w >= 1,
-                 lambda: f"convolution output is smaller than 1 element: input {in_h}x{in_w} "
-                 f"with kernel {kernel_h}x{kernel_w}, padding ({pad_h}, {pad_w}), dilation "
-                 f"({dil_h}, {dil_w}) gives {conv_h}x{conv_w}")
-    out_h = pooled_length(conv_h, pool_h, pool_pad_h, pool_stride_h, ceil_mode)
-    out_w = pooled_length(conv_w, pool_w, pool_pad_w, pool_stride_w, ceil_mode)
-    torch._check(out_h >= 1 and out_w >= 1,
-                 lambda: f"pooled output is smaller than 1 element: convolution output "
-                 f"{conv_h}x{conv_w} with pool_kernel ({pool_h}, {pool_w}), pool_stride "
-                 f"({pool_stride_h}, {pool_stride_w}), pool_padding ({pool_pad_h}, "
-                 f"{pool_pad_w}) gives {out_h}x{out_w}")
-
-    # Devices last, as in the binding. Meta tensors (shape-only) pass; CPU ones cannot run.
-    if x.device.type == "cpu":
-        raise RuntimeError(f"x must be a CUDA tensor, got device {x.device}")
-    if weight.device != x.device:
-        raise RuntimeError(f"weight must be on x's device {x.device}, got {weight.device}")
-    if bias is not None and bias.device != x.device:
-        raise RuntimeError(f"bias must be on x's device {x.device}, got {bias.device}")
-    # packed_weight: what the binding can check without the device's packed layout (its length
-    # depends on the GPU; an empty one means none).
-    if packed_weight is not None and packed_weight.numel() > 0:
-        if packed_weight.dtype != x.dtype:
-            raise RuntimeError(f"packed_weight must be {KERNEL_DTYPE_NAMES[x.dtype]} like x, got "
-                               f"{_dtype_string(packed_weight.dtype)}")
-        if packed_weight.device != x.device:
-            raise RuntimeError(f"packed_weight must be on x's device {x.device}, got "
-                               f"{packed_weight.device}")
-        if packed_weight.dim() != 1:
-            raise RuntimeError("packed_weight must be conv2d_relu_maxpool_pack_weight(weight): a "
-                               f"1-D tensor, got shape {_shape_string(packed_weight)}")
-    # The binding's layout rule (output_memory_format): channels-last when x or weight is, as
-    # PyTorch's convolution and the max-pool after it give, else NCHW contiguous.
-    shape = (batch, out_channels, out_h, out_w)
-    if (torch._prims_common.suggest_memory_format(x) == torch.channels_last
-            or torch._prims_common.suggest_memory_format(weight) == torch.channels_last):
-        return torch.empty(shape, dtype=x.dtype, device=x.device,
-                           memory_format=torch.channels_last)
-    return x.new_empty(shape)
+    """The output (shape, dtype, device, layout) for torch.compile, torch.export and meta
+    tensors. The binding's own checks decide it (conv2d_relu_maxpool_output: the forward's
+    checks on the tensors' metadata, sizes possibly symbolic), so the fake refuses what the
+    forward refuses, with its message."""
+    shape, channels_last = cuda_extension.conv2d_relu_maxpool_output(
+        x, weight, bias, stride, padding, dilation, pool_kernel, pool_stride, pool_padding,
+        ceil_mode, config, packed_weight)
+    return torch.empty(shape, dtype=x.dtype, device=x.device,
+                       memory_format=torch.channels_last if channels_last
+                       else torch.contiguous_format)
 
 
 def _setup_context(ctx: Any, inputs: Tuple[Any, ...], output: torch.Tensor) -> None:
@@ -541,7 +406,7 @@ def _fusable_conv(conv: nn.Module) -> bool:
     if conv.groups != 1 or conv.padding_mode != "zeros" or _conv_padding(conv) is None:
         return False
     dtype = conv.weight.dtype
-    return dtype in KERNEL_DTYPE_NAMES and (conv.bias is None or conv.bias.dtype == dtype)
+    return dtype in KERNEL_DTYPES and (conv.bias is None or conv.bias.dtype == dtype)
 
 
 def _fusable_relu(relu: nn.Module) -> bool:

@@ -52,22 +52,26 @@ struct ConvPoolShape {
   CONV_POOL_HD int input_col0(int conv) const { return conv * stride_w - pad_w; }
 };
 
+// The output lengths, the one home of these formulas: the binding's checks use them on int64_t
+// sizes and, for the op's fake implementation (torch.compile, torch.export, meta tensors), on
+// c10::SymInt ones, which may be symbolic (a comparison then guards). Size is either.
+//
 // Output length of one pooling dimension, exactly as PyTorch's pooling_output_shape:
 // in ceil mode the last window must start inside the input or the left padding.
-inline int64_t pooled_length(int64_t in, int64_t kernel, int64_t pad, int64_t stride,
-                             bool ceil_mode) {
-  int64_t numerator = in + 2 * pad - kernel + (ceil_mode ? stride - 1 : 0);
+template <class Size>
+Size pooled_length(const Size& in, int64_t kernel, int64_t pad, int64_t stride, bool ceil_mode) {
+  const Size numerator = in + 2 * pad - kernel + (ceil_mode ? stride - 1 : 0);
   // Floor division that is also right for negative numerators.
-  int64_t q = numerator >= 0 ? numerator / stride : -((-numerator + stride - 1) / stride);
-  int64_t out = q + 1;
-  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  Size out = numerator >= 0 ? numerator / stride + 1 : Size(1) - (stride - 1 - numerator) / stride;
+  if (ceil_mode && (out - 1) * stride >= in + pad) out = out - 1;
   return out;
 }
 
-inline int64_t conv_length(int64_t in, int64_t kernel, int64_t pad, int64_t stride,
-                           int64_t dilation) {
-  int64_t numerator = in + 2 * pad - dilation * (kernel - 1) - 1;
-  if (numerator < 0) return 0;
+template <class Size>
+Size conv_length(const Size& in, const Size& kernel, int64_t pad, int64_t stride,
+                 int64_t dilation) {
+  const Size numerator = in + 2 * pad - (kernel - 1) * dilation - 1;
+  if (numerator < 0) return Size(0);
   return numerator / stride + 1;
 }
 

@@ -3,6 +3,8 @@
 // Every argument is checked here, shapes/dtypes/parameters first and devices
 // last (so each error is reachable on a CPU-only machine), with a message that
 // names the argument and what was expected. The .cu launcher trusts what it gets.
+// The same checks (check_geometry) serve the op's fake implementation through
+// conv2d_relu_maxpool_output, on symbolic sizes: the rules and messages exist once.
 // Torch is used only to check tensors and allocate the output.
 #include <ATen/Context.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -15,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -38,6 +41,13 @@ template <class T, std::enable_if_t<std::is_integral_v<T>, int> = 0>
 void append(std::string& out, T value) {
   out += std::to_string(value);
 }
+// A size of a fake tensor: its value where it has one, else its symbol ("s0").
+void append(std::string& out, const c10::SymInt& value) {
+  if (const auto known = value.maybe_as_int())
+    out += std::to_string(*known);
+  else
+    out += value.toSymNode()->str();
+}
 
 template <class... Parts>
 std::string message(const Parts&... parts) {
@@ -46,9 +56,26 @@ std::string message(const Parts&... parts) {
   return out;
 }
 
+// The checks below run on int64_t sizes (real tensors: the forward) and on c10::SymInt ones
+// (fake tensors: the op's fake implementation, for torch.compile, torch.export and meta
+// tensors, whose sizes may be symbolic); one text for both, so that both refuse the same
+// arguments with the same message.
+template <class Size>
+auto sizes_of(const torch::Tensor& t) {
+  if constexpr (std::is_same_v<Size, c10::SymInt>)
+    return t.sym_sizes();
+  else
+    return t.sizes();
+}
+
+template <class Size = int64_t>
 std::string shape_string(const torch::Tensor& t) {
   std::string out = "[";
-  for (int64_t d = 0; d < t.dim(); ++d) out += (d ? ", " : "") + std::to_string(t.size(d));
+  const auto sizes = sizes_of<Size>(t);
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (d) out += ", ";
+    append(out, sizes[d]);
+  }
   return out + "]";
 }
 
@@ -75,9 +102,10 @@ const char* dtype_name(c10::ScalarType type) {
   return type == torch::kFloat16 ? "float16" : type == torch::kBFloat16 ? "bfloat16" : "float32";
 }
 
+template <class Size = int64_t>
 void check_rank(const torch::Tensor& t, const char* name, int64_t dims, const char* layout) {
   TORCH_CHECK(t.dim() == dims, message(name, " must be ", dims, "-D ", layout, ", got ", t.dim(),
-                                       "-D with shape ", shape_string(t)));
+                                       "-D with shape ", shape_string<Size>(t)));
 }
 
 // weight and bias must have x's dtype (already checked to be one the kernels take).
@@ -89,6 +117,160 @@ void check_same_dtype_as_x(const torch::Tensor& t, const char* name, c10::Scalar
 void check_int_range(int64_t value, const char* what) {
   TORCH_CHECK(value <= INT32_MAX, message(what, " = ", value, " is too large (at most 2^31 - 1)"));
 }
+// A symbolic size is checked when the forward runs with its value: a guard here would narrow
+// the sizes torch.export accepts for a dynamic dimension to 2^31 - 1.
+void check_int_range(const c10::SymInt& value, const char* what) {
+  if (const auto known = value.maybe_as_int()) check_int_range(*known, what);
+}
+
+// An empty packed_weight (what packing gives where nothing takes it) means none.
+bool has_packed_weight(const std::optional<torch::Tensor>& packed_weight) {
+  return packed_weight.has_value() && packed_weight->defined() && packed_weight->sym_numel() > 0;
+}
+
+// A problem's geometry, every argument checked: the sizes (Size) and the settings.
+template <class Size>
+struct Geometry {
+  Size batch, in_channels, in_h, in_w, out_channels, kernel_h, kernel_w;
+  int64_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+  Size conv_h, conv_w;
+  int64_t pool_h, pool_w, pool_stride_h, pool_stride_w, pool_pad_h, pool_pad_w;
+  Size out_h, out_w;
+};
+
+// Every check of the op's arguments that needs no data and no GPU: dtypes, ranks, sizes,
+// settings, the output size, devices (x on a CUDA device, or a meta one for shape-only calls;
+// weight and bias on x's).
+template <class Size>
+Geometry<Size> check_geometry(const torch::Tensor& x, const torch::Tensor& weight,
+                              const std::optional<torch::Tensor>& bias, const IntPair& stride,
+                              const IntPair& padding, const IntPair& dilation,
+                              const IntPair& pool_kernel, const IntPair& pool_stride,
+                              const IntPair& pool_padding, bool ceil_mode, int64_t config,
+                              const std::optional<torch::Tensor>& packed_weight) {
+  TORCH_CHECK(kernel_dtype(x.scalar_type()),
+              message("x must be float32, float16 or bfloat16, got ", x.scalar_type()));
+  check_rank<Size>(x, "x", 4, "(N, C, H, W)");
+  check_same_dtype_as_x(weight, "weight", x.scalar_type());
+  check_rank<Size>(weight, "weight", 4, "(out_channels, in_channels, kH, kW)");
+  const auto x_sizes = sizes_of<Size>(x);
+  const auto weight_sizes = sizes_of<Size>(weight);
+  Geometry<Size> g{};
+  g.batch = x_sizes[0];
+  g.in_channels = x_sizes[1];
+  g.in_h = x_sizes[2];
+  g.in_w = x_sizes[3];
+  g.out_channels = weight_sizes[0];
+  g.kernel_h = weight_sizes[2];
+  g.kernel_w = weight_sizes[3];
+  const Size weight_in_channels = weight_sizes[1];
+  TORCH_CHECK(g.in_channels >= 1,
+              message("x must have at least 1 channel, got shape ", shape_string<Size>(x)));
+  TORCH_CHECK(g.out_channels >= 1 && g.kernel_h >= 1 && g.kernel_w >= 1,
+              message("weight must have out_channels, kH and kW >= 1, got shape ",
+                      shape_string<Size>(weight)));
+  if (weight_in_channels != g.in_channels) {
+    TORCH_CHECK(weight_in_channels < 1 || g.in_channels % weight_in_channels != 0,
+                message("groups other than 1 are not supported: weight expects ",
+                        weight_in_channels, " input channels per group and x has ",
+                        g.in_channels, " (groups=", g.in_channels / weight_in_channels, ")"));
+    TORCH_CHECK(false, message("channel mismatch: x has ", g.in_channels,
+                               " channels but weight expects ", weight_in_channels,
+                               " (weight shape ", shape_string<Size>(weight), ")"));
+  }
+  if (bias.has_value()) {
+    check_same_dtype_as_x(*bias, "bias", x.scalar_type());
+    TORCH_CHECK(bias->dim() == 1 && sizes_of<Size>(*bias)[0] == g.out_channels,
+                message("bias must be 1-D with out_channels = ", g.out_channels,
+                        " elements, got shape ", shape_string<Size>(*bias)));
+  }
+
+  std::tie(g.stride_h, g.stride_w) = as_pair(stride, "stride");
+  std::tie(g.pad_h, g.pad_w) = as_pair(padding, "padding");
+  std::tie(g.dil_h, g.dil_w) = as_pair(dilation, "dilation");
+  std::tie(g.pool_h, g.pool_w) = as_pair(pool_kernel, "pool_kernel");
+  // An empty pool_stride means "same as pool_kernel", as in F.max_pool2d.
+  std::tie(g.pool_stride_h, g.pool_stride_w) = pool_stride.empty()
+                                                   ? std::make_pair(g.pool_h, g.pool_w)
+                                                   : as_pair(pool_stride, "pool_stride");
+  std::tie(g.pool_pad_h, g.pool_pad_w) = as_pair(pool_padding, "pool_padding");
+  TORCH_CHECK(g.stride_h > 0 && g.stride_w > 0,
+              message("stride must be positive, got (", g.stride_h, ", ", g.stride_w, ")"));
+  TORCH_CHECK(g.dil_h > 0 && g.dil_w > 0,
+              message("dilation must be positive, got (", g.dil_h, ", ", g.dil_w, ")"));
+  TORCH_CHECK(g.pad_h >= 0 && g.pad_w >= 0,
+              message("padding must be non-negative, got (", g.pad_h, ", ", g.pad_w, ")"));
+  TORCH_CHECK(g.pool_h > 0 && g.pool_w > 0,
+              message("pool_kernel must be positive, got (", g.pool_h, ", ", g.pool_w, ")"));
+  TORCH_CHECK(g.pool_stride_h > 0 && g.pool_stride_w > 0,
+              message("pool_stride must be positive, got (", g.pool_stride_h, ", ",
+                      g.pool_stride_w, ")"));
+  TORCH_CHECK(g.pool_pad_h >= 0 && g.pool_pad_w >= 0,
+              message("pool_padding must be non-negative, got (", g.pool_pad_h, ", ",
+                      g.pool_pad_w, ")"));
+  TORCH_CHECK(g.pool_pad_h <= g.pool_h / 2 && g.pool_pad_w <= g.pool_w / 2,
+              message("pool_padding must be at most half of pool_kernel, got pool_padding (",
+                      g.pool_pad_h, ", ", g.pool_pad_w, ") for pool_kernel (", g.pool_h, ", ",
+                      g.pool_w, ")"));
+  TORCH_CHECK(config >= kVariantAuto && config < kVariantCount,
+              message("config must be -1 (auto) or a ", "variant id in [0, ",
+                      int(kVariantCount) - 1, "], got ", config));
+
+  // Before any size arithmetic: every factor fits in 31 bits, so nothing below overflows.
+  for (const Size& v : {g.batch, g.in_channels, g.in_h, g.in_w, g.out_channels, g.kernel_h,
+                        g.kernel_w})
+    check_int_range(v, "a size or parameter");
+  for (int64_t v : {g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.dil_h, g.dil_w, g.pool_h,
+                    g.pool_w, g.pool_stride_h, g.pool_stride_w})
+    check_int_range(v, "a size or parameter");
+  g.conv_h = conv_length(g.in_h, g.kernel_h, g.pad_h, g.stride_h, g.dil_h);
+  g.conv_w = conv_length(g.in_w, g.kernel_w, g.pad_w, g.stride_w, g.dil_w);
+  TORCH_CHECK(g.conv_h >= 1 && g.conv_w >= 1,
+              message("convolution output is smaller than 1 element: ", "input ", g.in_h, "x",
+                      g.in_w, " with kernel ", g.kernel_h, "x", g.kernel_w, ", padding (",
+                      g.pad_h, ", ", g.pad_w, "), dilation (", g.dil_h, ", ", g.dil_w,
+                      ") gives ", g.conv_h, "x", g.conv_w));
+  g.out_h = pooled_length(g.conv_h, g.pool_h, g.pool_pad_h, g.pool_stride_h, ceil_mode);
+  g.out_w = pooled_length(g.conv_w, g.pool_w, g.pool_pad_w, g.pool_stride_w, ceil_mode);
+  TORCH_CHECK(g.out_h >= 1 && g.out_w >= 1,
+              message("pooled output is smaller than 1 element: ", "convolution output ",
+                      g.conv_h, "x", g.conv_w, " with pool_kernel (", g.pool_h, ", ", g.pool_w,
+                      "), pool_stride (", g.pool_stride_h, ", ", g.pool_stride_w,
+                      "), pool_padding (", g.pool_pad_h, ", ", g.pool_pad_w, ") gives ",
+                      g.out_h, "x", g.out_w));
+  for (const Size& v : {g.conv_h, g.conv_w, g.out_h, g.out_w}) check_int_range(v, "an output size");
+  // packed_weight, where given, as far as it can be judged without the GPU: x's dtype, 1-D (its
+  // length and alignment depend on the GPU: the forward's check_packed_weight).
+  const bool packed = has_packed_weight(packed_weight);
+  if (packed) {
+    check_same_dtype_as_x(*packed_weight, "packed_weight", x.scalar_type());
+    TORCH_CHECK(packed_weight->dim() == 1,
+                message("packed_weight must be conv2d_relu_maxpool_pack_weight(weight): a 1-D "
+                        "tensor, got shape ", shape_string<Size>(*packed_weight)));
+  }
+
+  // Devices last, so that all the checks above are reachable without a GPU.
+  TORCH_CHECK(x.is_cuda() || x.is_meta(),
+              message("x must be a CUDA tensor, got device ", x.device()));
+  TORCH_CHECK(weight.device() == x.device(),
+              message("weight must be on x's device ", x.device(), ", got ", weight.device()));
+  if (bias.has_value())
+    TORCH_CHECK(bias->device() == x.device(),
+                message("bias must be on x's device ", x.device(), ", got ", bias->device()));
+  if (packed)
+    TORCH_CHECK(packed_weight->device() == x.device(),
+                message("packed_weight must be on x's device ", x.device(), ", got ",
+                        packed_weight->device()));
+  return g;
+}
+
+// The output's memory format: channels-last when x or weight suggests it, as for PyTorch's
+// convolution (whose output the max-pool keeps the layout of), else NCHW contiguous.
+c10::MemoryFormat output_memory_format(const torch::Tensor& x, const torch::Tensor& weight) {
+  const bool channels_last = x.suggest_memory_format() == c10::MemoryFormat::ChannelsLast ||
+                             weight.suggest_memory_format() == c10::MemoryFormat::ChannelsLast;
+  return channels_last ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::Contiguous;
+}
 
 struct Checked {
   ConvPoolShape shape;
@@ -99,124 +281,38 @@ Checked check_and_plan(const torch::Tensor& x, const torch::Tensor& weight,
                        const std::optional<torch::Tensor>& bias, const IntPair& stride,
                        const IntPair& padding, const IntPair& dilation, const IntPair& pool_kernel,
                        const IntPair& pool_stride, const IntPair& pool_padding, bool ceil_mode,
-                       int64_t config) {
-  TORCH_CHECK(kernel_dtype(x.scalar_type()),
-              message("x must be float32, float16 or bfloat16, got ", x.scalar_type()));
-  check_rank(x, "x", 4, "(N, C, H, W)");
-  check_same_dtype_as_x(weight, "weight", x.scalar_type());
-  check_rank(weight, "weight", 4, "(out_channels, in_channels, kH, kW)");
-  const int64_t in_channels = x.size(1);
-  const int64_t weight_in_channels = weight.size(1);
-  TORCH_CHECK(in_channels >= 1,
-              message("x must have at least 1 channel, got shape ", shape_string(x)));
-  TORCH_CHECK(
-      weight.size(0) >= 1 && weight.size(2) >= 1 && weight.size(3) >= 1,
-      message("weight must have out_channels, kH and kW >= 1, got shape ", shape_string(weight)));
-  if (weight_in_channels != in_channels) {
-    TORCH_CHECK(weight_in_channels < 1 || in_channels % weight_in_channels != 0,
-                message("groups other than 1 are not supported: weight expects ",
-                        weight_in_channels, " input channels per group and x has ", in_channels,
-                        " (groups=", in_channels / std::max<int64_t>(weight_in_channels, 1), ")"));
-    TORCH_CHECK(false,
-                message("channel mismatch: x has ", in_channels, " channels but weight expects ",
-                        weight_in_channels, " (weight shape ", shape_string(weight), ")"));
-  }
-  const int64_t out_channels = weight.size(0);
-  if (bias.has_value()) {
-    check_same_dtype_as_x(*bias, "bias", x.scalar_type());
-    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == out_channels,
-                message("bias must be 1-D with out_channels = ", out_channels,
-                        " elements, got shape ", shape_string(*bias)));
-  }
-
-  auto [stride_h, stride_w] = as_pair(stride, "stride");
-  auto [pad_h, pad_w] = as_pair(padding, "padding");
-  auto [dil_h, dil_w] = as_pair(dilation, "dilation");
-  auto [pool_h, pool_w] = as_pair(pool_kernel, "pool_kernel");
-  // An empty pool_stride means "same as pool_kernel", as in F.max_pool2d.
-  auto [pool_stride_h, pool_stride_w] =
-      pool_stride.empty() ? std::make_pair(pool_h, pool_w) : as_pair(pool_stride, "pool_stride");
-  auto [pool_pad_h, pool_pad_w] = as_pair(pool_padding, "pool_padding");
-  TORCH_CHECK(stride_h > 0 && stride_w > 0,
-              message("stride must be positive, got (", stride_h, ", ", stride_w, ")"));
-  TORCH_CHECK(dil_h > 0 && dil_w > 0,
-              message("dilation must be positive, got (", dil_h, ", ", dil_w, ")"));
-  TORCH_CHECK(pad_h >= 0 && pad_w >= 0,
-              message("padding must be non-negative, got (", pad_h, ", ", pad_w, ")"));
-  TORCH_CHECK(pool_h > 0 && pool_w > 0,
-              message("pool_kernel must be positive, got (", pool_h, ", ", pool_w, ")"));
-  TORCH_CHECK(
-      pool_stride_h > 0 && pool_stride_w > 0,
-      message("pool_stride must be positive, got (", pool_stride_h, ", ", pool_stride_w, ")"));
-  TORCH_CHECK(
-      pool_pad_h >= 0 && pool_pad_w >= 0,
-      message("pool_padding must be non-negative, got (", pool_pad_h, ", ", pool_pad_w, ")"));
-  TORCH_CHECK(
-      pool_pad_h <= pool_h / 2 && pool_pad_w <= pool_w / 2,
-      message("pool_padding must be at most half of pool_kernel, got pool_padding (", pool_pad_h,
-              ", ", pool_pad_w, ") for pool_kernel (", pool_h, ", ", pool_w, ")"));
-  TORCH_CHECK(config >= kVariantAuto && config < kVariantCount,
-              message("config must be -1 (auto) or a ", "variant id in [0, ",
-                      int(kVariantCount) - 1, "], got ", config));
-
-  const int64_t in_h = x.size(2), in_w = x.size(3);
-  const int64_t kernel_h = weight.size(2), kernel_w = weight.size(3);
-  // Before any size arithmetic: every factor fits in 31 bits, so nothing below overflows.
-  for (int64_t v :
-       {x.size(0), in_channels, in_h, in_w, out_channels, kernel_h, kernel_w, stride_h, stride_w,
-        pad_h, pad_w, dil_h, dil_w, pool_h, pool_w, pool_stride_h, pool_stride_w})
-    check_int_range(v, "a size or parameter");
-  const int64_t conv_h = conv_length(in_h, kernel_h, pad_h, stride_h, dil_h);
-  const int64_t conv_w = conv_length(in_w, kernel_w, pad_w, stride_w, dil_w);
-  TORCH_CHECK(conv_h >= 1 && conv_w >= 1,
-              message("convolution output is smaller than 1 element: ", "input ", in_h, "x", in_w,
-                      " with kernel ", kernel_h, "x", kernel_w, ", padding (", pad_h, ", ", pad_w,
-                      "), dilation (", dil_h, ", ", dil_w, ") gives ", conv_h, "x", conv_w));
-  const int64_t out_h = pooled_length(conv_h, pool_h, pool_pad_h, pool_stride_h, ceil_mode);
-  const int64_t out_w = pooled_length(conv_w, pool_w, pool_pad_w, pool_stride_w, ceil_mode);
-  TORCH_CHECK(out_h >= 1 && out_w >= 1,
-              message("pooled output is smaller than 1 element: ", "convolution output ", conv_h,
-                      "x", conv_w, " with pool_kernel (", pool_h, ", ", pool_w, "), pool_stride (",
-                      pool_stride_h, ", ", pool_stride_w, "), pool_padding (", pool_pad_h, ", ",
-                      pool_pad_w, ") gives ", out_h, "x", out_w));
-
-  for (int64_t v : {conv_h, conv_w, out_h, out_w}) check_int_range(v, "an output size");
-
-  // Devices last, so that all the checks above are reachable without a GPU.
+                       int64_t config, const std::optional<torch::Tensor>& packed_weight) {
+  const Geometry<int64_t> g =
+      check_geometry<int64_t>(x, weight, bias, stride, padding, dilation, pool_kernel,
+                              pool_stride, pool_padding, ceil_mode, config, packed_weight);
   TORCH_CHECK(x.is_cuda(), message("x must be a CUDA tensor, got device ", x.device()));
-  TORCH_CHECK(weight.device() == x.device(),
-              message("weight must be on x's device ", x.device(), ", got ", weight.device()));
-  if (bias.has_value())
-    TORCH_CHECK(bias->device() == x.device(),
-                message("bias must be on x's device ", x.device(), ", got ", bias->device()));
-
   ConvPoolShape s{};
-  s.batch = int(x.size(0));
-  s.in_channels = int(in_channels);
-  s.in_height = int(in_h);
-  s.in_width = int(in_w);
-  s.out_channels = int(out_channels);
-  s.kernel_h = int(kernel_h);
-  s.kernel_w = int(kernel_w);
-  s.stride_h = int(stride_h);
-  s.stride_w = int(stride_w);
-  s.pad_h = int(pad_h);
-  s.pad_w = int(pad_w);
-  s.dilation_h = int(dil_h);
-  s.dilation_w = int(dil_w);
-  s.conv_height = int(conv_h);
-  s.conv_width = int(conv_w);
-  s.pool_h = int(pool_h);
-  s.pool_w = int(pool_w);
-  s.pool_stride_h = int(pool_stride_h);
-  s.pool_stride_w = int(pool_stride_w);
-  s.pool_pad_h = int(pool_pad_h);
-  s.pool_pad_w = int(pool_pad_w);
-  s.out_height = int(out_h);
-  s.out_width = int(out_w);
+  s.batch = int(g.batch);
+  s.in_channels = int(g.in_channels);
+  s.in_height = int(g.in_h);
+  s.in_width = int(g.in_w);
+  s.out_channels = int(g.out_channels);
+  s.kernel_h = int(g.kernel_h);
+  s.kernel_w = int(g.kernel_w);
+  s.stride_h = int(g.stride_h);
+  s.stride_w = int(g.stride_w);
+  s.pad_h = int(g.pad_h);
+  s.pad_w = int(g.pad_w);
+  s.dilation_h = int(g.dil_h);
+  s.dilation_w = int(g.dil_w);
+  s.conv_height = int(g.conv_h);
+  s.conv_width = int(g.conv_w);
+  s.pool_h = int(g.pool_h);
+  s.pool_w = int(g.pool_w);
+  s.pool_stride_h = int(g.pool_stride_h);
+  s.pool_stride_w = int(g.pool_stride_w);
+  s.pool_pad_h = int(g.pool_pad_h);
+  s.pool_pad_w = int(g.pool_pad_w);
+  s.out_height = int(g.out_h);
+  s.out_width = int(g.out_w);
   s.has_bias = bias.has_value();
   s.element = element_of(x.scalar_type());
-  return {s, x.size(0) == 0};
+  return {s, g.batch == 0};
 }
 
 // What the variant choice needs to know about a GPU, queried once per device (the attributes
@@ -235,15 +331,6 @@ const ConvPoolDevice& device_info(int device) {
 }
 
 bool tf32_allowed() { return at::globalContext().allowTF32CuDNN(); }
-
-// The output's memory format: channels-last when x or weight suggests it, as for PyTorch's
-// convolution (whose output the max-pool keeps the layout of), else NCHW contiguous. The op's
-// fake implementation (model_new.py) applies the same rule.
-c10::MemoryFormat output_memory_format(const torch::Tensor& x, const torch::Tensor& weight) {
-  const bool channels_last = x.suggest_memory_format() == c10::MemoryFormat::ChannelsLast ||
-                             weight.suggest_memory_format() == c10::MemoryFormat::ChannelsLast;
-  return channels_last ? c10::MemoryFormat::ChannelsLast : c10::MemoryFormat::Contiguous;
-}
 
 // The variant `config` runs on `device` (automatic choice for -1); raises when an
 // explicitly requested variant cannot run the shape.
@@ -264,16 +351,13 @@ int64_t packed_weight_elements(const ConvPoolShape& shape, const ConvPoolDevice&
 }
 
 // packed_weight, when given and not empty, must be what conv2d_relu_maxpool_pack_weight made of
-// a weight like this one: x's dtype and device, 1-D, contiguous, 16-byte aligned, as long as
-// the packed layout. Its values are the caller's business (made from this very weight).
+// a weight like this one: beyond check_geometry's dtype, rank and device, as long as the
+// packed layout on this GPU, contiguous and 16-byte aligned. Its values are the caller's
+// business (made from this very weight).
 void check_packed_weight(const torch::Tensor& packed, const torch::Tensor& x,
                          const torch::Tensor& weight, int64_t expected_elements) {
   const char* what = "packed_weight must be conv2d_relu_maxpool_pack_weight(weight)";
-  check_same_dtype_as_x(packed, "packed_weight", x.scalar_type());
-  TORCH_CHECK(packed.device() == x.device(),
-              message("packed_weight must be on x's device ", x.device(), ", got ",
-                      packed.device()));
-  TORCH_CHECK(packed.dim() == 1 && packed.numel() == expected_elements,
+  TORCH_CHECK(packed.numel() == expected_elements,
               message(what, ": a 1-D tensor of ", expected_elements,
                       " elements for weight of shape ", shape_string(weight), " on ", x.device(),
                       ", got shape ", shape_string(packed)));
@@ -305,14 +389,12 @@ torch::Tensor conv2d_relu_maxpool_forward(const std::optional<torch::Tensor>& x_
                                           const std::optional<torch::Tensor>& packed_weight) {
   const auto& [x, weight] = required_tensors(x_arg, weight_arg);
   Checked plan = check_and_plan(x, weight, bias, stride, padding, dilation, pool_kernel,
-                                pool_stride, pool_padding, ceil_mode, config);
+                                pool_stride, pool_padding, ceil_mode, config, packed_weight);
   const ConvPoolShape& shape = plan.shape;
   const int device = x.get_device();
   const ConvPoolDevice& info = device_info(device);
   const int variant = resolve_variant(shape, config, info);
-  // An empty packed_weight (what packing gives where nothing takes it) means none.
-  const bool packed =
-      packed_weight.has_value() && packed_weight->defined() && packed_weight->numel() > 0;
+  const bool packed = has_packed_weight(packed_weight);
   if (packed)
     check_packed_weight(*packed_weight, x, weight, packed_weight_elements(shape, info, weight));
 
@@ -380,6 +462,29 @@ torch::Tensor conv2d_relu_maxpool_forward(const std::optional<torch::Tensor>& x_
   return out;
 }
 
+// The op's fake implementation (model_new.py) in one call: the forward's checks on the
+// arguments' metadata (fake or meta tensors, sizes possibly symbolic) and the output's sizes and
+// layout, so that torch.compile and torch.export refuse what the forward refuses, with its
+// message, and allocate what it returns.
+pybind11::tuple conv2d_relu_maxpool_output(const std::optional<torch::Tensor>& x_arg,
+                                           const std::optional<torch::Tensor>& weight_arg,
+                                           const std::optional<torch::Tensor>& bias,
+                                           const IntPair& stride, const IntPair& padding,
+                                           const IntPair& dilation, const IntPair& pool_kernel,
+                                           const IntPair& pool_stride,
+                                           const IntPair& pool_padding, bool ceil_mode,
+                                           int64_t config,
+                                           const std::optional<torch::Tensor>& packed_weight) {
+  const auto& [x, weight] = required_tensors(x_arg, weight_arg);
+  const Geometry<c10::SymInt> g =
+      check_geometry<c10::SymInt>(x, weight, bias, stride, padding, dilation, pool_kernel,
+                                  pool_stride, pool_padding, ceil_mode, config, packed_weight);
+  const std::vector<c10::SymInt> sizes = {g.batch, g.out_channels, g.out_h, g.out_w};
+  const bool channels_last =
+      output_memory_format(x, weight) == torch::MemoryFormat::ChannelsLast;
+  return pybind11::make_tuple(sizes, channels_last);
+}
+
 // The weights re-laid out once for the wgmma variants, to pass as the op's packed_weight on
 // every call with this weight (empty where no variant takes packed weights).
 torch::Tensor conv2d_relu_maxpool_pack_weight(const torch::Tensor& weight) {
@@ -427,7 +532,7 @@ std::string conv2d_relu_maxpool_choose(const std::optional<torch::Tensor>& x_arg
                                        bool ceil_mode, int64_t config) {
   const auto& [x, weight] = required_tensors(x_arg, weight_arg);
   Checked plan = check_and_plan(x, weight, bias, stride, padding, dilation, pool_kernel,
-                                pool_stride, pool_padding, ceil_mode, config);
+                                pool_stride, pool_padding, ceil_mode, config, std::nullopt);
   return conv_relu_maxpool_variant_name(
       resolve_variant(plan.shape, config, device_info(x.get_device())));
 }
@@ -452,6 +557,13 @@ void register_conv_relu_maxpool(pybind11::module& m) {
       "weight's current values (the caller repacks after any change; it is not checked).";
   m.def("conv2d_relu_maxpool_forward", &conv2d_relu_maxpool_forward, doc, py::arg("x"),
         py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding"),
+        py::arg("dilation"), py::arg("pool_kernel"), py::arg("pool_stride"),
+        py::arg("pool_padding"), py::arg("ceil_mode"), py::arg("config") = -1,
+        py::arg("packed_weight") = py::none());
+  m.def("conv2d_relu_maxpool_output", &conv2d_relu_maxpool_output,
+        "The forward's checks on the arguments' metadata (fake or meta tensors: the op's fake\n"
+        "implementation) and (output sizes, channels_last): what the forward would return.",
+        py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding"),
         py::arg("dilation"), py::arg("pool_kernel"), py::arg("pool_stride"),
         py::arg("pool_padding"), py::arg("ceil_mode"), py::arg("config") = -1,
         py::arg("packed_weight") = py::none());

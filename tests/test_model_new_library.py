@@ -257,6 +257,71 @@ def test_binding_refuses_cpu_tensors_with_the_same_message_as_the_fake(extension
         extension.conv2d_relu_maxpool_forward(**args)
 
 
+# Every bad input that needs no device to be refused, for the test below: (change to valid
+# arguments, made on their device).
+BAD_INPUTS = REFUSALS + [
+    (lambda a: {"x": a["x"].to(torch.int32)}, "x must be float32, float16 or bfloat16, got Int"),
+    (lambda a: {"x": a["x"][0]}, "x must be 4-D (N, C, H, W), got 3-D with shape [3, 12, 12]"),
+    (lambda a: {"x": a["x"][:, :0], "weight": a["weight"][:, :0]},
+     "x must have at least 1 channel, got shape [2, 0, 12, 12]"),
+    (lambda a: {"weight": a["weight"][:0]},
+     "weight must have out_channels, kH and kW >= 1, got shape [0, 3, 3, 3]"),
+    (lambda a: {"x": torch.empty(2, 4, 12, 12, device=a["x"].device),
+                "weight": torch.empty(8, 2, 3, 3, device=a["x"].device)},
+     "groups other than 1 are not supported: weight expects 2 input channels per group and "
+     "x has 4 (groups=2)"),
+    (lambda a: {"bias": torch.empty(1, 8, device=a["x"].device)},
+     "bias must be 1-D with out_channels = 8 elements, got shape [1, 8]"),
+    (lambda a: {"dilation": [1, 0]}, "dilation must be positive, got (1, 0)"),
+    (lambda a: {"padding": [-1]}, "padding must be non-negative, got (-1, -1)"),
+    (lambda a: {"pool_kernel": [0, 2]}, "pool_kernel must be positive, got (0, 2)"),
+    (lambda a: {"pool_stride": [2, 0]}, "pool_stride must be positive, got (2, 0)"),
+    (lambda a: {"pool_padding": [0, -1]}, "pool_padding must be non-negative, got (0, -1)"),
+    (lambda a: {"pool_stride": [1, 2, 3]}, "pool_stride must be an int pair (h, w), got 3 values"),
+    (lambda a: {"config": -2}, "config must be -1 (auto) or a variant id in [0, "),
+    (lambda a: {"x": torch.empty((), device=a["x"].device).expand(2, 3, 2**31, 1)},
+     "a size or parameter = 2147483648 is too large (at most 2^31 - 1)"),
+    (lambda a: {"stride": [2**31, 1]},
+     "a size or parameter = 2147483648 is too large (at most 2^31 - 1)"),
+    (lambda a: {"packed_weight": torch.empty(4, 4, device=a["x"].device)},
+     "packed_weight must be conv2d_relu_maxpool_pack_weight(weight): a 1-D tensor, got shape "
+     "[4, 4]"),
+    (lambda a: {"packed_weight": torch.empty(16, device=a["x"].device, dtype=torch.float16)},
+     "packed_weight must be float32 like x, got Half"),
+]
+
+
+@pytest.mark.parametrize("change,message", BAD_INPUTS,
+                         ids=[f"{i}-{m.split(':')[0].split(',')[0]}"
+                              for i, (_, m) in enumerate(BAD_INPUTS)])
+def test_the_op_the_fake_and_the_binding_refuse_a_bad_input_with_one_message(
+        op, extension, change, message):
+    """The fake holds no checks of its own: the op on meta tensors (its fake), the binding's
+    shape function on them, and the binding's forward on CPU tensors (which reach every check
+    before the device's) refuse each bad input with the same whole message."""
+    def arguments(device: str) -> dict:
+        args = dict(x=torch.empty(2, 3, 12, 12, device=device),
+                    weight=torch.empty(8, 3, 3, 3, device=device),
+                    bias=torch.empty(8, device=device), stride=[1, 1], padding=[0, 0],
+                    dilation=[1, 1], pool_kernel=[2, 2], pool_stride=[2, 2],
+                    pool_padding=[0, 0], ceil_mode=False, config=-1, packed_weight=None)
+        args.update(change(args))
+        return args
+
+    calls = {"op (fake)": lambda: op(**arguments("meta")),
+             "conv2d_relu_maxpool_output": lambda: extension.conv2d_relu_maxpool_output(
+                 **arguments("meta")),
+             "conv2d_relu_maxpool_forward": lambda: extension.conv2d_relu_maxpool_forward(
+                 **arguments("cpu"))}
+    seen = {}
+    for name, call in calls.items():
+        with pytest.raises(RuntimeError) as raised:
+            call()
+        seen[name] = str(raised.value)
+    assert len(set(seen.values())) == 1, seen
+    assert seen["op (fake)"].startswith(message)
+
+
 @pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.device_count() < 2,
                     reason="with one visible GPU, even a fake cuda:1 tensor is refused")
 def test_fake_follows_x_to_its_device_and_refuses_a_weight_elsewhere(op):
@@ -307,6 +372,25 @@ def test_export_records_the_op_on_meta(model_new):
     assert targets == [torch.ops.fused_conv.conv2d_relu_maxpool.default]
     out = exported.module()(torch.empty(case.input_shape(), device="meta"))
     assert tuple(out.shape) == case.output_shape()
+
+
+def test_export_with_a_dynamic_batch_and_image_size_keeps_them_symbolic(model_new):
+    """The fake's checks add no guard that narrows a dynamic dimension (e.g. sizes below 2^31,
+    which the forward checks when it runs): batch and H, W stay symbolic, and the exported
+    program gives PyTorch's shapes at other sizes."""
+    from torch.export import Dim
+    case = small_channels(find_case("padding1"))
+    fused = new_on("meta", case, model_new)
+    dims = {"x": {0: Dim("batch"), 2: Dim("height", min=8), 3: Dim("width", min=8)}}
+    exported = torch.export.export(fused, (torch.empty(case.input_shape(), device="meta"),),
+                                   dynamic_shapes=dims)
+    (node,) = [n for n in exported.graph.nodes if n.op == "call_function"]
+    assert all(isinstance(size, torch.SymInt) for size in (node.meta["val"].shape[0],
+                                                             node.meta["val"].shape[2]))
+    for batch, height, width in ((1, 9, 17), (5, case.height + 6, case.width + 3)):
+        resized = replace(case, batch=batch, height=height, width=width)
+        out = exported.module()(torch.empty(resized.input_shape(), device="meta"))
+        assert tuple(out.shape) == model_output_shape(resized), resized
 
 
 # ---- autograd: forward-only, with a clear error -------------------------------------------

@@ -22,8 +22,11 @@ BYTES_PER_ELEMENT = 4  # float32
 
 
 def conv_length(size: int, kernel: int, pad: int, stride: int, dilation: int) -> int:
-    """Output length of one convolution dimension (may be < 1 for an invalid problem)."""
-    return (size + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+    """Output length of one convolution dimension, 0 where the kernel does not fit (as the
+    binding's, kernels/conv_pool_shape.h; this copy describes the cases, the tests hold the
+    binding to PyTorch's shapes)."""
+    numerator = size + 2 * pad - dilation * (kernel - 1) - 1
+    return 0 if numerator < 0 else numerator // stride + 1
 
 
 def pooled_length(size: int, kernel: int, pad: int, stride: int, ceil_mode: bool) -> int:
