@@ -6,6 +6,7 @@ utils/profiling.py. No GPU needed (CI runs them); the GPU side is tests/test_ins
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -487,10 +488,20 @@ def test_profiling_refuses_no_tf32_for_16_bit_runs(capsys):
 
 @pytest.mark.parametrize("module", ["utils.verification", "utils.profiling"])
 def test_help_describes_every_flag(module):
+    """--help runs without a GPU and lists every option the parser has, each with a help text
+    of its own."""
     result = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0
     assert "usage: python -m " + module in result.stdout
+    parser = {"utils.verification": verification, "utils.profiling": profiling}[
+        module].build_parser()
+    options = [action for action in parser._actions if action.option_strings]
+    assert len(options) > 3
+    for action in options:
+        longest = max(action.option_strings, key=len)
+        assert re.search(rf"(^|[\s,]){re.escape(longest)}\b", result.stdout), longest
+        assert action.help and action.help.strip(), f"{longest} has no help text"
 
 
 # ---- failing clearly without a GPU or without the extension --------------------------------
@@ -510,3 +521,41 @@ def test_missing_extension_tells_how_to_build(module, monkeypatch):
     monkeypatch.setitem(sys.modules, "cuda_extension", None)  # makes the import fail
     with pytest.raises(module.SetupError, match=r"bash utils/compile\.sh"):
         module.require_gpu_and_extension()
+
+
+def test_long_runs_write_their_json_after_every_case_and_can_start_later(tmp_path, monkeypatch):
+    """--zoo / --fuzz runs rewrite --json after each case (a run cut short keeps what it
+    measured, marked incomplete), and --start skips the first cases of the same list."""
+    done = []
+
+    def fake_profile(case, names, args, ceilings, flush, dtype_name=None, channels_last=False):
+        done.append(case.name)
+        result = fake_results()[0]
+        result.case = case
+        return result
+
+    monkeypatch.setattr(profiling, "require_gpu_and_extension", lambda: None)
+    monkeypatch.setattr(profiling, "l2_flush_buffer", lambda: None)
+    monkeypatch.setattr(profiling, "l2_bytes", lambda: profiling.FALLBACK_L2_BYTES)
+    monkeypatch.setattr(profiling, "profile_case", fake_profile)
+    records = []
+    real_write = profiling.write_json
+
+    def spy(path, *args, **kwargs):
+        real_write(path, *args, **kwargs)
+        records.append(json.loads(path.read_text()))
+    monkeypatch.setattr(profiling, "write_json", spy)
+    path = tmp_path / "fuzz.json"
+    everything = [case.name for case, _, _ in profiling.fuzz_cases(6, seed=3)]
+    assert profiling.main(["--fuzz", "6", "--fuzz-seed", "3", "--start", "4",
+                           "--json", str(path)]) == 0
+    assert done == everything[4:]
+    assert [len(record["cases"]) for record in records] == [1, 2]
+    assert [record["settings"]["complete"] for record in records] == [False, True]
+    assert [case["name"] for case in records[-1]["cases"]] == everything[4:]
+    assert records[-1]["settings"]["start"] == 4
+    assert not path.with_name(path.name + ".partial").exists()
+    with pytest.raises(SystemExit):
+        profiling.main(["--fuzz", "6", "--start", "6"])
+    with pytest.raises(SystemExit):
+        profiling.main(["--suite", "--start", "1"])

@@ -150,7 +150,7 @@ def test_half_model_with_a_float32_input_names_the_mismatch(ModelNew):
 
 
 @pytest.mark.requires_cuda
-def test_cuda_moves_parameters_and_runs_like_model(ModelNew):
+def test_cuda_moves_parameters_and_runs_like_model(ModelNew, seed):
     reference = Model(3, 8, 3, 2)
     fused = ModelNew(3, 8, 3, 2)
     fused.load_state_dict(reference.state_dict())
@@ -158,6 +158,9 @@ def test_cuda_moves_parameters_and_runs_like_model(ModelNew):
     fused, reference = fused.cuda(), reference.cuda()
     assert [name for name, _ in fused.named_parameters()] == names
     assert all(p.is_cuda for p in fused.parameters())
-    x = torch.randn(2, 3, 16, 16, device="cuda")
+    generator = torch.Generator("cuda").manual_seed(seed)
+    x = torch.randn(2, 3, 16, 16, device="cuda", generator=generator)
     out = fused(x)
-    assert out.is_cuda and out.shape == reference(x).shape
+    assert out.is_cuda
+    # TF32 on both sides (cuDNN's default): errors of a few 1e-3 on values of order 1.
+    torch.testing.assert_close(out, reference(x), atol=2e-2, rtol=2e-2)

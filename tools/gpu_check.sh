@@ -4,8 +4,11 @@
 #   bash tools/gpu_check.sh [STAGE[:SECONDS] ...]
 #
 # Stages: env build test verify profile suite suite16 layouts bench host vgg16 distributed
-# notebook sanitize general (default: env build test verify profile). general: the general
-# kernel's correctness sweep and timing table (tools/check_general.py). SECONDS caps one stage (timeout), so a
+# notebook sanitize general zoo zoo16 fuzz (default: env build test verify profile). general:
+# the general kernel's correctness sweep and timing table (tools/check_general.py). zoo / zoo16:
+# ZOO_LIMIT (default 40) layers of the zoo in float32 / float16; fuzz: the 150-geometry
+# performance fuzz from case FUZZ_START (default 0) into $OUT/fuzz_<start>.json (the JSONs are
+# written after every case). SECONDS caps one stage (timeout), so a
 # long stage cannot eat the others' device time. Each stage's log lands in $OUT/<stage>.log;
 # the suite also writes $OUT/suite.json and $OUT/suite.png, suite16 (the suite in float16, then
 # bfloat16) $OUT/suite_float16.json and $OUT/suite_bfloat16.json, vgg16 $OUT/vgg16.json, notebook
@@ -245,6 +248,9 @@ for entry in "${stages[@]}"; do
     notebook) run_stage notebook "$seconds" bash -c "OUT='$OUT'; $(declare -f notebook); notebook" ;;
     sanitize) run_stage sanitize "$seconds" bash -c "$(declare -f sanitize); sanitize" ;;
     general) run_stage general "$seconds" python3 tools/check_general.py --cases 40 --perf ;;
+    zoo) run_stage zoo "$seconds" python3 -m utils.profiling --zoo --zoo-limit "${ZOO_LIMIT:-40}" --iters 50 --json "$OUT/zoo_float32.json" ;;
+    zoo16) run_stage zoo16 "$seconds" python3 -m utils.profiling --zoo --zoo-limit "${ZOO_LIMIT:-40}" --iters 50 --dtype float16 --json "$OUT/zoo_float16.json" ;;
+    fuzz) run_stage fuzz "$seconds" python3 -m utils.profiling --fuzz 150 --start "${FUZZ_START:-0}" --iters 50 --json "$OUT/fuzz_${FUZZ_START:-0}.json" ;;
     gtest) run_stage gtest "$seconds" python3 -m pytest -q -p no:cacheprovider tests/test_general_wgmma_gpu.py ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac

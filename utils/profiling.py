@@ -211,6 +211,18 @@ def build_record(environment: dict, settings: dict, ceilings: Ceilings,
                 cases=[case_record(r) for r in results])
 
 
+def write_json(path: Path, environment: dict, settings: dict, ceilings: Ceilings,
+               results: Sequence[CaseResult], complete: bool) -> None:
+    """The record of the cases run so far; `complete` says whether the list was finished."""
+    smi = nvidia_smi_info()  # clocks right after the timed calls, not at idle
+    environment = dict(environment, clocks_after_run=dict(sm_mhz=smi["clocks.sm"],
+                                                          memory_mhz=smi["clocks.mem"]))
+    record = build_record(environment, dict(settings, complete=complete), ceilings, results)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(record, indent=2) + "\n")
+    partial.replace(path)
+
+
 def git_commit() -> dict:
     """HEAD of the repository this runs in, and whether the tree has local changes."""
     def git(*command: str) -> Optional[str]:
@@ -261,6 +273,11 @@ def environment_info() -> dict:
 
 
 # ---- timing on the GPU ------------------------------------------------------------------
+
+def l2_flush_buffer() -> torch.Tensor:
+    """What the timing writes between calls to flush the L2."""
+    return torch.empty(L2_FLUSH_BYTES // 4, device="cuda")
+
 
 def l2_bytes() -> int:
     properties = torch.cuda.get_device_properties(torch.cuda.current_device())
@@ -585,6 +602,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --zoo: COUNT layers spread evenly over the zoo's FLOP range")
     parser.add_argument("--fuzz-seed", type=int, default=0,
                         help="with --fuzz: the seed of the geometries (default 0)")
+    parser.add_argument("--start", type=int, default=0, metavar="INDEX",
+                        help="with --zoo or --fuzz: begin at case INDEX of the list (0-based), "
+                             "to split one long run over several processes")
     parser.add_argument("--iters", type=int, default=DEFAULT_ITERS,
                         help=f"timed calls per target (default {DEFAULT_ITERS})")
     parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
@@ -704,6 +724,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         cases = requested_cases(args)
     except KeyError as error:
         parser.error(str(error.args[0]))
+    if args.start:
+        if not (args.zoo or args.fuzz):
+            parser.error("--start applies to --zoo and --fuzz")
+        if not 0 <= args.start < len(cases):
+            parser.error(f"--start {args.start}: the list has {len(cases)} cases")
+        cases = cases[args.start:]
     try:
         require_gpu_and_extension()
     except SetupError as error:
@@ -731,28 +757,25 @@ def main(argv: Optional[list[str]] = None) -> int:
     else:
         ceilings = Ceilings(args.tf32_tflops, args.hbm_tbps, "PEERS-H200.md")
     names = requested_targets(args)
-    flush = torch.empty(L2_FLUSH_BYTES // 4, device="cuda")
+    flush = l2_flush_buffer()
     results, started = [], time.perf_counter()
+    settings = dict(iters=args.iters, warmup=args.warmup, targets=names,
+                    dtype="per case" if args.fuzz else args.dtype,
+                    cases="zoo" if args.zoo else f"fuzz (seed {args.fuzz_seed})"
+                    if args.fuzz else "suite" if args.suite else "listed",
+                    start=args.start, l2_flush_bytes=L2_FLUSH_BYTES, l2_bytes=l2_bytes(),
+                    profiler_calls=0 if args.no_profiler else PROFILER_CALLS,
+                    cudnn_allow_tf32=torch.backends.cudnn.allow_tf32,
+                    timing="CUDA events per call, L2 flushed between calls, inputs rotated")
     for done, (case, dtype_name, channels_last) in enumerate(cases):
         if len(cases) > 1:
             print(f"[{progress(done, len(cases), started)}]", flush=True)
         results.append(profile_case(case, names, args, ceilings, flush, dtype_name,
                                     channels_last))
-
+        if args.json:  # after every case, so that a run cut short keeps what it measured
+            write_json(args.json, environment, settings, ceilings, results,
+                       complete=done + 1 == len(cases))
     if args.json:
-        settings = dict(iters=args.iters, warmup=args.warmup, targets=names,
-                        dtype="per case" if args.fuzz else args.dtype,
-                        cases="zoo" if args.zoo else f"fuzz (seed {args.fuzz_seed})"
-                        if args.fuzz else "suite" if args.suite else "listed",
-                        l2_flush_bytes=L2_FLUSH_BYTES, l2_bytes=l2_bytes(),
-                        profiler_calls=0 if args.no_profiler else PROFILER_CALLS,
-                        cudnn_allow_tf32=torch.backends.cudnn.allow_tf32,
-                        timing="CUDA events per call, L2 flushed between calls, inputs rotated")
-        smi = nvidia_smi_info()  # clocks right after the timed calls, not at idle
-        environment["clocks_after_run"] = dict(sm_mhz=smi["clocks.sm"],
-                                               memory_mhz=smi["clocks.mem"])
-        record = build_record(environment, settings, ceilings, results)
-        args.json.write_text(json.dumps(record, indent=2) + "\n")
         print(f"wrote {args.json}", flush=True)
     if args.plot:
         try:
