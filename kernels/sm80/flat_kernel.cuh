@@ -4,6 +4,7 @@
 
 #include "../hopper/flat_mainloop.cuh"
 #include "flat_mainloop.cuh"
+#include "tiled_epilogue.cuh"
 
 namespace conv_pool_mma {
 
