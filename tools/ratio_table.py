@@ -1,0 +1,107 @@
+"""Speed ratios of the op against its peers from utils.profiling JSON records (the zoo, the
+performance fuzz, the suite): one row per case and a summary of the distribution.
+
+    python tools/ratio_table.py docs/zoo_h200_float32.json [more.json ...] [--by kernel|event]
+        [--rows] [--min-gflop G]
+
+Ratios are peer time / op time (> 1: the op is faster), by the profiler's kernel time
+(default) or by the event median. The summary gives, per peer, the geometric mean, the
+median, the minimum, and how many cases fall under 0.8x and under 1.0x; then, for cases of at
+least --min-gflop GFLOP (default 20), the op's TFLOP/s per dtype.
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+PEERS = ("eager", "compile")
+
+
+def case_time(case: dict, target: str, by: str):
+    entry = case["targets"].get(target)
+    if entry is None:
+        return None
+    return entry["profiler_kernel_us"] if by == "kernel" else entry["median_us"]
+
+
+def load(paths):
+    cases = []
+    for path in paths:
+        record = json.loads(Path(path).read_text())
+        dtype = record["settings"].get("dtype")
+        for case in record["cases"]:
+            case.setdefault("dtype", dtype)
+            cases.append(case)
+    return cases
+
+
+def ratios(cases, peer, by):
+    out = []
+    for case in cases:
+        new, other = case_time(case, "new", by), case_time(case, peer, by)
+        if new and other:
+            out.append((other / new, case))
+    return out
+
+
+def summary(cases, by: str, min_gflop: float) -> str:
+    lines = [f"{len(cases)} cases, ratios by {'profiler kernel time' if by == 'kernel' else 'event median'}"]
+    lines.append("| peer | geomean | median | min | < 0.8x | < 1.0x |")
+    lines.append("|---|---:|---:|---:|---:|---:|")
+    for peer in PEERS:
+        values = [r for r, _ in ratios(cases, peer, by)]
+        if not values:
+            continue
+        geomean = math.exp(sum(math.log(v) for v in values) / len(values))
+        lines.append(f"| {peer} | {geomean:.2f}x | {statistics.median(values):.2f}x | "
+                     f"{min(values):.2f}x | {sum(v < 0.8 for v in values)} | "
+                     f"{sum(v < 1.0 for v in values)} |")
+    big = [c for c in cases if c["case"]["flops"] >= min_gflop * 1e9]
+    for dtype in sorted({c["dtype"] for c in big}):
+        rates = sorted(c["case"]["flops"] / case_time(c, "new", by) / 1e6
+                       for c in big if c["dtype"] == dtype)
+        lines.append(f"\n{len(rates)} {dtype} cases of >= {min_gflop:g} GFLOP: op at "
+                     f"{rates[0]:.0f}-{rates[-1]:.0f} TFLOP/s (median {statistics.median(rates):.0f})")
+    variants = {}
+    for case in cases:
+        variants[case["variant"]] = variants.get(case["variant"], 0) + 1
+    lines.append("\nvariants: " + ", ".join(f"{v} {n}" for v, n in sorted(
+        variants.items(), key=lambda item: -item[1])))
+    return "\n".join(lines)
+
+
+def rows(cases, by: str) -> str:
+    lines = ["| case | geometry | dtype | layout | GFLOP | variant | op µs | eager µs | compile µs "
+             "| × eager | × compile |", "|---|---|---|---|---:|---|---:|---:|---:|---:|---:|"]
+    for case in sorted(cases, key=lambda c: c["case"]["flops"]):
+        times = [case_time(case, t, by) for t in ("new", "eager", "compile")]
+        cells = [f"{t:.1f}" if t else "-" for t in times]
+        x = [f"{times[i] / times[0]:.2f}" if times[0] and times[i] else "-" for i in (1, 2)]
+        layout = "NHWC" if case.get("channels_last") else "NCHW"
+        lines.append(f"| {case['name']} | `{case['case']['label']}` | {case['dtype']} | {layout} | "
+                     f"{case['case']['flops'] / 1e9:.1f} | {case['variant']} | "
+                     + " | ".join(cells) + " | " + " | ".join(x) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python tools/ratio_table.py", description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="+", help="utils.profiling JSON records")
+    parser.add_argument("--by", choices=("kernel", "event"), default="kernel",
+                        help="profiler kernel time (default) or event median")
+    parser.add_argument("--rows", action="store_true", help="also print one row per case")
+    parser.add_argument("--min-gflop", type=float, default=20.0,
+                        help="the TFLOP/s line covers cases of at least this many GFLOP")
+    args = parser.parse_args(argv)
+    cases = load(args.paths)
+    print(summary(cases, args.by, args.min_gflop))
+    if args.rows:
+        print()
+        print(rows(cases, args.by))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
