@@ -9,8 +9,9 @@
 // so windows that straddle two tiles are simply computed by both), and reduces
 // them to pooled outputs in its epilogue.
 //
-// Variants (the `config` of the Python op; the table is tiled_choice, the
-// automatic choice conv_relu_maxpool_choose):
+// Variants (the `config` of the Python op; the registry of all of them is
+// conv_relu_maxpool_registry.cu, the automatic choice conv_relu_maxpool_choose.cu; this file's
+// own kernels, per variant, tiled_choice and flat_choice):
 //   0 direct          One thread per pooled output, operands read straight from
 //                     global memory. Slow, but has no shared-memory or tile limit,
 //                     so it runs every configuration PyTorch accepts. The fallback.
@@ -71,8 +72,8 @@
 // Files by role: sm80/tiled_tile.cuh (constants, TilePlan, tile geometry), sm80/tiled_mainloop.cuh
 // and sm80/tiled_kernel.cuh (the chunked tiled kernel and its epilogues), sm80/flat_mainloop.cuh
 // and hopper/flat_mainloop.cuh (the flat kernel's mainloops on mma.sync and on wgmma),
-// sm80/flat_kernel.cuh; this file: the direct kernel, the variant table, the automatic choice
-// and the launcher of every variant.
+// sm80/flat_kernel.cuh; this file: the direct kernel, the tiled and flat variants' kernels per
+// variant and their launch, the device query and the tests' queries of the wgmma kernels' plans.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -88,6 +89,7 @@
 #include "conv_relu_maxpool_half.h"
 #include "conv_relu_maxpool_small.h"
 #include "conv_relu_maxpool_stem.h"
+#include "conv_relu_maxpool_tiled.h"
 #include "conv_relu_maxpool_wgmma.h"
 #include "hopper/general_wgmma.h"
 #include "sm80/flat_kernel.cuh"
@@ -276,6 +278,8 @@ bool is_tiled(int variant) {
 
 using namespace conv_pool_mma;
 
+static_assert(kTiledChannelChunk == kChannelChunk, "conv_relu_maxpool_tiled.h says the chunk");
+
 
 extern "C" cudaError_t conv_relu_maxpool_query_device(int device, ConvPoolDevice* info) {
   ConvPoolDevice d{};
@@ -301,159 +305,26 @@ extern "C" cudaError_t conv_relu_maxpool_query_device(int device, ConvPoolDevice
   return err;
 }
 
-extern "C" const char* conv_relu_maxpool_variant_name(int variant) {
-  switch (variant) {
-    case kVariantDirect: return "direct";
-    case kVariantTiledFp32: return "tiled_fp32";
-    case kVariantTiledTf32: return "tiled_tf32";
-    case kVariantTiled3xTf32: return "tiled_3xtf32";
-    case kVariantTiledTf32Wide: return "tiled_tf32_16w";
-    case kVariantTiledTf32Flat: return "tiled_tf32_flat";
-    case kVariantTiledTf32Wgmma: return "tiled_tf32_wgmma";
-    case kVariantSmallFp32: return "small_fp32";
-    case kVariantSmallTf32: return "small_tf32";
-    case kVariantDirect16: return "direct_16bit";
-    case kVariantTiled16Mma: return "tiled_16bit_mma";
-    case kVariantTiled16Wgmma: return "tiled_16bit_wgmma";
-    case kVariantSmall16: return "small_16bit";
-    case kVariantTiled16Flat: return "tiled_16bit_flat";
-    case kVariantTiled3xTf32Flat: return "tiled_3xtf32_flat";
-    case kVariantTiled3xTf32Wgmma: return "tiled_3xtf32_wgmma";
-    case kVariantStemTf32: return "stem_tf32";
-    case kVariantStem16: return "stem_16bit";
-    case kVariantTiledTf32FlatWgmma: return "tiled_tf32_flat_wgmma";
-    case kVariantTiled16FlatWgmma: return "tiled_16bit_flat_wgmma";
-    case kVariantGeneralWgmma: return "general_wgmma";
-    default: return nullptr;
-  }
-}
-
-extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int variant,
-                                                      const ConvPoolDevice* device) {
-  if (variant == kVariantGeneralWgmma) return general_wgmma_unsupported(*s, *device);
-  if (variant == kVariantDirect16 || variant == kVariantTiled16Mma)
-    return half_conv_pool_unsupported(*s, variant, *device);
-  const bool sixteen_bit_only = variant == kVariantTiled16Wgmma || variant == kVariantSmall16 ||
-                                variant == kVariantTiled16Flat || variant == kVariantStem16 ||
-                                variant == kVariantTiled16FlatWgmma;
-  if (sixteen_bit_only && s->element == kElementFloat32) return "needs float16 or bfloat16 input";
-  if (variant == kVariantTiled16Wgmma) return wgmma_conv_pool_unsupported(*s, *device);
-  if (variant == kVariantSmall16) return small_conv_pool_unsupported(*s, *device, false);
-  if (variant == kVariantStem16) return stem_conv_pool_unsupported(*s, *device);
-  if (s->element != kElementFloat32 && !sixteen_bit_only && variant >= 0 &&
-      variant < kVariantCount)
-    return "needs float32 input";
-  if (variant == kVariantDirect) return nullptr;
-  if (variant == kVariantTiledTf32Wgmma) return wgmma_conv_pool_unsupported(*s, *device);
-  if (variant == kVariantTiled3xTf32Wgmma) return wgmma_conv_pool_unsupported(*s, *device, true);
-  if (variant == kVariantSmallFp32 || variant == kVariantSmallTf32)
-    return small_conv_pool_unsupported(*s, *device, variant == kVariantSmallTf32);
-  if (variant == kVariantStemTf32) return stem_conv_pool_unsupported(*s, *device);
+const char* tiled_conv_pool_unsupported(const ConvPoolShape& s, int variant,
+                                        const ConvPoolDevice& device) {
   if (is_flat_wgmma(variant)) {
-    if (const char* why = wgmma_unavailable(*device)) return why;
+    if (const char* why = wgmma_unavailable(device)) return why;
   }
   if (!is_tiled(variant)) return "unknown variant";
-  if (s->pool_h > kTileRows || s->pool_w > kTileCols)
+  if (s.pool_h > kTileRows || s.pool_w > kTileCols)
     return "the pooling window is larger than the 8 x 32 conv tile";
-  const TilePlan plan = plan_for(*s, variant, *device);
-  if (plan.smem_bytes > device->max_shared_bytes)
+  const TilePlan plan = plan_for(s, variant, device);
+  if (plan.smem_bytes > device.max_shared_bytes)
     return "the input halo and weights of one stage do not fit in shared memory";
   if (plan.blocks > INT32_MAX) return "the grid has more than 2^31 - 1 tiles";
   return nullptr;
 }
 
-// The mma.sync flat kernel `variant` (tiled_tf32_flat, tiled_16bit_flat) runs `s` in blocks of
-// 64 channels, one per SM: where its wgmma twin took over (docs/PERF.md).
-static bool flat_runs_one_block_per_sm(const ConvPoolShape& s, int variant,
-                                       const ConvPoolDevice& device) {
+bool flat_conv_pool_one_block_per_sm(const ConvPoolShape& s, int variant,
+                                     const ConvPoolDevice& device) {
   return s.out_channels > 32 &&
          flat_tiling(plan_for(s, variant, device), device.max_shared_bytes, false) ==
              FlatTiling::k64;
-}
-
-extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool allow_tf32,
-                                        const ConvPoolDevice* device) {
-  if (config != kVariantAuto) return config;
-  auto runs = [&](int variant) {
-    return conv_relu_maxpool_unsupported(s, variant, device) == nullptr;
-  };
-  // float16 / bfloat16: on Hopper the wgmma kernel for the fast-path geometry (any channel
-  // counts: with at most 32 output channels its N = 64 blocks multiply zeros, not measured
-  // against tiled_16bit_mma), else the mma.sync kernel wherever it fits, else the direct one
-  // (allow_tf32 does not apply: the products are exact in fp32 either way).
-  // Off the fast path, as for float32: the CUDA-core kernel for at most 16 output channels, the
-  // flat reduction for fewer than 8 input channels (tiled_16bit_mma pads channels to 16).
-  // A first layer (a reduction of at most 32, e.g. RGB x 3 x 3, into 17-64 channels under a
-  // 2x2 / 2 pool) on Hopper: the stem kernel (rgb_stem, docs/PERF.md). Elsewhere, and for
-  // at most 16 channels (the small kernels' range), what was measured before it.
-  const bool stem = device->compute_capability == 90 && s->out_channels > 16;
-  if (s->element != kElementFloat32) {
-    if (stem && runs(kVariantStem16)) return kVariantStem16;
-    if (runs(kVariantTiled16Wgmma)) return kVariantTiled16Wgmma;
-    if (runs(kVariantSmall16)) return kVariantSmall16;
-    if (s->in_channels < kChannelChunk && !fast_path_applies(*s) && runs(kVariantTiled16Flat)) {
-      // As for float32 below: the wgmma mainloop where blocks of 64 channels run one per SM.
-      if (flat_runs_one_block_per_sm(*s, kVariantTiled16Flat, *device) &&
-          runs(kVariantTiled16FlatWgmma))
-        return kVariantTiled16FlatWgmma;
-      return kVariantTiled16Flat;
-    }
-    // Hopper, everything else: the general wgmma kernel (any kernel size, stride, dilation and
-    // pool), which streams the weights through its stages.
-    if (runs(kVariantGeneralWgmma)) return kVariantGeneralWgmma;
-    return runs(kVariantTiled16Mma) ? kVariantTiled16Mma : kVariantDirect16;
-  }
-  // At most 16 output channels and a short reduction: tensor-core tiles would multiply mostly
-  // padding; the CUDA-core kernel computes every channel of a window per thread, in fp32. With
-  // TF32 allowed, at most 8 channels and 2x2 / stride 2 windows, the same kernel's tensor-core
-  // loop (small_tf32), unless its CUDA-core patch loop applies: that one measured as fast or
-  // faster (LeNet 16.7 us against 17.7), the generic loop slower (a 3-channel 5x5 / stride 2
-  // layer: 65 us against 36; docs/PERF.md).
-  if (allow_tf32 && runs(kVariantSmallTf32) && !small_conv_pool_patch_loop(*s))
-    return kVariantSmallTf32;
-  if (runs(kVariantSmallFp32)) return kVariantSmallFp32;
-  if (allow_tf32 && stem && runs(kVariantStemTf32)) return kVariantStemTf32;
-  // fp32-accurate tensor-core paths (3xTF32) as the TF32 ones below: the flat reduction for
-  // fewer than 8 input channels off the fast path (AlexNet's first layer took `direct`, whose
-  // 8-channel tiles do not fit its 11 x 11 halo), else the 8-channel chunks where they fit.
-  if (!allow_tf32) {
-    if (s->in_channels < kChannelChunk && !fast_path_applies(*s) && runs(kVariantTiled3xTf32Flat))
-      return kVariantTiled3xTf32Flat;
-    if (runs(kVariantTiled3xTf32Wgmma)) return kVariantTiled3xTf32Wgmma;
-    if (runs(kVariantTiled3xTf32)) return kVariantTiled3xTf32;
-    return runs(kVariantTiled3xTf32Flat) ? kVariantTiled3xTf32Flat : kVariantDirect;
-  }
-  // Fewer than 8 input channels off the fast path: the flattened reduction skips the
-  // zero channels an 8-channel chunk would multiply, and it fits large kernels
-  // (lenet_c1 0.41 -> 0.12 ms, alexnet_c1 6.3 -> 0.16 ms on the H200). On the fast
-  // path the pipelined chunks measured faster still (rgb_stem 0.60 vs 0.81 ms).
-  // On Hopper, where the mma.sync flat kernel's blocks of 64 channels run one per SM (large
-  // kernels: its 16 warps latency-bound, docs/PERF.md), its wgmma mainloop: AlexNet's first
-  // layer 97 -> 77 us, ResNet's 7 x 7 / 2 stem 269 -> 234. Where two blocks share an SM (5 x 5
-  // and 3 x 3 kernels over few channels) and for at most 32 channels (half of the wgmma's N = 64
-  // would be zeros) the mma.sync one measured faster (11-54%).
-  if (s->in_channels < kChannelChunk && !fast_path_applies(*s) && runs(kVariantTiledTf32Flat)) {
-    if (flat_runs_one_block_per_sm(*s, kVariantTiledTf32Flat, *device) &&
-        runs(kVariantTiledTf32FlatWgmma))
-      return kVariantTiledTf32FlatWgmma;
-    return kVariantTiledTf32Flat;
-  }
-  // Hopper: the wgmma kernel for the fast-path geometry, with blocks of 128 output channels, or
-  // of 64 for up to 64 (rgb_stem: 0.25 ms vs 0.60 ms for tiled_tf32_16w, same process).
-  // Also for 32 or fewer, where half its N = 64 is zeros: tiled_tf32's blocks of 32 do no less
-  // work per output channel block and took 10-46% longer on four layers of 24 and 32 output
-  // channels (as did tiled_3xtf32 against tiled_3xtf32_wgmma, 17-31% on the
-  // H200, docs/PERF.md).
-  if (runs(kVariantTiledTf32Wgmma)) return kVariantTiledTf32Wgmma;
-  // Hopper, everything else: the general wgmma kernel.
-  if (runs(kVariantGeneralWgmma)) return kVariantGeneralWgmma;
-  // 16 warps measured 8% faster than 8 for 33..64 output channels on the fast path
-  // (rgb_stem) and within noise elsewhere (docs/PERF.md).
-  const bool wide = s->out_channels > 32 && s->out_channels <= 64 && fast_path_applies(*s);
-  const int chunked = wide ? kVariantTiledTf32Wide : kVariantTiledTf32;
-  if (runs(chunked)) return chunked;
-  if (runs(kVariantTiledTf32Flat)) return kVariantTiledTf32Flat;
-  return kVariantDirect;
 }
 
 // A wgmma variant with its own element types (the launcher never pairs them else).
@@ -469,24 +340,9 @@ static bool wgmma_runs(const ConvPoolShape& s, int variant) {
   return wgmma_variant_for(s, variant) && fast_path_applies(s);
 }
 
-extern "C" int64_t conv_relu_maxpool_workspace_bytes(const ConvPoolShape* s, int variant,
-                                                     const ConvPoolDevice* device,
-                                                     const ConvPoolOperands* ops) {
-  if (variant == kVariantGeneralWgmma) return general_wgmma_workspace_bytes(*s, *device, ops);
-  if (variant == kVariantTiled16Mma) return half_conv_pool_workspace_bytes(*s, variant);
-  return wgmma_variant_for(*s, variant)
-             ? wgmma_conv_pool_workspace_bytes(*s, variant == kVariantTiled3xTf32Wgmma)
-             : 0;
-}
-
 extern "C" int64_t conv_relu_maxpool_packed_weight_bytes(const ConvPoolShape* s,
                                                          const ConvPoolDevice* device) {
   return wgmma_packs_weight(*s, *device) ? wgmma_packed_weight_bytes(*s) : 0;
-}
-
-extern "C" bool conv_relu_maxpool_takes_packed_weight(const ConvPoolShape* s, int variant) {
-  return wgmma_variant_for(*s, variant) && variant != kVariantTiled3xTf32Wgmma &&
-         wgmma_takes_packed_weight(*s);
 }
 
 extern "C" const char* conv_relu_maxpool_wgmma_tile(const ConvPoolShape* s, int variant) {
@@ -554,39 +410,26 @@ extern "C" cudaError_t conv_relu_maxpool_pack_weight(const ConvPoolOperands* ops
   return wgmma_pack_weight_launch(*ops, *s, packed, *device, stream);
 }
 
-extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
-                                                const ConvPoolShape* s, int variant,
-                                                const ConvPoolDevice* device,
-                                                cudaStream_t stream, const int64_t* out_stride) {
-  if (variant == kVariantGeneralWgmma)
-    return general_wgmma_launch(*ops, *s, *device, stream, out_stride);
-  if (out_stride != nullptr) return cudaErrorInvalidValue;
-  if (variant == kVariantDirect16 || variant == kVariantTiled16Mma)
-    return half_conv_pool_launch(*ops, *s, variant, stream);
-  if (variant == kVariantTiledTf32Wgmma || variant == kVariantTiled16Wgmma ||
-      variant == kVariantTiled3xTf32Wgmma)
-    return wgmma_conv_pool_launch(*ops, *s, *device, stream,
-                                  variant == kVariantTiled3xTf32Wgmma);
-  if (variant == kVariantSmallFp32 || variant == kVariantSmall16 || variant == kVariantSmallTf32)
-    return small_conv_pool_launch(*ops, *s, variant == kVariantSmallTf32, stream);
-  if (variant == kVariantStemTf32 || variant == kVariantStem16)
-    return stem_conv_pool_launch(*ops, *s, *device, stream);
-  if (variant == kVariantDirect) {
-    const int64_t blocks = (s->output_elements() + kThreads - 1) / kThreads;
-    const int64_t max_blocks = int64_t(1) << 20;  // grid-stride beyond this
-    conv_pool_direct_kernel<<<unsigned(std::min(blocks, max_blocks)), kThreads, 0, stream>>>(*ops,
-                                                                                            *s);
-    return cudaGetLastError();
-  }
+cudaError_t direct_conv_pool_launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                    cudaStream_t stream) {
+  const int64_t blocks = (s.output_elements() + kThreads - 1) / kThreads;
+  const int64_t max_blocks = int64_t(1) << 20;  // grid-stride beyond this
+  conv_pool_direct_kernel<<<unsigned(std::min(blocks, max_blocks)), kThreads, 0, stream>>>(ops, s);
+  return cudaGetLastError();
+}
+
+cudaError_t tiled_conv_pool_launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                   int variant, const ConvPoolDevice& device,
+                                   cudaStream_t stream) {
   if (!is_tiled(variant)) return cudaErrorInvalidValue;
-  TilePlan plan = plan_for(*s, variant, *device);
+  TilePlan plan = plan_for(s, variant, device);
   // Row vectors: 16 bytes of float32 (cp.async), or 8 bytes of 16-bit words (tiled_16bit_flat).
   plan.vector_input = (plan.fast || is_flat(variant)) &&
-                      (s->element == kElementFloat32 ? vectorizable_input(*ops, *s)
-                                                     : vectorizable_input_16bit(*ops, *s));
-  plan.vector_weights = plan.fast && vectorizable_weights(*ops, *s);
-  const TiledChoice choice = is_flat(variant) ? flat_choice(*s, plan, variant,
-                                                           device->max_shared_bytes)
+                      (s.element == kElementFloat32 ? vectorizable_input(ops, s)
+                                                    : vectorizable_input_16bit(ops, s));
+  plan.vector_weights = plan.fast && vectorizable_weights(ops, s);
+  const TiledChoice choice = is_flat(variant) ? flat_choice(s, plan, variant,
+                                                           device.max_shared_bytes)
                                               : tiled_choice(variant, plan.out_block, plan.fast);
   const TiledKernel kernel = choice.kernel;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -601,9 +444,9 @@ extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
     err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, choice.threads,
                                                         plan.smem_bytes);
     if (err != cudaSuccess) return err;
-    grid = std::min<int64_t>(grid, int64_t(std::max(per_sm, 1)) * device->sm_count);
+    grid = std::min<int64_t>(grid, int64_t(std::max(per_sm, 1)) * device.sm_count);
     grid = std::max<int64_t>(grid / plan.channel_blocks, 1) * plan.channel_blocks;
   }
-  kernel<<<unsigned(grid), choice.threads, plan.smem_bytes, stream>>>(*ops, *s, plan);
+  kernel<<<unsigned(grid), choice.threads, plan.smem_bytes, stream>>>(ops, s, plan);
   return cudaGetLastError();
 }

@@ -8,8 +8,9 @@
 
 #include "conv_pool_shape.h"
 
-// Kernel variants, selectable by the `config` argument of the Python op.
-// The table that maps each to a kernel lives in conv_relu_maxpool.cu.
+// Kernel variants, selectable by the `config` argument of the Python op: the ids. What each is
+// and runs (name, family, element types, limits, workspace, launch) is the registry's,
+// conv_relu_maxpool_registry.cu, the one table of them.
 enum ConvPoolVariant : int {
   kVariantAuto = -1,       // pick by shape and precision (conv_relu_maxpool_choose)
   kVariantDirect = 0,      // one thread per pooled output, global memory, any shape, FP32
@@ -52,7 +53,21 @@ struct ConvPoolDevice {
   int max_clusters[kConvPoolMaxCluster + 1];
 };
 
+// One variant as the registry describes it (conv_relu_maxpool_variant_info).
+struct ConvPoolVariantInfo {
+  const char* name;    // the config's name: "direct", "tiled_tf32_wgmma", ...
+  const char* family;  // the algorithm: direct, tiled, flat, flat_wgmma, wgmma, small, stem,
+                       // general; dtype twins (e.g. direct / direct_16bit) share one
+  const char* math;    // fp32 (CUDA cores), tf32, 3xtf32 (fp32-accurate), 16bit, tf32/16bit
+  const char* source;  // the file under kernels/ with its host code
+  unsigned elements;   // bit e set: takes ConvPoolElement e
+  int arch;            // lowest compute capability it is built for: 0 any, 80, 90 (sm_90a)
+};
+
 extern "C" {
+
+// The registry's row for `variant` into *info; false when out of range.
+bool conv_relu_maxpool_variant_info(int variant, ConvPoolVariantInfo* info);
 
 // `device`'s ConvPoolDevice (the caller's current device is kept).
 cudaError_t conv_relu_maxpool_query_device(int device, ConvPoolDevice* info);

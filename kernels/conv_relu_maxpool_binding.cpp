@@ -543,6 +543,65 @@ pybind11::dict conv2d_relu_maxpool_variants() {
   return variants;
 }
 
+// The registry's rows (conv_relu_maxpool_registry.cu), in id order.
+pybind11::list conv2d_relu_maxpool_variant_table() {
+  static const char* const kElementNames[] = {"float32", "float16", "bfloat16"};
+  pybind11::list rows;
+  for (int v = 0; v < kVariantCount; ++v) {
+    ConvPoolVariantInfo info{};
+    TORCH_CHECK(conv_relu_maxpool_variant_info(v, &info), "variant ", v, " has no registry row");
+    pybind11::list dtypes;
+    for (int e = 0; e < 3; ++e)
+      if ((info.elements >> e) & 1u) dtypes.append(kElementNames[e]);
+    pybind11::dict row;
+    row["id"] = v;
+    row["name"] = info.name;
+    row["family"] = info.family;
+    row["math"] = info.math;
+    row["source"] = std::string("kernels/") + info.source;
+    row["dtypes"] = dtypes;
+    row["arch"] = info.arch;
+    rows.append(row);
+  }
+  return rows;
+}
+
+// The host's plan for these arguments: the variant the forward would run, its workspace, whether
+// it would read packed weights, and, for every other variant, why it was not taken (its own
+// refusal, or that the choice puts the chosen one first).
+pybind11::dict conv2d_relu_maxpool_plan(const std::optional<torch::Tensor>& x_arg,
+                                        const std::optional<torch::Tensor>& weight_arg,
+                                        const std::optional<torch::Tensor>& bias,
+                                        const IntPair& stride, const IntPair& padding,
+                                        const IntPair& dilation, const IntPair& pool_kernel,
+                                        const IntPair& pool_stride, const IntPair& pool_padding,
+                                        bool ceil_mode, int64_t config) {
+  const auto& [x, weight] = required_tensors(x_arg, weight_arg);
+  Checked checked = check_and_plan(x, weight, bias, stride, padding, dilation, pool_kernel,
+                                   pool_stride, pool_padding, ceil_mode, config, std::nullopt);
+  const ConvPoolDevice& info = device_info(x.get_device());
+  const ConvPoolShape& shape = checked.shape;
+  const int variant = resolve_variant(shape, config, info);
+  const char* chosen = conv_relu_maxpool_variant_name(variant);
+  pybind11::dict passed_over;
+  for (int v = 0; v < kVariantCount; ++v) {
+    if (v == variant) continue;
+    const char* why = conv_relu_maxpool_unsupported(&shape, v, &info);
+    const bool automatic = config == kVariantAuto;
+    passed_over[conv_relu_maxpool_variant_name(v)] =
+        why ? std::string(why)
+            : std::string(automatic ? "runs it; the choice takes " : "runs it; config ") + chosen +
+                  (automatic ? " first" : " asked for");
+  }
+  pybind11::dict plan;
+  plan["variant"] = chosen;
+  plan["config"] = variant;
+  plan["workspace_bytes"] = conv_relu_maxpool_workspace_bytes(&shape, variant, &info, nullptr);
+  plan["takes_packed_weight"] = conv_relu_maxpool_takes_packed_weight(&shape, variant);
+  plan["passed_over"] = passed_over;
+  return plan;
+}
+
 void register_conv_relu_maxpool(pybind11::module& m) {
   namespace py = pybind11;
   const char* doc =
@@ -579,6 +638,15 @@ void register_conv_relu_maxpool(pybind11::module& m) {
         py::arg("pool_padding"), py::arg("ceil_mode"), py::arg("config") = -1);
   m.def("conv2d_relu_maxpool_variants", &conv2d_relu_maxpool_variants,
         "Kernel variants of conv2d_relu_maxpool_forward: {name: config id}.");
+  m.def("conv2d_relu_maxpool_variant_table", &conv2d_relu_maxpool_variant_table,
+        "The variant registry: one dict per variant (id, name, family, math, source, dtypes,\n"
+        "arch: the lowest compute capability it is built for, 90 meaning sm_90a).");
+  m.def("conv2d_relu_maxpool_plan", &conv2d_relu_maxpool_plan,
+        "What the forward would do for these arguments: {variant, config, workspace_bytes (for\n"
+        "an NCHW x), takes_packed_weight, passed_over: {other variant: why it was not taken}}.",
+        py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding"),
+        py::arg("dilation"), py::arg("pool_kernel"), py::arg("pool_stride"),
+        py::arg("pool_padding"), py::arg("ceil_mode"), py::arg("config") = -1);
 }
 
 REGISTER_BINDING(conv_relu_maxpool, register_conv_relu_maxpool);

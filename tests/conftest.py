@@ -42,12 +42,18 @@ def extension():
     return cuda_extension
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def seed(request) -> int:
-    """A fresh random seed for this test (or $SEED), printed and kept in the test's report."""
-    value = int(os.environ["SEED"]) if "SEED" in os.environ else random.randrange(2**31)
+    """A fresh random seed for every test (or $SEED), printed (pytest shows it with a failure)
+    and kept in the test's report. Python's `random` and torch's default generators start from
+    it, so a test's draws (random.randrange, torch.randn without a generator) repeat with
+    SEED=<value>; tests that want the value itself take this fixture."""
+    value = (int(os.environ["SEED"]) if "SEED" in os.environ
+             else int.from_bytes(os.urandom(4), "little") >> 1)
     print(f"seed {value} ({request.node.nodeid})")
     request.node.user_properties.append(("seed", value))
+    random.seed(value)
+    torch.manual_seed(value)
     return value
 
 

@@ -102,23 +102,65 @@ def variant_runs(ext, case, x, weight, bias, name: str) -> bool:
     return True
 
 
+def plan_of(ext, case: ConvPoolCase, x, weight, bias, config: int = -1) -> dict:
+    return ext.conv2d_relu_maxpool_plan(x, weight, bias, *case.op_args(), config)
+
+
+def refusal(ext, case, x, weight, bias, config: int):
+    """The op's error for `config` on `case`, or None when it runs."""
+    try:
+        run_op(ext, case, x[:1], weight, bias, config)
+    except RuntimeError as error:
+        return str(error)
+    return None
+
+
 @pytest.mark.parametrize("case", GRID, ids=lambda c: c.name)
-def test_every_variant_matches_float64_reference(ext, case):
-    x, weight, bias = make_operands(case, seed=random.randrange(2**31))
+def test_every_variant_matches_float64_reference(ext, case, seed):
+    """The automatic choice and every variant the host's plan says can run the case match
+    float64; every variant it says cannot run refuses, with the plan's reason."""
+    x, weight, bias = make_operands(case, seed=seed)
     expected = reference(case, x, weight, bias)
     auto = run_op(ext, case, x, weight, bias)
     assert auto.shape == expected.shape
     torch.testing.assert_close(auto.double().cpu(), expected, **TF32_TOLERANCE)
+    plan = plan_of(ext, case, x, weight, bias)
+    names = ext.conv2d_relu_maxpool_variants()
+    assert set(plan["passed_over"]) | {plan["variant"]} == set(names)
     ran = []
-    for name, config in ext.conv2d_relu_maxpool_variants().items():
-        if not variant_runs(ext, case, x, weight, bias, name):
+    for name, config in names.items():
+        why = plan["passed_over"].get(name, "runs it")
+        if not why.startswith("runs it"):
+            error = refusal(ext, case, x, weight, bias, config)
+            assert error is not None and f"cannot run this shape: {why}" in error, (name, error)
             continue
         out = run_op(ext, case, x, weight, bias, config)
         tolerance = FP32_TOLERANCE if name in FP32_VARIANTS else TF32_TOLERANCE
         torch.testing.assert_close(out.double().cpu(), expected, **tolerance,
                                    msg=lambda m: f"variant {name}: {m}")
         ran.append(name)
-    assert "direct" in ran  # the fallback runs everything
+    assert "direct" in ran and plan["variant"] in ran
+
+
+def test_every_variant_runs_some_grid_case(ext, choice, seed):
+    """Each row of the registry runs (and matches float64 on) at least one GRID case on this
+    GPU, in the first element type it takes: no variant is tested only by its refusals."""
+    device = kernel_choice.device_of(choice)
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    for row in ext.conv2d_relu_maxpool_variant_table():
+        if row["arch"] == 90 and not hopper:
+            continue
+        dtype = {"float32": torch.float32, "float16": torch.float16}[row["dtypes"][0]]
+        case = next((c for c in GRID if kernel_choice.why_not(
+            choice, c, row["id"], ELEMENT_OF[dtype], device) is None), None)
+        assert case is not None, f"{row['name']}: no GRID case it runs"
+        x, weight, bias = (None if t is None else t.to(dtype)
+                           for t in make_operands(case, seed=seed))
+        out = run_op(ext, case, x, weight, bias, row["id"])
+        tolerance = (SIXTEEN_BIT_TOLERANCE[dtype] if dtype != torch.float32 else
+                     FP32_TOLERANCE if row["name"] in FP32_VARIANTS else TF32_TOLERANCE)
+        torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias),
+                                   **tolerance, msg=lambda m: f"{row['name']} on {case.name}: {m}")
 
 
 def test_default_problem_matches_model_and_uses_tensor_cores(ext):
@@ -608,9 +650,18 @@ def fast_path(case: ConvPoolCase) -> bool:
             and case.pool_padding == (0, 0) and 2 * out_h <= conv_h and 2 * out_w <= conv_w)
 
 
-def skip_unless_runs(ext, case, x, weight, bias, name: str) -> None:
-    if not variant_runs(ext, case, x, weight, bias, name):
-        pytest.skip(f"{name} does not run {case.name} on this GPU")
+def require_runs(ext, case, x, weight, bias, name: str) -> None:
+    """Skips a variant not built for this GPU (the registry's arch: 90 is sm_90a, Hopper only);
+    any other refusal fails: these tests pick their cases so that every variant they name runs
+    them."""
+    row = next(r for r in ext.conv2d_relu_maxpool_variant_table() if r["name"] == name)
+    major, minor = torch.cuda.get_device_capability()
+    capability = 10 * major + minor
+    if row["arch"] > capability or (row["arch"] == 90 and capability != 90):  # sm_90a only
+        pytest.skip(f"{name} is built for compute capability {row['arch'] / 10:.1f}")
+    config = ext.conv2d_relu_maxpool_variants()[name]
+    error = refusal(ext, case, x, weight, bias, config)
+    assert error is None, f"{name} refused {case.name}: {error}"
 
 
 def case_for_variant(case: ConvPoolCase, variant: str) -> ConvPoolCase:
@@ -1237,7 +1288,7 @@ def test_16bit_non_contiguous_inputs_are_handled(ext, layout, variant, dtype):
     else:
         x = x.transpose(2, 3).contiguous().transpose(2, 3)
     assert not x.is_contiguous()
-    skip_unless_runs(ext, case, x, weight, bias, variant)
+    require_runs(ext, case, x, weight, bias, variant)
     config = ext.conv2d_relu_maxpool_variants()[variant]
     check_16bit(run_op(ext, case, x, weight, bias, config), x, case, weight, bias, dtype,
                 f"{layout} {variant}")
@@ -1264,7 +1315,7 @@ def test_16bit_nan_and_inf_propagate_like_pytorch(ext, config_name, case_name, d
     case = find_case(case_name)
     x, weight, bias = make_operands_16bit(case, random.randrange(2**31), dtype)
     if config_name != "auto":
-        skip_unless_runs(ext, case, x, weight, bias, config_name)
+        require_runs(ext, case, x, weight, bias, config_name)
     inject_nan_and_inf(x)
     expected = reference(case, x, weight, bias)
     assert expected.isnan().any() and expected.isinf().any()
@@ -1288,7 +1339,7 @@ def test_16bit_all_negative_preactivations_give_zeros(ext, variant, dtype):
     x = x.abs() + 0.1
     weight = -weight.abs()
     bias = -bias.abs() - 0.1
-    skip_unless_runs(ext, case, x, weight, bias, variant)
+    require_runs(ext, case, x, weight, bias, variant)
     out = run_op(ext, case, x, weight, bias, ext.conv2d_relu_maxpool_variants()[variant])
     assert torch.equal(out, torch.zeros_like(out)) and out.dtype == dtype
 

@@ -10,6 +10,7 @@ kernels' pixel tile and channel-block width (conv_relu_maxpool_wgmma_tile).
 import ctypes
 import random
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -882,3 +883,89 @@ def test_older_gpus_keep_their_variants_and_never_take_the_general_kernel(librar
         for element in (FLOAT32, FLOAT16):
             assert choose(library, variant_names, case, device=A100_LIKE,
                           element=element) != "general_wgmma"
+
+
+# ---- the variant registry (kernels/conv_relu_maxpool_registry.cu) --------------------------
+
+ELEMENT_MESSAGES = {FLOAT32: "needs float16 or bfloat16 input",
+                    FLOAT16: "needs float32 input", BFLOAT16: "needs float32 input"}
+
+
+@pytest.fixture(scope="module")
+def registry(library):
+    from utils.kernel_choice import variant_table
+    return variant_table(library)
+
+
+def test_the_registry_has_one_row_per_variant_id(registry, extension, variant_names):
+    assert [row["id"] for row in registry] == sorted(variant_names)
+    assert [row["name"] for row in registry] == [variant_names[i] for i in sorted(variant_names)]
+    # The binding reads the same table.
+    assert [(row["id"], row["name"], row["family"], row["arch"])
+            for row in extension.conv2d_relu_maxpool_variant_table()] == \
+        [(row["id"], row["name"], row["family"], row["arch"]) for row in registry]
+    for row in extension.conv2d_relu_maxpool_variant_table():
+        assert (Path(__file__).resolve().parent.parent / row["source"]).is_file(), row
+
+
+def test_the_registry_says_which_element_types_each_variant_takes(registry):
+    sixteen_only = {row["name"] for row in registry if row["elements"] == [FLOAT16, BFLOAT16]}
+    assert sixteen_only == set(SIXTEEN_BIT_VARIANTS)
+    every = {row["name"] for row in registry if row["elements"] == [FLOAT32, FLOAT16, BFLOAT16]}
+    assert every == {"general_wgmma"}
+    # dtype twins: one family, one math but for the element type's own.
+    by_name = {row["name"]: row for row in registry}
+    for sixteen, float32 in dict(TWINS, direct_16bit="direct",
+                                 tiled_16bit_wgmma="tiled_tf32_wgmma").items():
+        assert by_name[sixteen]["family"] == by_name[float32]["family"], sixteen
+
+
+def test_every_variant_refuses_the_element_types_its_row_excludes(registry, library, seed):
+    """The registry's element check comes first, with one message per direction; a variant
+    never refuses a shape for its element type when its row takes it."""
+    from utils.kernel_choice import why_not
+    rng = random.Random(seed)
+    cases = [fuzz_case(rng, f"registry_{i}", max_size=64, max_channels=64) for i in range(40)]
+    for case in cases:
+        for element in (FLOAT32, FLOAT16, BFLOAT16):
+            for row in registry:
+                why = why_not(library, case, row["id"], element)
+                if element in row["elements"]:
+                    assert why != ELEMENT_MESSAGES[element], (row["name"], case.label())
+                else:
+                    assert why == ELEMENT_MESSAGES[element], (row["name"], case.label(), why)
+
+
+def test_hopper_only_rows_refuse_every_shape_on_an_older_gpu(registry, library, seed):
+    from utils.kernel_choice import why_not
+    rng = random.Random(seed)
+    cases = list(SUITE) + [fuzz_case(rng, f"arch_{i}", max_size=64, max_channels=256)
+                           for i in range(30)]
+    hopper = [row for row in registry if row["arch"] == 90]
+    assert {row["family"] for row in hopper} == {"wgmma", "flat_wgmma", "general"}
+    for case in cases:
+        for row in hopper:
+            for element in row["elements"]:
+                assert why_not(library, case, row["id"], element, A100_LIKE) is not None, \
+                    (row["name"], case.label())
+
+
+def test_the_choice_takes_only_variants_the_registry_lets_run(registry, library, variant_names,
+                                                              seed):
+    from utils.kernel_choice import why_not
+    rng = random.Random(seed)
+    by_name = {row["name"]: row for row in registry}
+    for i in range(200):
+        case = fuzz_case(rng, f"pick_{i}", max_size=96, max_channels=512,
+                         batch=rng.choice([1, 4, 32]))
+        for element in (FLOAT32, FLOAT16, BFLOAT16):
+            for device in (H200, A100_LIKE):
+                for allow_tf32 in ((True, False) if element == FLOAT32 else (True,)):
+                    name = choose(library, variant_names, case, allow_tf32, device=device,
+                                  element=element)
+                    row = by_name[name]
+                    assert element in row["elements"], (name, case.label())
+                    assert why_not(library, case, row["id"], element, device) is None, \
+                        (name, case.label())
+                    if not allow_tf32:
+                        assert row["math"] in ("fp32", "3xtf32"), (name, case.label())

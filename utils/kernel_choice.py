@@ -34,6 +34,12 @@ class ConvPoolShape(ctypes.Structure):
 MAX_CLUSTER = 8  # kConvPoolMaxCluster
 
 
+class ConvPoolVariantInfo(ctypes.Structure):
+    """Mirror of ConvPoolVariantInfo in kernels/conv_relu_maxpool.h (a registry row)."""
+    _fields_ = [("name", ctypes.c_char_p), ("family", ctypes.c_char_p), ("math", ctypes.c_char_p),
+                ("source", ctypes.c_char_p), ("elements", ctypes.c_uint), ("arch", ctypes.c_int)]
+
+
 class ConvPoolDevice(ctypes.Structure):
     """Mirror of ConvPoolDevice in kernels/conv_relu_maxpool.h."""
     _fields_ = [("max_shared_bytes", ctypes.c_int), ("sm_count", ctypes.c_int),
@@ -88,6 +94,13 @@ def load(extension) -> ctypes.CDLL:
     lib.conv_relu_maxpool_tiled_out_block.restype = ctypes.c_int
     lib.conv_relu_maxpool_tiled_out_block.argtypes = [shape, ctypes.c_int,
                                                       ctypes.POINTER(ConvPoolDevice)]
+    lib.conv_relu_maxpool_variant_info.restype = ctypes.c_bool
+    lib.conv_relu_maxpool_variant_info.argtypes = [ctypes.c_int,
+                                                   ctypes.POINTER(ConvPoolVariantInfo)]
+    lib.conv_relu_maxpool_workspace_bytes.restype = ctypes.c_int64
+    lib.conv_relu_maxpool_workspace_bytes.argtypes = [shape, ctypes.c_int,
+                                                      ctypes.POINTER(ConvPoolDevice),
+                                                      ctypes.c_void_p]
     lib.conv_relu_maxpool_general_plan.restype = ctypes.c_int
     lib.conv_relu_maxpool_general_plan.argtypes = [shape, ctypes.POINTER(ConvPoolDevice),
                                                    ctypes.c_char_p, ctypes.c_int]
@@ -214,3 +227,27 @@ def general_plan(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
         key, value = item.split("=", 1)
         plan[key] = int(value) if value.lstrip("-").isdigit() else value
     return plan
+
+
+def variant_table(lib: ctypes.CDLL) -> list[dict]:
+    """The registry's rows (conv_relu_maxpool_variant_info) in id order: id, name, family, math,
+    source, elements (ConvPoolElement values), arch."""
+    rows, variant = [], 0
+    while True:
+        info = ConvPoolVariantInfo()
+        if not lib.conv_relu_maxpool_variant_info(variant, ctypes.byref(info)):
+            return rows
+        rows.append(dict(id=variant, name=info.name.decode(), family=info.family.decode(),
+                         math=info.math.decode(), source=info.source.decode(),
+                         elements=[e for e in (FLOAT32, FLOAT16, BFLOAT16)
+                                   if info.elements >> e & 1], arch=info.arch))
+        variant += 1
+
+
+def why_not(lib: ctypes.CDLL, case: ConvPoolCase, variant: int, element: int = FLOAT32,
+            device: ConvPoolDevice = H200) -> Optional[str]:
+    """Why `variant` cannot run `case` on `device` (conv_relu_maxpool_unsupported), None when it
+    can."""
+    why = lib.conv_relu_maxpool_unsupported(ctypes.byref(shape_of(case, element)), variant,
+                                            ctypes.byref(device))
+    return None if why is None else why.decode()

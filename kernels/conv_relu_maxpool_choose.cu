@@ -1,0 +1,97 @@
+// The automatic choice of variant (conv_relu_maxpool_choose): the order in which the variants
+// are tried for a shape, element type, precision and device, each with the measurement that put
+// it there (docs/PERF.md has the runs). What each variant can run is the registry's
+// (conv_relu_maxpool_registry.cu); the tiles, splits and plans inside a variant are chosen by
+// its own host code (conv_relu_maxpool_wgmma.cu, hopper/general_wgmma.cu, ...).
+#include "conv_pool_shape.h"
+#include "conv_relu_maxpool.h"
+#include "conv_relu_maxpool_small.h"
+#include "conv_relu_maxpool_tiled.h"
+
+extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool allow_tf32,
+                                        const ConvPoolDevice* device) {
+  if (config != kVariantAuto) return config;
+  auto runs = [&](int variant) {
+    return conv_relu_maxpool_unsupported(s, variant, device) == nullptr;
+  };
+  // float16 / bfloat16: on Hopper the wgmma kernel for the fast-path geometry (any channel
+  // counts: with at most 32 output channels its N = 64 blocks multiply zeros, not measured
+  // against tiled_16bit_mma), else the mma.sync kernel wherever it fits, else the direct one
+  // (allow_tf32 does not apply: the products are exact in fp32 either way).
+  // Off the fast path, as for float32: the CUDA-core kernel for at most 16 output channels, the
+  // flat reduction for fewer than 8 input channels (tiled_16bit_mma pads channels to 16).
+  // A first layer (a reduction of at most 32, e.g. RGB x 3 x 3, into 17-64 channels under a
+  // 2x2 / 2 pool) on Hopper: the stem kernel (rgb_stem, docs/PERF.md). Elsewhere, and for
+  // at most 16 channels (the small kernels' range), what was measured before it.
+  const bool stem = device->compute_capability == 90 && s->out_channels > 16;
+  if (s->element != kElementFloat32) {
+    if (stem && runs(kVariantStem16)) return kVariantStem16;
+    if (runs(kVariantTiled16Wgmma)) return kVariantTiled16Wgmma;
+    if (runs(kVariantSmall16)) return kVariantSmall16;
+    if (s->in_channels < kTiledChannelChunk && !fast_path_applies(*s) &&
+        runs(kVariantTiled16Flat)) {
+      // As for float32 below: the wgmma mainloop where blocks of 64 channels run one per SM.
+      if (flat_conv_pool_one_block_per_sm(*s, kVariantTiled16Flat, *device) &&
+          runs(kVariantTiled16FlatWgmma))
+        return kVariantTiled16FlatWgmma;
+      return kVariantTiled16Flat;
+    }
+    // Hopper, everything else: the general wgmma kernel (any kernel size, stride, dilation and
+    // pool), which streams the weights through its stages.
+    if (runs(kVariantGeneralWgmma)) return kVariantGeneralWgmma;
+    return runs(kVariantTiled16Mma) ? kVariantTiled16Mma : kVariantDirect16;
+  }
+  // At most 16 output channels and a short reduction: tensor-core tiles would multiply mostly
+  // padding; the CUDA-core kernel computes every channel of a window per thread, in fp32. With
+  // TF32 allowed, at most 8 channels and 2x2 / stride 2 windows, the same kernel's tensor-core
+  // loop (small_tf32), unless its CUDA-core patch loop applies: that one measured as fast or
+  // faster (LeNet 16.7 us against 17.7), the generic loop slower (a 3-channel 5x5 / stride 2
+  // layer: 65 us against 36; docs/PERF.md).
+  if (allow_tf32 && runs(kVariantSmallTf32) && !small_conv_pool_patch_loop(*s))
+    return kVariantSmallTf32;
+  if (runs(kVariantSmallFp32)) return kVariantSmallFp32;
+  if (allow_tf32 && stem && runs(kVariantStemTf32)) return kVariantStemTf32;
+  // fp32-accurate tensor-core paths (3xTF32) as the TF32 ones below: the flat reduction for
+  // fewer than 8 input channels off the fast path (AlexNet's first layer took `direct`, whose
+  // 8-channel tiles do not fit its 11 x 11 halo), else the 8-channel chunks where they fit.
+  if (!allow_tf32) {
+    if (s->in_channels < kTiledChannelChunk && !fast_path_applies(*s) &&
+        runs(kVariantTiled3xTf32Flat))
+      return kVariantTiled3xTf32Flat;
+    if (runs(kVariantTiled3xTf32Wgmma)) return kVariantTiled3xTf32Wgmma;
+    if (runs(kVariantTiled3xTf32)) return kVariantTiled3xTf32;
+    return runs(kVariantTiled3xTf32Flat) ? kVariantTiled3xTf32Flat : kVariantDirect;
+  }
+  // Fewer than 8 input channels off the fast path: the flattened reduction skips the
+  // zero channels an 8-channel chunk would multiply, and it fits large kernels
+  // (lenet_c1 0.41 -> 0.12 ms, alexnet_c1 6.3 -> 0.16 ms on the H200). On the fast
+  // path the pipelined chunks measured faster still (rgb_stem 0.60 vs 0.81 ms).
+  // On Hopper, where the mma.sync flat kernel's blocks of 64 channels run one per SM (large
+  // kernels: its 16 warps latency-bound, docs/PERF.md), its wgmma mainloop: AlexNet's first
+  // layer 97 -> 77 us, ResNet's 7 x 7 / 2 stem 269 -> 234. Where two blocks share an SM (5 x 5
+  // and 3 x 3 kernels over few channels) and for at most 32 channels (half of the wgmma's N = 64
+  // would be zeros) the mma.sync one measured faster (11-54%).
+  if (s->in_channels < kTiledChannelChunk && !fast_path_applies(*s) &&
+      runs(kVariantTiledTf32Flat)) {
+    if (flat_conv_pool_one_block_per_sm(*s, kVariantTiledTf32Flat, *device) &&
+        runs(kVariantTiledTf32FlatWgmma))
+      return kVariantTiledTf32FlatWgmma;
+    return kVariantTiledTf32Flat;
+  }
+  // Hopper: the wgmma kernel for the fast-path geometry, with blocks of 128 output channels, or
+  // of 64 for up to 64 (rgb_stem: 0.25 ms vs 0.60 ms for tiled_tf32_16w, same process).
+  // Also for 32 or fewer, where half its N = 64 is zeros: tiled_tf32's blocks of 32 do no less
+  // work per output channel block and took 10-46% longer on four layers of 24 and 32 output
+  // channels (as did tiled_3xtf32 against tiled_3xtf32_wgmma, 17-31% on the
+  // H200, docs/PERF.md).
+  if (runs(kVariantTiledTf32Wgmma)) return kVariantTiledTf32Wgmma;
+  // Hopper, everything else: the general wgmma kernel.
+  if (runs(kVariantGeneralWgmma)) return kVariantGeneralWgmma;
+  // 16 warps measured 8% faster than 8 for 33..64 output channels on the fast path
+  // (rgb_stem) and within noise elsewhere (docs/PERF.md).
+  const bool wide = s->out_channels > 32 && s->out_channels <= 64 && fast_path_applies(*s);
+  const int chunked = wide ? kVariantTiledTf32Wide : kVariantTiledTf32;
+  if (runs(chunked)) return chunked;
+  if (runs(kVariantTiledTf32Flat)) return kVariantTiledTf32Flat;
+  return kVariantDirect;
+}
