@@ -86,6 +86,7 @@
 
 #include "conv_pool_16bit.cuh"
 #include "conv_pool_device.cuh"
+#include "conv_pool_heuristics.h"
 #include "conv_pool_operands.h"
 #include "conv_pool_wgmma.cuh"
 #include "conv_relu_maxpool_wgmma.h"
@@ -93,6 +94,8 @@
 
 namespace tiled_wgmma {
 namespace {
+
+using namespace conv_pool_heuristics;
 
 // ---------------------------------------------------------------------------
 // Host side.
@@ -206,15 +209,6 @@ inline bool strips_apply(const ConvPoolShape& s) {
 // it sees only the weight).
 inline bool narrow_blocks(const ConvPoolShape& s) { return s.out_channels <= 64; }
 
-// A layer whose 128-channel tiles number no more than this runs 64-channel blocks: twice
-// the blocks, so twice the SMs share the in-kernel packing, and each block's chunk steps are
-// shorter (H200: 18-38% less time for batch-1 and batch-8 VGG layers). Still one
-// round of tiles on a Hopper GPU of 128 SMs or more (the H100 SXM and the H200 have 132).
-// Such a layer packs its own weights whatever it is given: weights packed ahead of time are
-// laid out for N = 128 (the packing sees the weight, not the batch), and the 128-channel
-// blocks that read them were slower on all but one of the layers measured
-// (docs/PERF.md).
-constexpr int kFewTiles = 64;
 
 // The tile shape that computes the fewest unused pooled outputs for this geometry (the same
 // for every N and element type): the square one where it wastes less than the wide one, a
@@ -339,14 +333,6 @@ constexpr bool takes_packed_weight() {
   return Tile::kMinBlocksPerSm == 1 && !Tile::kSplit;
 }
 
-// Without packed weights, every block of a launch packs a share of them at its start. Where
-// the shares are large (a large weight over few blocks: VGG-16's blocks 4-5 at batch 1), a
-// kernel of its own on every SM packs them into the workspace instead, and the kernel
-// instance that reads packed weights runs on that copy, still in L2 (H200: VGG
-// block 5 at batch 1 119 -> 77 us of kernel time, block 4 90 -> 83, block 5 at batch 8 80 ->
-// 78; below this share the second launch added ~1 us of event time for nothing). In packed
-// weight elements per block.
-constexpr int64_t kPackApartElements = 32768;
 
 template <class Tile>
 bool packs_apart(const WgmmaPlan& p, const ConvPoolDevice& device) {
@@ -380,17 +366,6 @@ cudaError_t launch_instance(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                        Tile::kSmemBytes, stream);
 }
 
-// Split reductions: the N = 64 tiles of one block per SM that read packed weights (the tiles
-// of layers of few tiles, kFewTiles; every 3xTF32 tile) can run a tile's chunks over the blocks
-// of a cluster, when
-// the layer's tiles leave SMs idle. Cluster sizes 2 to 8 (the portable limit), each block
-// given at least kMinSplitChunks chunks. Cost model, fitted on the H200 (VGG-16's blocks 3-5
-// at batch 1 and block 5 at batch 8, every split from 1 to 8 forced, float32 and float16;
-// docs/PERF.md): kernel time ~ rounds x (chunks per block + kRoundChunks), ~1 us a chunk,
-// where rounds = tiles over the clusters that run at once (ConvPoolDevice::max_clusters; for
-// no split, one block per SM); the least cost wins, the smaller split on a tie.
-constexpr int kMinSplitChunks = 4;
-constexpr int kRoundChunks = 7;  // a round's fixed time (prologue, epilogue, reduction)
 
 template <class Tile>
 constexpr bool splits() {

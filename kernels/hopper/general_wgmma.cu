@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "../conv_pool_heuristics.h"
 #include "../conv_pool_layout.h"
 #include "../conv_pool_operands.h"
 #include "../conv_relu_maxpool_wgmma.h"
@@ -17,6 +18,8 @@
 
 namespace general_wgmma {
 namespace {
+
+using namespace conv_pool_heuristics;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int round_up(int value, int multiple) { return int(ceil_div(value, multiple) * multiple); }
@@ -29,23 +32,6 @@ int sm_shared_bytes(const ConvPoolDevice& device) {
   return device.max_shared_bytes + kReservedPerBlock;
 }
 
-// Cost model of the tile choice (plan_tile), in SM clock cycles. A K step (32 bytes of every
-// operand row: 8 TF32 or 16 16-bit channels of one tap) of one 8 x 8 square is one m64nNk wgmma:
-// N / 2 cycles of tensor-core work (64 x N x 8 TF32 MACs at 1024 a cycle, or 16-bit ones at
-// twice that), and it reads 64 + N operand rows of 32 bytes from shared memory at 128 bytes a
-// cycle, which the halo copies share (kSharedMemoryShare). So N = 64 blocks run at the
-// shared-memory bandwidth rather than the tensor cores' rate, N = 128 below it.
-// A block's fixed work: its accumulators through shared memory and the pooling (about 4 x
-// squares x N cycles) and the pipeline's fill; where two blocks share an SM, most of one's
-// fixed work runs under the other's wgmmas (kSharedSmFixed of it counts).
-constexpr double kSharedMemoryShare = 1.15;
-constexpr double kPipelineFillCycles = 1500.0;
-constexpr double kSharedSmFixed = 0.6;
-// Split reductions: at most this many blocks a tile, each at least kMinSplitSteps steps; the
-// last block of a tile reads the partials from L2 at about this many bytes a cycle.
-constexpr int kMaxSplit = 16;
-constexpr int kMinSplitSteps = 4;
-constexpr double kPartialBytesPerCycle = 64.0;
 
 double k_step_cycles(const TileSpec& t) {
   const double squares = t.square_rows * t.square_cols;
@@ -58,10 +44,6 @@ struct Candidate {
   double cost = 0.0;
 };
 
-// Taps x chunks a step should hold at least: 12 wgmma K steps per square (a 3 x 3 chunk is 9)
-// keep the tensor cores busy long enough to hide the loads issued two steps ahead.
-constexpr int kMinStepKSteps = 12;
-constexpr int kMaxStepChunks = 8;
 
 // The reduction's staging for a tile: kernel rows per step (group_rows), row mode and chunks per
 // step, the one that moves the fewest halo bytes per chunk among those whose three stages fit

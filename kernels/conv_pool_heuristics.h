@@ -1,0 +1,70 @@
+// The cost constants and thresholds of the automatic choices inside the Hopper kernels, in one
+// place: the general kernel's plan (tile, staging, split: hopper/general_wgmma.cu) and the 3 x 3
+// kernel's (channel blocks, weight packing, cluster splits: conv_relu_maxpool_wgmma.cu). Each
+// says what it models and what measured it (docs/PERF.md has the runs). Which variant a layer
+// takes is conv_relu_maxpool_choose.cu's; the limits of what each can run are the registry's.
+#pragma once
+
+#include <cstdint>
+
+namespace conv_pool_heuristics {
+
+// ---- the general kernel (general_wgmma) -------------------------------------------------
+
+// Cost model of the tile choice (plan_tile), in SM clock cycles. A K step (32 bytes of every
+// operand row: 8 TF32 or 16 16-bit channels of one tap) of one 8 x 8 square is one m64nNk wgmma:
+// N / 2 cycles of tensor-core work (64 x N x 8 TF32 MACs at 1024 a cycle, or 16-bit ones at
+// twice that), and it reads 64 + N operand rows of 32 bytes from shared memory at 128 bytes a
+// cycle, which the halo copies share (kSharedMemoryShare). So N = 64 blocks run at the
+// shared-memory bandwidth rather than the tensor cores' rate, N = 128 below it.
+// A block's fixed work: its accumulators through shared memory and the pooling (about 4 x
+// squares x N cycles) and the pipeline's fill; where two blocks share an SM, most of one's
+// fixed work runs under the other's wgmmas (kSharedSmFixed of it counts).
+constexpr double kSharedMemoryShare = 1.15;
+constexpr double kPipelineFillCycles = 1500.0;
+constexpr double kSharedSmFixed = 0.6;
+// Split reductions: at most this many blocks a tile, each at least kMinSplitSteps steps; the
+// last block of a tile reads the partials from L2 at about this many bytes a cycle.
+constexpr int kMaxSplit = 16;
+constexpr int kMinSplitSteps = 4;
+constexpr double kPartialBytesPerCycle = 64.0;
+
+// Taps x chunks a step should hold at least: 12 wgmma K steps per square (a 3 x 3 chunk is 9)
+// keep the tensor cores busy long enough to hide the loads issued two steps ahead.
+constexpr int kMinStepKSteps = 12;
+constexpr int kMaxStepChunks = 8;
+
+// ---- the 3 x 3 / 2 x 2 wgmma kernel (tiled_tf32_wgmma, tiled_16bit_wgmma, 3xTF32) --------
+
+// A layer whose 128-channel tiles number no more than this runs 64-channel blocks: twice
+// the blocks, so twice the SMs share the in-kernel packing, and each block's chunk steps are
+// shorter (H200: 18-38% less time for batch-1 and batch-8 VGG layers). Still one
+// round of tiles on a Hopper GPU of 128 SMs or more (the H100 SXM and the H200 have 132).
+// Such a layer packs its own weights whatever it is given: weights packed ahead of time are
+// laid out for N = 128 (the packing sees the weight, not the batch), and the 128-channel
+// blocks that read them were slower on all but one of the layers measured
+// (docs/PERF.md).
+constexpr int kFewTiles = 64;
+
+// Without packed weights, every block of a launch packs a share of them at its start. Where
+// the shares are large (a large weight over few blocks: VGG-16's blocks 4-5 at batch 1), a
+// kernel of its own on every SM packs them into the workspace instead, and the kernel
+// instance that reads packed weights runs on that copy, still in L2 (H200: VGG
+// block 5 at batch 1 119 -> 77 us of kernel time, block 4 90 -> 83, block 5 at batch 8 80 ->
+// 78; below this share the second launch added ~1 us of event time for nothing). In packed
+// weight elements per block.
+constexpr int64_t kPackApartElements = 32768;
+
+// Split reductions: the N = 64 tiles of one block per SM that read packed weights (the tiles
+// of layers of few tiles, kFewTiles; every 3xTF32 tile) can run a tile's chunks over the blocks
+// of a cluster, when
+// the layer's tiles leave SMs idle. Cluster sizes 2 to 8 (the portable limit), each block
+// given at least kMinSplitChunks chunks. Cost model, fitted on the H200 (VGG-16's blocks 3-5
+// at batch 1 and block 5 at batch 8, every split from 1 to 8 forced, float32 and float16;
+// docs/PERF.md): kernel time ~ rounds x (chunks per block + kRoundChunks), ~1 us a chunk,
+// where rounds = tiles over the clusters that run at once (ConvPoolDevice::max_clusters; for
+// no split, one block per SM); the least cost wins, the smaller split on a tie.
+constexpr int kMinSplitChunks = 4;
+constexpr int kRoundChunks = 7;  // a round's fixed time (prologue, epilogue, reduction)
+
+}  // namespace conv_pool_heuristics
