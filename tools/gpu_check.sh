@@ -4,11 +4,12 @@
 #   bash tools/gpu_check.sh [STAGE[:SECONDS] ...]
 #
 # Stages: env build test verify profile suite suite16 layouts bench host vgg16 distributed
-# notebook sanitize general zoo zoo16 fuzz (default: env build test verify profile). general:
-# the general kernel's correctness sweep and timing table (tools/check_general.py). zoo / zoo16:
-# ZOO_LIMIT (default 40) layers of the zoo in float32 / float16; fuzz: the 150-geometry
-# performance fuzz from case FUZZ_START (default 0) into $OUT/fuzz_<start>.json (the JSONs are
-# written after every case). SECONDS caps one stage (timeout), so a
+# notebook sanitize general zoo zoo16 fuzz breakdown (default: env build test verify profile).
+# general: the general kernel's correctness sweep and timing table (tools/check_general.py).
+# zoo / zoo16: ZOO_LIMIT (default 40) layers of the zoo in float32 / float16; fuzz: the
+# 150-geometry performance fuzz from case FUZZ_START (default 0) into $OUT/fuzz_<start>.json
+# (the JSONs are written after every case); breakdown: tools/kernel_breakdown.py on the zoo's
+# slowest classes and the stem kernel's few-tile layers. SECONDS caps one stage (timeout), so a
 # long stage cannot eat the others' device time. Each stage's log lands in $OUT/<stage>.log;
 # the suite also writes $OUT/suite.json and $OUT/suite.png, suite16 (the suite in float16, then
 # bfloat16) $OUT/suite_float16.json and $OUT/suite_bfloat16.json, vgg16 $OUT/vgg16.json, notebook
@@ -48,6 +49,19 @@ run_stage() {  # name, seconds (0 = no cap), command...
   tail -n 25 "$OUT/$name.log"
   summary+=("$(printf '%-13s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - start))" "$(tail -n 1 "$OUT/$name.log" | cut -c1-100)")")
   return $rc
+}
+
+breakdown() {  # the zoo's slowest classes kernel by kernel, and the stem kernel on few tiles
+  local k="python3 tools/kernel_breakdown.py"
+  $k --json docs/zoo_h200_float32.json densenet121_c118_p2s2 inception_v3_c86_p2s2 \
+     resnet50_c44_p3s2 vgg16_c8_p3s2 || return
+  $k --json docs/zoo_h200_float16.json shufflenet_v2_x1_0_c1_p2s2 --configs auto,general_wgmma \
+     || return
+  for spec in 1,24,58,28,28,1,1,0,2,2 8,24,58,28,28,1,1,0,2,2 1,3,64,224,224,3,1,1,2,2 \
+      8,3,64,224,224,3,1,1,2,2 1,3,32,224,224,3,2,1,2,2; do
+    $k --spec $spec --dtype float16 --configs auto,stem_16bit,general_wgmma || return
+    $k --spec $spec --configs auto,stem_tf32,general_wgmma || return
+  done
 }
 
 sanitize() {
@@ -251,6 +265,7 @@ for entry in "${stages[@]}"; do
     zoo) run_stage zoo "$seconds" python3 -m utils.profiling --zoo --zoo-limit "${ZOO_LIMIT:-40}" --iters 50 --json "$OUT/zoo_float32.json" ;;
     zoo16) run_stage zoo16 "$seconds" python3 -m utils.profiling --zoo --zoo-limit "${ZOO_LIMIT:-40}" --iters 50 --dtype float16 --json "$OUT/zoo_float16.json" ;;
     fuzz) run_stage fuzz "$seconds" python3 -m utils.profiling --fuzz 150 --start "${FUZZ_START:-0}" --iters 50 --json "$OUT/fuzz_${FUZZ_START:-0}.json" ;;
+    breakdown) run_stage breakdown "$seconds" bash -c "$(declare -f breakdown); breakdown" ;;
     gtest) run_stage gtest "$seconds" python3 -m pytest -q -p no:cacheprovider tests/test_general_wgmma_gpu.py ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
