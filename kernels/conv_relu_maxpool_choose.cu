@@ -23,7 +23,14 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   // A first layer (a reduction of at most 32, e.g. RGB x 3 x 3, into 17-64 channels under a
   // 2x2 / 2 pool) on Hopper: the stem kernel (rgb_stem, docs/PERF.md). Elsewhere, and for
   // at most 16 channels (the small kernels' range), what was measured before it.
-  const bool stem = device->compute_capability == 90 && s->out_channels > 16;
+  // The stem kernel stages every input channel's halo for a block's tile, whole: for images of
+  // a few channels (RGB) it is 2-4x faster than the general kernel even at batch 1 (H200, 3 x 3
+  // into 32 or 64 channels at 224 x 224: 9.6 against 19.9 us of kernel), but with 24 channels
+  // (a 1 x 1 reduction of 24 into 58, 28 x 28, float16) it took 56 us against 13 at batch 1
+  // and 8 (docs/PERF.md). Hence at most kStemMaxInChannels input channels.
+  constexpr int kStemMaxInChannels = 4;
+  const bool stem = device->compute_capability == 90 && s->out_channels > 16 &&
+                    s->in_channels <= kStemMaxInChannels;
   if (s->element != kElementFloat32) {
     if (stem && runs(kVariantStem16)) return kVariantStem16;
     if (runs(kVariantTiled16Wgmma)) return kVariantTiled16Wgmma;

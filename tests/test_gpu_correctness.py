@@ -1021,10 +1021,12 @@ def test_wgmma_output_rows_in_runs_of_4(ext, choice, dtype):
 
 def automatic_wgmma_or_stem(ext, case, dtype, x, weight, bias, wgmma: str) -> str:
     """What the automatic choice runs on Hopper for a wgmma-geometry layer: the stem kernel
-    where it runs and the layer has 17-64 channels (3 input channels here), else `wgmma`.
+    where it runs and the layer has 17-64 output channels from at most 4 input channels, else
+    `wgmma`.
     The wgmma tests below then name their variant, so that its tiles stay covered."""
     stem = stem_variant(dtype)
-    takes_stem = case.out_channels > 16 and variant_runs(ext, case, x, weight, bias, stem)
+    takes_stem = (case.out_channels > 16 and case.in_channels <= 4
+                  and variant_runs(ext, case, x, weight, bias, stem))
     return stem if takes_stem else wgmma
 
 
@@ -1205,8 +1207,8 @@ def test_16bit_every_variant_matches_float64_and_pytorch(ext, choice, case, dtyp
     flat = variant_runs(ext, case, x, weight, bias, "tiled_16bit_flat")
     assert small == variant_runs(ext, case, x32, weight32, bias32, "small_fp32")
     assert flat or not variant_runs(ext, case, x32, weight32, bias32, "tiled_tf32_flat")
-    stem = on_hopper() and case.out_channels > 16 and variant_runs(ext, case, x, weight, bias,
-                                                                    "stem_16bit")
+    stem = (on_hopper() and case.out_channels > 16 and case.in_channels <= 4
+            and variant_runs(ext, case, x, weight, bias, "stem_16bit"))
     # On Hopper the flat kernel's wgmma mainloop where its blocks of 64 run one per SM.
     device = kernel_choice.device_of(choice, torch.cuda.current_device())
     flat_wgmma = (flat and on_hopper() and case.out_channels > 32 and

@@ -329,26 +329,31 @@ def runs(library, variant_names, case, name, element=FLOAT32, device=H200) -> bo
 
 @pytest.mark.parametrize("case", GRID, ids=lambda c: c.name)
 def test_16_bit_automatic_choice_is_always_a_16_bit_variant(library, variant_names, case):
-    # On Hopper the stem kernel for 17-64 channels where it runs; the wgmma kernel on the fast
+    # On Hopper the stem kernel for 17-64 output channels from at most 4 input channels where
+    # it runs; the wgmma kernel on the fast
     # path (any channel counts); else small_16bit where it runs;
     # else tiled_16bit_flat for fewer than 8 input channels (on Hopper its wgmma mainloop where
     # blocks of 64 channels run one per SM); else the mma.sync kernel unless the pooling window
-    # outgrows its 8 x 32 conv tile; else the direct one.
+    # outgrows its 8 x 32 conv tile (on Hopper first the general kernel); else the direct one.
     fits = case.pool_kernel[0] <= 8 and case.pool_kernel[1] <= 32
     for device, element in ((H200, BFLOAT16), (A100_LIKE, FLOAT16)):
         small = runs(library, variant_names, case, "small_16bit", element, device)
         flat = runs(library, variant_names, case, "tiled_16bit_flat", element, device)
-        stem = (device is H200 and case.out_channels > 16
+        stem = (device is H200 and case.out_channels > 16 and case.in_channels <= 4
                 and runs(library, variant_names, case, "stem_16bit", element, device))
         flat_wgmma = (flat and device is H200 and case.out_channels > 32
                       and flat_tiling(library, case, element, device) == "n64_warp32x32"
                       and runs(library, variant_names, case, "tiled_16bit_flat_wgmma", element,
                                device))
+        # Everything else on Hopper: the general kernel where it runs.
+        general = device is H200 and runs(library, variant_names, case, "general_wgmma", element,
+                                          device)
         expected = ("stem_16bit" if stem else
                     "tiled_16bit_wgmma" if fast_path(case) and device is H200 else
                     "small_16bit" if small else
                     ("tiled_16bit_flat_wgmma" if flat_wgmma else "tiled_16bit_flat")
                     if flat and case.in_channels < 8 and not fast_path(case)
+                    else "general_wgmma" if general
                     else "tiled_16bit_mma" if fits else "direct_16bit")
         assert choose(library, variant_names, case, device=device, element=element) == expected
 
