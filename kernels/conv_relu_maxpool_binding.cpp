@@ -522,19 +522,39 @@ torch::Tensor conv2d_relu_maxpool_pack_weight(const torch::Tensor& weight) {
   return packed;
 }
 
-// Which variant the op would run for these arguments (config -1 = automatic choice).
-std::string conv2d_relu_maxpool_choose(const std::optional<torch::Tensor>& x_arg,
-                                       const std::optional<torch::Tensor>& weight_arg,
+// The checked shape, the device and the variant the forward would run for these arguments
+// (config -1 = automatic choice): what conv2d_relu_maxpool_choose and _plan report.
+struct Resolved {
+  ConvPoolShape shape;
+  ConvPoolDevice device;
+  int variant;
+};
+
+Resolved resolve_arguments(const std::optional<torch::Tensor>& x_arg,
+                           const std::optional<torch::Tensor>& weight_arg,
+                           const std::optional<torch::Tensor>& bias, const IntPair& stride,
+                           const IntPair& padding, const IntPair& dilation,
+                           const IntPair& pool_kernel, const IntPair& pool_stride,
+                           const IntPair& pool_padding, bool ceil_mode, int64_t config) {
+  const auto& [x, weight] = required_tensors(x_arg, weight_arg);
+  const Checked checked = check_and_plan(x, weight, bias, stride, padding, dilation, pool_kernel,
+                                         pool_stride, pool_padding, ceil_mode, config,
+                                         std::nullopt);
+  const ConvPoolDevice& device = device_info(x.get_device());
+  return {checked.shape, device, resolve_variant(checked.shape, config, device)};
+}
+
+std::string conv2d_relu_maxpool_choose(const std::optional<torch::Tensor>& x,
+                                       const std::optional<torch::Tensor>& weight,
                                        const std::optional<torch::Tensor>& bias,
                                        const IntPair& stride, const IntPair& padding,
                                        const IntPair& dilation, const IntPair& pool_kernel,
                                        const IntPair& pool_stride, const IntPair& pool_padding,
                                        bool ceil_mode, int64_t config) {
-  const auto& [x, weight] = required_tensors(x_arg, weight_arg);
-  Checked plan = check_and_plan(x, weight, bias, stride, padding, dilation, pool_kernel,
-                                pool_stride, pool_padding, ceil_mode, config, std::nullopt);
-  return conv_relu_maxpool_variant_name(
-      resolve_variant(plan.shape, config, device_info(x.get_device())));
+  return conv_relu_maxpool_variant_name(resolve_arguments(x, weight, bias, stride, padding,
+                                                          dilation, pool_kernel, pool_stride,
+                                                          pool_padding, ceil_mode, config)
+                                            .variant);
 }
 
 pybind11::dict conv2d_relu_maxpool_variants() {
@@ -569,19 +589,19 @@ pybind11::list conv2d_relu_maxpool_variant_table() {
 // The host's plan for these arguments: the variant the forward would run, its workspace, whether
 // it would read packed weights, and, for every other variant, why it was not taken (its own
 // refusal, or that the choice puts the chosen one first).
-pybind11::dict conv2d_relu_maxpool_plan(const std::optional<torch::Tensor>& x_arg,
-                                        const std::optional<torch::Tensor>& weight_arg,
+pybind11::dict conv2d_relu_maxpool_plan(const std::optional<torch::Tensor>& x,
+                                        const std::optional<torch::Tensor>& weight,
                                         const std::optional<torch::Tensor>& bias,
                                         const IntPair& stride, const IntPair& padding,
                                         const IntPair& dilation, const IntPair& pool_kernel,
                                         const IntPair& pool_stride, const IntPair& pool_padding,
                                         bool ceil_mode, int64_t config) {
-  const auto& [x, weight] = required_tensors(x_arg, weight_arg);
-  Checked checked = check_and_plan(x, weight, bias, stride, padding, dilation, pool_kernel,
-                                   pool_stride, pool_padding, ceil_mode, config, std::nullopt);
-  const ConvPoolDevice& info = device_info(x.get_device());
-  const ConvPoolShape& shape = checked.shape;
-  const int variant = resolve_variant(shape, config, info);
+  const Resolved resolved = resolve_arguments(x, weight, bias, stride, padding, dilation,
+                                              pool_kernel, pool_stride, pool_padding, ceil_mode,
+                                              config);
+  const ConvPoolShape& shape = resolved.shape;
+  const ConvPoolDevice& info = resolved.device;
+  const int variant = resolved.variant;
   const char* chosen = conv_relu_maxpool_variant_name(variant);
   pybind11::dict passed_over;
   for (int v = 0; v < kVariantCount; ++v) {

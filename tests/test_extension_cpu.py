@@ -2,18 +2,18 @@
 
 The binding checks shapes, dtypes and parameters before devices, so every bad-input error is
 reachable on a CPU-only machine; a valid CPU input reaches the last check, "must be a CUDA
-tensor". Each case runs through both conv2d_relu_maxpool_forward and conv2d_relu_maxpool_choose
-(they share the checks). Inputs are fresh random tensors every run.
+tensor". Each case runs through conv2d_relu_maxpool_forward, conv2d_relu_maxpool_choose and
+conv2d_relu_maxpool_plan (they share the checks). Inputs are fresh random tensors every run.
 """
 import re
 
 import pytest
 import torch
 
-OPS = ["conv2d_relu_maxpool_forward", "conv2d_relu_maxpool_choose"]
+OPS = ["conv2d_relu_maxpool_forward", "conv2d_relu_maxpool_choose", "conv2d_relu_maxpool_plan"]
 
 
-@pytest.fixture(params=OPS, ids=["forward", "choose"])
+@pytest.fixture(params=OPS, ids=["forward", "choose", "plan"])
 def op(request, extension):
     return getattr(extension, request.param)
 
@@ -44,7 +44,8 @@ NOT_CUDA = "x must be a CUDA tensor, got device cpu"
 
 def test_module_exposes_forward_choose_and_variants(extension):
     for name in ("conv2d_relu_maxpool_forward", "conv2d_relu_maxpool_choose",
-                 "conv2d_relu_maxpool_variants"):
+                 "conv2d_relu_maxpool_plan", "conv2d_relu_maxpool_variants",
+                 "conv2d_relu_maxpool_variant_table"):
         assert callable(getattr(extension, name, None)), f"cuda_extension.{name} is missing"
 
 

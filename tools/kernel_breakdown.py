@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import cuda_extension  # noqa: E402
+from utils.profiling import L2_FLUSH_BYTES, time_calls  # noqa: E402
 from utils.suite import ConvPoolCase  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -58,16 +59,8 @@ def kernels_per_call(fn) -> list[tuple[str, float]]:
 
 
 def event_median_us(fn, flush: torch.Tensor, iters: int = 30) -> float:
-    times = []
-    for _ in range(iters):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
+    """utils.profiling's timing (CUDA events, L2 flushed between calls): the median, µs."""
+    return statistics.median(time_calls(lambda _: fn(), [None], iters, 3, flush))
 
 
 def short(name: str, width: int = 90) -> str:
@@ -133,7 +126,7 @@ def main(argv=None) -> int:
         print("error: needs a CUDA GPU", file=sys.stderr)
         return 2
     configs = args.configs.split(",")
-    flush = torch.empty(256 << 18, device="cuda")
+    flush = torch.empty(L2_FLUSH_BYTES // 4, device="cuda")
     work = []
     if args.names:
         if args.json is None:
