@@ -14,6 +14,14 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   auto runs = [&](int variant) {
     return conv_relu_maxpool_unsupported(s, variant, device) == nullptr;
   };
+  // Fewer than 8 input channels off the 3x3 / 2x2 path: the flat kernel `flat` (mma.sync), or
+  // its wgmma mainloop `flat_wgmma` where the mma.sync one's blocks of 64 channels run one per
+  // SM (the reasons are at the float32 rule below); -1 where the flat kernel does not apply.
+  auto flat_choice = [&](int flat, int flat_wgmma) {
+    if (s->in_channels >= kTiledChannelChunk || fast_path_applies(*s) || !runs(flat)) return -1;
+    return flat_conv_pool_one_block_per_sm(*s, flat, *device) && runs(flat_wgmma) ? flat_wgmma
+                                                                                 : flat;
+  };
   // float16 / bfloat16: on Hopper the wgmma kernel for the fast-path geometry (any channel
   // counts: with at most 32 output channels its N = 64 blocks multiply zeros, not measured
   // against tiled_16bit_mma), else the mma.sync kernel wherever it fits, else the direct one
@@ -35,14 +43,9 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
     if (stem && runs(kVariantStem16)) return kVariantStem16;
     if (runs(kVariantTiled16Wgmma)) return kVariantTiled16Wgmma;
     if (runs(kVariantSmall16)) return kVariantSmall16;
-    if (s->in_channels < kTiledChannelChunk && !fast_path_applies(*s) &&
-        runs(kVariantTiled16Flat)) {
-      // As for float32 below: the wgmma mainloop where blocks of 64 channels run one per SM.
-      if (flat_conv_pool_one_block_per_sm(*s, kVariantTiled16Flat, *device) &&
-          runs(kVariantTiled16FlatWgmma))
-        return kVariantTiled16FlatWgmma;
-      return kVariantTiled16Flat;
-    }
+    // As for float32 below: the flat kernel, on its wgmma mainloop where that measured faster.
+    if (const int flat = flat_choice(kVariantTiled16Flat, kVariantTiled16FlatWgmma); flat >= 0)
+      return flat;
     // Hopper, everything else: the general wgmma kernel (any kernel size, stride, dilation and
     // pool), which streams the weights through its stages.
     if (runs(kVariantGeneralWgmma)) return kVariantGeneralWgmma;
@@ -78,13 +81,8 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   // layer 97 -> 77 us, ResNet's 7 x 7 / 2 stem 269 -> 234. Where two blocks share an SM (5 x 5
   // and 3 x 3 kernels over few channels) and for at most 32 channels (half of the wgmma's N = 64
   // would be zeros) the mma.sync one measured faster (11-54%).
-  if (s->in_channels < kTiledChannelChunk && !fast_path_applies(*s) &&
-      runs(kVariantTiledTf32Flat)) {
-    if (flat_conv_pool_one_block_per_sm(*s, kVariantTiledTf32Flat, *device) &&
-        runs(kVariantTiledTf32FlatWgmma))
-      return kVariantTiledTf32FlatWgmma;
-    return kVariantTiledTf32Flat;
-  }
+  if (const int flat = flat_choice(kVariantTiledTf32Flat, kVariantTiledTf32FlatWgmma); flat >= 0)
+    return flat;
   // Hopper: the wgmma kernel for the fast-path geometry, with blocks of 128 output channels, or
   // of 64 for up to 64 (rgb_stem: 0.25 ms vs 0.60 ms for tiled_tf32_16w, same process).
   // Also for 32 or fewer, where half its N = 64 is zeros: tiled_tf32's blocks of 32 do no less
