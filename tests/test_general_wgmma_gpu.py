@@ -110,6 +110,52 @@ def test_every_tile_matches_float64(ext, lib, device, seed, tile, dtype, monkeyp
     assert splits == {False, True}
 
 
+# Tiles of several small images side by side (plan.images, forced by the host's hook
+# $CONV_POOL_GENERAL_IMAGES): batches that leave the last tile short of images, an overlapping
+# padded ceil-mode pool, stride 2 (each image's columns rounded up to the column stride), and
+# at batch 4 a split reduction.
+IMAGE_CASES = [
+    ConvPoolCase("images_tails", 7, 40, 136, 7, 7, (3, 3), padding=(1, 1), pool_kernel=(3, 3),
+                 pool_stride=(2, 2), pool_padding=(1, 1), ceil_mode=True),
+    ConvPoolCase("images_strided", 5, 24, 72, 13, 15, (3, 3), stride=(2, 2), padding=(1, 1)),
+    ConvPoolCase("images_split", 4, 320, 72, 6, 5, (3, 3), padding=(1, 1)),
+]
+# The tiles whose square columns split into that many shares of at least 8 conv columns.
+IMAGE_TILES = {2: set(TILES), 4: {"wide_n128", "wide_n64", "tall_n64"}}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("images", [2, 4])
+def test_images_side_by_side_match_float64(ext, lib, device, seed, images, dtype, monkeypatch):
+    monkeypatch.setenv("CONV_POOL_GENERAL_IMAGES", str(images))
+    rng = random.Random(seed)
+    ran = 0
+    for i in range(40):
+        case = fuzz_case(rng, f"small_{i}", max_size=16, batch=rng.randint(2, 9))
+        plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
+        if plan is None or plan["images"] != images:  # that many images do not fit a tile
+            continue
+        x, w, b = operands(case, rng.randrange(2**31), dtype)
+        layout = LAYOUTS[ran % len(LAYOUTS)]
+        check(ext, case, with_layout(x, layout), w, b, dtype, f"{case} {layout} plan {plan}")
+        ran += 1
+    assert ran >= 15, ran
+    tiles, splits = set(), set()
+    for tile in TILES:
+        monkeypatch.setenv("CONV_POOL_GENERAL_TILE", tile)
+        for case in IMAGE_CASES:
+            plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
+            if plan["tile"] != tile or plan["images"] != images:
+                continue
+            tiles.add(tile)
+            splits.add(plan["split"] > 1)
+            x, w, b = operands(case, seed, dtype)
+            for layout in LAYOUTS:
+                check(ext, case, with_layout(x, layout), w, b, dtype,
+                      f"{tile} {case.name} {layout} {plan}")
+    assert tiles == IMAGE_TILES[images] and splits == {False, True}, (tiles, splits)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("case", [
     # 5 x 5 over 512 channels: the weights of all 25 taps do not fit one stage, so steps take

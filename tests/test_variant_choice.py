@@ -571,6 +571,43 @@ def test_workspace_of_the_general_kernel(library, variant_names, element):
             packed + staged)
 
 
+@pytest.mark.parametrize("element", [FLOAT32, FLOAT16, BFLOAT16],
+                         ids=["float32", "float16", "bfloat16"])
+def test_general_kernel_puts_small_images_side_by_side(library, element, seed, monkeypatch):
+    """Where an image's whole pooled output fits a share of the tile, the general kernel's
+    tiles can hold several images (2 or 4): tiles = ceil(batch / images) x channel blocks, and
+    the halo gives each image its own columns (a multiple of the column stride). The cost model
+    takes it where it saves rounds of blocks (large batches), never at batch 1. Random
+    small-image geometries with the count forced ($CONV_POOL_GENERAL_IMAGES) keep those
+    invariants."""
+    resnet = ConvPoolCase("resnet50_l4", 128, 512, 512, 14, 14, (3, 3), stride=(2, 2),
+                          padding=(1, 1), pool_kernel=(3, 3), pool_stride=(2, 2))
+    inception = ConvPoolCase("inception_1x1", 128, 2048, 384, 8, 8, (1, 1))
+    for case in (resnet, inception):
+        plan = general_plan(library, case, element)
+        assert plan["images"] == 4 and plan["tile"] == "wide_n128", plan
+        assert plan["tiles"] == case.batch // 4 * -(-case.out_channels // 128), plan
+    # Four images of 8 conv columns: 17 input columns each at stride 2, rounded up to 18.
+    assert general_plan(library, resnet, element)["halo"] == "17x72"
+    assert general_plan(library, replace(resnet, batch=1), element)["images"] == 1
+    rng = random.Random(seed)
+    side_by_side = 0
+    for _ in range(400):
+        case = fuzz_case(rng, "fuzz", max_size=16, batch=rng.randint(2, 9))
+        images = rng.choice([2, 4])
+        monkeypatch.setenv("CONV_POOL_GENERAL_IMAGES", str(images))
+        plan = general_plan(library, case, element)
+        if plan is None or plan["images"] != images:  # that many do not fit: the hook yields
+            continue
+        side_by_side += 1
+        out_h, out_w = case.pooled_out()
+        assert plan["pooled"] == f"{out_h}x{out_w}", (case, plan)
+        blocks = -(-case.out_channels // (128 if plan["tile"].endswith("n128") else 64))
+        assert plan["tiles"] == -(-case.batch // images) * blocks, (case, plan)
+    print(f"{side_by_side} of 400 random small-image geometries ran images side by side")
+    assert side_by_side > 100
+
+
 def variant_names_to_ids(variant_names: dict) -> dict:
     return {name: config for config, name in variant_names.items()}
 

@@ -64,19 +64,24 @@ __device__ __forceinline__ void pool_position(const ConvPoolShape& s, const Plan
                                               int position, int k, int k_stride, int channels,
                                               int channel_base, int bias_base) {
   using T = Tile<kTileId>;
+  // Image `image` of the tile's (images side by side: its conv columns start at image x
+  // kCols / images).
+  const int image_positions = p.pooled_rows * p.pooled_cols;
+  const int image = position / image_positions;
+  position -= image * image_positions;
   const int pooled_row = position / p.pooled_cols;
   const int pooled_col = position - pooled_row * p.pooled_cols;
   const int out_row = o.out_row0 + pooled_row, out_col = o.out_col0 + pooled_col;
-  if (out_row >= s.out_height || out_col >= s.out_width) return;
+  if (out_row >= s.out_height || out_col >= s.out_width || o.image + image >= s.batch) return;
   const int row_begin = max(pooled_row * s.pool_stride_h, -o.conv_row0);
   const int row_end = min(pooled_row * s.pool_stride_h + s.pool_h, s.conv_height - o.conv_row0);
   const int col_begin = max(pooled_col * s.pool_stride_w, -o.conv_col0);
   const int col_end = min(pooled_col * s.pool_stride_w + s.pool_w, s.conv_width - o.conv_col0);
-  typename E::Raw* out = ElementOperands<E>::out(ops) + o.image * p.out_stride[0] +
+  typename E::Raw* out = ElementOperands<E>::out(ops) + (o.image + image) * p.out_stride[0] +
                          int64_t(channel_base) * p.out_stride[1] +
                          int64_t(out_row) * p.out_stride[2] +
                          int64_t(out_col) * p.out_stride[3];
-  const float* window = tile + row_begin * T::kCols + col_begin;
+  const float* window = tile + row_begin * T::kCols + image * (T::kCols / p.images) + col_begin;
   for (; k < channels; k += k_stride) {
     const float* plane = window + k * p.tile_pitch;
     float best = -INFINITY;
@@ -93,7 +98,7 @@ __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
                                           const ConvPoolOperands& ops, const TileOrigin& o,
                                           const float* tile, const float* bias, int pass,
                                           int pass_channels) {
-  const int positions = p.pooled_rows * p.pooled_cols;
+  const int positions = p.images * p.pooled_rows * p.pooled_cols;
   const int bias_base = pass * pass_channels;
   const int channel_base = o.channel0 + bias_base;
   const int channels = min(pass_channels, s.out_channels - channel_base);

@@ -158,16 +158,21 @@ __global__ void __launch_bounds__(kThreads, Tile<kTileId>::kMinBlocks)
   issue(first_step, 0);
   if (first_step + 1 < end_step) issue(first_step + 1, 1);
 
-  // Square m of this warpgroup: its tap-(0, 0) operand's slot in a stage's halo.
+  // Square m of this warpgroup: its tap-(0, 0) operand's slot in a stage's halo (with images
+  // side by side, square column c is column c % share of image c / share, whose columns start
+  // image_span / stride_w slots into each phase).
   const int warpgroup = threadIdx.x / 128;
   const int row_rate = p.gathered_rows ? 1 : s.stride_h;
+  const int share = T::kSquareCols / p.images;
+  const int image_slots = p.image_span / s.stride_w;
   const uint32_t smem_base = shared_address(smem);
   uint32_t square_slot[T::kSquaresPerGroup];
 #pragma unroll
   for (int m = 0; m < T::kSquaresPerGroup; ++m) {
     const int square = warpgroup * T::kSquaresPerGroup + m;
+    const int square_col = square % T::kSquareCols;
     square_slot[m] = uint32_t((square / T::kSquareCols) * 8 * row_rate * p.row_pitch +
-                              (square % T::kSquareCols) * 8);
+                              (square_col / share) * image_slots + (square_col % share) * 8);
   }
   const uint32_t a_leading = uint32_t(p.slice_plane * kSliceBytes);
   const uint32_t a_stride = uint32_t(row_rate * p.row_pitch * kSliceBytes);

@@ -52,7 +52,7 @@ struct Tile {
 // Where the block's tile sits (the tile scheduler: one tile per block, channel block fastest so
 // that the blocks sharing an input halo run side by side).
 struct TileOrigin {
-  int64_t image;
+  int64_t image;             // the first of plan.images
   int channel0;
   int out_row0, out_col0;    // first pooled output
   int conv_row0, conv_col0;  // conv pixel at tile position (0, 0); < 0 in the pool padding
@@ -68,7 +68,7 @@ __device__ __forceinline__ TileOrigin tile_origin(const ConvPoolShape& s, const 
   const int tile_col = int(tile % p.tiles_w);
   tile /= p.tiles_w;
   const int tile_row = int(tile % p.tiles_h);
-  o.image = tile / p.tiles_h;
+  o.image = tile / p.tiles_h * p.images;
   o.channel0 = channel_block * Tile<kTileId>::kN;
   o.out_row0 = tile_row * p.pooled_rows;
   o.out_col0 = tile_col * p.pooled_cols;
@@ -121,13 +121,18 @@ __device__ __forceinline__ Step make_step(const ConvPoolShape& s, const Plan& p,
 // lane or lane pair) and halo rows: with G >= 8 groups, warp w takes groups w, w + 8, ... and
 // all their rows; with fewer, warp w takes group w % G and every k-th of its rows, k being the
 // number of warps on that group. Per tile each thread works out, once, which of its columns are
-// staged (a bit of `staged`: some tap reads the column) and inside the image (`inside`); per
-// step it walks its rows with running pointers, so that a copy costs a few instructions.
+// staged (a bit of `staged`: some tap reads the column), inside the image (`inside`) and of
+// which of the tile's images (two bits of `image_of`); per step it walks its rows with running
+// pointers, so that a copy costs a few instructions.
 struct HaloWalk {
-  int groups;          // column groups of the halo
+  int groups;          // column groups of the halo (at most 32)
   int first_group, group_step;
   int first_row, row_step;  // in halo rows
-  __device__ __forceinline__ void init(int halo_cols, int group_cols) {
+  uint32_t staged, inside;  // bit g: this thread's column of group g
+  uint64_t image_of;        // bits 2g, 2g + 1: the image of that column, from the tile's first
+  __device__ __forceinline__ void init(const ConvPoolShape& s, const Plan& p, const TileOrigin& o,
+                                       int group_cols, int lane_col) {
+    const int halo_cols = p.halo_cols;
     groups = (halo_cols + group_cols - 1) / group_cols;
     const int warp = threadIdx.x / 32;
     if (groups >= 8) {
@@ -141,6 +146,22 @@ struct HaloWalk {
       first_row = warp / groups;
       row_step = (8 - first_group + groups - 1) / groups;  // warps on this group
     }
+    staged = inside = 0;
+    image_of = 0;
+    for (int g = 0; g < groups; ++g) {
+      const int j = group_cols * g + lane_col;
+      const int image = j / p.image_span, image_col = j - image * p.image_span;
+      const int col = o.in_col0 + image_col;
+      if (j < halo_cols && image_col < p.image_cols && halo_column_slot(s, p, j) >= 0)
+        staged |= 1u << g;
+      if (col >= 0 && col < s.in_width && o.image + image < s.batch) inside |= 1u << g;
+      image_of |= uint64_t(image) << (2 * g);
+    }
+  }
+  // Source elements from column group g's pointer to its image's (images side by side:
+  // image_step = the image stride less image_span columns).
+  __device__ __forceinline__ int64_t image_offset(int g, int64_t image_step) const {
+    return int64_t((image_of >> (2 * g)) & 3u) * image_step;
   }
 };
 
@@ -158,8 +179,8 @@ __device__ __forceinline__ void fill_column_slots(const ConvPoolShape& s, const 
 template <int kTileId>
 struct PlanarHaloLoader {
   HaloWalk walk;
-  uint32_t staged, inside;  // bit g: this thread's column of group g
-  const float* base;        // x at (image, channel lane % 4, row 0, this thread's column of group 0)
+  const float* base;  // x at (image, channel lane % 4, row 0, this thread's column of group 0)
+  int64_t image_step;
   int channel_in_slice, lane_col;
 
   __device__ __forceinline__ void init(const ConvPoolShape& s, const Plan& p,
@@ -167,13 +188,8 @@ struct PlanarHaloLoader {
     const int lane = threadIdx.x % 32;
     channel_in_slice = lane % 4;
     lane_col = lane / 4;
-    walk.init(p.halo_cols, 8);
-    staged = inside = 0;
-    for (int g = 0; g < walk.groups; ++g) {
-      const int j = 8 * g + lane_col, col = o.in_col0 + j;
-      if (j < p.halo_cols && halo_column_slot(s, p, j) >= 0) staged |= 1u << g;
-      if (col >= 0 && col < s.in_width) inside |= 1u << g;
-    }
+    walk.init(s, p, o, 8, lane_col);
+    image_step = ops.x_stride[0] - int64_t(p.image_span) * ops.x_stride[3];
     base = ops.x + o.image * ops.x_stride[0] + int64_t(channel_in_slice) * ops.x_stride[1] +
            int64_t(o.in_col0 + lane_col) * ops.x_stride[3];
   }
@@ -197,11 +213,11 @@ struct PlanarHaloLoader {
     const float* step_base = base + int64_t(st.chunk0) * 8 * ops.x_stride[1];
     const uint32_t halo_base = shared_address(halo) + channel_in_slice * 4;
     for (int g = walk.first_group; g < walk.groups; g += walk.group_step) {
-      if (!((staged >> g) & 1u)) continue;
-      const bool column_inside = (inside >> g) & 1u;
+      if (!((walk.staged >> g) & 1u)) continue;
+      const bool column_inside = (walk.inside >> g) & 1u;
       int row = st.row_first + walk.first_row * st.row_step;
       const float* src = step_base + int64_t(row) * ops.x_stride[2] +
-                         int64_t(8 * g) * ops.x_stride[3];
+                         int64_t(8 * g) * ops.x_stride[3] + walk.image_offset(g, image_step);
       uint32_t dst = halo_base +
                      (walk.first_row * row_pitch + col_slot[8 * g + lane_col]) * kSliceBytes;
       for (int r = walk.first_row; r < halo_rows; r += walk.row_step) {
@@ -229,9 +245,8 @@ template <class E, int kTileId>
 struct PixelHaloLoader {
   using Raw = typename E::Raw;
   HaloWalk walk;
-  uint32_t staged, inside;
   const Raw* base;  // the source at (image, row 0, this thread's column of group 0, its slice)
-  int64_t row_stride, group_stride;
+  int64_t row_stride, group_stride, image_step;
   int channels;     // channels present in the source (in_channels, or the copy's padded count)
   int slice, lane_col;
 
@@ -240,27 +255,24 @@ struct PixelHaloLoader {
     const int lane = threadIdx.x % 32;
     slice = lane % 2;
     lane_col = lane / 2;
-    walk.init(p.halo_cols, 16);
+    walk.init(s, p, o, 16, lane_col);
     const Raw* image;
-    int64_t col_stride;
+    int64_t col_stride, image_stride;
     if (p.staged_copy) {
       channels = p.staged_channels;
       col_stride = p.staged_channels;
       row_stride = col_stride * s.in_width;
-      image = static_cast<const Raw*>(p.staged_input) + o.image * row_stride * s.in_height;
+      image_stride = row_stride * s.in_height;
+      image = static_cast<const Raw*>(p.staged_input) + o.image * image_stride;
     } else {
       channels = s.in_channels;
       col_stride = ops.x_stride[3];
       row_stride = ops.x_stride[2];
-      image = ElementOperands<E>::x(ops) + o.image * ops.x_stride[0];
+      image_stride = ops.x_stride[0];
+      image = ElementOperands<E>::x(ops) + o.image * image_stride;
     }
     group_stride = 16 * col_stride;
-    staged = inside = 0;
-    for (int g = 0; g < walk.groups; ++g) {
-      const int j = 16 * g + lane_col, col = o.in_col0 + j;
-      if (j < p.halo_cols && halo_column_slot(s, p, j) >= 0) staged |= 1u << g;
-      if (col >= 0 && col < s.in_width) inside |= 1u << g;
-    }
+    image_step = image_stride - int64_t(p.image_span) * col_stride;
     base = image + int64_t(o.in_col0 + lane_col) * col_stride + slice * E::kSliceChannels;
   }
 
@@ -283,10 +295,11 @@ struct PixelHaloLoader {
     const Raw* step_base = base + int64_t(st.chunk0) * kChunk;
     const uint32_t halo_base = shared_address(halo) + slice * p.slice_plane * kSliceBytes;
     for (int g = walk.first_group; g < walk.groups; g += walk.group_step) {
-      if (!((staged >> g) & 1u)) continue;
-      const bool column_inside = (inside >> g) & 1u;
+      if (!((walk.staged >> g) & 1u)) continue;
+      const bool column_inside = (walk.inside >> g) & 1u;
       int row = st.row_first + walk.first_row * st.row_step;
-      const Raw* src = step_base + int64_t(row) * row_stride + g * group_stride;
+      const Raw* src = step_base + int64_t(row) * row_stride + g * group_stride +
+                       walk.image_offset(g, image_step);
       uint32_t dst = halo_base +
                      (walk.first_row * row_pitch + col_slot[16 * g + lane_col]) * kSliceBytes;
       for (int r = walk.first_row; r < halo_rows; r += walk.row_step) {

@@ -8,6 +8,9 @@
 //              tile_rows x tile_cols conv pixels: square_rows x square_cols squares of 8 x 8
 //              pixels, one M = 64 wgmma operand each. Windows that overlap (pool stride below
 //              the window) are computed by both tiles they fall in.
+//              Small images: `images` consecutive images side by side, each in
+//              tile_cols / images conv columns (its whole pooled output), so that a step's
+//              weights serve all of them (a 7 x 7 image would fill one square of four).
 //   step       one (run of step_chunks input-channel chunks, group of kernel rows): those
 //              channels' input halo for those kernel rows and their weights, staged together;
 //              a tile reduces over chunk_steps x groups steps. Short kernels take several
@@ -18,7 +21,9 @@
 //              [slice][halo row][column phase][column] so that the 8 pixels of one conv row
 //              under any tap are 8 consecutive 16-byte slots: with a column stride s, input
 //              column j lives in phase j % s at position j / s, and only the phases some
-//              kernel column reads are staged (phase_mask).
+//              kernel column reads are staged (phase_mask). With images side by side, image i's
+//              halo columns start at column i x image_span (a multiple of s: the same phase
+//              for the same column of every image).
 #pragma once
 
 #include <cstdint>
@@ -75,6 +80,10 @@ struct Plan {
   int pooled_rows, pooled_cols;
   int tiles_h, tiles_w, channel_blocks;
   int64_t tiles;
+  // Images side by side in a tile (1, 2 or 4, dividing the square columns; > 1 only where an
+  // image's whole pooled output fits its share, so tiles_h = tiles_w = 1 and the pooled
+  // rectangle is the image's): tiles = ceil(batch / images) x channel_blocks.
+  int images;
   // Split reductions: `split` blocks a tile (1: none), each split_steps of its steps (the last
   // fewer); grid = tiles x split, the split index fastest.
   int split, split_steps;
@@ -87,7 +96,10 @@ struct Plan {
   // else the dense span of input rows the group's taps read.
   bool gathered_rows;
   int halo_rows;      // staged rows of the largest group
-  int halo_cols;      // staged input columns: (tile_cols - 1) * stride_w + (kernel_w - 1) * dilation_w + 1
+  int halo_cols;      // staged input columns: images x image_span
+  int image_cols;     // of them read by one image's taps:
+                      // (tile_cols / images - 1) * stride_w + (kernel_w - 1) * dilation_w + 1
+  int image_span;     // columns per image: image_cols (images = 1), else rounded up to stride_w
   uint32_t phase_mask;  // bit r: column phase r (residue mod stride_w) is staged
   int phase_cols;     // slots per staged phase: ceil(halo_cols / stride_w)
   int row_pitch;      // slots per halo row (phases x phase_cols, + 1 against bank conflicts)

@@ -102,30 +102,45 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
   return found;
 }
 
-// The plan of tile `tile_id` for `s` (why_not set where the tile cannot run it).
-Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int tile_id) {
+// The plan of tile `tile_id` with `images` images side by side for `s` (why_not set where it
+// cannot run it).
+Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int tile_id,
+                    int images) {
   Candidate c;
   const TileSpec& t = kTileSpecs[tile_id];
   Plan& p = c.plan;
   p.tile = tile_id;
+  p.images = images;
+  // Conv pixels of the tile, and of one image's share of it.
   const int tile_rows = 8 * t.square_rows, tile_cols = 8 * t.square_cols;
-  if (s.pool_h > tile_rows || s.pool_w > tile_cols) {
+  const int share_cols = tile_cols / images;
+  if (s.pool_h > tile_rows || s.pool_w > share_cols) {
     c.why_not = "the pooling window is larger than the tile";
     return c;
   }
   p.pooled_rows = (tile_rows - s.pool_h) / s.pool_stride_h + 1;
-  p.pooled_cols = (tile_cols - s.pool_w) / s.pool_stride_w + 1;
+  p.pooled_cols = (share_cols - s.pool_w) / s.pool_stride_w + 1;
   p.tiles_h = int(ceil_div(s.out_height, p.pooled_rows));
   p.tiles_w = int(ceil_div(s.out_width, p.pooled_cols));
+  if (images > 1) {
+    if (p.tiles_h > 1 || p.tiles_w > 1) {
+      c.why_not = "an image does not fit its share of the tile";
+      return c;
+    }
+    p.pooled_rows = s.out_height;
+    p.pooled_cols = s.out_width;
+  }
   p.channel_blocks = int(ceil_div(s.out_channels, t.n));
-  p.tiles = int64_t(s.batch) * p.tiles_h * p.tiles_w * p.channel_blocks;
+  p.tiles = ceil_div(s.batch, images) * p.tiles_h * p.tiles_w * p.channel_blocks;
   if (p.tiles > INT32_MAX) {
     c.why_not = "the grid has more than 2^31 - 1 tiles";
     return c;
   }
   const int chunk = chunk_channels(s.element);
   p.chunks = int(ceil_div(s.in_channels, chunk));
-  p.halo_cols = (tile_cols - 1) * s.stride_w + (s.kernel_w - 1) * s.dilation_w + 1;
+  p.image_cols = (share_cols - 1) * s.stride_w + (s.kernel_w - 1) * s.dilation_w + 1;
+  p.image_span = images > 1 ? round_up(p.image_cols, s.stride_w) : p.image_cols;
+  p.halo_cols = images * p.image_span;
   if (p.halo_cols > kMaxHaloCols) {
     c.why_not = "a tile's input columns are more than 256 (stride and kernel too wide)";
     return c;
@@ -215,23 +230,35 @@ int forced_tile() {
   return -1;
 }
 
-// The cheapest tile that runs `s`; why_not of the last one tried when none does.
+// Images side by side named by $CONV_POOL_GENERAL_IMAGES (1, 2 or 4), or 0: the same kind of
+// hook, for the tests.
+int forced_images() {
+  const char* value = std::getenv("CONV_POOL_GENERAL_IMAGES");
+  if (value == nullptr) return 0;
+  const int images = std::atoi(value);
+  return images == 1 || images == 2 || images == 4 ? images : 0;
+}
+
+// The cheapest (tile, images) that runs `s`, fewer images on a tie; why_not of the last one
+// tried when none does. The hooks above restrict the candidates where that leaves one.
 Candidate best_plan(const ConvPoolShape& s, const ConvPoolDevice& device) {
-  Candidate best;
-  best.why_not = "no tile";
-  if (const int tile = forced_tile(); tile >= 0) {
-    Candidate c = plan_tile(s, device, tile);
-    if (c.why_not == nullptr) return c;
-  }
-  for (int tile = 0; tile < kTileCount; ++tile) {
-    Candidate c = plan_tile(s, device, tile);
-    if (c.why_not != nullptr) {
-      if (best.why_not != nullptr) best.why_not = c.why_not;
-      continue;
+  Candidate best, forced;
+  best.why_not = forced.why_not = "no tile";
+  const int want_tile = forced_tile(), want_images = forced_images();
+  for (int tile = 0; tile < kTileCount; ++tile)
+    for (int images = 1; images <= kTileSpecs[tile].square_cols; images *= 2) {
+      if (images > 1 && images > s.batch) break;
+      Candidate c = plan_tile(s, device, tile, images);
+      if (c.why_not != nullptr) {
+        if (best.why_not != nullptr) best.why_not = c.why_not;
+        continue;
+      }
+      if (best.why_not != nullptr || c.cost < best.cost) best = c;
+      if ((want_tile < 0 || tile == want_tile) && (want_images == 0 || images == want_images) &&
+          (forced.why_not != nullptr || c.cost < forced.cost))
+        forced = c;
     }
-    if (best.why_not != nullptr || c.cost < best.cost) best = c;
-  }
-  return best;
+  return (want_tile >= 0 || want_images > 0) && forced.why_not == nullptr ? forced : best;
 }
 
 // How the kernel reads x: float32 moves pixel slices by 16 bytes where the channels are
