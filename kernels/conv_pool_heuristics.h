@@ -29,6 +29,13 @@ constexpr int kMaxSplit = 16;
 constexpr int kMinSplitSteps = 4;
 constexpr double kPartialBytesPerCycle = 64.0;
 
+// float32 inputs without contiguous channels (NCHW): the general kernel reads them from an NHWC
+// copy (one pass over x before the launch: 8 bytes of traffic an element) where out_channels x
+// taps, the multiply-adds each input element feeds, reaches this; below it the kernel copies
+// them element by element, 4 bytes at a time with the transpose on the way in, which costs its
+// loaders about 4x the instructions of 16-byte pixel slices.
+constexpr int64_t kNhwcCopyMinWork = 1024;
+
 // Taps x chunks a step should hold at least: 12 wgmma K steps per square (a 3 x 3 chunk is 9)
 // keep the tensor cores busy long enough to hide the loads issued two steps ahead.
 constexpr int kMinStepKSteps = 12;

@@ -187,6 +187,22 @@ def test_staging_modes_match_float64(ext, lib, device, seed, case, dtype):
         check(ext, case, with_layout(x, layout), w, b, dtype, f"{case.name} {layout} {plan}")
 
 
+@pytest.mark.parametrize("nhwc_copy", ["0", "1"])
+def test_float32_nchw_inputs_both_ways_match_float64(ext, lib, device, seed, nhwc_copy,
+                                                     monkeypatch):
+    """float32 inputs without contiguous channels, read element by element or from the launch's
+    NHWC copy (forced by $CONV_POOL_GENERAL_NHWC), on random geometries."""
+    monkeypatch.setenv("CONV_POOL_GENERAL_NHWC", nhwc_copy)
+    rng = random.Random(seed)
+    for i in range(12):
+        case = fuzz_case(rng, f"fuzz_{i}")
+        plan = kernel_choice.general_plan(lib, case, ELEMENT[torch.float32], device)
+        assert plan["nhwc_copy"] == int(nhwc_copy), plan
+        x, w, b = operands(case, rng.randrange(2**31), torch.float32)
+        layout = [layout for layout in LAYOUTS if layout != "channels_last"][i % 2]
+        check(ext, case, with_layout(x, layout), w, b, torch.float32, f"{case} {layout} {plan}")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 def test_nan_and_inf_propagate_like_float64(ext, seed, dtype):
     case = ConvPoolCase("special", 2, 24, 40, 20, 22, (3, 3), padding=(1, 1),

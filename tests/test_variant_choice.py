@@ -548,8 +548,9 @@ def test_workspace_of_the_3xtf32_wgmma_kernel_holds_its_runs_of_8_chunks(library
 @pytest.mark.parametrize("element", [FLOAT32, FLOAT16], ids=["float32", "float16"])
 def test_workspace_of_the_general_kernel(library, variant_names, element):
     """general_wgmma: the weights packed [channel block][chunk run][tap][chunk][slice][n][16
-    bytes] (256-byte aligned), then for 16-bit inputs taken as NCHW (no operands given) their
-    NHWC copy with the channels padded to the chunk."""
+    bytes] (256-byte aligned), then for inputs taken as NCHW (no operands given) their NHWC
+    copy with the channels padded to the chunk: always in 16 bits, in float32 where out_channels
+    x taps reaches 1024 (kNhwcCopyMinWork; here 200 x 25)."""
     library.conv_relu_maxpool_workspace_bytes.restype = ctypes.c_int64
     library.conv_relu_maxpool_workspace_bytes.argtypes = [
         ctypes.POINTER(ConvPoolShape), ctypes.c_int, ctypes.POINTER(ConvPoolDevice),
@@ -565,7 +566,9 @@ def test_workspace_of_the_general_kernel(library, variant_names, element):
     runs = -(-chunks // plan["step_chunks"])
     padded_channels = -(-case.out_channels // n) * n
     packed = padded_channels * runs * plan["step_chunks"] * 25 * 2 * 16
-    staged = 0 if element == FLOAT32 else -(-(64 * 27 * 27 * chunks * chunk * 2) // 256) * 256
+    element_bytes = 4 if element == FLOAT32 else 2
+    assert plan["nhwc_copy"] == 1
+    staged = -(-(64 * 27 * 27 * chunks * chunk * element_bytes) // 256) * 256
     assert library.conv_relu_maxpool_workspace_bytes(
         ctypes.byref(shape_of(case, element)), variant, ctypes.byref(H200), None) == (
             packed + staged)
@@ -606,6 +609,18 @@ def test_general_kernel_puts_small_images_side_by_side(library, element, seed, m
         assert plan["tiles"] == -(-case.batch // images) * blocks, (case, plan)
     print(f"{side_by_side} of 400 random small-image geometries ran images side by side")
     assert side_by_side > 100
+
+
+def test_general_kernel_copies_float32_nchw_inputs_where_they_feed_enough_work(library):
+    """float32 NCHW inputs: an NHWC copy first where out_channels x taps >= 1024
+    (kNhwcCopyMinWork), else element-by-element loads; 16-bit NCHW inputs are always copied."""
+    for out_channels, kernel, copied in ((114, 3, True), (113, 3, False), (1024, 1, True),
+                                         (1023, 1, False)):
+        case = ConvPoolCase("copy", 4, 64, out_channels, 20, 20, (kernel, kernel),
+                            padding=(kernel // 2, kernel // 2), pool_kernel=(3, 3),
+                            pool_stride=(2, 2))
+        assert general_plan(library, case, FLOAT32)["nhwc_copy"] == int(copied), case
+        assert general_plan(library, case, FLOAT16)["nhwc_copy"] == 1, case
 
 
 def variant_names_to_ids(variant_names: dict) -> dict:

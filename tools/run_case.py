@@ -3,6 +3,9 @@
     ncu --clock-control none -k regex:conv_pool --launch-skip 1 --launch-count 1 \
         python tools/run_case.py default tiled_tf32 --batch 16
     ... python tools/run_case.py rgb_stem tiled_16bit_wgmma --dtype float16
+    ... python tools/run_case.py 128,512,512,14,14,3,2,1,3,2 general_wgmma
+The case is a suite or grid name, or N,C,K,H,W,kernel,stride,padding,pool kernel,pool stride
+(square sizes, bias on; as tools/kernel_breakdown.py --spec).
 """
 import argparse
 import sys
@@ -13,25 +16,29 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import cuda_extension  # noqa: E402
+from tools.kernel_breakdown import case_from_spec  # noqa: E402
 from utils.suite import find_case  # noqa: E402
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("case", help="suite or grid case name")
+    parser.add_argument("case", help="suite or grid case name, or N,C,K,H,W,k,s,p,pk,ps")
     parser.add_argument("variant", help="kernel variant name, or auto")
     parser.add_argument("--batch", type=int, default=0, help="override the batch size")
     parser.add_argument("--calls", type=int, default=2, help="how many calls")
+    parser.add_argument("--channels-last", action="store_true", help="x in channels-last")
     parser.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32",
                         help="x, weight and bias dtype (default float32)")
     args = parser.parse_args()
-    case = find_case(args.case)
+    case = case_from_spec(args.case) if "," in args.case else find_case(args.case)
     if args.batch:
         case = replace(case, batch=args.batch)
     config = -1 if args.variant == "auto" else cuda_extension.conv2d_relu_maxpool_variants()[args.variant]
     torch.manual_seed(0)
     dtype = getattr(torch, args.dtype)
     x = torch.randn(case.input_shape(), device="cuda").to(dtype)
+    if args.channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
     w = (torch.randn(case.weight_shape(), device="cuda") * 0.05).to(dtype)
     b = torch.randn(case.out_channels, device="cuda").to(dtype)
     for _ in range(args.calls):

@@ -261,9 +261,18 @@ Candidate best_plan(const ConvPoolShape& s, const ConvPoolDevice& device) {
   return (want_tile >= 0 || want_images > 0) && forced.why_not == nullptr ? forced : best;
 }
 
-// How the kernel reads x: float32 moves pixel slices by 16 bytes where the channels are
-// contiguous and 16-byte aligned (channels-last), else element by element; 16-bit inputs with
-// such channels are read in place, others copied to NHWC first.
+// $CONV_POOL_GENERAL_NHWC = 0 / 1: float32 inputs without contiguous channels read element by
+// element / from an NHWC copy, whatever kNhwcCopyMinWork says (a tuning and test hook).
+int forced_nhwc() {
+  const char* value = std::getenv("CONV_POOL_GENERAL_NHWC");
+  if (value == nullptr || (value[0] != '0' && value[0] != '1') || value[1] != '\0') return -1;
+  return value[0] - '0';
+}
+
+// How the kernel reads x: by 16-byte pixel slices where the channels are contiguous and
+// 16-byte aligned (channels-last), read in place. Other 16-bit inputs are copied to NHWC first;
+// other float32 inputs too where each input element feeds enough work (kNhwcCopyMinWork), else
+// they are read element by element (4-byte copies, the transpose on the way in).
 void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops, Plan& p) {
   const int per_slice = slice_channels(s.element);
   bool slices = false;
@@ -274,15 +283,17 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops, Plan& p) 
              aligned16(s.element == kElementFloat32 ? static_cast<const void*>(ops->x)
                                                     : static_cast<const void*>(ops->x16));
   }
-  if (s.element == kElementFloat32) {
-    p.input = slices ? kPixelInput : kPlanarInput;
-    p.staged_copy = false;
-  } else {
-    p.input = kPixelInput;
-    p.staged_copy = !slices;
+  p.staged_copy = !slices;
+  if (s.element == kElementFloat32 && !slices) {
+    const int forced = forced_nhwc();
+    p.staged_copy = forced >= 0 ? forced == 1
+                                : int64_t(s.out_channels) * s.taps() >= kNhwcCopyMinWork;
   }
-  p.staged_input_bytes =
-      p.staged_copy ? int64_t(s.batch) * s.in_height * s.in_width * p.staged_channels * 2 : 0;
+  p.input = slices || p.staged_copy ? kPixelInput : kPlanarInput;
+  const int element_bytes = s.element == kElementFloat32 ? 4 : 2;
+  p.staged_input_bytes = p.staged_copy ? int64_t(s.batch) * s.in_height * s.in_width *
+                                             p.staged_channels * element_bytes
+                                       : 0;
 }
 
 int64_t region_bytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -390,7 +401,10 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
   if (cudaError_t error = cudaGetLastError(); error != cudaSuccess) return error;
   if (p.staged_copy) {
     if (cudaError_t error = conv_pool_to_channels_last(
-            ops.x16, ops.x_stride, 2, s.batch, s.in_channels, s.in_height, s.in_width,
+            s.element == kElementFloat32 ? static_cast<const void*>(ops.x)
+                                         : static_cast<const void*>(ops.x16),
+            ops.x_stride, s.element == kElementFloat32 ? 4 : 2, s.batch, s.in_channels,
+            s.in_height, s.in_width,
             p.staged_channels, const_cast<void*>(p.staged_input), stream);
         error != cudaSuccess)
       return error;
