@@ -30,11 +30,14 @@ constexpr int kMinSplitSteps = 4;
 constexpr double kPartialBytesPerCycle = 64.0;
 
 // float32 inputs without contiguous channels (NCHW): the general kernel reads them from an NHWC
-// copy (one pass over x before the launch: 8 bytes of traffic an element) where out_channels x
-// taps, the multiply-adds each input element feeds, reaches this; below it the kernel copies
-// them element by element, 4 bytes at a time with the transpose on the way in, which costs its
-// loaders about 4x the instructions of 16-byte pixel slices.
-constexpr int64_t kNhwcCopyMinWork = 1024;
+// copy (one pass over x before the launch) where out_channels x taps, the multiply-adds each
+// input element feeds, reaches this; below it the kernel copies them element by element, 4
+// bytes at a time with the transpose on the way in, which costs its loaders more instructions
+// than 16-byte pixel slices. H200, 60 float32 NCHW zoo layers, each way forced, kernel time
+// including the copy: above 2048 the copy measured 0.98-1.47x (large layers 1.2-1.5x);
+// between 1024 and 2048 0.90-1.21x; below 1024 it lost, to 0.5x on 1 x 1 layers of few output
+// channels (docs/PERF.md).
+constexpr int64_t kNhwcCopyMinWork = 2048;
 
 // Taps x chunks a step should hold at least: 12 wgmma K steps per square (a 3 x 3 chunk is 9)
 // keep the tensor cores busy long enough to hide the loads issued two steps ahead.

@@ -550,7 +550,7 @@ def test_workspace_of_the_general_kernel(library, variant_names, element):
     """general_wgmma: the weights packed [channel block][chunk run][tap][chunk][slice][n][16
     bytes] (256-byte aligned), then for inputs taken as NCHW (no operands given) their NHWC
     copy with the channels padded to the chunk: always in 16 bits, in float32 where out_channels
-    x taps reaches 1024 (kNhwcCopyMinWork; here 200 x 25)."""
+    x taps reaches 2048 (kNhwcCopyMinWork; here 200 x 25)."""
     library.conv_relu_maxpool_workspace_bytes.restype = ctypes.c_int64
     library.conv_relu_maxpool_workspace_bytes.argtypes = [
         ctypes.POINTER(ConvPoolShape), ctypes.c_int, ctypes.POINTER(ConvPoolDevice),
@@ -612,10 +612,10 @@ def test_general_kernel_puts_small_images_side_by_side(library, element, seed, m
 
 
 def test_general_kernel_copies_float32_nchw_inputs_where_they_feed_enough_work(library):
-    """float32 NCHW inputs: an NHWC copy first where out_channels x taps >= 1024
+    """float32 NCHW inputs: an NHWC copy first where out_channels x taps >= 2048
     (kNhwcCopyMinWork), else element-by-element loads; 16-bit NCHW inputs are always copied."""
-    for out_channels, kernel, copied in ((114, 3, True), (113, 3, False), (1024, 1, True),
-                                         (1023, 1, False)):
+    for out_channels, kernel, copied in ((228, 3, True), (227, 3, False), (2048, 1, True),
+                                         (2047, 1, False)):
         case = ConvPoolCase("copy", 4, 64, out_channels, 20, 20, (kernel, kernel),
                             padding=(kernel // 2, kernel // 2), pool_kernel=(3, 3),
                             pool_stride=(2, 2))
