@@ -4,7 +4,9 @@
 #   bash tools/gpu_check.sh [STAGE[:SECONDS] ...]
 #
 # Stages: env build test verify profile suite suite16 layouts bench host vgg16 distributed
-# notebook sanitize general zoo zoo16 fuzz breakdown (default: env build test verify profile).
+# notebook sanitize general zoo zoo16 fuzz breakdown networks gtest (default: env build test
+# verify profile). networks: tools/bench_networks.py (issue 32's models; NETWORKS_ARGS picks a
+# slice) into $OUT/networks.json; gtest: the general kernel's GPU tests only.
 # general: the general kernel's correctness sweep and timing table (tools/check_general.py).
 # zoo / zoo16: ZOO_LIMIT (default 40) layers of the zoo in float32 / float16; fuzz: the
 # 150-geometry performance fuzz from case FUZZ_START (default 0) into $OUT/fuzz_<start>.json
@@ -266,6 +268,10 @@ for entry in "${stages[@]}"; do
     zoo16) run_stage zoo16 "$seconds" python3 -m utils.profiling --zoo --zoo-limit "${ZOO_LIMIT:-40}" --iters 50 --dtype float16 --json "$OUT/zoo_float16.json" ;;
     fuzz) run_stage fuzz "$seconds" python3 -m utils.profiling --fuzz 150 --start "${FUZZ_START:-0}" --iters 50 --json "$OUT/fuzz_${FUZZ_START:-0}.json" ;;
     breakdown) run_stage breakdown "$seconds" bash -c "$(declare -f breakdown); breakdown" ;;
+    # NETWORKS_ARGS: tools/bench_networks.py's slice of issue 32's matrix, e.g.
+    # "--models vgg16,alexnet --batches 32 --layouts nchw" (default: the whole matrix).
+    # shellcheck disable=SC2086  # NETWORKS_ARGS holds several words
+    networks) run_stage networks "$seconds" python3 tools/bench_networks.py ${NETWORKS_ARGS:-} --json "$OUT/networks.json" ;;
     gtest) run_stage gtest "$seconds" python3 -m pytest -q -p no:cacheprovider tests/test_general_wgmma_gpu.py ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac

@@ -1,0 +1,110 @@
+"""CPU-side tests of tools/bench_networks.py (issue 32's network benchmark): the matrix and its
+slices, the bars' verdicts on made-up rows, the table, the compile-pass target's restoring of
+Inductor's settings, and the clear exits without a GPU. The timing itself needs a GPU.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
+import bench_networks  # noqa: E402
+
+
+def row(model="vgg16", batch=32, eager=10.0, compile=8.0, fused=None, fused_compile=None,
+        compile_pass=None, matches=True):
+    targets = {"eager": eager, "compile": compile, "fused": fused,
+               "fused-compile": fused_compile, "compile-pass": compile_pass}
+    return dict(model=model, batch=batch, dtype="float32", layout="nchw",
+                fusion=dict(convs=13, fused=5),
+                targets={name: dict(median_ms=ms, matches_eager=matches or name == "eager")
+                         for name, ms in targets.items() if ms is not None})
+
+
+def test_the_matrix_is_model_outermost_and_slices_by_start_and_limit():
+    args = bench_networks.build_parser().parse_args(
+        ["--models", "vgg16,alexnet", "--batches", "32,1", "--dtypes", "float32,float16"])
+    everything = bench_networks.configurations(args)
+    assert len(everything) == 2 * 2 * 2 * 2
+    assert [c["model"] for c in everything[:8]] == ["vgg16"] * 8
+    assert everything[0] == dict(model="vgg16", batch=32, dtype="float32", layout="nchw")
+    assert everything[1]["layout"] == "channels_last"
+    args.start, args.limit = 5, 4
+    assert bench_networks.configurations(args) == everything[5:9]
+    args.start, args.limit = 14, 0
+    assert bench_networks.configurations(args) == everything[14:]
+
+
+def test_defaults_are_issue_32s_runs():
+    args = bench_networks.build_parser().parse_args([])
+    assert len(args.models) == 13 and "inception_v3" in args.models
+    assert args.batches == [32, 1] and args.dtypes == ["float32", "float16"]
+    assert args.layouts == ["nchw", "channels_last"] and "compile-pass" in args.targets
+    assert bench_networks.input_size("inception_v3") == 299
+    assert bench_networks.input_size("resnet50") == 224
+
+
+@pytest.mark.parametrize("bad", [["--models", "vgg17"], ["--batches", "0"],
+                                 ["--dtypes", "float64"], ["--targets", ""]])
+def test_bad_arguments_are_refused(bad):
+    with pytest.raises(SystemExit):
+        bench_networks.build_parser().parse_args(bad)
+
+
+def test_bars_pass_and_miss_on_made_up_rows():
+    good = [row(fused=9.0, fused_compile=6.5), row("alexnet", fused=9.5, compile_pass=6.5),
+            row("resnet18", batch=1, fused=9.9, fused_compile=7.9)]
+    lines = bench_networks.bars(good)
+    assert len(lines) == 3 and all(line.startswith("PASS") for line in lines), lines
+    # vgg16: fused eager slower than eager; best fused 7.5 ms against compile's 8.0 = 1.07x,
+    # under the 1.15x bar; resnet18: no fused target beats compile.
+    bad = [row(fused=11.0, fused_compile=7.5), row("resnet18", fused=9.0, fused_compile=8.5)]
+    lines = bench_networks.bars(bad)
+    assert [line.split()[0] for line in lines] == ["MISS", "MISS", "MISS"], lines
+    assert "vgg16 b32 float32 nchw 11.000 ms against 10.000" in lines[0]
+    assert "resnet18 b32 float32 nchw 0.94x" in lines[1]
+    assert "vgg16 b32 float32 nchw 1.07x" in lines[2]
+
+
+def test_a_mismatched_target_is_not_the_best():
+    mismatched = row(fused=5.0, fused_compile=7.0, matches=False)
+    assert bench_networks.best_fused(mismatched) is None
+    r = row(fused=9.0, fused_compile=7.0)
+    r["targets"]["fused-compile"]["matches_eager"] = False
+    assert bench_networks.best_fused(r) == ("fused", 9.0)
+
+
+def test_table_lists_every_target_and_the_best_ratio():
+    text = bench_networks.table([row(fused=9.0, fused_compile=7.0, compile_pass=6.4)])
+    assert "| vgg16 b32 float32 nchw | 5/13 | 10.000 | 8.000 | 9.000 | 7.000 | 6.400 |" in text
+    assert "1.25x (compile-pass)" in text
+
+
+def test_compile_pass_restores_inductor_settings(monkeypatch):
+    import torch._inductor.config as inductor_config
+    import model_new
+    seen = {}
+
+    def fake_time(module, x, flush, args):
+        seen["freezing"] = inductor_config.freezing
+        seen["pass"] = inductor_config.post_grad_custom_post_pass
+        return dict(out=None, median_ms=1.0)
+
+    monkeypatch.setattr(bench_networks, "time_target", fake_time)
+    before = (inductor_config.freezing, inductor_config.post_grad_custom_post_pass)
+    result = bench_networks.run_compile_pass(__import__("torch").nn.Identity(), None, None, None)
+    assert seen["freezing"] is True and isinstance(seen["pass"], model_new.InductorFusionPass)
+    assert result["rewritten"] == 0
+    assert (inductor_config.freezing, inductor_config.post_grad_custom_post_pass) == before
+
+
+def test_exits_2_with_a_clear_message_without_gpu():
+    environment = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    result = subprocess.run([sys.executable, "tools/bench_networks.py", "--models", "alexnet"],
+                            cwd=REPO, env=environment, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2 and "no CUDA GPU is visible" in result.stderr
+    assert "Traceback" not in result.stderr

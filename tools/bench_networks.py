@@ -1,0 +1,345 @@
+"""Whole torchvision networks on the GPU: eager, torch.compile, and the fused op three ways.
+
+    python tools/bench_networks.py --json docs/networks_h200.json          # the whole matrix
+    python tools/bench_networks.py --models vgg16,alexnet --batches 32 --dtypes float32
+    python tools/bench_networks.py --start 8 --limit 8 --json part2.json   # a slice of it
+
+The matrix is issue 32's: every model of --models (torchvision, eval mode, random weights:
+nothing is downloaded) at every batch of --batches, in every dtype of --dtypes (model and input
+converted) and layout of --layouts (channels_last: model and input both, as a user would),
+in that order (model outermost). Targets, all on the same weights and input:
+  eager          the torchvision model as is (cuDNN; TF32 per torch.backends.cudnn.allow_tf32)
+  compile        torch.compile of it, default mode (the peer)
+  fused          model_new.fuse_conv_relu_maxpool on a deep copy (report=True: how many of the
+                 model's Conv2d it fused), eager
+  fused-compile  torch.compile of the fused copy
+  compile-pass   torch.compile of an unchanged copy with model_new.enable_inductor_fusion() and
+                 torch._inductor.config.freezing = True (Inductor folds eval-mode BatchNorm, then
+                 the pass puts the fused op into its graph); both restored afterwards
+Each target's output is compared with a float64 copy of the eager model (its own rounded
+weights) on the input in float64 (relative L2 error reported) and with eager's output: it matches where its relative L2
+distance to eager's is at most --tolerance (default 2e-2 for float32 with TF32, 3e-2 for 16-bit
+dtypes: deep random-weight networks, every layer rounding). Then it is timed: after its first
+call (which compiles) and --warmup more, --iters calls each bracketed by CUDA events, the L2
+flushed (a 256 MB write) between calls, outside the events; the median is reported.
+
+Printed last: one row per configuration and the bars of issue 32 for the rows run (fused eager
+never slower than eager; the best of fused, fused-compile and compile-pass faster than
+compile; on vgg16, vgg16_bn and alexnet at batch 32 that best at least 1.15x compile).
+--json is rewritten after every configuration ("complete": false until the last), so a run
+cut short keeps what it measured. Exit status: 0 every target matched eager, 1 one did not,
+2 no GPU, no torchvision or no built extension.
+"""
+import argparse
+import copy
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+MODELS = ("vgg11", "vgg16", "vgg19", "vgg11_bn", "vgg16_bn", "vgg19_bn", "alexnet", "resnet18",
+          "resnet50", "googlenet", "densenet121", "squeezenet1_1", "inception_v3")
+TARGETS = ("eager", "compile", "fused", "fused-compile", "compile-pass")
+FUSED_TARGETS = ("fused", "fused-compile", "compile-pass")
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+LAYOUTS = ("nchw", "channels_last")
+TOLERANCE = {"float32": 2e-2, "float16": 3e-2, "bfloat16": 3e-2}
+# Issue 32: on these models at batch 32 the best fused target should be >= 1.15x compile.
+STRONG_BAR_MODELS = ("vgg16", "vgg16_bn", "alexnet")
+STRONG_BAR = 1.15
+MIN_ITERS = 20
+
+
+def comma_list(choices):
+    def parse(text: str) -> List[str]:
+        names = [name.strip() for name in text.split(",") if name.strip()]
+        unknown = [name for name in names if name not in choices]
+        if not names or unknown:
+            raise argparse.ArgumentTypeError(
+                f"unknown or no value(s) {unknown}; known: {', '.join(choices)}")
+        return names
+    return parse
+
+
+def positive_ints(text: str) -> List[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python tools/bench_networks.py",
+                                     description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", type=comma_list(MODELS), default=list(MODELS),
+                        help="comma-separated torchvision models (default: issue 32's 13)")
+    parser.add_argument("--batches", type=positive_ints, default=[32, 1],
+                        help="comma-separated batch sizes (default: 32,1)")
+    parser.add_argument("--dtypes", type=comma_list(tuple(DTYPES)),
+                        default=["float32", "float16"],
+                        help="comma-separated dtypes (default: float32,float16)")
+    parser.add_argument("--layouts", type=comma_list(LAYOUTS), default=list(LAYOUTS),
+                        help="comma-separated input layouts (default: nchw,channels_last)")
+    parser.add_argument("--targets", type=comma_list(TARGETS), default=list(TARGETS),
+                        help="comma-separated targets (default: all; eager always runs)")
+    parser.add_argument("--start", type=int, default=0,
+                        help="skip the first START configurations of the matrix")
+    parser.add_argument("--limit", type=int, default=0,
+                        help="run at most LIMIT configurations (default 0: all the rest)")
+    parser.add_argument("--iters", type=int, default=30,
+                        help=f"timed calls per target; the median is reported (default 30, "
+                             f"at least {MIN_ITERS})")
+    parser.add_argument("--warmup", type=int, default=3,
+                        help="untimed calls per target after its first (compiling) call")
+    parser.add_argument("--tolerance", type=float, default=None,
+                        help="relative L2 distance to eager's output that counts as a match "
+                             "(default per dtype: 2e-2 float32, 3e-2 16-bit)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the weights and inputs")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="write the results here (rewritten after every configuration)")
+    return parser
+
+
+def configurations(args) -> List[dict]:
+    """The slice [start, start + limit) of the matrix, model outermost."""
+    matrix = [dict(model=m, batch=b, dtype=d, layout=layout) for m in args.models
+              for b in args.batches for d in args.dtypes for layout in args.layouts]
+    end = len(matrix) if args.limit <= 0 else args.start + args.limit
+    return matrix[args.start:end]
+
+
+def input_size(model: str) -> int:
+    return 299 if model == "inception_v3" else 224
+
+
+def best_fused(row: dict) -> Optional[tuple]:
+    """(target, median ms) of the fastest fused target of a row that matched eager, or None."""
+    timed = [(name, row["targets"][name]["median_ms"]) for name in FUSED_TARGETS
+             if name in row["targets"] and row["targets"][name]["matches_eager"]]
+    return min(timed, key=lambda item: item[1]) if timed else None
+
+
+def bars(rows: List[dict]) -> List[str]:
+    """Issue 32's speed bars over the rows run, one line each: PASS / MISS and the numbers."""
+    lines = []
+    slower = [r for r in rows if "fused" in r["targets"]
+              and r["targets"]["fused"]["median_ms"] > r["targets"]["eager"]["median_ms"]]
+    with_fused = [r for r in rows if "fused" in r["targets"]]
+    if with_fused:
+        lines.append(f"{'PASS' if not slower else 'MISS'} fused eager never slower than eager: "
+                     f"{len(with_fused) - len(slower)} of {len(with_fused)} rows"
+                     + "".join(f"; {label(r)} {r['targets']['fused']['median_ms']:.3f} ms "
+                               f"against {r['targets']['eager']['median_ms']:.3f}"
+                               for r in slower[:5]))
+    compared = [r for r in rows if "compile" in r["targets"] and best_fused(r)]
+    losing = [r for r in compared
+              if best_fused(r)[1] >= r["targets"]["compile"]["median_ms"]]
+    if compared:
+        lines.append(f"{'PASS' if not losing else 'MISS'} best fused target faster than "
+                     f"torch.compile: {len(compared) - len(losing)} of {len(compared)} rows"
+                     + "".join(f"; {label(r)} {speedup(r):.2f}x" for r in losing[:5]))
+    strong = [r for r in compared if r["model"] in STRONG_BAR_MODELS and r["batch"] == 32]
+    weak = [r for r in strong if speedup(r) < STRONG_BAR]
+    if strong:
+        lines.append(f"{'PASS' if not weak else 'MISS'} vgg16 / vgg16_bn / alexnet at batch 32 "
+                     f">= {STRONG_BAR}x torch.compile: {len(strong) - len(weak)} of "
+                     f"{len(strong)} rows" + "".join(f"; {label(r)} {speedup(r):.2f}x"
+                                                    for r in weak[:6]))
+    return lines
+
+
+def speedup(row: dict) -> float:
+    """torch.compile's median over the best fused target's."""
+    return row["targets"]["compile"]["median_ms"] / best_fused(row)[1]
+
+
+def label(row: dict) -> str:
+    return f"{row['model']} b{row['batch']} {row['dtype']} {row['layout']}"
+
+
+def table(rows: List[dict]) -> str:
+    header = "| model, batch, dtype, layout | fused convs | " + " | ".join(
+        f"{name} ms" for name in TARGETS) + " | best fused / compile |"
+    lines = [header, "|---|---:|" + "---:|" * len(TARGETS) + "---:|"]
+    for row in rows:
+        cells = []
+        for name in TARGETS:
+            target = row["targets"].get(name)
+            cells.append("" if target is None else
+                         f"{target['median_ms']:.3f}" + ("" if target["matches_eager"]
+                                                         else " (MISMATCH)"))
+        ratio = (f"{speedup(row):.2f}x ({best_fused(row)[0]})"
+                 if "compile" in row["targets"] and best_fused(row) else "")
+        fusion = row.get("fusion", {})
+        lines.append(f"| {label(row)} | {fusion.get('fused', '')}/{fusion.get('convs', '')} | "
+                     + " | ".join(cells) + f" | {ratio} |")
+    return "\n".join(lines)
+
+
+def relative_l2(out: torch.Tensor, reference: torch.Tensor) -> float:
+    difference = (out.double() - reference.double()).norm().item()
+    scale = reference.double().norm().item()
+    return difference / scale if scale > 0 else (0.0 if difference == 0 else math.inf)
+
+
+def make_model(name: str, dtype: torch.dtype, channels_last: bool):
+    """The eager model on the GPU in `dtype` (and layout), random weights."""
+    import torchvision
+    kwargs = {"weights": None}
+    if name in ("googlenet", "inception_v3"):
+        kwargs.update(aux_logits=False, init_weights=False)  # eval outputs only the logits
+    model = torchvision.models.get_model(name, **kwargs).eval().cuda().to(dtype)
+    return model.to(memory_format=torch.channels_last) if channels_last else model
+
+
+def build_target(name: str, eager, record: dict):
+    """The module (or callable) for target `name`; fusion counts into `record`."""
+    import model_new
+    if name == "eager":
+        return eager
+    if name == "compile":
+        return torch.compile(copy.deepcopy(eager))
+    if name in ("fused", "fused-compile"):
+        fused, report = model_new.fuse_conv_relu_maxpool(copy.deepcopy(eager), report=True)
+        record["fusion"] = dict(convs=len(report), fused=sum(1 for e in report if e.fused))
+        return fused if name == "fused" else torch.compile(fused)
+    raise ValueError(name)
+
+
+def run_compile_pass(eager, x, flush, args) -> dict:
+    """compile-pass: the Inductor pass and freezing on while it compiles and runs."""
+    import torch._inductor.config as inductor_config
+    import model_new
+    freezing = inductor_config.freezing
+    fusion_pass = model_new.enable_inductor_fusion()
+    inductor_config.freezing = True
+    try:
+        module = torch.compile(copy.deepcopy(eager))
+        result = time_target(module, x, flush, args)
+        result["rewritten"] = int(getattr(fusion_pass, "rewritten", 0))
+        return result
+    finally:
+        model_new.enable_inductor_fusion(False)
+        inductor_config.freezing = freezing
+
+
+def time_target(module, x, flush, args) -> dict:
+    from utils.profiling import time_calls
+    started = time.perf_counter()
+    out = module(x)
+    torch.cuda.synchronize()
+    first_call_s = time.perf_counter() - started
+    times_us = time_calls(lambda inp: module(inp), [x], args.iters, args.warmup, flush)
+    return dict(out=out, first_call_s=first_call_s,
+                median_ms=statistics.median(times_us) / 1e3,
+                p10_ms=sorted(times_us)[len(times_us) // 10] / 1e3,
+                p90_ms=sorted(times_us)[(9 * len(times_us)) // 10] / 1e3,
+                samples=len(times_us))
+
+
+def run_configuration(config: dict, args, flush) -> dict:
+    dtype = DTYPES[config["dtype"]]
+    channels_last = config["layout"] == "channels_last"
+    torch.manual_seed(args.seed)
+    eager = make_model(config["model"], dtype, channels_last)
+    size = input_size(config["model"])
+    x = torch.randn(config["batch"], 3, size, size, device="cuda").to(dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    tolerance = args.tolerance if args.tolerance is not None else TOLERANCE[config["dtype"]]
+    row = dict(config, tolerance=tolerance, targets={})
+    with torch.no_grad():
+        # The same computation in float64: the model's own (rounded) weights and input.
+        reference = copy.deepcopy(eager).double()(x.double())
+        eager_out = None
+        for name in ["eager"] + [t for t in args.targets if t != "eager"]:
+            if name == "compile-pass":
+                result = run_compile_pass(eager, x, flush, args)
+            else:
+                result = time_target(build_target(name, eager, row), x, flush, args)
+            out = result.pop("out")
+            if eager_out is None:
+                eager_out = out.clone()
+            result["rel_l2_vs_float64"] = relative_l2(out, reference)
+            result["rel_l2_vs_eager"] = relative_l2(out, eager_out)
+            result["matches_eager"] = bool(out.shape == eager_out.shape
+                                           and result["rel_l2_vs_eager"] <= tolerance)
+            row["targets"][name] = result
+            print(f"  {label(row)} {name:13s} {result['median_ms']:9.3f} ms, first call "
+                  f"{result['first_call_s']:6.1f} s, rel L2 vs float64 "
+                  f"{result['rel_l2_vs_float64']:.1e}, vs eager {result['rel_l2_vs_eager']:.1e}"
+                  f"{'' if result['matches_eager'] else ' MISMATCH'}", flush=True)
+            torch._dynamo.reset()  # each compiled target starts from empty dynamo caches
+    return row
+
+
+def write_json(path: Path, environment: dict, args, rows: List[dict], complete: bool) -> None:
+    settings = dict(models=args.models, batches=args.batches, dtypes=args.dtypes,
+                    layouts=args.layouts, targets=args.targets, start=args.start,
+                    limit=args.limit, iters=args.iters, warmup=args.warmup, seed=args.seed,
+                    cudnn_allow_tf32=torch.backends.cudnn.allow_tf32, complete=complete)
+    record = dict(benchmark="networks", environment=environment, settings=settings, rows=rows)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(record, indent=2) + "\n")
+    partial.replace(path)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.iters < MIN_ITERS:
+        print(f"error: --iters must be at least {MIN_ITERS}", file=sys.stderr)
+        return 2
+    work = configurations(args)
+    if not work:
+        print("error: --start leaves no configuration to run", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("error: no CUDA GPU is visible", file=sys.stderr)
+        return 2
+    try:
+        import torchvision
+        import model_new  # noqa: F401 - fails early without the extension
+    except ImportError as error:
+        print(f"error: {error} (build the extension with `bash utils/compile.sh`; "
+              f"torchvision is in requirements.txt)", file=sys.stderr)
+        return 2
+    from utils.profiling import environment_info, l2_flush_buffer
+    environment = dict(environment_info(), torchvision=torchvision.__version__)
+    flush = l2_flush_buffer()
+    print(f"{len(work)} configurations; {torch.cuda.get_device_name()}, torch "
+          f"{torch.__version__}, torchvision {torchvision.__version__}, "
+          f"cudnn.allow_tf32={torch.backends.cudnn.allow_tf32}", flush=True)
+    rows: List[dict] = []
+    for index, config in enumerate(work):
+        rows.append(run_configuration(config, args, flush))
+        if args.json:
+            write_json(args.json, environment, args, rows, complete=index == len(work) - 1)
+    print("\n" + table(rows) + "\n")
+    for line in bars(rows):
+        print(line)
+    if args.json:
+        print(f"wrote {args.json}")
+    mismatched = [f"{label(r)} {name}" for r in rows for name, t in r["targets"].items()
+                  if not t["matches_eager"]]
+    if mismatched:
+        print("FAIL: outputs that do not match eager: " + ", ".join(mismatched),
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
