@@ -108,3 +108,17 @@ def test_exits_2_with_a_clear_message_without_gpu():
                             timeout=120)
     assert result.returncode == 2 and "no CUDA GPU is visible" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("name", bench_networks.MODELS)
+def test_every_model_builds_and_fuses_on_the_cpu(name):
+    """Each model of the matrix is built as the GPU run builds it (before .cuda()), and
+    fuse_conv_relu_maxpool finds at least one run in it (the report counts its Conv2d)."""
+    pytest.importorskip("torchvision")
+    import model_new
+    model = bench_networks.build_model(name)
+    assert not model.training
+    _, report = model_new.fuse_conv_relu_maxpool(model, report=True)
+    fused = sum(1 for entry in report if entry.fused)
+    print(f"{name}: {fused} of {len(report)} Conv2d fused")
+    assert len(report) > 0 and fused >= 1, [(e.conv, e.why) for e in report][:5]

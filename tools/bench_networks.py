@@ -195,13 +195,18 @@ def relative_l2(out: torch.Tensor, reference: torch.Tensor) -> float:
     return difference / scale if scale > 0 else (0.0 if difference == 0 else math.inf)
 
 
-def make_model(name: str, dtype: torch.dtype, channels_last: bool):
-    """The eager model on the GPU in `dtype` (and layout), random weights."""
+def build_model(name: str) -> torch.nn.Module:
+    """torchvision's `name` with random weights, in eval mode, on the CPU."""
     import torchvision
     kwargs = {"weights": None}
     if name in ("googlenet", "inception_v3"):
         kwargs.update(aux_logits=False, init_weights=False)  # eval outputs only the logits
-    model = torchvision.models.get_model(name, **kwargs).eval().cuda().to(dtype)
+    return torchvision.models.get_model(name, **kwargs).eval()
+
+
+def make_model(name: str, dtype: torch.dtype, channels_last: bool):
+    """The eager model on the GPU in `dtype` (and layout)."""
+    model = build_model(name).cuda().to(dtype)
     return model.to(memory_format=torch.channels_last) if channels_last else model
 
 
