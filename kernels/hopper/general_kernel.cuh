@@ -13,13 +13,14 @@
 //     shared memory;
 //   * epilogue: the accumulators through shared memory to bias, ReLU, max-pool and the store
 //     (general_epilogue.cuh), the pipeline's bytes reused.
-// Per step one barrier, after the step's copies landed (each thread waited for its own, then
-// fenced them to the tensor cores' proxy) and every warpgroup waited for its wgmmas of the
-// previous step, which frees that step's stage: the step's wgmmas are issued (mma_step), then
-// the loads two steps ahead, then the warpgroup waits for its wgmmas. (A wait that kept one
-// step's wgmmas in flight, wait_group 1, would wait for all of them here: a step's wgmmas take
-// one of several unrolled sequences, and where such paths meet ptxas closes the group with an
-// empty wgmma of its own, which the wait then counts as the one left in flight.)
+// Per step one barrier: each warpgroup issues the step's wgmmas, waits for its wgmmas of the
+// previous step (this step's stay in flight) and for its own copies of the next step's halo,
+// fences them to the tensor cores' proxy, then the barrier frees the previous step's stage for
+// the loads two steps ahead, which are issued while the tensor cores work through this step.
+// A step's wgmmas take one of several unrolled sequences (mma_step), each closed by a commit of
+// its own, and one commit after the paths meet (an empty group): wait_group 2 then leaves
+// exactly this step's groups pending, whichever path ran (ptxas may close more groups of its
+// own inside a path, which only adds groups of this step).
 // Split reductions (plan.split > 1, layers of fewer tiles than the SMs hold): `split` blocks
 // share a tile, each a run of its steps; each writes its partial sums to the workspace, and the
 // last to arrive (a counter per tile) adds all of them, in split order (the same sum whichever
@@ -180,15 +181,17 @@ __global__ void __launch_bounds__(kThreads, Tile<kTileId>::kMinBlocks)
   float acc[T::kSquaresPerGroup][T::kAccs];  // written by the first wgmma (accumulate = false)
   uint32_t phases = 0;  // bit `stage`: parity of the next phase of landed[stage]
   int stage = 0;
+  // The first step's halo copies landed and are visible to the tensor cores.
+  if (first_step + 1 < end_step)
+    cp_async_wait<1>();
+  else
+    cp_async_wait<0>();
+  fence_proxy_async();
+  __syncthreads();
   for (int step = first_step; step < end_step; ++step) {
-    if (step + 1 < end_step)
-      cp_async_wait<1>();
-    else
-      cp_async_wait<0>();
-    fence_proxy_async();
-    // Every thread's halo copies of this step landed and are visible to the tensor cores, and
-    // every warpgroup's wgmmas of step - 1 completed (the wait at the end of the last step).
-    __syncthreads();
+    // Here: every thread's halo copies of this step landed and are visible to the tensor
+    // cores; its weights landed or are in flight; this warpgroup's wgmmas of step - 1 may
+    // still run, all earlier ones completed.
     mbarrier_wait(landed + stage, (phases >> stage) & 1u);
     phases ^= 1u << stage;
     const int group = step % p.groups;
@@ -203,12 +206,21 @@ __global__ void __launch_bounds__(kThreads, Tile<kTileId>::kMinBlocks)
     wgmma_fence();
     mma_step<X, kTileId>(acc, a0, b0, kstep_table, taps, p.step_chunks, step == first_step);
     wgmma_commit();
-    // Step - 1's stage is free: every warpgroup finished its wgmmas before the barrier above.
-    // Its loads for step + 2 run while the tensor cores work through this step.
+    // The step's wgmmas are at least two groups, the last one empty (mma_step commits its own;
+    // this commit closes nothing more): keeping two groups in flight keeps this step's running
+    // and waits for every earlier one, however many groups each step's path made.
+    wgmma_wait<2>();
+    // Step + 1's halo copies (issued a step ago) landed.
+    if (step + 1 < end_step) cp_async_wait<0>();
+    fence_proxy_async();
+    // Every warpgroup's wgmmas of step - 1 completed, so its stage is free, and step + 1's
+    // halo is visible to the tensor cores. The loads of step + 2 run while the tensor cores
+    // work through this step.
+    __syncthreads();
     if (step + 2 < end_step) issue(step + 2, stage == 0 ? kStages - 1 : stage - 1);
-    wgmma_wait<0>();
     stage = stage == kStages - 1 ? 0 : stage + 1;
   }
+  wgmma_wait<0>();
 #pragma unroll
   for (int m = 0; m < T::kSquaresPerGroup; ++m) fence_registers(acc[m]);
   __syncthreads();  // no wgmma reads the stages any more

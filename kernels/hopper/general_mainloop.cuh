@@ -340,7 +340,8 @@ __device__ __forceinline__ void copy_step_weights(const ConvPoolShape& s, const 
                       landed);
 }
 
-// The wgmmas of one step for this warpgroup: one per K step (tap, chunk) and square. a0[m]:
+// The wgmmas of one step for this warpgroup, committed as (at least) one group: one per K
+// step (tap, chunk) and square. a0[m]:
 // descriptor of square m's tap-(0, 0) operand of the step's first chunk in this stage; b0: the
 // stage's weights, [tap][chunk][slice][n][16 bytes], so K step i = tap x step_chunks + chunk
 // is 2 i n slots on; the K-step table holds each one's offset (16-byte units) from a square's
@@ -366,6 +367,7 @@ __device__ __forceinline__ void mma_ksteps(
     for (int m = 0; m < T::kSquaresPerGroup; ++m)
       E::mma(acc[m], a0[m] + a_offset, b, i > 0 || !first_step);
   }
+  wgmma_commit();
 }
 
 template <class E, int kTileId>
@@ -393,6 +395,7 @@ __device__ __forceinline__ void mma_step(float (&acc)[Tile<kTileId>::kSquaresPer
     for (int m = 0; m < T::kSquaresPerGroup; ++m)
       E::mma(acc[m], a0[m] + uint64_t(kstep_offset[i]), b, accumulate);
   }
+  wgmma_commit();
 }
 
 }  // namespace general_wgmma
