@@ -66,9 +66,12 @@ __device__ __forceinline__ void pool_position(const ConvPoolShape& s, const Plan
   using T = Tile<kTileId>;
   // Image `image` of the tile's (images side by side: its conv columns start at image x
   // kCols / images).
-  const int image_positions = p.pooled_rows * p.pooled_cols;
-  const int image = position / image_positions;
-  position -= image * image_positions;
+  int image = 0;
+  if (p.images > 1) {
+    const int image_positions = p.pooled_rows * p.pooled_cols;
+    image = position / image_positions;
+    position -= image * image_positions;
+  }
   const int pooled_row = position / p.pooled_cols;
   const int pooled_col = position - pooled_row * p.pooled_cols;
   const int out_row = o.out_row0 + pooled_row, out_col = o.out_col0 + pooled_col;

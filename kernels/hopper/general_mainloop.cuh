@@ -148,12 +148,16 @@ struct HaloWalk {
     }
     staged = inside = 0;
     image_of = 0;
-    for (int g = 0; g < groups; ++g) {
+    int image = 0, image_col = lane_col;  // of column j = group_cols x g + lane_col
+    for (int g = 0; g < groups; ++g, image_col += group_cols) {
       const int j = group_cols * g + lane_col;
-      const int image = j / p.image_span, image_col = j - image * p.image_span;
+      if (j >= halo_cols) break;  // the last group's columns past the halo
+      while (image_col >= p.image_span) {
+        image_col -= p.image_span;
+        ++image;
+      }
       const int col = o.in_col0 + image_col;
-      if (j < halo_cols && image_col < p.image_cols && halo_column_slot(s, p, j) >= 0)
-        staged |= 1u << g;
+      if (image_col < p.image_cols && halo_column_slot(s, p, j) >= 0) staged |= 1u << g;
       if (col >= 0 && col < s.in_width && o.image + image < s.batch) inside |= 1u << g;
       image_of |= uint64_t(image) << (2 * g);
     }
