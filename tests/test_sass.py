@@ -380,3 +380,13 @@ def test_general_kernel_instances_issue_wgmma_of_their_type_from_shared_memory(s
     expected = ({("7Float32", t, p) for t in range(5) for p in (0, 1)}
                 | {(e, t, 1) for e in ("7Float16", "8BFloat16") for t in range(5)})
     assert instances == expected, sorted(instances ^ expected)
+
+
+def test_general_kernel_keeps_a_step_of_wgmmas_in_flight(sass):
+    """The mainloop's wait leaves two wgmma groups pending (the step's own and the empty one
+    after its paths meet, general_kernel.cuh); the only full wait is the one after the loop."""
+    for name, code in sass.items():
+        if not is_general_kernel(name):
+            continue
+        waits = re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", code)
+        assert waits.count("0x2") == 1 and waits.count("0x0") == 1, (name, waits)
