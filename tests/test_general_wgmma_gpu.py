@@ -260,13 +260,20 @@ def test_3xtf32_every_tile_and_long_reductions_match_float64(ext, lib, device, s
     assert splits == {False, True}
 
 
-def test_3xtf32_nan_and_inf_propagate_like_float64(ext, seed):
+@pytest.mark.parametrize("integers", [False, True], ids=["random", "integer_inputs"])
+def test_3xtf32_nan_and_inf_propagate_like_float64(ext, seed, integers):
+    """NaN and infinities in x, and an infinite weight; with integer-valued inputs (whose small
+    parts are only the 2^-30 term) the cross terms must still give fp32's infinities, not the
+    NaN of inf * 0."""
     case = ConvPoolCase("special", 2, 24, 40, 20, 22, (3, 3), padding=(1, 1),
                         pool_kernel=(3, 3), pool_stride=(2, 2), ceil_mode=True)
     x, w, b = operands(case, seed, torch.float32)
+    if integers:
+        x = torch.randint(1, 4, x.shape, device=x.device).float()
     x[0, 3, 5, 7] = float("nan")
     x[1, 0, 10, 2] = float("inf")
     x[1, 5, 2, 15] = float("-inf")
+    w[7, 11, 1, 2] = float("inf")
     out = ext.conv2d_relu_maxpool_forward(x, w, b, *case.op_args(), general3x_config(ext), None)
     expected = reference(case, x, w, b)
     assert torch.isnan(expected).any() and torch.isinf(expected).any()
