@@ -70,3 +70,18 @@ __device__ __forceinline__ float clamp_to_finite(float x) {
       : "=f"(clamped) : "f"(x));
   return clamped;
 }
+
+// The 3xTF32 split of an fp32 operand for the wgmma kernels, which read TF32 from fp32 words
+// by truncation (the low 13 bits dropped): big = x, its NaN made the canonical one (which the
+// truncation keeps even where x's payload lies in the dropped bits); small = c - trunc(c) +
+// c x 2^-30 with c = clamp_to_finite(x): finite for x = +-inf, with x's sign, and never zero
+// where x is not (the 2^-30 term, an error below 2^-29 |x y| a product), so that a cross term
+// with an infinite other operand is an infinity of big x big's sign, not the NaN of inf x 0.
+// A product is then big * big' + small * big' + big * small' (the dropped small * small' is
+// below 2^-20 |x y|).
+__device__ __forceinline__ void split_tf32_operand(float x, float& big, float& small) {
+  const float clamped = clamp_to_finite(x);
+  asm("min.NaN.f32 %0, %1, 0f7F800000;" : "=f"(big) : "f"(x));
+  small = fmaf(clamped, 0x1p-30f,
+               clamped - __uint_as_float(__float_as_uint(clamped) & 0xffffe000u));
+}

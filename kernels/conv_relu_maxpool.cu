@@ -388,18 +388,18 @@ extern "C" int conv_relu_maxpool_tiled_out_block(const ConvPoolShape* s, int var
 }
 
 extern "C" int conv_relu_maxpool_general_plan(const ConvPoolShape* s, const ConvPoolDevice* device,
-                                             char* text, int capacity) {
-  if (general_wgmma_unsupported(*s, *device) != nullptr) return 0;
-  const general_wgmma::Plan p = general_wgmma_plan(*s, *device, nullptr);
+                                             char* text, int capacity, int split) {
+  if (general_wgmma_unsupported(*s, *device, split != 0) != nullptr) return 0;
+  const general_wgmma::Plan p = general_wgmma_plan(*s, *device, nullptr, split != 0);
   const int written = snprintf(
       text, size_t(capacity),
       "tile=%s images=%d pooled=%dx%d tiles=%lld split=%d steps=%d step_chunks=%d group_rows=%d "
       "gathered=%d halo=%dx%d phases=%d stage_bytes=%d passes=%d smem=%d blocks_per_sm=%d "
-      "nhwc_copy=%d",
+      "nhwc_copy=%d chunks=%d",
       general_wgmma::kTileSpecs[p.tile].name, p.images, p.pooled_rows, p.pooled_cols,
       static_cast<long long>(p.tiles), p.split, p.steps, p.step_chunks, p.group_rows, int(p.gathered_rows),
       p.halo_rows, p.halo_cols, __builtin_popcount(p.phase_mask), p.stage_bytes,
-      p.epilogue_passes, p.smem_bytes, p.blocks_per_sm, int(p.staged_copy));
+      p.epilogue_passes, p.smem_bytes, p.blocks_per_sm, int(p.staged_copy), p.chunks);
   return written < capacity ? written : capacity - 1;
 }
 

@@ -37,7 +37,8 @@ enum ConvPoolVariant : int {
   kVariantTiled16FlatWgmma = 19, // as 12 on Hopper wgmma with f16/bf16 operands (m64n64k16)
   kVariantGeneralWgmma = 20, // Hopper wgmma for any conv and pool geometry, float32 (TF32) and
                              // f16/bf16, the weights streamed (kernels/hopper/)
-  kVariantCount = 21,
+  kVariantGeneral3xTf32Wgmma = 21, // as 20 with 3xTF32 (as 3): fp32-level accuracy, float32
+  kVariantCount = 22,
 };
 
 // What the choice of variant needs to know about the GPU (conv_relu_maxpool_query_device; the
@@ -170,9 +171,10 @@ int conv_relu_maxpool_tiled_out_block(const ConvPoolShape* shape, int variant,
 // tile, pooled outputs per tile, tiles, reduction steps, kernel rows per step, row mode, halo
 // rows x columns, column phases, stage bytes, epilogue passes, shared memory, blocks per SM),
 // written to text (at most capacity bytes, NUL-terminated); returns its length, 0 where the
-// kernel does not run the shape. For tests and tuning.
+// kernel does not run the shape. split != 0: its 3xTF32 form (general_3xtf32_wgmma). For tests
+// and tuning.
 int conv_relu_maxpool_general_plan(const ConvPoolShape* shape, const ConvPoolDevice* device,
-                                   char* text, int capacity);
+                                   char* text, int capacity, int split);
 
 // Packs operands->weight (its strides in operands->weight_stride) into `packed`
 // (conv_relu_maxpool_packed_weight_bytes bytes, 16-byte aligned) on `stream`.

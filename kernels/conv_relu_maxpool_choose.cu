@@ -70,7 +70,10 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
       return kVariantTiled3xTf32Flat;
     if (runs(kVariantTiled3xTf32Wgmma)) return kVariantTiled3xTf32Wgmma;
     if (runs(kVariantTiled3xTf32)) return kVariantTiled3xTf32;
-    return runs(kVariantTiled3xTf32Flat) ? kVariantTiled3xTf32Flat : kVariantDirect;
+    if (runs(kVariantTiled3xTf32Flat)) return kVariantTiled3xTf32Flat;
+    // Hopper, what none of those runs (large kernels, wide strides over 8 or more channels):
+    // the general kernel's 3xTF32 form, which streams the weights, rather than `direct`.
+    return runs(kVariantGeneral3xTf32Wgmma) ? kVariantGeneral3xTf32Wgmma : kVariantDirect;
   }
   // Fewer than 8 input channels off the fast path: the flattened reduction skips the
   // zero channels an 8-channel chunk would multiply, and it fits large kernels

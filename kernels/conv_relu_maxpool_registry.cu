@@ -56,8 +56,8 @@ const char* small_limits(const ConvPoolShape& s, int v, const ConvPoolDevice& d)
 const char* stem_limits(const ConvPoolShape& s, int, const ConvPoolDevice& d) {
   return stem_conv_pool_unsupported(s, d);
 }
-const char* general_limits(const ConvPoolShape& s, int, const ConvPoolDevice& d) {
-  return general_wgmma_unsupported(s, d);
+const char* general_limits(const ConvPoolShape& s, int v, const ConvPoolDevice& d) {
+  return general_wgmma_unsupported(s, d, v == kVariantGeneral3xTf32Wgmma);
 }
 
 int64_t half_workspace(const ConvPoolShape& s, int v, const ConvPoolDevice&,
@@ -68,9 +68,9 @@ int64_t wgmma_workspace(const ConvPoolShape& s, int v, const ConvPoolDevice&,
                         const ConvPoolOperands*) {
   return wgmma_conv_pool_workspace_bytes(s, v == kVariantTiled3xTf32Wgmma);
 }
-int64_t general_workspace(const ConvPoolShape& s, int, const ConvPoolDevice& d,
+int64_t general_workspace(const ConvPoolShape& s, int v, const ConvPoolDevice& d,
                           const ConvPoolOperands* ops) {
-  return general_wgmma_workspace_bytes(s, d, ops);
+  return general_wgmma_workspace_bytes(s, d, ops, v == kVariantGeneral3xTf32Wgmma);
 }
 
 bool wgmma_packed(const ConvPoolShape& s) { return wgmma_takes_packed_weight(s); }
@@ -99,10 +99,10 @@ cudaError_t stem_launch(const ConvPoolOperands& ops, const ConvPoolShape& s, int
                         const ConvPoolDevice& d, cudaStream_t stream, const int64_t*) {
   return stem_conv_pool_launch(ops, s, d, stream);
 }
-cudaError_t general_launch(const ConvPoolOperands& ops, const ConvPoolShape& s, int,
+cudaError_t general_launch(const ConvPoolOperands& ops, const ConvPoolShape& s, int v,
                            const ConvPoolDevice& d, cudaStream_t stream,
                            const int64_t* out_stride) {
-  return general_wgmma_launch(ops, s, d, stream, out_stride);
+  return general_wgmma_launch(ops, s, d, stream, out_stride, v == kVariantGeneral3xTf32Wgmma);
 }
 
 constexpr const char* kSm80 = "conv_relu_maxpool.cu";
@@ -158,6 +158,9 @@ constexpr Variant kVariants[] = {
      {"tiled_16bit_flat_wgmma", "flat_wgmma", "16bit", kSm80, kSixteenBit, 90},
      tiled_limits, nullptr, nullptr, false, tiled_launch},
     {kVariantGeneralWgmma, {"general_wgmma", "general", "tf32/16bit", kGeneral, kAnyElement, 90},
+     general_limits, general_workspace, nullptr, true, general_launch},
+    {kVariantGeneral3xTf32Wgmma,
+     {"general_3xtf32_wgmma", "general", "3xtf32", kGeneral, kFloat32, 90},
      general_limits, general_workspace, nullptr, true, general_launch},
 };
 

@@ -203,6 +203,86 @@ def test_float32_nchw_inputs_both_ways_match_float64(ext, lib, device, seed, nhw
         check(ext, case, with_layout(x, layout), w, b, torch.float32, f"{case} {layout} {plan}")
 
 
+# The 3xTF32 form (general_3xtf32_wgmma): float32 operands split into big and small TF32
+# parts, 3xTF32 products, each step's sum added in fp32. Judged as fp32: the relative L2 error
+# against float64 at most 1e-5 (cuDNN's fp32 is ~1e-6 there; TF32 ~1e-3), elementwise within
+# 1e-4 of the output's scale.
+def general3x_config(ext) -> int:
+    return ext.conv2d_relu_maxpool_variants()["general_3xtf32_wgmma"]
+
+
+def check_3xtf32(ext, case, x, w, b, what):
+    out = ext.conv2d_relu_maxpool_forward(x, w, b, *case.op_args(), general3x_config(ext), None)
+    expected = reference(case, x, w, b)
+    assert out.dtype == torch.float32 and out.shape == expected.shape, what
+    error = ((out.double() - expected).norm() / expected.norm().clamp_min(1e-30)).item()
+    assert error <= 1e-5, f"{what}: relative L2 error {error:.2e}"
+    scale = expected.abs().max().item()
+    torch.testing.assert_close(out.double(), expected, atol=1e-4 * scale, rtol=1e-4,
+                               msg=lambda m: f"{what}: {m}")
+    return error
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_3xtf32_random_geometries_match_float64_as_fp32(ext, lib, device, seed, layout):
+    rng = random.Random(seed)
+    worst = 0.0
+    for i in range(12):
+        case = fuzz_case(rng, f"fuzz_{i}")
+        plan = kernel_choice.general_plan(lib, case, ELEMENT[torch.float32], device, split=True)
+        assert plan is not None, f"general_3xtf32_wgmma refused {case}"
+        x, w, b = operands(case, rng.randrange(2**31), torch.float32)
+        worst = max(worst, check_3xtf32(ext, case, with_layout(x, layout), w, b,
+                                        f"{case} {layout} plan {plan}"))
+    print(f"largest relative L2 error {worst:.2e}")
+
+
+@pytest.mark.parametrize("tile", ["wide_n64", "square_n64"])
+def test_3xtf32_every_tile_and_long_reductions_match_float64(ext, lib, device, seed, tile,
+                                                             monkeypatch):
+    """Both of its tiles forced, on the tile cases (tails, a split reduction) and on long
+    reductions (512 channels x 5 x 5 and 7 x 7), where summing every step in one wgmma
+    accumulator would leave ~6e-5."""
+    monkeypatch.setenv("CONV_POOL_GENERAL_TILE", tile)
+    cases = TILE_CASES + [
+        ConvPoolCase("long_k5", 2, 512, 64, 17, 17, (5, 5), padding=(2, 2), pool_kernel=(3, 3),
+                     pool_stride=(2, 2)),
+        ConvPoolCase("long_k7_s2", 2, 256, 72, 31, 29, (7, 7), stride=(2, 2), padding=(3, 3)),
+    ]
+    splits = set()
+    for case in cases:
+        plan = kernel_choice.general_plan(lib, case, ELEMENT[torch.float32], device, split=True)
+        assert plan is not None and plan["tile"] == tile, plan
+        splits.add(plan["split"] > 1)
+        x, w, b = operands(case, seed, torch.float32)
+        for layout in LAYOUTS:
+            check_3xtf32(ext, case, with_layout(x, layout), w, b, f"{tile} {case.name} {layout}")
+    assert splits == {False, True}
+
+
+@pytest.mark.parametrize("integers", [False, True], ids=["random", "integer_inputs"])
+def test_3xtf32_nan_and_inf_propagate_like_float64(ext, seed, integers):
+    """NaN and infinities in x, and an infinite weight; with integer-valued inputs (whose small
+    parts are only the 2^-30 term) the cross terms must still give fp32's infinities, not the
+    NaN of inf * 0."""
+    case = ConvPoolCase("special", 2, 24, 40, 20, 22, (3, 3), padding=(1, 1),
+                        pool_kernel=(3, 3), pool_stride=(2, 2), ceil_mode=True)
+    x, w, b = operands(case, seed, torch.float32)
+    if integers:
+        x = torch.randint(1, 4, x.shape, device=x.device).float()
+    x[0, 3, 5, 7] = float("nan")
+    x[1, 0, 10, 2] = float("inf")
+    x[1, 5, 2, 15] = float("-inf")
+    w[7, 11, 1, 2] = float("inf")
+    out = ext.conv2d_relu_maxpool_forward(x, w, b, *case.op_args(), general3x_config(ext), None)
+    expected = reference(case, x, w, b)
+    assert torch.isnan(expected).any() and torch.isinf(expected).any()
+    assert torch.equal(torch.isnan(out), torch.isnan(expected))
+    assert torch.equal(torch.isinf(out), torch.isinf(expected))
+    finite = torch.isfinite(expected)
+    torch.testing.assert_close(out.double()[finite], expected[finite], atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 def test_nan_and_inf_propagate_like_float64(ext, seed, dtype):
     case = ConvPoolCase("special", 2, 24, 40, 20, 22, (3, 3), padding=(1, 1),

@@ -27,7 +27,7 @@ from utils.verification import cudnn_tf32
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 FP32_VARIANTS = ("direct", "tiled_fp32", "tiled_3xtf32", "tiled_3xtf32_flat", "tiled_3xtf32_wgmma",
-                 "small_fp32")
+                 "small_fp32", "general_3xtf32_wgmma")
 TF32_TOLERANCE = dict(atol=1e-2, rtol=1e-2)
 FP32_TOLERANCE = dict(atol=1e-4, rtol=1e-4)
 

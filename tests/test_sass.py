@@ -365,20 +365,25 @@ def test_general_kernel_instances_issue_wgmma_of_their_type_from_shared_memory(s
     kernels = {name: code for name, code in sass.items() if is_general_kernel(name)}
     instances = set()
     for name, code in kernels.items():
-        element, tile, path = re.search(r"kernelI(\d\w+?)Li(\d)ELi(\d)E", name).groups()
-        instances.add((element, int(tile), int(path)))
+        element, tile, path, split = re.search(r"kernelI(\d\w+?)Li(\d)ELi(\d)ELb(\d)E",
+                                               name).groups()
+        instances.add((element, int(tile), int(path), int(split)))
         n = GENERAL_TILE_N[int(tile)]
         ours = re.findall(GENERAL_HGMMA[element].format(n=n) + r".*", code)
         assert ours, name
         squares_per_group = (4, 4, 4, 4, 8)[int(tile)] // 2
         assert len(ours) % squares_per_group == 0, (name, len(ours))
-        # Both operands through descriptors: A from shared memory, not registers.
-        assert all(re.search(r" R\d+, gdesc\[UR\d+\], R\d+", line) for line in ours), name
+        # Both operands through descriptors: A from shared memory, not registers (the
+        # accumulator input RZ where a wgmma starts a sum: the 3xTF32 form's every step).
+        assert all(re.search(r" R\d+, gdesc\[UR\d+\], (R\d+|RZ, !UPT)", line)
+                   for line in ours), name
         others = [line for line in re.findall(r"HGMMA\.\S+.*", code)
                   if not re.match(GENERAL_HGMMA[element].format(n=n), line)]
         assert all(re.match(EMPTY_HGMMA, line) for line in others), (name, others)
-    expected = ({("7Float32", t, p) for t in range(5) for p in (0, 1)}
-                | {(e, t, 1) for e in ("7Float16", "8BFloat16") for t in range(5)})
+    # (element, tile, input path, 3xTF32): the 3xTF32 form on the N = 64 wide and square tiles.
+    expected = ({("7Float32", t, p, 0) for t in range(5) for p in (0, 1)}
+                | {(e, t, 1, 0) for e in ("7Float16", "8BFloat16") for t in range(5)}
+                | {("7Float32", t, 1, 1) for t in (2, 3)})
     assert instances == expected, sorted(instances ^ expected)
 
 
@@ -389,4 +394,7 @@ def test_general_kernel_keeps_a_step_of_wgmmas_in_flight(sass):
         if not is_general_kernel(name):
             continue
         waits = re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", code)
-        assert waits.count("0x2") == 1 and waits.count("0x0") == 1, (name, waits)
+        if "Lb1E" in name:  # the 3xTF32 form adds each step's sum: it waits for all of them
+            assert waits.count("0x2") == 1 and waits.count("0x0") == 2, (name, waits)
+        else:
+            assert waits.count("0x2") == 1 and waits.count("0x0") == 1, (name, waits)

@@ -135,7 +135,7 @@ def test_tf32_off_takes_the_flat_3xtf32_kernel_for_few_channels(library, variant
     with 96 channels): the 8-channel 3xTF32 stages do not fit its 11 x 11 halo. The flat
     3xTF32 kernel runs it, and every flat layer, with the tilings whose three fragment sets fit
     128 registers (never 8 warps of 32 x 64). Where neither tile fits (16 channels of 11 x 11:
-    a 496 KB flat weight), `direct`."""
+    a 496 KB flat weight): on Hopper the general kernel's 3xTF32 form, elsewhere `direct`."""
     ids = variant_names_to_ids(variant_names)
     for case in FLAT_TILING_CASES:
         assert choose(library, variant_names, case, allow_tf32=False) == "tiled_3xtf32_flat"
@@ -146,7 +146,8 @@ def test_tf32_off_takes_the_flat_3xtf32_kernel_for_few_channels(library, variant
         assert unsupported(library, case, ids["tiled_3xtf32"]) is not None, name
     wide = replace(find_case("alexnet_c1"), in_channels=16)
     assert unsupported(library, wide, ids["tiled_3xtf32_flat"]) is not None
-    assert choose(library, variant_names, wide, allow_tf32=False) == "direct"
+    assert choose(library, variant_names, wide, allow_tf32=False) == "general_3xtf32_wgmma"
+    assert choose(library, variant_names, wide, allow_tf32=False, device=A100_LIKE) == "direct"
     # The flat kernels refuse 16-bit operands only where it is float32-only.
     assert unsupported(library, find_case("alexnet_c1"), ids["tiled_3xtf32_flat"],
                        element=FLOAT16) == b"needs float32 input"
@@ -253,13 +254,14 @@ def test_small_tf32_where_the_patch_loop_does_not_apply(library, variant_names, 
 def test_pool_window_taller_than_the_tile_takes_a_generic_path(library, variant_names):
     case = find_case("pool_9x3_stride_9x3")
     for config, name in variant_names.items():
-        # general_wgmma's 16 x 16 tiles hold the 9-row window; the 8 x 32 tiles of the others
-        # do not.
+        # The general kernels' 16 x 16 tiles hold the 9-row window; the 8 x 32 tiles of the
+        # others do not.
         why = unsupported(library, case, config)
-        assert (why is None) == (name in ("direct", "small_fp32", "general_wgmma")), name
+        assert (why is None) == (name in ("direct", "small_fp32", "general_wgmma",
+                                          "general_3xtf32_wgmma")), name
         why_16 = unsupported(library, case, config, element=FLOAT16)
         assert (why_16 is None) == (name in ("direct_16bit", "small_16bit", "general_wgmma")), name
-        if name == "general_wgmma":
+        if name.startswith("general"):
             assert unsupported(library, case, config, device=A100_LIKE) is not None
     # 8 output channels: the CUDA-core kernel, which takes any pooling window.
     assert choose(library, variant_names, case) == "small_fp32"
@@ -463,7 +465,8 @@ def test_variants_keep_their_ids(variant_names):
     assert variant_names[18] == "tiled_tf32_flat_wgmma"
     assert variant_names[19] == "tiled_16bit_flat_wgmma"
     assert variant_names[20] == "general_wgmma"
-    assert len(variant_names) == 21
+    assert variant_names[21] == "general_3xtf32_wgmma"
+    assert len(variant_names) == 22
 
 
 def test_workspace_of_the_16_bit_tensor_core_kernel(library, variant_names):
@@ -621,6 +624,66 @@ def test_general_kernel_copies_float32_nchw_inputs_where_they_feed_enough_work(l
                             pool_stride=(2, 2))
         assert general_plan(library, case, FLOAT32)["nhwc_copy"] == int(copied), case
         assert general_plan(library, case, FLOAT16)["nhwc_copy"] == 1, case
+
+
+def test_fp32_accurate_layers_never_fall_to_direct_on_hopper(library, variant_names, seed):
+    """allow_tf32 = False: where no 3xTF32 kernel of the 3 x 3 / 2 x 2 path, the chunked or the
+    flat one runs a float32 layer (large kernels, wide strides over 8 or more channels), the
+    general kernel's 3xTF32 form takes it on Hopper, so `direct` is left for nothing there;
+    elsewhere (sm_80) `direct` remains."""
+    rng = random.Random(seed)
+    general3x = 0
+    for i in range(1500):
+        case = fuzz_case(rng, f"fuzz_{i}")
+        chosen = choose(library, variant_names, case, allow_tf32=False)
+        assert chosen != "direct", case
+        general3x += chosen == "general_3xtf32_wgmma"
+        if chosen == "general_3xtf32_wgmma":
+            assert choose(library, variant_names, case, allow_tf32=False,
+                          device=A100_LIKE) in ("direct", "tiled_3xtf32", "tiled_3xtf32_flat")
+        # The TF32 choice never takes it.
+        assert choose(library, variant_names, case) != "general_3xtf32_wgmma", case
+    print(f"{general3x} of 1500 random geometries take general_3xtf32_wgmma")
+    assert general3x > 100
+    big = ConvPoolCase("alexnet_c2", 128, 64, 192, 27, 27, (5, 5), padding=(2, 2),
+                       pool_kernel=(3, 3), pool_stride=(2, 2))
+    assert choose(library, variant_names, big, allow_tf32=False) in (
+        "tiled_3xtf32", "general_3xtf32_wgmma")
+
+
+@pytest.mark.parametrize("case", [
+    ConvPoolCase("k5", 64, 70, 200, 27, 27, (5, 5), padding=(2, 2), pool_kernel=(3, 3),
+                 pool_stride=(2, 2)),
+    ConvPoolCase("k11_s4", 2, 96, 64, 90, 90, (11, 11), stride=(4, 4), padding=(5, 5)),
+    ConvPoolCase("pool9", 2, 16, 17, 38, 26, (3, 3), pool_kernel=(9, 3), pool_stride=(9, 3)),
+], ids=lambda c: c.name)
+def test_plan_and_workspace_of_the_3xtf32_general_kernel(library, variant_names, case):
+    """general_3xtf32_wgmma: N = 64 tiles of two squares a warpgroup, one block per SM, three
+    staged chunks per chunk of 8 input channels (big x, small x, big x against big w, big w,
+    small w), x always from its split NHWC copy; workspace: the packed weights of those chunks,
+    then that copy (256-byte aligned), then any split reduction's partial sums. float32 only."""
+    library.conv_relu_maxpool_workspace_bytes.restype = ctypes.c_int64
+    library.conv_relu_maxpool_workspace_bytes.argtypes = [
+        ctypes.POINTER(ConvPoolShape), ctypes.c_int, ctypes.POINTER(ConvPoolDevice),
+        ctypes.c_void_p]
+    variant = variant_names_to_ids(variant_names)["general_3xtf32_wgmma"]
+    plan = general_plan(library, case, FLOAT32, split=True)
+    assert plan["tile"] in ("wide_n64", "square_n64") and plan["blocks_per_sm"] == 1, plan
+    chunks = 3 * -(-case.in_channels // 8)
+    assert plan["chunks"] == chunks and plan["nhwc_copy"] == 1, plan
+    runs = -(-chunks // plan["step_chunks"])
+    taps = case.kernel_size[0] * case.kernel_size[1]
+    packed = -(-case.out_channels // 64) * 64 * runs * plan["step_chunks"] * taps * 2 * 16
+    staged = -(-(case.batch * case.height * case.width * chunks * 8 * 4) // 256) * 256
+    workspace = library.conv_relu_maxpool_workspace_bytes(
+        ctypes.byref(shape_of(case, FLOAT32)), variant, ctypes.byref(H200), None)
+    if plan["split"] == 1:
+        assert workspace == -(-packed // 256) * 256 + staged, plan
+    else:
+        assert workspace > -(-packed // 256) * 256 + staged, plan
+    assert general_plan(library, case, FLOAT16, split=True) is None
+    assert unsupported(library, case, variant, element=FLOAT16) is not None
+    assert unsupported(library, case, variant, device=A100_LIKE) is not None
 
 
 def variant_names_to_ids(variant_names: dict) -> dict:

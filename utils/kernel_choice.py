@@ -103,7 +103,7 @@ def load(extension) -> ctypes.CDLL:
                                                       ctypes.c_void_p]
     lib.conv_relu_maxpool_general_plan.restype = ctypes.c_int
     lib.conv_relu_maxpool_general_plan.argtypes = [shape, ctypes.POINTER(ConvPoolDevice),
-                                                   ctypes.c_char_p, ctypes.c_int]
+                                                   ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
     return lib
 
 
@@ -214,13 +214,14 @@ def wgmma_split(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
 
 
 def general_plan(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
-                 device: ConvPoolDevice = H200) -> Optional[dict]:
+                 device: ConvPoolDevice = H200, split: bool = False) -> Optional[dict]:
     """The general wgmma kernel's plan for `case` on `device` as a dict ({"tile": "wide_n128",
     "pooled": "4x16", "steps": 72, ...}; conv_relu_maxpool_general_plan), None where that
-    kernel does not run it."""
+    kernel does not run it; split=True: its 3xTF32 form (general_3xtf32_wgmma)."""
     text = ctypes.create_string_buffer(512)
     if lib.conv_relu_maxpool_general_plan(ctypes.byref(shape_of(case, element)),
-                                          ctypes.byref(device), text, len(text)) == 0:
+                                          ctypes.byref(device), text, len(text),
+                                          int(split)) == 0:
         return None
     plan = {}
     for item in text.value.decode().split():

@@ -30,6 +30,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "general_epilogue.cuh"
 #include "general_mainloop.cuh"
@@ -100,9 +101,13 @@ __device__ __forceinline__ bool reduce_split(
   return true;
 }
 
-template <class E, int kTileId, int kInput>
-__global__ void __launch_bounds__(kThreads, Tile<kTileId>::kMinBlocks)
+// kSplit: the 3xTF32 form (Plan::split_operands; E = Float32, kInput = kPixelInput).
+template <class E, int kTileId, int kInput, bool kSplit = false>
+__global__ void __launch_bounds__(kThreads, kSplit ? 1 : Tile<kTileId>::kMinBlocks)
     general_conv_pool_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const Plan p) {
+  static_assert(!kSplit || (std::is_same_v<E, Float32> && kInput == kPixelInput &&
+                            Tile<kTileId>::kN == 64 && Tile<kTileId>::kSquaresPerGroup == 2),
+                "3xTF32: float32 from the staged copy, N = 64 tiles of two squares a warpgroup");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = Tile<kTileId>;
   using X = Element<E>;  // the element type's operations
@@ -179,6 +184,14 @@ __global__ void __launch_bounds__(kThreads, Tile<kTileId>::kMinBlocks)
   const uint32_t a_stride = uint32_t(row_rate * p.row_pitch * kSliceBytes);
 
   float acc[T::kSquaresPerGroup][T::kAccs];  // written by the first wgmma (accumulate = false)
+  // 3xTF32: the steps' sums, in fp32 (each step's wgmmas start acc afresh).
+  float sums[kSplit ? T::kSquaresPerGroup : 1][kSplit ? T::kAccs : 1];
+  if constexpr (kSplit) {
+#pragma unroll
+    for (int m = 0; m < T::kSquaresPerGroup; ++m)
+#pragma unroll
+      for (int i = 0; i < T::kAccs; ++i) sums[m][i] = 0.f;
+  }
   uint32_t phases = 0;  // bit `stage`: parity of the next phase of landed[stage]
   int stage = 0;
   // The first step's halo copies landed and are visible to the tensor cores.
@@ -204,7 +217,8 @@ __global__ void __launch_bounds__(kThreads, Tile<kTileId>::kMinBlocks)
     const uint64_t b0 = matrix_descriptor(halo + uint32_t(p.halo_bytes), T::kN * kSliceBytes,
                                           8 * kSliceBytes);
     wgmma_fence();
-    mma_step<X, kTileId>(acc, a0, b0, kstep_table, taps, p.step_chunks, step == first_step);
+    mma_step<X, kTileId>(acc, a0, b0, kstep_table, taps, p.step_chunks,
+                         kSplit || step == first_step);
     wgmma_commit();
     // The step's wgmmas are at least two groups, the last one empty (mma_step commits its own;
     // this commit closes nothing more): keeping two groups in flight keeps this step's running
@@ -218,11 +232,27 @@ __global__ void __launch_bounds__(kThreads, Tile<kTileId>::kMinBlocks)
     // work through this step.
     __syncthreads();
     if (step + 2 < end_step) issue(step + 2, stage == 0 ? kStages - 1 : stage - 1);
+    if constexpr (kSplit) {
+      // 3xTF32: the step's sum into fp32 (so this form waits for its wgmmas every step).
+      wgmma_wait<0>();
+#pragma unroll
+      for (int m = 0; m < T::kSquaresPerGroup; ++m) {
+        fence_registers(acc[m]);
+#pragma unroll
+        for (int i = 0; i < T::kAccs; ++i) sums[m][i] += acc[m][i];
+      }
+    }
     stage = stage == kStages - 1 ? 0 : stage + 1;
   }
   wgmma_wait<0>();
 #pragma unroll
   for (int m = 0; m < T::kSquaresPerGroup; ++m) fence_registers(acc[m]);
+  if constexpr (kSplit) {
+#pragma unroll
+    for (int m = 0; m < T::kSquaresPerGroup; ++m)
+#pragma unroll
+      for (int i = 0; i < T::kAccs; ++i) acc[m][i] = sums[m][i];
+  }
   __syncthreads();  // no wgmma reads the stages any more
   if (p.split > 1 && !reduce_split<kTileId>(acc, p, tile, rank, landed + kStages)) return;
 

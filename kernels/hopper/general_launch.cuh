@@ -14,7 +14,7 @@ namespace general_wgmma {
 // Raises instance (E, kTileId, kInput)'s dynamic shared-memory limit on the current device as
 // far as a launch needs (cudaFuncSetAttribute once per device and larger size, not per launch).
 // The record is per instance: the instances share one function-pointer type.
-template <class E, int kTileId, int kInput, class Kernel>
+template <class E, int kTileId, int kInput, bool kSplit, class Kernel>
 cudaError_t allow_shared_bytes(Kernel kernel, int bytes) {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> allowed[kMaxDevices];
@@ -33,11 +33,11 @@ cudaError_t allow_shared_bytes(Kernel kernel, int bytes) {
   return error;
 }
 
-template <class E, int kTileId, int kInput>
+template <class E, int kTileId, int kInput, bool kSplit = false>
 cudaError_t launch_instance(const ConvPoolOperands& ops, const ConvPoolShape& s, const Plan& p,
                             cudaStream_t stream) {
-  auto kernel = general_conv_pool_kernel<E, kTileId, kInput>;
-  if (cudaError_t error = allow_shared_bytes<E, kTileId, kInput>(kernel, p.smem_bytes);
+  auto kernel = general_conv_pool_kernel<E, kTileId, kInput, kSplit>;
+  if (cudaError_t error = allow_shared_bytes<E, kTileId, kInput, kSplit>(kernel, p.smem_bytes);
       error != cudaSuccess)
     return error;
   kernel<<<unsigned(p.tiles * p.split), kThreads, p.smem_bytes, stream>>>(ops, s, p);

@@ -75,6 +75,15 @@ struct Plan {
   int tile;          // TileId
   int input;         // InputPath
   bool staged_copy;  // kPixelInput from the launch's NHWC copy of x (16-bit NCHW inputs)
+  // 3xTF32 (general_3xtf32_wgmma, float32 with allow_tf32 = False): x and the weights staged
+  // as big and small TF32 parts (split_tf32_operand), every chunk of 8 input channels as
+  // three, [big x, small x, big x] against [big w, big w, small w] (chunks counts those), so
+  // that each K step's products are 3xTF32's; each step's sum starts afresh in the wgmmas'
+  // accumulators and is added into fp32 registers (a run of wgmma additions carries an error
+  // that scales with the sum: docs/PERF.md, fp32-accurate paths). x is always read from the
+  // staged copy. N = 64 tiles of two squares a warpgroup (accumulators and sums: 128
+  // registers), one block per SM.
+  bool split_operands;
   // Tiles: pooled outputs per tile, tiles per image dimension, channel blocks; in all
   // batch x tiles_h x tiles_w x channel_blocks (< 2^31), channel block fastest.
   int pooled_rows, pooled_cols;

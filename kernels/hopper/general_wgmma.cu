@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
+#include "../conv_pool_device.cuh"
 #include "../conv_pool_heuristics.h"
 #include "../conv_pool_layout.h"
 #include "../conv_pool_operands.h"
@@ -105,12 +107,17 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
 // The plan of tile `tile_id` with `images` images side by side for `s` (why_not set where it
 // cannot run it).
 Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int tile_id,
-                    int images) {
+                    int images, bool split) {
   Candidate c;
   const TileSpec& t = kTileSpecs[tile_id];
   Plan& p = c.plan;
   p.tile = tile_id;
   p.images = images;
+  p.split_operands = split;
+  if (split && (t.n != 64 || t.square_rows * t.square_cols != 4)) {
+    c.why_not = "3xTF32 runs the N = 64 tiles of two squares a warpgroup";
+    return c;
+  }
   // Conv pixels of the tile, and of one image's share of it.
   const int tile_rows = 8 * t.square_rows, tile_cols = 8 * t.square_cols;
   const int share_cols = tile_cols / images;
@@ -137,7 +144,7 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
     return c;
   }
   const int chunk = chunk_channels(s.element);
-  p.chunks = int(ceil_div(s.in_channels, chunk));
+  p.chunks = (split ? 3 : 1) * int(ceil_div(s.in_channels, chunk));
   p.image_cols = (share_cols - 1) * s.stride_w + (s.kernel_w - 1) * s.dilation_w + 1;
   p.image_span = images > 1 ? round_up(p.image_cols, s.stride_w) : p.image_cols;
   p.halo_cols = images * p.image_span;
@@ -151,7 +158,8 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   p.row_pitch = __builtin_popcount(p.phase_mask) * p.phase_cols;
   // Two blocks per SM where the tile is built for it and they fit; else one.
   const int two_block_budget = sm_shared_bytes(device) / 2 - kReservedPerBlock;
-  const bool two_blocks = t.min_blocks == 2 && stage_reduction(s, t, p, two_block_budget);
+  const int min_blocks = split ? 1 : t.min_blocks;  // 3xTF32: 255 registers a thread
+  const bool two_blocks = min_blocks == 2 && stage_reduction(s, t, p, two_block_budget);
   if (!two_blocks && !stage_reduction(s, t, p, device.max_shared_bytes)) {
     c.why_not = "one stage of the input halo and weights does not fit in shared memory";
     return c;
@@ -182,11 +190,12 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
     return c;
   }
   p.blocks_per_sm =
-      std::max(1, std::min(t.min_blocks, sm_shared_bytes(device) /
-                                             (p.smem_bytes + kReservedPerBlock)));
+      std::max(1, std::min(min_blocks, sm_shared_bytes(device) /
+                                           (p.smem_bytes + kReservedPerBlock)));
   p.packed_bytes = int64_t(p.channel_blocks) * t.n * p.chunk_steps * p.step_chunks * s.taps() *
                    2 * kSliceBytes;
-  p.staged_channels = p.chunks * chunk;  // whole chunks (a short run's missing ones: zeros)
+  // Whole chunks (a short run's missing ones: zeros); 3xTF32: three a chunk of x.
+  p.staged_channels = p.chunks * chunk;
 
   // Cost: waves of blocks; per SM and wave, its blocks' K steps and their fixed work. Layers
   // of fewer tiles than the SMs hold split each tile's steps over `split` blocks, where that
@@ -241,14 +250,14 @@ int forced_images() {
 
 // The cheapest (tile, images) that runs `s`, fewer images on a tie; why_not of the last one
 // tried when none does. The hooks above restrict the candidates where that leaves one.
-Candidate best_plan(const ConvPoolShape& s, const ConvPoolDevice& device) {
+Candidate best_plan(const ConvPoolShape& s, const ConvPoolDevice& device, bool split) {
   Candidate best, forced;
   best.why_not = forced.why_not = "no tile";
   const int want_tile = forced_tile(), want_images = forced_images();
   for (int tile = 0; tile < kTileCount; ++tile)
     for (int images = 1; images <= kTileSpecs[tile].square_cols; images *= 2) {
       if (images > 1 && images > s.batch) break;
-      Candidate c = plan_tile(s, device, tile, images);
+      Candidate c = plan_tile(s, device, tile, images, split);
       if (c.why_not != nullptr) {
         if (best.why_not != nullptr) best.why_not = c.why_not;
         continue;
@@ -283,8 +292,8 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops, Plan& p) 
              aligned16(s.element == kElementFloat32 ? static_cast<const void*>(ops->x)
                                                     : static_cast<const void*>(ops->x16));
   }
-  p.staged_copy = !slices;
-  if (s.element == kElementFloat32 && !slices) {
+  p.staged_copy = !slices || p.split_operands;
+  if (s.element == kElementFloat32 && !slices && !p.split_operands) {
     const int forced = forced_nhwc();
     p.staged_copy = forced >= 0 ? forced == 1
                                 : int64_t(s.out_channels) * s.taps() >= kNhwcCopyMinWork;
@@ -300,6 +309,8 @@ int64_t region_bytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // The weights in the staged layout, [channel block][chunk run][tap][chunk][slice][n][16 bytes],
 // zeros past the channels (and for a short last run's missing chunks): one thread per 16 bytes.
+// 3xTF32 (p.split_operands, Raw = float): packed chunk j holds chunk j / 3 of the weight, its
+// big parts (j % 3 = 0, 1) or small parts (2).
 template <class Raw, int kSliceChannels>
 __global__ void pack_weights_kernel(const Raw* weight, int64_t ws0, int64_t ws1, int64_t ws2,
                                     int64_t ws3, ConvPoolShape s, Plan p, int n, Raw* packed) {
@@ -319,7 +330,11 @@ __global__ void pack_weights_kernel(const Raw* weight, int64_t ws0, int64_t ws1,
     const int run = int(rest % p.chunk_steps);
     const int block = int(rest / p.chunk_steps);
     const int k = block * n + k_in_block;
-    const int chunk = run * p.step_chunks + chunk_in_run;
+    int chunk = run * p.step_chunks + chunk_in_run, part = 0;
+    if (p.split_operands) {
+      part = chunk % 3;
+      chunk /= 3;
+    }
     const int r = tap / s.kernel_w, q = tap % s.kernel_w;
     Raw values[kSliceChannels];
 #pragma unroll
@@ -328,9 +343,40 @@ __global__ void pack_weights_kernel(const Raw* weight, int64_t ws0, int64_t ws1,
       values[e] = k < s.out_channels && c < s.in_channels
                       ? weight[k * ws0 + c * ws1 + r * ws2 + q * ws3]
                       : Raw(0);
+      if constexpr (std::is_same_v<Raw, float>) {
+        if (p.split_operands) {
+          float big, small;
+          split_tf32_operand(values[e], big, small);
+          values[e] = part == 2 ? small : big;
+        }
+      }
     }
     *reinterpret_cast<uint4*>(packed + u * kSliceChannels) =
         *reinterpret_cast<const uint4*>(values);
+  }
+}
+
+// 3xTF32: x as NHWC with staged_channels a pixel, staged chunk j holding chunk j / 3 of x (8
+// channels), its big parts (j % 3 = 0, 2) or small parts (1); zeros past the channels. One
+// thread per staged element.
+__global__ void split_to_channels_last_kernel(const float* x, int64_t xs0, int64_t xs1,
+                                              int64_t xs2, int64_t xs3, ConvPoolShape s,
+                                              int staged_channels, float* staged) {
+  const int64_t elements =
+      int64_t(s.batch) * s.in_height * s.in_width * staged_channels;
+  for (int64_t u = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; u < elements;
+       u += int64_t(gridDim.x) * blockDim.x) {
+    const int q = int(u % staged_channels);
+    int64_t pixel = u / staged_channels;
+    const int w = int(pixel % s.in_width);
+    pixel /= s.in_width;
+    const int h = int(pixel % s.in_height);
+    const int64_t image = pixel / s.in_height;
+    const int j = q / 8, part = j % 3, c = (j / 3) * 8 + q % 8;
+    const float value = c < s.in_channels ? x[image * xs0 + c * xs1 + h * xs2 + w * xs3] : 0.f;
+    float big, small;
+    split_tf32_operand(value, big, small);
+    staged[u] = part == 1 ? small : big;
   }
 }
 
@@ -339,32 +385,34 @@ __global__ void pack_weights_kernel(const Raw* weight, int64_t ws0, int64_t ws1,
 
 using general_wgmma::Plan;
 
-const char* general_wgmma_unsupported(const ConvPoolShape& s, const ConvPoolDevice& device) {
+const char* general_wgmma_unsupported(const ConvPoolShape& s, const ConvPoolDevice& device,
+                                      bool split) {
   if (const char* why = wgmma_unavailable(device)) return why;
+  if (split && s.element != kElementFloat32) return "3xTF32 takes float32 operands";
   if (s.kernel_w > general_wgmma::kMaxKernelCols) return "the kernel is wider than 64 columns";
   if (s.stride_w > general_wgmma::kMaxStrideW) return "the column stride is above 32";
-  return general_wgmma::best_plan(s, device).why_not;
+  return general_wgmma::best_plan(s, device, split).why_not;
 }
 
 Plan general_wgmma_plan(const ConvPoolShape& s, const ConvPoolDevice& device,
-                        const ConvPoolOperands* ops) {
-  Plan p = general_wgmma::best_plan(s, device).plan;
+                        const ConvPoolOperands* ops, bool split) {
+  Plan p = general_wgmma::best_plan(s, device, split).plan;
   general_wgmma::choose_input(s, ops, p);
   return p;
 }
 
 int64_t general_wgmma_workspace_bytes(const ConvPoolShape& s, const ConvPoolDevice& device,
-                                      const ConvPoolOperands* ops) {
-  const Plan p = general_wgmma_plan(s, device, ops);
+                                      const ConvPoolOperands* ops, bool split) {
+  const Plan p = general_wgmma_plan(s, device, ops, split);
   return general_wgmma::region_bytes(p.packed_bytes) +
          general_wgmma::region_bytes(p.staged_input_bytes) + p.partial_bytes;
 }
 
 cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                  const ConvPoolDevice& device, cudaStream_t stream,
-                                 const int64_t* out_stride) {
+                                 const int64_t* out_stride, bool split) {
   using namespace general_wgmma;
-  Plan p = general_wgmma_plan(s, device, &ops);
+  Plan p = general_wgmma_plan(s, device, &ops, split);
   if (out_stride != nullptr) {
     for (int d = 0; d < 4; ++d) p.out_stride[d] = out_stride[d];
   } else {
@@ -399,6 +447,15 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
         ops.weight_stride[3], s, p, n, static_cast<uint16_t*>(const_cast<void*>(p.packed)));
   }
   if (cudaError_t error = cudaGetLastError(); error != cudaSuccess) return error;
+  if (p.split_operands) {
+    const int64_t elements = int64_t(s.batch) * s.in_height * s.in_width * p.staged_channels;
+    const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(elements, 256), 16 * 1024));
+    split_to_channels_last_kernel<<<blocks, 256, 0, stream>>>(
+        ops.x, ops.x_stride[0], ops.x_stride[1], ops.x_stride[2], ops.x_stride[3], s,
+        p.staged_channels, static_cast<float*>(const_cast<void*>(p.staged_input)));
+    if (cudaError_t error = cudaGetLastError(); error != cudaSuccess) return error;
+    return general_wgmma_launch_float32_3xtf32(ops, s, p, stream);
+  }
   if (p.staged_copy) {
     if (cudaError_t error = conv_pool_to_channels_last(
             s.element == kElementFloat32 ? static_cast<const void*>(ops.x)

@@ -7,25 +7,30 @@
 #include "../conv_relu_maxpool.h"
 #include "general_plan.h"
 
+// Each function takes `split`: the 3xTF32 form (variant general_3xtf32_wgmma, float32 only;
+// Plan::split_operands) instead of TF32 / 16-bit operands (general_wgmma).
+
 // Why the general kernel cannot run `shape` on `device`, or nullptr when it can.
-const char* general_wgmma_unsupported(const ConvPoolShape& shape, const ConvPoolDevice& device);
+const char* general_wgmma_unsupported(const ConvPoolShape& shape, const ConvPoolDevice& device,
+                                      bool split = false);
 
 // The plan the launch runs `shape` with on `device` (tile, reduction steps, shared memory),
 // given the operands' layout when `operands` is not null (else as for NCHW inputs). The caller
 // checked general_wgmma_unsupported first.
 general_wgmma::Plan general_wgmma_plan(const ConvPoolShape& shape, const ConvPoolDevice& device,
-                                       const ConvPoolOperands* operands);
+                                       const ConvPoolOperands* operands, bool split = false);
 
-// Scratch bytes of the launch: the packed weights, and for 16-bit inputs whose channels are not
-// contiguous (NCHW) an NHWC copy of x; `operands` as for general_wgmma_plan.
+// Scratch bytes of the launch: the packed weights, an NHWC copy of x where the kernel reads one
+// (16-bit and 3xTF32 inputs without contiguous channels, float32 ones feeding enough work),
+// the split reductions' partial sums; `operands` as for general_wgmma_plan.
 int64_t general_wgmma_workspace_bytes(const ConvPoolShape& shape, const ConvPoolDevice& device,
-                                      const ConvPoolOperands* operands);
+                                      const ConvPoolOperands* operands, bool split = false);
 
 // Launches it on `stream` (operands.workspace holds general_wgmma_workspace_bytes); out_stride:
 // the output's element strides (n, c, h, w), nullptr for NCHW contiguous.
 cudaError_t general_wgmma_launch(const ConvPoolOperands& operands, const ConvPoolShape& shape,
                                  const ConvPoolDevice& device, cudaStream_t stream,
-                                 const int64_t* out_stride);
+                                 const int64_t* out_stride, bool split = false);
 
 // The instance launchers, one file per element type and input path so that they compile in
 // parallel (general_wgmma_<type>[_planar].cu): plan.tile picks the kernel instance.
@@ -39,6 +44,10 @@ cudaError_t general_wgmma_launch_float32(const ConvPoolOperands& operands,
 cudaError_t general_wgmma_launch_float16(const ConvPoolOperands& operands,
                                          const ConvPoolShape& shape,
                                          const general_wgmma::Plan& plan, cudaStream_t stream);
+cudaError_t general_wgmma_launch_float32_3xtf32(const ConvPoolOperands& operands,
+                                                const ConvPoolShape& shape,
+                                                const general_wgmma::Plan& plan,
+                                                cudaStream_t stream);
 cudaError_t general_wgmma_launch_bfloat16(const ConvPoolOperands& operands,
                                           const ConvPoolShape& shape,
                                           const general_wgmma::Plan& plan, cudaStream_t stream);

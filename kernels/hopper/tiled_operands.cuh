@@ -94,22 +94,13 @@ struct Tf32Operands {
 };
 
 // 3xTF32 (tiled_3xtf32_wgmma: float32 with allow_tf32 = False). Each operand x is staged as a
-// big part (x itself: the tensor cores read its top 19 bits, a truncation to TF32) and a small
-// part, and a product is big * big' + small * big' + big * small' (the dropped small * small'
-// is below 2^-20 |x y|). small = c - trunc(c) + c * 2^-30 with c = x clamped to +-FLT_MAX
-// (max.NaN / min.NaN, as split_tf32 in conv_relu_maxpool.cu): finite for x = +-inf, with x's
-// sign, and never zero where x is not (the 2^-30 term, an error below 2^-29 |x y| per
-// product), so that a cross term with an infinite other operand is an infinity of the sign
-// big * big' has, not the NaN of inf * 0; a zero x gives zeros, as fp32 would (0 * inf is NaN
-// there too). A NaN becomes the canonical NaN in both parts (min.NaN), which the truncation
-// keeps even where x's own payload lies in the 13 bits the big part drops.
+// big part and a small part (split_tf32_operand, conv_pool_device.cuh), and a product is
+// big * big' + small * big' + big * small'; a zero x gives zeros, as fp32 would (0 * inf is
+// NaN there too).
 struct Tf32SplitOperands : Tf32Operands {
   static constexpr bool kSplit = true;
   static __device__ __forceinline__ void split(float x, float& big, float& small) {
-    const float clamped = clamp_to_finite(x);
-    asm("min.NaN.f32 %0, %1, 0f7F800000;" : "=f"(big) : "f"(x));
-    small = fmaf(clamped, 0x1p-30f,
-                 clamped - __uint_as_float(__float_as_uint(clamped) & 0xffffe000u));
+    split_tf32_operand(x, big, small);
   }
   static __device__ __forceinline__ void split(const float4& x, float4& big, float4& small) {
     split(x.x, big.x, small.x);
