@@ -242,7 +242,7 @@ def run_compile_pass(eager, x, flush, args) -> dict:
 
 
 def time_target(module, x, flush, args) -> dict:
-    from utils.profiling import time_calls
+    from utils.profiling import percentile, time_calls
     started = time.perf_counter()
     out = module(x)
     torch.cuda.synchronize()
@@ -250,8 +250,7 @@ def time_target(module, x, flush, args) -> dict:
     times_us = time_calls(lambda inp: module(inp), [x], args.iters, args.warmup, flush)
     return dict(out=out, first_call_s=first_call_s,
                 median_ms=statistics.median(times_us) / 1e3,
-                p10_ms=sorted(times_us)[len(times_us) // 10] / 1e3,
-                p90_ms=sorted(times_us)[(9 * len(times_us)) // 10] / 1e3,
+                p10_ms=percentile(times_us, 10) / 1e3, p90_ms=percentile(times_us, 90) / 1e3,
                 samples=len(times_us))
 
 

@@ -278,6 +278,13 @@ int forced_nhwc() {
   return value[0] - '0';
 }
 
+// x's data and the bytes of one of its elements, whatever its element type.
+const void* input_data(const ConvPoolShape& s, const ConvPoolOperands& ops) {
+  return s.element == kElementFloat32 ? static_cast<const void*>(ops.x)
+                                      : static_cast<const void*>(ops.x16);
+}
+int element_bytes(const ConvPoolShape& s) { return s.element == kElementFloat32 ? 4 : 2; }
+
 // How the kernel reads x: by 16-byte pixel slices where the channels are contiguous and
 // 16-byte aligned (channels-last), read in place. Other 16-bit inputs are copied to NHWC first;
 // other float32 inputs too where each input element feeds enough work (kNhwcCopyMinWork), else
@@ -289,8 +296,7 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops, Plan& p) 
     slices = ops->x_stride[1] == 1 && s.in_channels % per_slice == 0 &&
              ops->x_stride[0] % per_slice == 0 && ops->x_stride[2] % per_slice == 0 &&
              ops->x_stride[3] % per_slice == 0 &&
-             aligned16(s.element == kElementFloat32 ? static_cast<const void*>(ops->x)
-                                                    : static_cast<const void*>(ops->x16));
+             aligned16(input_data(s, *ops));
   }
   p.staged_copy = !slices || p.split_operands;
   if (s.element == kElementFloat32 && !slices && !p.split_operands) {
@@ -299,9 +305,8 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops, Plan& p) 
                                 : int64_t(s.out_channels) * s.taps() >= kNhwcCopyMinWork;
   }
   p.input = slices || p.staged_copy ? kPixelInput : kPlanarInput;
-  const int element_bytes = s.element == kElementFloat32 ? 4 : 2;
   p.staged_input_bytes = p.staged_copy ? int64_t(s.batch) * s.in_height * s.in_width *
-                                             p.staged_channels * element_bytes
+                                             p.staged_channels * element_bytes(s)
                                        : 0;
 }
 
@@ -458,9 +463,7 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
   }
   if (p.staged_copy) {
     if (cudaError_t error = conv_pool_to_channels_last(
-            s.element == kElementFloat32 ? static_cast<const void*>(ops.x)
-                                         : static_cast<const void*>(ops.x16),
-            ops.x_stride, s.element == kElementFloat32 ? 4 : 2, s.batch, s.in_channels,
+            input_data(s, ops), ops.x_stride, element_bytes(s), s.batch, s.in_channels,
             s.in_height, s.in_width,
             p.staged_channels, const_cast<void*>(p.staged_input), stream);
         error != cudaSuccess)
