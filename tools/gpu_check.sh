@@ -6,7 +6,8 @@
 # Stages: env build test verify profile suite suite16 layouts bench host vgg16 distributed
 # notebook sanitize general zoo zoo16 fuzz breakdown networks gtest (default: env build test
 # verify profile). networks: tools/bench_networks.py (issue 32's models; NETWORKS_ARGS picks a
-# slice) into $OUT/networks.json; gtest: the general kernel's GPU tests only.
+# slice) into $OUT/networks.json; gtest: the general kernel's GPU tests only. TEST_ARGS (default
+# tests) gives the test stage other pytest arguments, e.g. only the files that use the GPU.
 # general: the general kernel's correctness sweep and timing table (tools/check_general.py).
 # zoo / zoo16: ZOO_LIMIT (default 40) layers of the zoo in float32 / float16; fuzz: the
 # 150-geometry performance fuzz from case FUZZ_START (default 0) into $OUT/fuzz_<start>.json
@@ -250,7 +251,8 @@ for entry in "${stages[@]}"; do
   case $stage in
     env) run_stage env "$seconds" bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used --format=csv; python3 -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.backends.cudnn.version())"; nvcc --version | tail -n 2' ;;
     build) run_stage build "$seconds" bash utils/compile.sh || break ;;
-    test) run_stage test "$seconds" python3 -m pytest -q -p no:cacheprovider tests ;;
+    # shellcheck disable=SC2086  # TEST_ARGS holds several words
+    test) run_stage test "$seconds" python3 -m pytest -q -p no:cacheprovider ${TEST_ARGS:-tests} ;;
     verify) run_stage verify "$seconds" python3 -m utils.verification ;;
     profile) run_stage profile "$seconds" python3 -m utils.profiling ;;
     suite) run_stage suite "$seconds" python3 -m utils.profiling --suite --json "$OUT/suite.json" --plot "$OUT/suite.png" ;;
