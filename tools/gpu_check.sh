@@ -78,6 +78,10 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  general_large_kernel general_3xtf32_wgmma
+racecheck general_split general_3xtf32_wgmma
+memcheck  general_strided_channels_last general_3xtf32_wgmma
+racecheck general_pointwise general_3xtf32_wgmma
 memcheck  general_large_kernel general_wgmma
 racecheck general_large_kernel general_wgmma
 memcheck  general_large_kernel general_wgmma float16
