@@ -5,11 +5,14 @@
         [--layout channels_last] [--targets compile,fused,fused-compile] [--top 12]
 
 For each target: the device time of all its kernels per call, the number of launches per
-call, and its largest kernels (one line each, the name cut to 90 characters). Needs a GPU.
+call, the host's wall time per call (calls back to back, one synchronize at the end), and its
+largest kernels (one line each, the name cut to 90 characters); --cpu adds the operators with
+the most host time of their own. Needs a GPU.
 """
 import argparse
 import copy
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -26,6 +29,26 @@ def launches_per_call(fn, calls: int = 5) -> float:
         torch.cuda.synchronize()
     return sum(1 for e in prof.events()
                if e.device_type == torch.autograd.DeviceType.CUDA) / calls
+
+
+def wall_us_per_call(fn, calls: int = 50) -> float:
+    fn()
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - started) / calls * 1e6
+
+
+def host_operators(fn, top: int, calls: int = 10) -> list:
+    """(name, host µs of its own per call, calls per call) of the operators with the most."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:top]
+    return [(e.key, e.self_cpu_time_total / calls, e.count / calls) for e in rows]
 
 
 def target_callable(name: str, eager, x):
@@ -56,6 +79,7 @@ def main(argv=None) -> int:
     parser.add_argument("--layout", choices=("nchw", "channels_last"), default="nchw")
     parser.add_argument("--targets", default="compile,fused,fused-compile,compile-pass")
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--cpu", action="store_true", help="also the host's busiest operators")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     eager = bench_networks.make_model(args.model, bench_networks.DTYPES[args.dtype],
@@ -70,9 +94,13 @@ def main(argv=None) -> int:
             kernels = kernels_per_call(fn)
             total = sum(us for _, us in kernels)
             print(f"== {args.model} b{args.batch} {args.dtype} {args.layout} {name}: "
-                  f"{total:.1f} us of kernels per call, {launches_per_call(fn):.0f} launches")
+                  f"{total:.1f} us of kernels per call, {launches_per_call(fn):.0f} launches, "
+                  f"{wall_us_per_call(fn):.1f} us wall per call")
             for kernel, us in kernels[:args.top]:
                 print(f"  {us:9.1f} us  {kernel[:90]}")
+            if args.cpu:
+                for operator, us, count in host_operators(fn, args.top):
+                    print(f"  host {us:9.1f} us  x{count:<5.1f} {operator[:80]}")
             torch._dynamo.reset()
     return 0
 
