@@ -5,23 +5,24 @@ Same constructor arguments and parameter names as model.Model, so
 an nn.Conv2d purely to hold the weight and bias with Model's names and initialisation, and
 is never called.
 
-The kernel is a PyTorch custom op, `torch.ops.fused_conv.conv2d_relu_maxpool`
-(torch.library), on top of the pybind function `cuda_extension.conv2d_relu_maxpool_forward`,
-which stays callable on its own. As a custom op it has
-  * a CUDA implementation: the pybind function, which guards x's device and launches on
-    that device's current stream (so inputs on cuda:1 run on cuda:1, and CUDA-graph capture
+The kernel is a PyTorch custom op, `torch.ops.fused_conv.conv2d_relu_maxpool`, defined in
+the binding's C++ (TORCH_LIBRARY, kernels/conv_relu_maxpool_binding.cpp) on top of the pybind
+function `cuda_extension.conv2d_relu_maxpool_forward`, which stays callable on its own. A call
+through torch.ops meets no Python on its way to the kernel. The op has
+  * a CUDA kernel: the binding's forward, which guards x's device and launches on that
+    device's current stream (so inputs on cuda:1 run on cuda:1, and CUDA-graph capture
     works);
-  * a CPU "implementation" that only runs the binding's argument checks and raises its
-    error ("x must be a CUDA tensor ..."): the op has no CPU kernel;
-  * a fake (meta) implementation that checks the arguments like the binding and computes
-    the output shape with PyTorch's formulas: torch.compile(fullgraph=True) and
-    torch.export trace through it without a graph break;
-  * an autograd formula whose backward raises: the op is forward-only. An output computed
-    from tensors that require grad requires grad too, so `.backward()` reaches that clear
-    error instead of "does not require grad" or silently missing gradients. The raise sits
-    in a second op (fused_conv::conv2d_relu_maxpool_backward_unsupported) whose fake
-    implementation returns empty gradients, so torch.compile can still trace a model with
-    grad enabled; the error comes when the backward actually runs.
+  * a CPU kernel that only runs the binding's argument checks and raises its error ("x must
+    be a CUDA tensor ..."): the op computes nothing on the CPU;
+  * a fake (meta) implementation, registered here, that runs the binding's own checks and
+    shape function on the tensors' metadata: torch.compile(fullgraph=True) and torch.export
+    trace through it without a graph break;
+  * an autograd kernel (C++) whose backward raises: the op is forward-only. An output
+    computed from tensors that require grad requires grad too, so `.backward()` reaches that
+    clear error instead of "does not require grad" or silently missing gradients. The raise
+    sits in a second op (fused_conv::conv2d_relu_maxpool_backward_unsupported, defined here)
+    whose fake implementation returns empty gradients, so torch.compile can still trace a
+    model with grad enabled; the error comes when the backward actually runs.
 
 In plain eager calls on CUDA tensors (no torch.compile or export, no functorch transform,
 mode or profiler; `_plain_eager_call`), ModelNew.forward skips the op's Python dispatch and
@@ -59,9 +60,6 @@ AUTO_CONFIG = -1
 OP_NAMESPACE = "fused_conv"
 OP_NAME = "conv2d_relu_maxpool"
 OP_QUALNAME = f"{OP_NAMESPACE}::{OP_NAME}"
-OP_SCHEMA = ("(Tensor x, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, "
-             "int[2] dilation, int[2] pool_kernel, int[2] pool_stride, int[2] pool_padding, "
-             "bool ceil_mode, int config=-1, Tensor? packed_weight=None) -> Tensor")
 BACKWARD_OP_NAME = "conv2d_relu_maxpool_backward_unsupported"
 BACKWARD_OP_QUALNAME = f"{OP_NAMESPACE}::{BACKWARD_OP_NAME}"
 BACKWARD_OP_SCHEMA = ("(Tensor grad_output, SymInt[] x_shape, SymInt[] weight_shape, "
@@ -132,28 +130,6 @@ def _conv2d_relu_maxpool_fake(x: torch.Tensor, weight: torch.Tensor,
                        else torch.contiguous_format)
 
 
-def _setup_context(ctx: Any, inputs: Tuple[Any, ...], output: torch.Tensor) -> None:
-    x, weight, bias = inputs[:3]
-    # Shapes only: the backward never computes anything, so no tensor is kept alive.
-    ctx.x_shape = list(x.shape)
-    ctx.weight_shape = list(weight.shape)
-    ctx.bias_shape = None if bias is None else list(bias.shape)
-
-
-def _conv2d_relu_maxpool_backward(ctx: Any, grad_output: torch.Tensor) -> Tuple[Any, ...]:
-    """Autograd formula of the fused op: runs the op that raises FORWARD_ONLY_MESSAGE.
-
-    Through an op rather than a plain raise so that torch.compile can trace a forward with
-    grad enabled (the fake implementation returns empty gradients); the error comes when the
-    backward runs, in eager and compiled code alike."""
-    raise_forward_only = torch.ops.fused_conv.conv2d_relu_maxpool_backward_unsupported
-    grad_x, grad_weight, grad_bias = raise_forward_only(grad_output, ctx.x_shape,
-                                                        ctx.weight_shape, ctx.bias_shape or [])
-    no_grad_for_settings = (None,) * 9  # stride ... config, packed_weight
-    return (grad_x, grad_weight, None if ctx.bias_shape is None else grad_bias,
-            *no_grad_for_settings)
-
-
 def _backward_unsupported(grad_output: torch.Tensor, x_shape: List[int],
                           weight_shape: List[int],
                           bias_shape: List[int]) -> Tuple[torch.Tensor, torch.Tensor,
@@ -180,21 +156,20 @@ def _op_is_registered(name: str) -> bool:
 
 
 def _register_ops() -> None:
-    """Defines both ops once per process. Re-importing this module (importlib.reload in a
-    notebook, or a second import under another name) keeps the first registration: the
-    dispatcher refuses a second definition of the same name."""
+    """Completes both ops once per process. The forward op, with its CPU, CUDA and autograd
+    kernels, is defined in C++ (kernels/conv_relu_maxpool_binding.cpp, when cuda_extension
+    loads): a call through torch.ops meets no Python on its way to the kernel. Here it gets
+    its fake implementation, and the backward op its autograd kernel calls is defined.
+    Re-importing this module (importlib.reload in a notebook, or a second import under
+    another name) keeps the first registrations."""
     if not _op_is_registered(BACKWARD_OP_NAME):
         backward_op = torch.library.custom_op(BACKWARD_OP_QUALNAME, mutates_args=(),
                                               schema=BACKWARD_OP_SCHEMA)(_backward_unsupported)
         backward_op.register_fake(_backward_unsupported_fake)
-    if not _op_is_registered(OP_NAME):
-        op = torch.library.custom_op(OP_QUALNAME, mutates_args=(), device_types="cuda",
-                                     schema=OP_SCHEMA)(_conv2d_relu_maxpool_binding)
-        # No CPU kernel exists; the binding's checks give the error ("x must be a CUDA
-        # tensor", or whichever argument is wrong first), as the pybind function does.
-        op.register_kernel("cpu")(_conv2d_relu_maxpool_binding)
-        op.register_fake(_conv2d_relu_maxpool_fake)
-        op.register_autograd(_conv2d_relu_maxpool_backward, setup_context=_setup_context)
+    # register_fake also gives the op its Meta kernel: that kernel's presence says whether an
+    # earlier import registered the fake already.
+    if not torch._C._dispatch_has_kernel_for_dispatch_key(OP_QUALNAME, "Meta"):
+        torch.library.register_fake(OP_QUALNAME, _conv2d_relu_maxpool_fake)
 
 
 _register_ops()

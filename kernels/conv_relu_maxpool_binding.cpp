@@ -10,7 +10,9 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/utils/pybind.h>
+#include <torch/library.h>
 #include <torch/types.h>
 
 #include <algorithm>
@@ -621,6 +623,126 @@ pybind11::dict conv2d_relu_maxpool_plan(const std::optional<torch::Tensor>& x,
   plan["passed_over"] = passed_over;
   return plan;
 }
+
+// ---- the custom op: fused_conv::conv2d_relu_maxpool in the dispatcher ----------------------
+//
+// Defined here, with its CPU and CUDA kernels (the forward above: on CPU tensors its checks
+// raise "x must be a CUDA tensor") and its autograd kernel, so that a call through torch.ops
+// (torch.compile's graphs, torch.export, the profiler) reaches the kernel with no Python on the
+// way. model_new.py adds the fake (meta) implementation, which runs
+// conv2d_relu_maxpool_output, and the backward op the autograd kernel calls.
+namespace {
+
+constexpr const char* kOpSchema =
+    "conv2d_relu_maxpool(Tensor x, Tensor weight, Tensor? bias, int[2] stride, "
+    "int[2] padding, int[2] dilation, int[2] pool_kernel, int[2] pool_stride, "
+    "int[2] pool_padding, bool ceil_mode, int config=-1, Tensor? packed_weight=None) -> Tensor";
+
+torch::Tensor op_kernel(const torch::Tensor& x, const torch::Tensor& weight,
+                        const std::optional<torch::Tensor>& bias, c10::IntArrayRef stride,
+                        c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                        c10::IntArrayRef pool_kernel, c10::IntArrayRef pool_stride,
+                        c10::IntArrayRef pool_padding, bool ceil_mode, int64_t config,
+                        const std::optional<torch::Tensor>& packed_weight) {
+  return conv2d_relu_maxpool_forward(x, weight, bias, stride.vec(), padding.vec(),
+                                     dilation.vec(), pool_kernel.vec(), pool_stride.vec(),
+                                     pool_padding.vec(), ceil_mode, config, packed_weight);
+}
+
+using OpSignature = torch::Tensor(const torch::Tensor&, const torch::Tensor&,
+                                  const std::optional<torch::Tensor>&, c10::IntArrayRef,
+                                  c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef,
+                                  c10::IntArrayRef, c10::IntArrayRef, bool, int64_t,
+                                  const std::optional<torch::Tensor>&);
+
+// The op below the autograd key: the CUDA or CPU kernel, or the fake one while torch.compile
+// or torch.export trace.
+torch::Tensor redispatch_forward(const torch::Tensor& x, const torch::Tensor& weight,
+                                 const std::optional<torch::Tensor>& bias,
+                                 c10::IntArrayRef stride, c10::IntArrayRef padding,
+                                 c10::IntArrayRef dilation, c10::IntArrayRef pool_kernel,
+                                 c10::IntArrayRef pool_stride, c10::IntArrayRef pool_padding,
+                                 bool ceil_mode, int64_t config,
+                                 const std::optional<torch::Tensor>& packed_weight) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("fused_conv::conv2d_relu_maxpool", "")
+                             .typed<OpSignature>();
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(x, weight, bias, stride, padding, dilation, pool_kernel, pool_stride,
+                 pool_padding, ceil_mode, config, packed_weight);
+}
+
+// The op is forward-only. Its backward runs fused_conv::conv2d_relu_maxpool_backward_unsupported
+// (model_new.py), which raises model_new.FORWARD_ONLY_MESSAGE on real tensors and returns empty
+// gradients on fake ones, so that torch.compile can trace a forward with grad enabled; the
+// error then comes when the backward runs, in eager and compiled code alike.
+struct ForwardOnly : public torch::autograd::Function<ForwardOnly> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& weight,
+                               const std::optional<torch::Tensor>& bias,
+                               c10::IntArrayRef stride, c10::IntArrayRef padding,
+                               c10::IntArrayRef dilation, c10::IntArrayRef pool_kernel,
+                               c10::IntArrayRef pool_stride, c10::IntArrayRef pool_padding,
+                               bool ceil_mode, int64_t config,
+                               const std::optional<torch::Tensor>& packed_weight) {
+    // Shapes only: the backward computes nothing, so no tensor is kept alive.
+    ctx->saved_data["x_shape"] = x.sym_sizes();
+    ctx->saved_data["weight_shape"] = weight.sym_sizes();
+    const bool has_bias = bias.has_value() && bias->defined();
+    ctx->saved_data["has_bias"] = has_bias;
+    ctx->saved_data["bias_shape"] =
+        has_bias ? c10::IValue(bias->sym_sizes()) : c10::IValue(std::vector<c10::SymInt>{});
+    return redispatch_forward(x, weight, bias, stride, padding, dilation, pool_kernel,
+                              pool_stride, pool_padding, ceil_mode, config, packed_weight);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    using Signature = std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>(
+        const torch::Tensor&, c10::SymIntArrayRef, c10::SymIntArrayRef, c10::SymIntArrayRef);
+    static const auto unsupported =
+        c10::Dispatcher::singleton()
+            .findSchemaOrThrow("fused_conv::conv2d_relu_maxpool_backward_unsupported", "")
+            .typed<Signature>();
+    const auto x_shape = ctx->saved_data["x_shape"].toSymIntVector();
+    const auto weight_shape = ctx->saved_data["weight_shape"].toSymIntVector();
+    const auto bias_shape = ctx->saved_data["bias_shape"].toSymIntVector();
+    auto [grad_x, grad_weight, grad_bias] =
+        unsupported.call(grads[0], x_shape, weight_shape, bias_shape);
+    torch::autograd::variable_list out(12);  // one per forward argument; settings get none
+    out[0] = grad_x;
+    out[1] = grad_weight;
+    if (ctx->saved_data["has_bias"].toBool()) out[2] = grad_bias;
+    return out;
+  }
+};
+
+torch::Tensor autograd_kernel(const torch::Tensor& x, const torch::Tensor& weight,
+                              const std::optional<torch::Tensor>& bias, c10::IntArrayRef stride,
+                              c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                              c10::IntArrayRef pool_kernel, c10::IntArrayRef pool_stride,
+                              c10::IntArrayRef pool_padding, bool ceil_mode, int64_t config,
+                              const std::optional<torch::Tensor>& packed_weight) {
+  const bool needs_graph =
+      c10::GradMode::is_enabled() &&
+      (x.requires_grad() || weight.requires_grad() ||
+       (bias.has_value() && bias->defined() && bias->requires_grad()));
+  if (!needs_graph)  // inference: straight to the kernel
+    return redispatch_forward(x, weight, bias, stride, padding, dilation, pool_kernel,
+                              pool_stride, pool_padding, ceil_mode, config, packed_weight);
+  return ForwardOnly::apply(x, weight, bias, stride, padding, dilation, pool_kernel,
+                            pool_stride, pool_padding, ceil_mode, config, packed_weight);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(fused_conv, m) { m.def(kOpSchema); }
+
+TORCH_LIBRARY_IMPL(fused_conv, CUDA, m) { m.impl("conv2d_relu_maxpool", &op_kernel); }
+
+TORCH_LIBRARY_IMPL(fused_conv, CPU, m) { m.impl("conv2d_relu_maxpool", &op_kernel); }
+
+TORCH_LIBRARY_IMPL(fused_conv, Autograd, m) { m.impl("conv2d_relu_maxpool", &autograd_kernel); }
 
 void register_conv_relu_maxpool(pybind11::module& m) {
   namespace py = pybind11;

@@ -72,7 +72,8 @@ def reference_cpu_kernel(extension):
     error) computes the reference instead: everything around the kernel - ModelNew's
     arguments, autograd, fuse_conv_relu_maxpool's settings - then runs on the CPU."""
     import model_new
-    torch.library.register_kernel(model_new.OP_QUALNAME, "cpu", reference_conv_relu_maxpool)
+    scope = torch.library.Library(model_new.OP_NAMESPACE, "FRAGMENT")
+    torch.library.register_kernel(model_new.OP_QUALNAME, "cpu", reference_conv_relu_maxpool,
+                                  lib=scope)
     yield
-    torch.library.register_kernel(model_new.OP_QUALNAME, "cpu",
-                                  model_new._conv2d_relu_maxpool_binding)
+    scope._destroy()  # the op's own CPU kernel again

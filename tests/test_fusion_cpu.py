@@ -277,7 +277,6 @@ def test_torch_compile_with_the_pass_calls_the_op_and_matches_eager(model_new, s
     copies and answers on the CPU stands in.)"""
     import torch._dynamo
     import torch._inductor.config as inductor_config
-    import torch._library.custom_ops as custom_ops
     from conftest import reference_conv_relu_maxpool
     calls = []
 
@@ -290,10 +289,10 @@ def test_torch_compile_with_the_pass_calls_the_op_and_matches_eager(model_new, s
                 for t in (x, weight, bias)]
         return x.new_empty(model_new._conv2d_relu_maxpool_fake(*meta, *settings).shape)
 
-    op = custom_ops.OPDEFS[model_new.OP_QUALNAME]
-    fake = op._abstract_fn
-    op.register_fake(cpu_fake)
-    torch.library.register_kernel(model_new.OP_QUALNAME, "cpu", counting)
+    # Both stand-ins live in `scope`; closing it puts back the op's own fake and CPU kernel.
+    scope = torch.library.Library(model_new.OP_NAMESPACE, "FRAGMENT")
+    torch.library.register_fake(model_new.OP_QUALNAME, cpu_fake, lib=scope)
+    torch.library.register_kernel(model_new.OP_QUALNAME, "cpu", counting, lib=scope)
     previous = inductor_config.post_grad_custom_post_pass
     inductor_config.post_grad_custom_post_pass = model_new.inductor_fusion_pass(("cpu",))
     try:
@@ -311,9 +310,7 @@ def test_torch_compile_with_the_pass_calls_the_op_and_matches_eager(model_new, s
         assert calls == [([1, 1], [1, 1], [1, 1], [3, 3], [2, 2], [1, 1], True)]
     finally:
         inductor_config.post_grad_custom_post_pass = previous
-        op.register_fake(fake)
-        torch.library.register_kernel(model_new.OP_QUALNAME, "cpu",
-                                      model_new._conv2d_relu_maxpool_binding)
+        scope._destroy()
         torch._dynamo.reset()
 
 

@@ -92,6 +92,17 @@ def test_op_is_registered_with_its_schema(op):
     assert op.default.namespace == verification.ALLOWED_OP_NAMESPACE
 
 
+def test_op_kernels_are_the_bindings_own_cpp(op):
+    """A call through torch.ops (torch.compile's graphs, torch.export) reaches the kernel with
+    no Python on the way: the CPU, CUDA and autograd kernels are registered from the binding's
+    C++, and only the fake (Meta) kernel from Python."""
+    table = {line.split(":")[0]: line for line in
+             torch._C._dispatch_dump(f"{op.default.namespace}::{op.default._opname}").splitlines()}
+    for key in ("CPU", "CUDA", "Autograd[alias]"):
+        assert "conv_relu_maxpool_binding.cpp" in table[key], table[key]
+    assert "conv_relu_maxpool_binding.cpp" not in table["Meta"]
+
+
 def test_pybind_function_stays_callable(extension):
     x, weight, bias = torch.randn(2, 3, 12, 12), torch.randn(8, 3, 3, 3), torch.randn(8)
     with pytest.raises(RuntimeError, match="x must be a CUDA tensor"):
@@ -436,13 +447,11 @@ def test_backward_traces_with_fake_gradients_under_fake_tensors(model_new):
     assert grad_x.shape == x.shape and grad_weight.shape == (8, 3, 3, 3)
 
 
-class Context:
-    x_shape, weight_shape, bias_shape = [2, 3, 16, 16], [8, 3, 3, 3], [8]
-
-
-def test_backward_formula_raises_forward_only_error_on_real_tensors(model_new):
+def test_backward_op_raises_forward_only_error_on_real_tensors(model_new):
+    """What the op's autograd kernel (C++) runs as its backward, on a real gradient."""
+    unsupported = torch.ops.fused_conv.conv2d_relu_maxpool_backward_unsupported
     with pytest.raises(RuntimeError, match="forward-only") as raised:
-        model_new._conv2d_relu_maxpool_backward(Context(), torch.zeros(2, 8, 7, 7))
+        unsupported(torch.zeros(2, 8, 7, 7), [2, 3, 16, 16], [8, 3, 3, 3], [8])
     assert "torch.no_grad()" in str(raised.value)
     assert "torch.inference_mode()" in str(raised.value)
 
@@ -744,7 +753,8 @@ def test_prepacked_model_new_on_the_cpu_passes_no_packed_weight(model_new, op):
         return reference_conv_relu_maxpool(x, weight, bias, stride, padding, dilation,
                                            pool_kernel, pool_stride, pool_padding, ceil_mode)
 
-    torch.library.register_kernel(model_new.OP_QUALNAME, "cpu", record)
+    scope = torch.library.Library(model_new.OP_NAMESPACE, "FRAGMENT")
+    torch.library.register_kernel(model_new.OP_QUALNAME, "cpu", record, lib=scope)
     try:
         reference = Model(3, 8, 3, 2)
         fused = model_new.ModelNew(3, 8, 3, 2).prepack()
@@ -753,8 +763,7 @@ def test_prepacked_model_new_on_the_cpu_passes_no_packed_weight(model_new, op):
         with torch.no_grad():
             torch.testing.assert_close(fused(x), reference(x), atol=0, rtol=0)
     finally:
-        torch.library.register_kernel(model_new.OP_QUALNAME, "cpu",
-                                      model_new._conv2d_relu_maxpool_binding)
+        scope._destroy()  # the op's own CPU kernel again
     assert seen == [None]
 
 

@@ -13,7 +13,8 @@ table is of the function both paths end in.
 
     python tools/bench_host.py [LAYERS [CALLS [TARGETS]]]   e.g. lenet_c1,batch1 400 pybind,eager
 
-Targets: pybind, torch.ops, ModelNew, ModelNew+grad, eager, compile (default: all). For an
+Targets: pybind, torch.ops, ModelNew, ModelNew+grad, ModelNew+compile (torch.compile of
+ModelNew: the op called from a compiled graph), eager, compile (default: all). For an
 A/B run against another build, put its tree first on PYTHONPATH (its model_new and module win).
 """
 import statistics
@@ -73,11 +74,13 @@ def targets(case: ConvPoolCase, wanted: list[str]):
     args = case.op_args()
     op = torch.ops.fused_conv.conv2d_relu_maxpool
     compiled = torch.compile(model) if "compile" in wanted else None
+    compiled_fused = torch.compile(fused) if "ModelNew+compile" in wanted else None
     every = {
         "pybind": (lambda x: ext.conv2d_relu_maxpool_forward(x, weight, bias, *args), False),
         "torch.ops": (lambda x: op(x, weight, bias, *args), False),
         "ModelNew": (fused, False),
         "ModelNew+grad": (fused, True),
+        "ModelNew+compile": (compiled_fused, False),
         "eager": (model, False),
         "compile": (compiled, False),
     }
@@ -88,7 +91,8 @@ def main() -> int:
     names = sys.argv[1].split(",") if len(sys.argv) > 1 else ["lenet_c1", "batch1", "tiny"]
     calls = int(sys.argv[2]) if len(sys.argv) > 2 else 400
     wanted = (sys.argv[3].split(",") if len(sys.argv) > 3 else
-              ["pybind", "torch.ops", "ModelNew", "ModelNew+grad", "eager", "compile"])
+              ["pybind", "torch.ops", "ModelNew", "ModelNew+grad", "ModelNew+compile", "eager",
+               "compile"])
     flush = torch.empty(L2_FLUSH_BYTES // 4, device="cuda")
     print(f"{'layer':10s} {'target':14s} {'enqueue':>8s} {'latency':>8s} {'event':>8s}  (us)")
     for name in names:
