@@ -10,6 +10,9 @@ converted) and layout of --layouts (channels_last: model and input both, as a us
 in that order (model outermost). Targets, all on the same weights and input:
   eager          the torchvision model as is (cuDNN; TF32 per torch.backends.cudnn.allow_tf32)
   compile        torch.compile of it, default mode (the peer)
+  compile-frozen torch.compile of it with torch._inductor.config.freezing = True and no pass:
+                 the peer of compile-pass, whose freezing alone (constant folding, BatchNorm
+                 folded, layouts chosen at compile time) speeds some models up
   fused          model_new.fuse_conv_relu_maxpool on a deep copy (report=True: how many of the
                  model's Conv2d it fused), eager
   fused-compile  torch.compile of the fused copy
@@ -17,9 +20,9 @@ in that order (model outermost). Targets, all on the same weights and input:
                  torch._inductor.config.freezing = True (Inductor folds eval-mode BatchNorm, then
                  the pass puts the fused op into its graph); both restored afterwards
 Each target's output is compared with a float64 copy of the eager model (its own rounded
-weights) on the input in float64 (relative L2 error reported) and with eager's output: it matches where its relative L2
-distance to eager's is at most --tolerance (default 2e-2 for float32 with TF32, 3e-2 for 16-bit
-dtypes: deep random-weight networks, every layer rounding). Then it is timed: after its first
+weights) on the input in float64 (relative L2 error reported) and with eager's output: it
+matches where its relative L2 distance to eager's is at most --tolerance (default 2e-2 for
+float32 with TF32, 3e-2 for 16-bit dtypes: deep random-weight networks, every layer rounding). Then it is timed: after its first
 call (which compiles) and --warmup more, --iters calls each bracketed by CUDA events, the L2
 flushed (a 256 MB write) between calls, outside the events; the median is reported.
 
@@ -48,7 +51,7 @@ if str(REPO) not in sys.path:
 
 MODELS = ("vgg11", "vgg16", "vgg19", "vgg11_bn", "vgg16_bn", "vgg19_bn", "alexnet", "resnet18",
           "resnet50", "googlenet", "densenet121", "squeezenet1_1", "inception_v3")
-TARGETS = ("eager", "compile", "fused", "fused-compile", "compile-pass")
+TARGETS = ("eager", "compile", "compile-frozen", "fused", "fused-compile", "compile-pass")
 FUSED_TARGETS = ("fused", "fused-compile", "compile-pass")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 LAYOUTS = ("nchw", "channels_last")
@@ -151,6 +154,14 @@ def bars(rows: List[dict]) -> List[str]:
         lines.append(f"{'PASS' if not losing else 'MISS'} best fused target faster than "
                      f"torch.compile: {len(compared) - len(losing)} of {len(compared)} rows"
                      + "".join(f"; {label(r)} {speedup(r):.2f}x" for r in losing[:5]))
+    frozen = [r for r in rows if "compile-frozen" in r["targets"] and best_fused(r)]
+    if frozen:
+        behind = [r for r in frozen
+                  if best_fused(r)[1] >= r["targets"]["compile-frozen"]["median_ms"]]
+        lines.append(f"(not a bar) best fused target faster than torch.compile with freezing: "
+                     f"{len(frozen) - len(behind)} of {len(frozen)} rows"
+                     + "".join(f"; {label(r)} {speedup(r, 'compile-frozen'):.2f}x"
+                               for r in behind[:5]))
     strong = [r for r in compared if r["model"] in STRONG_BAR_MODELS and r["batch"] == 32]
     weak = [r for r in strong if speedup(r) < STRONG_BAR]
     if strong:
@@ -161,9 +172,9 @@ def bars(rows: List[dict]) -> List[str]:
     return lines
 
 
-def speedup(row: dict) -> float:
-    """torch.compile's median over the best fused target's."""
-    return row["targets"]["compile"]["median_ms"] / best_fused(row)[1]
+def speedup(row: dict, peer: str = "compile") -> float:
+    """The peer's median (torch.compile's by default) over the best fused target's."""
+    return row["targets"][peer]["median_ms"] / best_fused(row)[1]
 
 
 def label(row: dict) -> str:
@@ -224,20 +235,23 @@ def build_target(name: str, eager, record: dict):
     raise ValueError(name)
 
 
-def run_compile_pass(eager, x, flush, args) -> dict:
-    """compile-pass: the Inductor pass and freezing on while it compiles and runs."""
+def run_compile_pass(eager, x, flush, args, fusion: bool = True) -> dict:
+    """compile-pass (fusion) or compile-frozen (not): freezing on, and with fusion the Inductor
+    pass, while it compiles and runs."""
     import torch._inductor.config as inductor_config
     import model_new
     freezing = inductor_config.freezing
-    fusion_pass = model_new.enable_inductor_fusion()
+    fusion_pass = model_new.enable_inductor_fusion() if fusion else None
     inductor_config.freezing = True
     try:
         module = torch.compile(copy.deepcopy(eager))
         result = time_target(module, x, flush, args)
-        result["rewritten"] = int(getattr(fusion_pass, "rewritten", 0))
+        if fusion:
+            result["rewritten"] = int(getattr(fusion_pass, "rewritten", 0))
         return result
     finally:
-        model_new.enable_inductor_fusion(False)
+        if fusion:
+            model_new.enable_inductor_fusion(False)
         inductor_config.freezing = freezing
 
 
@@ -270,8 +284,8 @@ def run_configuration(config: dict, args, flush) -> dict:
         reference = copy.deepcopy(eager).double()(x.double())
         eager_out = None
         for name in ["eager"] + [t for t in args.targets if t != "eager"]:
-            if name == "compile-pass":
-                result = run_compile_pass(eager, x, flush, args)
+            if name in ("compile-pass", "compile-frozen"):
+                result = run_compile_pass(eager, x, flush, args, fusion=name == "compile-pass")
             else:
                 result = time_target(build_target(name, eager, row), x, flush, args)
             out = result.pop("out")

@@ -53,20 +53,22 @@ def host_operators(fn, top: int, calls: int = 10) -> list:
 
 def target_callable(name: str, eager, x):
     """A no-argument call of target `name` (compile-pass turns the pass and freezing on for
-    its first call, which compiles)."""
-    if name != "compile-pass":
+    its first call, which compiles; compile-frozen freezing only)."""
+    if name not in ("compile-pass", "compile-frozen"):
         module = bench_networks.build_target(name, eager, {})
         return lambda: module(x)
     import torch._inductor.config as inductor_config
     import model_new
     freezing = inductor_config.freezing
-    model_new.enable_inductor_fusion()
+    if name == "compile-pass":
+        model_new.enable_inductor_fusion()
     inductor_config.freezing = True
     try:
         module = torch.compile(copy.deepcopy(eager))
         module(x)
     finally:
-        model_new.enable_inductor_fusion(False)
+        if name == "compile-pass":
+            model_new.enable_inductor_fusion(False)
         inductor_config.freezing = freezing
     return lambda: module(x)
 
