@@ -345,11 +345,6 @@ extern "C" int64_t conv_relu_maxpool_packed_weight_bytes(const ConvPoolShape* s,
   return wgmma_packs_weight(*s, *device) ? wgmma_packed_weight_bytes(*s) : 0;
 }
 
-extern "C" const char* conv_relu_maxpool_wgmma_tile(const ConvPoolShape* s, int variant) {
-  return wgmma_runs(*s, variant) ? wgmma_tile_name(*s, variant == kVariantTiled3xTf32Wgmma)
-                                 : nullptr;
-}
-
 extern "C" int conv_relu_maxpool_wgmma_tile_origin(const ConvPoolShape* s, int variant, int tile,
                                                    int64_t* origin) {
   return wgmma_runs(*s, variant)
@@ -357,24 +352,11 @@ extern "C" int conv_relu_maxpool_wgmma_tile_origin(const ConvPoolShape* s, int v
              : 0;
 }
 
-extern "C" bool conv_relu_maxpool_packs_weight_apart(const ConvPoolShape* s, int variant,
-                                                     const ConvPoolDevice* device) {
-  return wgmma_runs(*s, variant) && device->compute_capability == 90 &&
-         wgmma_packs_weight_apart(*s, *device, variant == kVariantTiled3xTf32Wgmma);
-}
-
-extern "C" int conv_relu_maxpool_wgmma_split(const ConvPoolShape* s, int variant,
-                                             const ConvPoolDevice* device) {
-  return wgmma_runs(*s, variant) && device->compute_capability == 90
-             ? wgmma_split(*s, *device, variant == kVariantTiled3xTf32Wgmma)
-             : 1;
-}
-
-extern "C" const char* conv_relu_maxpool_flat_tiling(const ConvPoolShape* s, int variant,
-                                                      const ConvPoolDevice* device) {
+static const char* flat_tiling_name(const ConvPoolShape& s, int variant,
+                                    const ConvPoolDevice& device) {
   if (!is_flat(variant)) return nullptr;
   if (is_flat_wgmma(variant)) return "n64_wgmma_m64";
-  switch (flat_tiling(plan_for(*s, variant, *device), device->max_shared_bytes,
+  switch (flat_tiling(plan_for(s, variant, device), device.max_shared_bytes,
                       is_split_flat(variant))) {
     case FlatTiling::k64Wide: return "n64_warp32x64";
     case FlatTiling::k64: return "n64_warp32x32";
@@ -382,25 +364,49 @@ extern "C" const char* conv_relu_maxpool_flat_tiling(const ConvPoolShape* s, int
   }
 }
 
-extern "C" int conv_relu_maxpool_tiled_out_block(const ConvPoolShape* s, int variant,
-                                                 const ConvPoolDevice* device) {
-  return is_tiled(variant) ? plan_for(*s, variant, *device).out_block : 0;
+// The general kernel's plan (split: its 3xTF32 form) as "key=value ..." text into `text`.
+static void general_plan_text(const ConvPoolShape& s, const ConvPoolDevice& device, bool split,
+                              char* text, int capacity) {
+  const general_wgmma::Plan p = general_wgmma_plan(s, device, nullptr, split);
+  snprintf(text, size_t(capacity),
+           "tile=%s images=%d pooled=%dx%d tiles=%lld split=%d steps=%d step_chunks=%d "
+           "group_rows=%d gathered=%d halo=%dx%d phases=%d stage_bytes=%d passes=%d smem=%d "
+           "blocks_per_sm=%d nhwc_copy=%d chunks=%d",
+           general_wgmma::kTileSpecs[p.tile].name, p.images, p.pooled_rows, p.pooled_cols,
+           static_cast<long long>(p.tiles), p.split, p.steps, p.step_chunks, p.group_rows,
+           int(p.gathered_rows), p.halo_rows, p.halo_cols, __builtin_popcount(p.phase_mask),
+           p.stage_bytes, p.epilogue_passes, p.smem_bytes, p.blocks_per_sm, int(p.staged_copy),
+           p.chunks);
 }
 
-extern "C" int conv_relu_maxpool_general_plan(const ConvPoolShape* s, const ConvPoolDevice* device,
-                                             char* text, int capacity, int split) {
-  if (general_wgmma_unsupported(*s, *device, split != 0) != nullptr) return 0;
-  const general_wgmma::Plan p = general_wgmma_plan(*s, *device, nullptr, split != 0);
-  const int written = snprintf(
-      text, size_t(capacity),
-      "tile=%s images=%d pooled=%dx%d tiles=%lld split=%d steps=%d step_chunks=%d group_rows=%d "
-      "gathered=%d halo=%dx%d phases=%d stage_bytes=%d passes=%d smem=%d blocks_per_sm=%d "
-      "nhwc_copy=%d chunks=%d",
-      general_wgmma::kTileSpecs[p.tile].name, p.images, p.pooled_rows, p.pooled_cols,
-      static_cast<long long>(p.tiles), p.split, p.steps, p.step_chunks, p.group_rows, int(p.gathered_rows),
-      p.halo_rows, p.halo_cols, __builtin_popcount(p.phase_mask), p.stage_bytes,
-      p.epilogue_passes, p.smem_bytes, p.blocks_per_sm, int(p.staged_copy), p.chunks);
-  return written < capacity ? written : capacity - 1;
+extern "C" bool conv_relu_maxpool_variant_plan(const ConvPoolShape* s, int variant,
+                                               const ConvPoolDevice* device,
+                                               ConvPoolPlanInfo* plan) {
+  if (conv_relu_maxpool_variant_name(variant) == nullptr) return false;
+  *plan = ConvPoolPlanInfo{};
+  plan->variant = variant;
+  plan->unsupported = conv_relu_maxpool_unsupported(s, variant, device);
+  plan->wgmma_split = 1;
+  if (plan->unsupported == nullptr) {
+    plan->workspace_bytes = conv_relu_maxpool_workspace_bytes(s, variant, device, nullptr);
+    plan->takes_packed_weight = conv_relu_maxpool_takes_packed_weight(s, variant);
+  }
+  const bool split_3x = variant == kVariantTiled3xTf32Wgmma;
+  if (wgmma_runs(*s, variant)) {
+    plan->wgmma_tile = wgmma_tile_name(*s, split_3x);
+    plan->wgmma_tiles = wgmma_tile_origin(*s, -1, nullptr, split_3x);
+    if (device->compute_capability == 90) {
+      plan->wgmma_split = wgmma_split(*s, *device, split_3x);
+      plan->packs_weight_apart = wgmma_packs_weight_apart(*s, *device, split_3x);
+    }
+  }
+  plan->flat_tiling = flat_tiling_name(*s, variant, *device);
+  plan->out_block = is_tiled(variant) ? plan_for(*s, variant, *device).out_block : 0;
+  const bool general_3x = variant == kVariantGeneral3xTf32Wgmma;
+  if ((variant == kVariantGeneralWgmma || general_3x) &&
+      general_wgmma_unsupported(*s, *device, general_3x) == nullptr)
+    general_plan_text(*s, *device, general_3x, plan->general, int(sizeof(plan->general)));
+  return true;
 }
 
 extern "C" cudaError_t conv_relu_maxpool_pack_weight(const ConvPoolOperands* ops,

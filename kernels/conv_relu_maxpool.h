@@ -128,53 +128,50 @@ int64_t conv_relu_maxpool_packed_weight_bytes(const ConvPoolShape* shape,
 // into its workspace (which it then does not need). Set packed_weight only when it does.
 bool conv_relu_maxpool_takes_packed_weight(const ConvPoolShape* shape, int variant);
 
-// The pixel tile and channel-block width a wgmma `variant` runs `shape` with: "wide_n128",
-// "square_n64", "strip_n128", ... (wide: 8 x 32 conv pixels, square: 16 x 16, strip: four
-// 8 x 8 squares in a row of the batch; n: output channels per block); nullptr for the other
-// variants and outside the wgmma kernels' geometry. For tests and tuning.
-const char* conv_relu_maxpool_wgmma_tile(const ConvPoolShape* shape, int variant);
+// What `variant` would do with `shape` on `device`: the one plan record that tests, tools and
+// the binding's conv2d_relu_maxpool_plan read (conv_relu_maxpool_variant_plan). Fields that do
+// not apply to the variant keep their defaults (nullptr, 0, false; wgmma_split 1).
+struct ConvPoolPlanInfo {
+  int variant;
+  const char* unsupported;   // why it cannot run the shape there, or nullptr
+  int64_t workspace_bytes;   // conv_relu_maxpool_workspace_bytes for NCHW operands (when it runs)
+  bool takes_packed_weight;  // conv_relu_maxpool_takes_packed_weight (when it runs)
+  // The 3 x 3 wgmma variants: the pixel tile and channel-block width ("wide_n128",
+  // "square_n64", "strip_n128", ...: wide 8 x 32 conv pixels, square 16 x 16, strip four 8 x 8
+  // squares in a row of the batch; n output channels per block) and the tile count, both for
+  // any device; on Hopper the blocks per tile (> 1: a layer of few tiles splits each tile's
+  // reduction over a cluster, partial sums added in distributed shared memory) and whether,
+  // given no packed weights, it packs them in a launch of its own on every SM first.
+  const char* wgmma_tile;
+  int64_t wgmma_tiles;
+  int wgmma_split;
+  bool packs_weight_apart;
+  // The flat variants' warp tiling: "n64_warp32x64" (blocks of 64 output channels, 8 warps of
+  // 32 pixels x 64 channels, two blocks per SM; never for 3xTF32), "n64_warp32x32" (16 warps of
+  // 32 x 32), "n32_warp32x32" (blocks of 32), "n64_wgmma_m64" (the flat wgmma variants).
+  const char* flat_tiling;
+  // Output channels per block of the chunked and flat tiled variants (1-5, 12, 14;
+  // tiled_3xtf32: 128 or 64 by the grid it fills).
+  int out_block;
+  // general_wgmma / general_3xtf32_wgmma where they run the shape: their plan as text
+  // ("tile=wide_n128 images=1 pooled=4x16 tiles=... split=... steps=...": tile, images side by
+  // side, pooled outputs per tile, tiles, split, reduction steps, chunks a step, kernel rows a
+  // step, row mode, halo rows x columns, column phases, stage bytes, epilogue passes, shared
+  // memory, blocks per SM, NHWC copy, channel chunks); "" elsewhere.
+  char general[320];
+};
 
-// The number of tiles a wgmma `variant` runs `shape` in (0 for the other variants and outside
-// the wgmma kernels' geometry); for 0 <= tile < that number, origin[0..3] = the tile's image,
-// first output channel, first pooled row and first pooled column (a strip's first piece), as
-// the kernel computes them. For tests.
+// Fills *plan for `variant` (any id, whether or not it runs the shape); false when `variant`
+// is out of range.
+bool conv_relu_maxpool_variant_plan(const ConvPoolShape* shape, int variant,
+                                    const ConvPoolDevice* device, ConvPoolPlanInfo* plan);
+
+// The tile scheduler of the 3 x 3 wgmma variants: the number of tiles `variant` runs `shape` in
+// (0 for the other variants and outside their geometry); for 0 <= tile < that number,
+// origin[0..3] = the tile's image, first output channel, first pooled row and first pooled
+// column (a strip's first piece), as the kernel computes them. For tests.
 int conv_relu_maxpool_wgmma_tile_origin(const ConvPoolShape* shape, int variant, int tile,
                                         int64_t* origin);
-
-// Whether a wgmma `variant`, given no packed weights, packs them in a launch of its own on all
-// of `device`'s SMs before the convolution (a large weight over few blocks, or a split
-// reduction) instead of in the convolution's blocks. For tests and tuning.
-bool conv_relu_maxpool_packs_weight_apart(const ConvPoolShape* shape, int variant,
-                                          const ConvPoolDevice* device);
-
-// Blocks per tile of a wgmma `variant` on `device`: > 1 when a layer of few tiles splits each
-// tile's reduction over a cluster of that many blocks (partial sums added in distributed shared
-// memory before the pooling); 1 otherwise, and for the other variants. For tests and tuning.
-int conv_relu_maxpool_wgmma_split(const ConvPoolShape* shape, int variant,
-                                  const ConvPoolDevice* device);
-
-// The warp tiling the flat variants (tiled_tf32_flat, tiled_16bit_flat, tiled_3xtf32_flat) run
-// `shape` with on `device`: "n64_warp32x64" (blocks of 64 output channels, 8 warps of 32
-// pixels x 64 channels, two blocks per SM; never for 3xTF32), "n64_warp32x32" (16 warps of
-// 32 x 32) or "n32_warp32x32" (blocks of 32); nullptr for the other variants. For tests and
-// tuning.
-const char* conv_relu_maxpool_flat_tiling(const ConvPoolShape* shape, int variant,
-                                          const ConvPoolDevice* device);
-
-// The output channels per block the chunked and flat tiled variants (1-5, 12, 14) run `shape`
-// with on `device` (tiled_3xtf32: 128 or 64 by the grid it fills); 0 for the other variants.
-// For tests and tuning.
-int conv_relu_maxpool_tiled_out_block(const ConvPoolShape* shape, int variant,
-                                      const ConvPoolDevice* device);
-
-// The general kernel's plan for `shape` on `device` as text ("tile=wide_n128 pooled=4x16 ...":
-// tile, pooled outputs per tile, tiles, reduction steps, kernel rows per step, row mode, halo
-// rows x columns, column phases, stage bytes, epilogue passes, shared memory, blocks per SM),
-// written to text (at most capacity bytes, NUL-terminated); returns its length, 0 where the
-// kernel does not run the shape. split != 0: its 3xTF32 form (general_3xtf32_wgmma). For tests
-// and tuning.
-int conv_relu_maxpool_general_plan(const ConvPoolShape* shape, const ConvPoolDevice* device,
-                                   char* text, int capacity, int split);
 
 // Packs operands->weight (its strides in operands->weight_stride) into `packed`
 // (conv_relu_maxpool_packed_weight_bytes bytes, 16-byte aligned) on `stream`.

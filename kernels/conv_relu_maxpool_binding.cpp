@@ -615,11 +615,23 @@ pybind11::dict conv2d_relu_maxpool_plan(const std::optional<torch::Tensor>& x,
             : std::string(automatic ? "runs it; the choice takes " : "runs it; config ") + chosen +
                   (automatic ? " first" : " asked for");
   }
+  ConvPoolPlanInfo record{};
+  conv_relu_maxpool_variant_plan(&shape, variant, &info, &record);
   pybind11::dict plan;
   plan["variant"] = chosen;
   plan["config"] = variant;
-  plan["workspace_bytes"] = conv_relu_maxpool_workspace_bytes(&shape, variant, &info, nullptr);
-  plan["takes_packed_weight"] = conv_relu_maxpool_takes_packed_weight(&shape, variant);
+  plan["workspace_bytes"] = record.workspace_bytes;
+  plan["takes_packed_weight"] = record.takes_packed_weight;
+  auto text_or_none = [](const char* text) {
+    return text != nullptr && *text ? pybind11::object(pybind11::str(text)) : pybind11::none();
+  };
+  plan["wgmma_tile"] = text_or_none(record.wgmma_tile);
+  plan["wgmma_tiles"] = record.wgmma_tiles;
+  plan["wgmma_split"] = record.wgmma_split;
+  plan["packs_weight_apart"] = record.packs_weight_apart;
+  plan["flat_tiling"] = text_or_none(record.flat_tiling);
+  plan["out_block"] = record.out_block;
+  plan["general"] = text_or_none(record.general);
   plan["passed_over"] = passed_over;
   return plan;
 }
@@ -785,7 +797,9 @@ void register_conv_relu_maxpool(pybind11::module& m) {
         "arch: the lowest compute capability it is built for, 90 meaning sm_90a).");
   m.def("conv2d_relu_maxpool_plan", &conv2d_relu_maxpool_plan,
         "What the forward would do for these arguments: {variant, config, workspace_bytes (for\n"
-        "an NCHW x), takes_packed_weight, passed_over: {other variant: why it was not taken}}.",
+        "an NCHW x), takes_packed_weight, the variant's plan (ConvPoolPlanInfo: wgmma_tile,\n"
+        "wgmma_tiles, wgmma_split, packs_weight_apart, flat_tiling, out_block, general: None /\n"
+        "0 where they do not apply), passed_over: {other variant: why it was not taken}}.",
         py::arg("x"), py::arg("weight"), py::arg("bias"), py::arg("stride"), py::arg("padding"),
         py::arg("dilation"), py::arg("pool_kernel"), py::arg("pool_stride"),
         py::arg("pool_padding"), py::arg("ceil_mode"), py::arg("config") = -1);

@@ -47,15 +47,15 @@ bool wgmma_takes_packed_weight(const ConvPoolShape& shape);
 
 // Whether a launch without packed weights packs them in a kernel of its own on every SM first
 // (a large weight over few blocks, or a split reduction) rather than in its blocks
-// (conv_relu_maxpool_wgmma_tile's companion, for tests).
+// (ConvPoolPlanInfo::packs_weight_apart).
 bool wgmma_packs_weight_apart(const ConvPoolShape& shape, const ConvPoolDevice& device,
                               bool split = false);
 
 // Blocks per tile when the launch splits its tiles' chunks over clusters (a layer of few
-// tiles on many SMs; conv_relu_maxpool_wgmma_split), else 1.
+// tiles on many SMs; ConvPoolPlanInfo::wgmma_split), else 1.
 int wgmma_split(const ConvPoolShape& shape, const ConvPoolDevice& device, bool split = false);
 
-// The tile the launch runs (conv_relu_maxpool_wgmma_tile): "wide_n128", "strip_n128", ...
+// The tile the launch runs (ConvPoolPlanInfo::wgmma_tile): "wide_n128", "strip_n128", ...
 const char* wgmma_tile_name(const ConvPoolShape& shape, bool split = false);
 
 // The launch's tile count; for 0 <= tile < count also where that tile sits (origin[0..3]):

@@ -5,7 +5,7 @@ conv_relu_maxpool_choose / _unsupported are plain host functions exported by the
 built like the binding builds it: no GPU needed. This pins which variant each public-suite shape
 runs, the precision switch (torch.backends.cudnn.allow_tf32), the fallbacks, and the dtype
 dispatch (float32 variants refuse 16-bit shapes and the other way round), and the wgmma
-kernels' pixel tile and channel-block width (conv_relu_maxpool_wgmma_tile).
+kernels' pixel tile and channel-block width (the plan record, conv_relu_maxpool_variant_plan).
 """
 import ctypes
 import random
@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from utils import kernel_choice
 from utils.kernel_choice import (A100_LIKE, BFLOAT16, FLOAT16, FLOAT32, H200, ConvPoolDevice,
-                                 ConvPoolShape, clusters, general_plan, load,
-                                 packs_weight_apart,
-                                 flat_tiling, shape_of, takes_packed_weight, tiled_out_block,
-                                 wgmma_split,
-                                 wgmma_tile, wgmma_tile_origins)
+                                 ConvPoolShape, clusters, flat_tiling, general_plan, load,
+                                 packs_weight_apart, shape_of, takes_packed_weight,
+                                 tiled_out_block, wgmma_split, wgmma_tile, wgmma_tile_origins)
 from utils.suite import FLAT_TILING_CASES, GRID, SUITE, ConvPoolCase, find_case, fuzz_case
 
 AUTO = -1
@@ -168,22 +167,19 @@ def test_3xtf32_wgmma_kernel_where_it_applies(library, variant_names):
     for name, tile in tiles.items():
         case = find_case(name)
         assert wgmma_tile(library, case, name="tiled_3xtf32_wgmma") == tile, name
-        shape = ctypes.byref(shape_of(case, FLOAT32))
-        assert not library.conv_relu_maxpool_takes_packed_weight(shape, split), name
-        assert not library.conv_relu_maxpool_packs_weight_apart(shape, split,
-                                                                ctypes.byref(H200)), name
-        assert library.conv_relu_maxpool_wgmma_split(shape, split, ctypes.byref(H200)) == 1
+        plan = kernel_choice.variant_plan(library, case, split)
+        assert not plan["takes_packed_weight"], name
+        assert not plan["packs_weight_apart"], name
+        assert plan["wgmma_split"] == 1, name
     # VGG block 3 at batch 1: 52 strips or 56 wide tiles, few either way: the wide tile, whose
     # reductions split.
     b3_batch1 = replace(find_case("vgg_b3"), batch=1)
     assert wgmma_tile(library, b3_batch1, name="tiled_3xtf32_wgmma") == "wide_n64"
-    assert library.conv_relu_maxpool_wgmma_split(ctypes.byref(shape_of(b3_batch1, FLOAT32)),
-                                                 split, ctypes.byref(H200)) > 1
+    assert kernel_choice.variant_plan(library, b3_batch1, split)["wgmma_split"] > 1
     # VGG block 5 at batch 1: 8 tiles of 64 chunks.
     b5_batch1 = replace(find_case("vgg_b5"), batch=1)
-    shape = ctypes.byref(shape_of(b5_batch1, FLOAT32))
-    assert library.conv_relu_maxpool_wgmma_split(shape, split, ctypes.byref(H200)) == 8
-    assert library.conv_relu_maxpool_packs_weight_apart(shape, split, ctypes.byref(H200))
+    plan = kernel_choice.variant_plan(library, b5_batch1, split)
+    assert plan["wgmma_split"] == 8 and plan["packs_weight_apart"]
     assert choose(library, variant_names, b5_batch1, allow_tf32=False) == "tiled_3xtf32_wgmma"
     default = find_case("default")
     assert choose(library, variant_names, default, allow_tf32=False,
@@ -810,10 +806,39 @@ def test_narrow_square_layers_run_two_blocks_per_sm_in_tf32(library):
                 (batch, element)
 
 
+def test_the_plan_record_agrees_with_the_choice_functions(library, variant_names, seed):
+    """conv_relu_maxpool_variant_plan for every variant on suite, grid and random cases: its
+    verdict is conv_relu_maxpool_unsupported's, its workspace the launcher's where it runs,
+    and each variant family fills only its own fields."""
+    rng = random.Random(seed)
+    cases = list(SUITE) + rng.sample(list(GRID), 12) + [fuzz_case(rng) for _ in range(12)]
+    families = {row["id"]: row["family"] for row in kernel_choice.variant_table(library)}
+    for case in cases:
+        for element in (FLOAT32, FLOAT16):
+            for config, name in variant_names.items():
+                plan = kernel_choice.variant_plan(library, case, config, element)
+                why = kernel_choice.why_not(library, case, config, element)
+                assert plan["variant"] == config and plan["unsupported"] == why, (case, name)
+                if why is None:
+                    assert plan["workspace_bytes"] == library.conv_relu_maxpool_workspace_bytes(
+                        ctypes.byref(shape_of(case, element)), config, ctypes.byref(H200),
+                        None), (case, name)
+                family = families[config]
+                if family != "wgmma":
+                    assert plan["wgmma_tile"] is None and plan["wgmma_tiles"] == 0, name
+                    assert plan["wgmma_split"] == 1 and not plan["packs_weight_apart"], name
+                if family not in ("flat", "flat_wgmma"):
+                    assert plan["flat_tiling"] is None, name
+                if family != "general":
+                    assert plan["general"] is None, name
+                elif why is None:
+                    assert plan["general"].startswith("tile="), name
+
+
 def test_only_the_wgmma_variants_have_tiles(library, variant_names):
     case = find_case("default")
     for config, name in variant_names.items():
-        tile = library.conv_relu_maxpool_wgmma_tile(ctypes.byref(shape_of(case)), config)
+        tile = kernel_choice.variant_plan(library, case, config)["wgmma_tile"]
         assert (tile is not None) == (name in ("tiled_tf32_wgmma", "tiled_3xtf32_wgmma")), name
 
 

@@ -40,6 +40,16 @@ class ConvPoolVariantInfo(ctypes.Structure):
                 ("source", ctypes.c_char_p), ("elements", ctypes.c_uint), ("arch", ctypes.c_int)]
 
 
+class ConvPoolPlanInfo(ctypes.Structure):
+    """Mirror of ConvPoolPlanInfo in kernels/conv_relu_maxpool.h (one variant's plan)."""
+    _fields_ = [("variant", ctypes.c_int), ("unsupported", ctypes.c_char_p),
+                ("workspace_bytes", ctypes.c_int64), ("takes_packed_weight", ctypes.c_bool),
+                ("wgmma_tile", ctypes.c_char_p), ("wgmma_tiles", ctypes.c_int64),
+                ("wgmma_split", ctypes.c_int), ("packs_weight_apart", ctypes.c_bool),
+                ("flat_tiling", ctypes.c_char_p), ("out_block", ctypes.c_int),
+                ("general", ctypes.c_char * 320)]
+
+
 class ConvPoolDevice(ctypes.Structure):
     """Mirror of ConvPoolDevice in kernels/conv_relu_maxpool.h."""
     _fields_ = [("max_shared_bytes", ctypes.c_int), ("sm_count", ctypes.c_int),
@@ -73,27 +83,17 @@ def load(extension) -> ctypes.CDLL:
                                                   ctypes.POINTER(ConvPoolDevice)]
     lib.conv_relu_maxpool_variant_name.restype = ctypes.c_char_p
     lib.conv_relu_maxpool_variant_name.argtypes = [ctypes.c_int]
-    lib.conv_relu_maxpool_wgmma_tile.restype = ctypes.c_char_p
-    lib.conv_relu_maxpool_wgmma_tile.argtypes = [shape, ctypes.c_int]
     lib.conv_relu_maxpool_takes_packed_weight.restype = ctypes.c_bool
     lib.conv_relu_maxpool_takes_packed_weight.argtypes = [shape, ctypes.c_int]
-    lib.conv_relu_maxpool_packs_weight_apart.restype = ctypes.c_bool
-    lib.conv_relu_maxpool_packs_weight_apart.argtypes = [shape, ctypes.c_int,
-                                                         ctypes.POINTER(ConvPoolDevice)]
     lib.conv_relu_maxpool_query_device.restype = ctypes.c_int
     lib.conv_relu_maxpool_query_device.argtypes = [ctypes.c_int, ctypes.POINTER(ConvPoolDevice)]
     lib.conv_relu_maxpool_wgmma_tile_origin.restype = ctypes.c_int
     lib.conv_relu_maxpool_wgmma_tile_origin.argtypes = [shape, ctypes.c_int, ctypes.c_int,
                                                         ctypes.POINTER(ctypes.c_int64)]
-    lib.conv_relu_maxpool_wgmma_split.restype = ctypes.c_int
-    lib.conv_relu_maxpool_wgmma_split.argtypes = [shape, ctypes.c_int,
-                                                  ctypes.POINTER(ConvPoolDevice)]
-    lib.conv_relu_maxpool_flat_tiling.restype = ctypes.c_char_p
-    lib.conv_relu_maxpool_flat_tiling.argtypes = [shape, ctypes.c_int,
-                                                  ctypes.POINTER(ConvPoolDevice)]
-    lib.conv_relu_maxpool_tiled_out_block.restype = ctypes.c_int
-    lib.conv_relu_maxpool_tiled_out_block.argtypes = [shape, ctypes.c_int,
-                                                      ctypes.POINTER(ConvPoolDevice)]
+    lib.conv_relu_maxpool_variant_plan.restype = ctypes.c_bool
+    lib.conv_relu_maxpool_variant_plan.argtypes = [shape, ctypes.c_int,
+                                                   ctypes.POINTER(ConvPoolDevice),
+                                                   ctypes.POINTER(ConvPoolPlanInfo)]
     lib.conv_relu_maxpool_variant_info.restype = ctypes.c_bool
     lib.conv_relu_maxpool_variant_info.argtypes = [ctypes.c_int,
                                                    ctypes.POINTER(ConvPoolVariantInfo)]
@@ -101,9 +101,6 @@ def load(extension) -> ctypes.CDLL:
     lib.conv_relu_maxpool_workspace_bytes.argtypes = [shape, ctypes.c_int,
                                                       ctypes.POINTER(ConvPoolDevice),
                                                       ctypes.c_void_p]
-    lib.conv_relu_maxpool_general_plan.restype = ctypes.c_int
-    lib.conv_relu_maxpool_general_plan.argtypes = [shape, ctypes.POINTER(ConvPoolDevice),
-                                                   ctypes.c_char_p, ctypes.c_int, ctypes.c_int]
     return lib
 
 
@@ -142,34 +139,54 @@ def wgmma_variant(lib: ctypes.CDLL, element: int) -> int:
     return variant_id(lib, "tiled_tf32_wgmma" if element == FLOAT32 else "tiled_16bit_wgmma")
 
 
+def variant_plan(lib: ctypes.CDLL, case: ConvPoolCase, variant, element: int = FLOAT32,
+                 device: ConvPoolDevice = H200) -> dict:
+    """What `variant` (a config id or a name) would do with `case` on `device`, as a dict of
+    ConvPoolPlanInfo's fields (conv_relu_maxpool_variant_plan): unsupported (why not, or None),
+    workspace_bytes, takes_packed_weight, wgmma_tile, wgmma_tiles, wgmma_split,
+    packs_weight_apart, flat_tiling, out_block, general (the general kernel's plan text, or
+    None). Fields that do not apply are None, 0, False (wgmma_split 1)."""
+    if isinstance(variant, str):
+        variant = variant_id(lib, variant)
+    info = ConvPoolPlanInfo()
+    if not lib.conv_relu_maxpool_variant_plan(ctypes.byref(shape_of(case, element)), variant,
+                                              ctypes.byref(device), ctypes.byref(info)):
+        raise KeyError(variant)
+    def text(value: Optional[bytes]) -> Optional[str]:
+        return value.decode() if value else None
+
+    return dict(variant=info.variant, unsupported=text(info.unsupported),
+                workspace_bytes=info.workspace_bytes,
+                takes_packed_weight=info.takes_packed_weight, wgmma_tile=text(info.wgmma_tile),
+                wgmma_tiles=info.wgmma_tiles, wgmma_split=info.wgmma_split,
+                packs_weight_apart=info.packs_weight_apart, flat_tiling=text(info.flat_tiling),
+                out_block=info.out_block, general=text(info.general))
+
+
 def wgmma_tile(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
                name: Optional[str] = None) -> Optional[str]:
     """The tile the wgmma variant `name` (by default the one of `element`; tiled_3xtf32_wgmma
     for the fp32-accurate one) runs `case` with ("wide_n128", "square_n64", "strip_n128", ...;
-    conv_relu_maxpool_wgmma_tile)."""
+    the plan's wgmma_tile)."""
     variant = wgmma_variant(lib, element) if name is None else variant_id(lib, name)
-    tile = lib.conv_relu_maxpool_wgmma_tile(ctypes.byref(shape_of(case, element)), variant)
-    return None if tile is None else tile.decode()
+    return variant_plan(lib, case, variant, element)["wgmma_tile"]
 
 
 def flat_tiling(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
                 device: ConvPoolDevice = H200, name: Optional[str] = None) -> str:
     """The warp tiling the flat variant `name` (by default the one of `element`: tiled_tf32_flat
-    or tiled_16bit_flat) runs `case` with on `device` ("n64_warp32x32", ...;
-    conv_relu_maxpool_flat_tiling)."""
+    or tiled_16bit_flat) runs `case` with on `device` ("n64_warp32x32", ...; the plan's
+    flat_tiling)."""
     if name is None:
         name = "tiled_tf32_flat" if element == FLOAT32 else "tiled_16bit_flat"
-    variant = variant_id(lib, name)
-    return lib.conv_relu_maxpool_flat_tiling(ctypes.byref(shape_of(case, element)), variant,
-                                             ctypes.byref(device)).decode()
+    return variant_plan(lib, case, name, element, device)["flat_tiling"]
 
 
 def tiled_out_block(lib: ctypes.CDLL, case: ConvPoolCase, name: str,
                     device: ConvPoolDevice = H200, element: int = FLOAT32) -> int:
     """Output channels per block of tiled variant `name` on `case` and `device` (0 for the
-    variants without a tile plan; conv_relu_maxpool_tiled_out_block)."""
-    return lib.conv_relu_maxpool_tiled_out_block(ctypes.byref(shape_of(case, element)),
-                                                 variant_id(lib, name), ctypes.byref(device))
+    variants without a tile plan; the plan's out_block)."""
+    return variant_plan(lib, case, name, element, device)["out_block"]
 
 
 def wgmma_tile_origins(lib: ctypes.CDLL, case: ConvPoolCase, tiles, element: int = FLOAT32):
@@ -189,42 +206,40 @@ def wgmma_tile_origins(lib: ctypes.CDLL, case: ConvPoolCase, tiles, element: int
 
 def takes_packed_weight(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32) -> bool:
     """Whether the wgmma variant of `element` reads a packed_weight given for `case`
-    (conv_relu_maxpool_takes_packed_weight); else it packs its own."""
+    (conv_relu_maxpool_takes_packed_weight, the binding's own test); else it packs its own."""
     return lib.conv_relu_maxpool_takes_packed_weight(ctypes.byref(shape_of(case, element)),
                                                      wgmma_variant(lib, element))
 
 
 def packs_weight_apart(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
-                       device: ConvPoolDevice = H200) -> bool:
-    """Whether the wgmma variant of `element`, given no packed weights, packs them in a launch
-    of its own on every SM first (conv_relu_maxpool_packs_weight_apart)."""
-    return lib.conv_relu_maxpool_packs_weight_apart(ctypes.byref(shape_of(case, element)),
-                                                    wgmma_variant(lib, element),
-                                                    ctypes.byref(device))
+                       device: ConvPoolDevice = H200, name: Optional[str] = None) -> bool:
+    """Whether the wgmma variant `name` (by default the one of `element`), given no packed
+    weights, packs them in a launch of its own on every SM first (the plan's
+    packs_weight_apart)."""
+    variant = wgmma_variant(lib, element) if name is None else variant_id(lib, name)
+    return variant_plan(lib, case, variant, element, device)["packs_weight_apart"]
 
 
 def wgmma_split(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
                 device: ConvPoolDevice = H200, name: Optional[str] = None) -> int:
     """Blocks per tile of the wgmma variant `name` (by default the one of `element`): > 1 when
-    it splits each tile's reduction over a cluster of that many blocks
-    (conv_relu_maxpool_wgmma_split)."""
+    it splits each tile's reduction over a cluster of that many blocks (the plan's
+    wgmma_split)."""
     variant = wgmma_variant(lib, element) if name is None else variant_id(lib, name)
-    return lib.conv_relu_maxpool_wgmma_split(ctypes.byref(shape_of(case, element)), variant,
-                                             ctypes.byref(device))
+    return variant_plan(lib, case, variant, element, device)["wgmma_split"]
 
 
 def general_plan(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
                  device: ConvPoolDevice = H200, split: bool = False) -> Optional[dict]:
     """The general wgmma kernel's plan for `case` on `device` as a dict ({"tile": "wide_n128",
-    "pooled": "4x16", "steps": 72, ...}; conv_relu_maxpool_general_plan), None where that
-    kernel does not run it; split=True: its 3xTF32 form (general_3xtf32_wgmma)."""
-    text = ctypes.create_string_buffer(512)
-    if lib.conv_relu_maxpool_general_plan(ctypes.byref(shape_of(case, element)),
-                                          ctypes.byref(device), text, len(text),
-                                          int(split)) == 0:
+    "pooled": "4x16", "steps": 72, ...}; the plan's general text), None where that kernel does
+    not run it; split=True: its 3xTF32 form (general_3xtf32_wgmma)."""
+    name = "general_3xtf32_wgmma" if split else "general_wgmma"
+    text = variant_plan(lib, case, name, element, device)["general"]
+    if text is None:
         return None
     plan = {}
-    for item in text.value.decode().split():
+    for item in text.split():
         key, value = item.split("=", 1)
         plan[key] = int(value) if value.lstrip("-").isdigit() else value
     return plan
