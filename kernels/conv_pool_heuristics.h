@@ -1,13 +1,32 @@
-// The cost constants and thresholds of the automatic choices inside the Hopper kernels, in one
-// place: the general kernel's plan (tile, staging, split: hopper/general_wgmma.cu) and the 3 x 3
-// kernel's (channel blocks, weight packing, cluster splits: conv_relu_maxpool_wgmma.cu). Each
-// says what it models and what measured it (docs/PERF.md has the runs). Which variant a layer
-// takes is conv_relu_maxpool_choose.cu's; the limits of what each can run are the registry's.
+// The cost constants and thresholds of the automatic choices, in one place: which variant a
+// layer takes (conv_relu_maxpool_choose.cu), the general kernel's plan (tile, staging, split:
+// hopper/general_wgmma.cu), the 3 x 3 wgmma kernel's (channel blocks, weight packing, cluster
+// splits: conv_relu_maxpool_wgmma.cu) and the sm_80 tiled kernels' channel blocks
+// (conv_relu_maxpool.cu). Each says what it models and what measured it (docs/PERF.md has the
+// runs). The limits of what each variant can run are the registry's.
 #pragma once
 
 #include <cstdint>
 
 namespace conv_pool_heuristics {
+
+// ---- the choice of variant ----------------------------------------------------------------
+
+// The stem kernels (stem_tf32, stem_16bit) stage every input channel's halo for a block's tile,
+// whole: for images of a few channels (RGB) they are 2-4x faster than the general kernel even
+// at batch 1 (H200, 3 x 3 into 32 or 64 channels at 224 x 224: 9.6 against 19.9 us of
+// kernel), but with 24 channels (a 1 x 1 reduction of 24 into 58, 28 x 28, float16) one took
+// 56 us against 13 at batch 1 and 8. Hence at most this many input channels.
+constexpr int kStemMaxInChannels = 4;
+
+// Output-channel blocks of the sm_80 tiled kernels (tiled_tf32, tiled_tf32_16w, tiled_3xtf32
+// and the flat ones): the widest block the output channels fill well, so blocks of 32 up to
+// kNarrowBlockMaxChannels output channels, of 64 up to kMidBlockMaxChannels, of 128 above (the
+// flat kernels stop at 64: blocks of 128 were 2-27% slower there). tiled_tf32_16w (16 warps)
+// measured 8% faster than tiled_tf32 for 33..64 output channels on the 3 x 3 / 2 x 2 path
+// (rgb_stem) and within noise elsewhere, so the choice takes it there.
+constexpr int kNarrowBlockMaxChannels = 32;
+constexpr int kMidBlockMaxChannels = 64;
 
 // ---- the general kernel (general_wgmma) -------------------------------------------------
 

@@ -83,6 +83,7 @@
 #include "conv_pool_16bit.cuh"
 #include "conv_pool_device.cuh"
 #include "conv_pool_epilogue.cuh"
+#include "conv_pool_heuristics.h"
 #include "conv_pool_operands.h"
 #include "conv_pool_wgmma.cuh"
 #include "conv_relu_maxpool.h"
@@ -169,11 +170,12 @@ bool is_flat_wgmma(int variant) {
   return variant == kVariantTiledTf32FlatWgmma || variant == kVariantTiled16FlatWgmma;
 }
 
-// The flat kernels' output-channel block: 64 above 32 channels (several channel blocks above 64:
-// blocks of 128, 8 warps of 64 pixels x 64 channels, were 2-27% slower, docs/PERF.md).
-// The wgmma ones: 64 always.
+// The flat kernels' output-channel block: 64 above kNarrowBlockMaxChannels, never 128
+// (conv_pool_heuristics.h); the wgmma ones: 64 always.
 int flat_out_block(const ConvPoolShape& s, int variant) {
-  return is_flat_wgmma(variant) || s.out_channels > 32 ? 64 : 32;
+  return is_flat_wgmma(variant) || s.out_channels > conv_pool_heuristics::kNarrowBlockMaxChannels
+             ? 64
+             : 32;
 }
 
 // Their warp tiling (FlatTensorCoreMainloop<out_block, warps N, m-tiles per warp>) for plan `p`:
@@ -214,18 +216,21 @@ TiledChoice flat_choice(const ConvPoolShape& s, const TilePlan& p, int variant,
 // took 75 us against 45 for 128 blocks of 64; where they fill it, 13-17% faster than 64,
 // docs/PERF.md).
 int tiled_out_block(int variant, const ConvPoolShape& s, const ConvPoolDevice& device) {
+  using conv_pool_heuristics::kMidBlockMaxChannels;
+  using conv_pool_heuristics::kNarrowBlockMaxChannels;
   const int out_channels = s.out_channels;
+  const int narrow_or_mid = out_channels > kNarrowBlockMaxChannels ? 64 : 32;
   switch (variant) {
     case kVariantTiledFp32: return CudaCoreMainloop::kOutBlock;
-    case kVariantTiledTf32: return out_channels > 64 ? 128 : out_channels > 32 ? 64 : 32;
-    case kVariantTiledTf32Wide: return out_channels > 64 ? 128 : 64;
+    case kVariantTiledTf32: return out_channels > kMidBlockMaxChannels ? 128 : narrow_or_mid;
+    case kVariantTiledTf32Wide: return out_channels > kMidBlockMaxChannels ? 128 : 64;
     case kVariantTiled3xTf32:
-      if (out_channels > 64) {
+      if (out_channels > kMidBlockMaxChannels) {
         const TilePlan wide = make_tile_plan(s, 128, true);
         if (wide.blocks >= device.sm_count && wide.smem_bytes <= device.max_shared_bytes)
           return 128;
       }
-      return out_channels > 32 ? 64 : 32;
+      return narrow_or_mid;
     default: return 0;
   }
 }

@@ -3,10 +3,13 @@
 // it there (docs/PERF.md has the runs). What each variant can run is the registry's
 // (conv_relu_maxpool_registry.cu); the tiles, splits and plans inside a variant are chosen by
 // its own host code (conv_relu_maxpool_wgmma.cu, hopper/general_wgmma.cu, ...).
+#include "conv_pool_heuristics.h"
 #include "conv_pool_shape.h"
 #include "conv_relu_maxpool.h"
 #include "conv_relu_maxpool_small.h"
 #include "conv_relu_maxpool_tiled.h"
+
+using namespace conv_pool_heuristics;
 
 extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool allow_tf32,
                                         const ConvPoolDevice* device) {
@@ -31,12 +34,8 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   // A first layer (a reduction of at most 32, e.g. RGB x 3 x 3, into 17-64 channels under a
   // 2x2 / 2 pool) on Hopper: the stem kernel (rgb_stem, docs/PERF.md). Elsewhere, and for
   // at most 16 channels (the small kernels' range), what was measured before it.
-  // The stem kernel stages every input channel's halo for a block's tile, whole: for images of
-  // a few channels (RGB) it is 2-4x faster than the general kernel even at batch 1 (H200, 3 x 3
-  // into 32 or 64 channels at 224 x 224: 9.6 against 19.9 us of kernel), but with 24 channels
-  // (a 1 x 1 reduction of 24 into 58, 28 x 28, float16) it took 56 us against 13 at batch 1
-  // and 8 (docs/PERF.md). Hence at most kStemMaxInChannels input channels.
-  constexpr int kStemMaxInChannels = 4;
+  // The stem kernel takes images of at most kStemMaxInChannels channels (conv_pool_heuristics.h
+  // says why).
   const bool stem = device->compute_capability == 90 && s->out_channels > 16 &&
                     s->in_channels <= kStemMaxInChannels;
   if (s->element != kElementFloat32) {
@@ -95,9 +94,9 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   if (runs(kVariantTiledTf32Wgmma)) return kVariantTiledTf32Wgmma;
   // Hopper, everything else: the general wgmma kernel.
   if (runs(kVariantGeneralWgmma)) return kVariantGeneralWgmma;
-  // 16 warps measured 8% faster than 8 for 33..64 output channels on the fast path
-  // (rgb_stem) and within noise elsewhere (docs/PERF.md).
-  const bool wide = s->out_channels > 32 && s->out_channels <= 64 && fast_path_applies(*s);
+  // 16 warps for 33..64 output channels on the fast path (conv_pool_heuristics.h).
+  const bool wide = s->out_channels > kNarrowBlockMaxChannels &&
+                    s->out_channels <= kMidBlockMaxChannels && fast_path_applies(*s);
   const int chunked = wide ? kVariantTiledTf32Wide : kVariantTiledTf32;
   if (runs(chunked)) return chunked;
   if (runs(kVariantTiledTf32Flat)) return kVariantTiledTf32Flat;
