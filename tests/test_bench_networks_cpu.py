@@ -118,6 +118,45 @@ def test_compile_pass_restores_inductor_settings(monkeypatch):
     assert (inductor_config.freezing, inductor_config.post_grad_custom_post_pass) == before
 
 
+def test_resume_keeps_the_rows_of_the_slice_and_runs_the_rest(tmp_path):
+    import json
+    args = bench_networks.build_parser().parse_args(
+        ["--models", "vgg16,alexnet", "--batches", "32", "--dtypes", "float32",
+         "--layouts", "nchw", "--json", str(tmp_path / "n.json"), "--resume"])
+    kept = row("alexnet")
+    other = dict(row("resnet18"), batch=1)  # not in this slice: dropped
+    (tmp_path / "n.json").write_text(json.dumps(dict(rows=[kept, other])))
+    rows = bench_networks.resumed_rows(args)
+    assert [bench_networks.config_key(r) for r in rows] == [("alexnet", 32, "float32", "nchw")]
+    measured, written = [], []
+
+    def measure(config):
+        measured.append(config["model"])
+        return dict(row(config["model"]), **config)
+
+    rows = bench_networks.run_matrix(bench_networks.configurations(args), rows, args, measure,
+                                     written.append)
+    assert measured == ["vgg16"]
+    assert [r["model"] for r in rows] == ["vgg16", "alexnet"] and len(written) == 1
+
+
+def test_time_limit_starts_no_configuration_that_would_overrun():
+    """With a 100 s limit and configurations of 40 s each, the third would end at 120 s: two
+    run, the table is made of those."""
+    args = bench_networks.build_parser().parse_args(
+        ["--models", "vgg16,alexnet,resnet18", "--batches", "32", "--dtypes", "float32",
+         "--layouts", "nchw", "--time-limit", "100"])
+    now = [0.0]
+
+    def measure(config):
+        now[0] += 40.0
+        return dict(row(config["model"]), **config)
+
+    rows = bench_networks.run_matrix(bench_networks.configurations(args), [], args, measure,
+                                     lambda rows: None, clock=lambda: now[0])
+    assert [r["model"] for r in rows] == ["vgg16", "alexnet"]
+
+
 def test_exits_2_with_a_clear_message_without_gpu():
     environment = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     result = subprocess.run([sys.executable, "tools/bench_networks.py", "--models", "alexnet"],

@@ -30,7 +30,8 @@ Printed last: one row per configuration and the bars of issue 32 for the rows ru
 never slower than eager; the best of fused, fused-compile and compile-pass faster than
 compile; on vgg16, vgg16_bn and alexnet at batch 32 that best at least 1.15x compile).
 --json is rewritten after every configuration ("complete": false until the last), so a run
-cut short keeps what it measured. Exit status: 0 every target matched eager, 1 one did not,
+cut short keeps what it measured; --resume runs only what it lacks, and --time-limit stops
+cleanly before a configuration that would overrun (so a long matrix spans several calls). Exit status: 0 every target matched eager, 1 one did not,
 2 no GPU, no torchvision or no built extension.
 """
 import argparse
@@ -113,6 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights and inputs")
     parser.add_argument("--json", type=Path, default=None,
                         help="write the results here (rewritten after every configuration)")
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the rows already in --json and run only the configurations "
+                             "it lacks (each row records the commit and time it was measured)")
+    parser.add_argument("--time-limit", type=float, default=0,
+                        help="seconds: start no configuration that the longest one so far "
+                             "would take past this (default 0: no limit); the table and the "
+                             "bars are printed for what ran")
     return parser
 
 
@@ -304,6 +312,47 @@ def run_configuration(config: dict, args, flush) -> dict:
     return row
 
 
+def config_key(row: dict) -> tuple:
+    return (row["model"], row["batch"], row["dtype"], row["layout"])
+
+
+def resumed_rows(args) -> List[dict]:
+    """The rows of --json that --resume keeps: those of this run's matrix slice."""
+    if not (args.resume and args.json and args.json.exists()):
+        return []
+    wanted = {config_key(c) for c in configurations(args)}
+    return [r for r in json.loads(args.json.read_text())["rows"] if config_key(r) in wanted]
+
+
+def in_matrix_order(rows: List[dict], args) -> List[dict]:
+    order = {config_key(c): i for i, c in enumerate(configurations(args))}
+    return sorted(rows, key=lambda r: order.get(config_key(r), len(order)))
+
+
+def run_matrix(work: List[dict], rows: List[dict], args, measure, write,
+               clock=time.perf_counter) -> List[dict]:
+    """Measures the configurations of `work` that `rows` lacks, in order, each through
+    measure(config) -> row, calling write(rows) after each; with args.time_limit, starts none
+    that the longest so far would take past it. Returns the rows in matrix order."""
+    done = {config_key(r) for r in rows}
+    todo = [c for c in work if config_key(c) not in done]
+    if rows:
+        print(f"--resume: {len(rows)} configurations already in {args.json}, "
+              f"{len(todo)} to run", flush=True)
+    started, longest = clock(), 0.0
+    for config in todo:
+        elapsed = clock() - started
+        if args.time_limit > 0 and elapsed + longest > args.time_limit:
+            print(f"--time-limit: stopping after {elapsed:.0f} s, before {label(config)} "
+                  f"(the longest configuration took {longest:.0f} s)", flush=True)
+            break
+        row = measure(config)
+        longest = max(longest, clock() - started - elapsed)
+        rows = in_matrix_order(rows + [row], args)
+        write(rows)
+    return rows
+
+
 def write_json(path: Path, environment: dict, args, rows: List[dict], complete: bool) -> None:
     settings = dict(models=args.models, batches=args.batches, dtypes=args.dtypes,
                     layouts=args.layouts, targets=args.targets, start=args.start,
@@ -340,11 +389,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"{len(work)} configurations; {torch.cuda.get_device_name()}, torch "
           f"{torch.__version__}, torchvision {torchvision.__version__}, "
           f"cudnn.allow_tf32={torch.backends.cudnn.allow_tf32}", flush=True)
-    rows: List[dict] = []
-    for index, config in enumerate(work):
-        rows.append(run_configuration(config, args, flush))
+    def measure(config: dict) -> dict:
+        row = run_configuration(config, args, flush)
+        row["measured"] = dict(source_commit=environment.get("source_commit")
+                               or environment.get("git_commit"),
+                               time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        return row
+
+    def write(rows: List[dict]) -> None:
         if args.json:
-            write_json(args.json, environment, args, rows, complete=index == len(work) - 1)
+            write_json(args.json, environment, args, rows, complete=len(rows) == len(work))
+
+    rows = run_matrix(work, resumed_rows(args), args, measure, write)
     print("\n" + table(rows) + "\n")
     for line in bars(rows):
         print(line)

@@ -6,7 +6,8 @@
 # Stages: env build test verify profile suite suite16 layouts bench host vgg16 distributed
 # notebook sanitize general zoo zoo16 fuzz breakdown networks gtest (default: env build test
 # verify profile). networks: tools/bench_networks.py (issue 32's models; NETWORKS_ARGS picks a
-# slice) into $OUT/networks.json; gtest: the general kernel's GPU tests only. TEST_ARGS (default
+# slice, NETWORKS_RESUME=docs/networks_h200.json keeps that file's rows and runs the rest, and
+# a cap over 120 s stops it cleanly a minute early) into $OUT/networks.json; gtest: the general kernel's GPU tests only. TEST_ARGS (default
 # tests) gives the test stage other pytest arguments, e.g. only the files that use the GPU.
 # general: the general kernel's correctness sweep and timing table (tools/check_general.py).
 # zoo / zoo16: ZOO_LIMIT (default 40) layers of the zoo in float32 / float16; fuzz: the
@@ -277,7 +278,18 @@ for entry in "${stages[@]}"; do
     # NETWORKS_ARGS: tools/bench_networks.py's slice of issue 32's matrix, e.g.
     # "--models vgg16,alexnet --batches 32 --layouts nchw" (default: the whole matrix).
     # shellcheck disable=SC2086  # NETWORKS_ARGS holds several words
-    networks) run_stage networks "$seconds" python3 tools/bench_networks.py ${NETWORKS_ARGS:-} --json "$OUT/networks.json" ;;
+    networks)
+      # NETWORKS_RESUME=docs/networks_h200.json: start from that file's rows, run the rest; the
+      # stage's own cap less a minute becomes the tool's --time-limit, so it stops cleanly.
+      resume=()
+      if [ -n "${NETWORKS_RESUME:-}" ]; then
+        cp "$NETWORKS_RESUME" "$OUT/networks.json" && resume=(--resume)
+      fi
+      limit=()
+      (( seconds > 120 )) && limit=(--time-limit "$((seconds - 60))")
+      # shellcheck disable=SC2086  # NETWORKS_ARGS holds several words
+      run_stage networks "$seconds" python3 tools/bench_networks.py ${NETWORKS_ARGS:-} \
+        "${resume[@]}" "${limit[@]}" --json "$OUT/networks.json" ;;
     gtest) run_stage gtest "$seconds" python3 -m pytest -q -p no:cacheprovider tests/test_general_wgmma_gpu.py ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
