@@ -25,10 +25,10 @@ through torch.ops meets no Python on its way to the kernel. The op has
     model with grad enabled; the error comes when the backward actually runs.
 
 In plain eager calls on CUDA tensors (no torch.compile or export, no functorch transform,
-mode or profiler; `_plain_eager_call`), ModelNew.forward skips the op's Python dispatch and
-calls the pybind function itself (through a small autograd.Function whose backward raises the
-same error when grad is on): same kernel and checks, a fraction of the host time, which is
-what small layers are bound by. `conv2d_relu_maxpool(...)` is that call path as a function.
+mode or profiler; `_plain_eager_call`), ModelNew.forward skips the dispatcher and calls the
+pybind function itself (through a small autograd.Function whose backward raises the same error
+when grad is on): same kernel and checks, less host time, which is what small layers are bound
+by. `conv2d_relu_maxpool(...)` is that call path as a function.
 
 `ModelNew.prepack()` keeps the weight re-laid out for the Hopper kernels between calls (the
 op's optional `packed_weight`, made by `cuda_extension.conv2d_relu_maxpool_pack_weight`), so
@@ -224,12 +224,11 @@ def conv2d_relu_maxpool(x: torch.Tensor, weight: torch.Tensor, bias: Optional[to
                         pool_stride: Sequence[int], pool_padding: Sequence[int],
                         ceil_mode: bool, config: int = AUTO_CONFIG,
                         packed_weight: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """torch.ops.fused_conv.conv2d_relu_maxpool, minus its Python dispatch in plain eager
-    calls (what ModelNew.forward runs).
+    """torch.ops.fused_conv.conv2d_relu_maxpool, minus the dispatcher in plain eager calls
+    (what ModelNew.forward runs).
 
-    The custom op's dispatch (torch.library's Python wrappers, then the autograd formula)
-    costs more host time than the kernels of small layers take on the GPU. Where nothing
-    could see the op (`_plain_eager_call`), this calls the pybind function itself: under
+    Small layers are bound by host time, and the dispatcher's path (the autograd kernel, then
+    the CUDA kernel) adds to it. Where nothing could see the op (`_plain_eager_call`), this calls the pybind function itself: under
     no_grad or inference_mode directly, with grad on through `_ForwardOnly`, whose backward
     raises the op's error. Same kernel, same checks and errors, same stream. Everywhere else
     (torch.compile, torch.export, vmap, fake or meta tensors, modes, the profiler) it calls
