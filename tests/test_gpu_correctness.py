@@ -1020,7 +1020,7 @@ UNPOOLED_CASES = [
     (ConvPoolCase("conv_split", 1, 512, 136, 14, 14, (3, 3), padding=(1, 1),
                   pool_kernel=(1, 1)), "square_n64", True),
     (ConvPoolCase("conv_nan_pad2", 2, 256, 128, 18, 20, (3, 3), padding=(2, 2),
-                  pool_kernel=(1, 1), bias=False), "wide_n64", True),
+                  pool_kernel=(1, 1)), "wide_n64", True),
 ]
 
 
