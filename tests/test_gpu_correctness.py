@@ -1163,7 +1163,7 @@ def test_wgmma_narrow_layers_take_every_halo_load(ext, choice, dtype):
                                    **tolerance, msg=lambda m: f"seed {seed} {case}: {m}")
         assert len(kernels) == 1, kernels
         # WgmmaTile<operands, 8, 32 | 16, 16, 64, (TileShape)0, kOneBlockTwin>
-        tile = re.search(r", (8, 32|16, 16), 64, [^,]*TileShape\)0, (true|false)>", kernels[0])
+        tile = re.search(r", (8, 32|16, 16), 64, [^,]*TileShape\)0, (true|false), [12]>", kernels[0])
         assert tile, kernels
         assert tile.group(1) == ("8, 32" if tile_name == "wide_n64" else "16, 16"), kernels[0]
         assert (tile.group(2) == "true") == twin, (case.name, kernels[0])
