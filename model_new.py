@@ -387,6 +387,16 @@ def _fusable_relu(relu: nn.Module) -> bool:
     return type(relu) is nn.ReLU and not _has_hooks(relu)
 
 
+def _conv_relu_fusable(conv: nn.Conv2d) -> bool:
+    """A Conv2d -> ReLU with no pool after it is fused (conv_relu=True) only where the Hopper
+    3 x 3 kernel takes it without a pool: 3 x 3, stride 1, dilation 1, at least 8 input
+    channels (fewer take the flat kernel, not measured without a pool). Elsewhere the op
+    would run its general kernel, which is slower than cuDNN's convolution plus a ReLU."""
+    return (_pair(conv.kernel_size, "kernel_size") == (3, 3)
+            and _pair(conv.stride, "stride") == (1, 1)
+            and _pair(conv.dilation, "dilation") == (1, 1) and conv.in_channels >= 8)
+
+
 def _fusable_pool(pool: nn.Module) -> bool:
     if type(pool) is not nn.MaxPool2d or _has_hooks(pool) or pool.return_indices:
         return False
@@ -431,19 +441,21 @@ def folded_conv(conv: nn.Conv2d, batch_norm: nn.BatchNorm2d) -> nn.Conv2d:
     return folded
 
 
-def fused_from_layers(conv: nn.Conv2d, pool: nn.MaxPool2d,
+def fused_from_layers(conv: nn.Conv2d, pool: Optional[nn.MaxPool2d],
                       batch_norm: Optional[nn.BatchNorm2d] = None) -> ModelNew:
     """A ModelNew computing pool(relu(conv(x))) (pool(relu(batch_norm(conv(x)))) with an
-    eval-mode batch_norm) that holds `conv` itself as its parameter holder: the same Parameter
-    objects (same device, dtype, requires_grad), no copy; with a batch_norm, folded_conv's
-    copy instead."""
+    eval-mode batch_norm; pool None: relu(conv(x)), as a 1 x 1 / stride 1 pool) that holds
+    `conv` itself as its parameter holder: the same Parameter objects (same device, dtype,
+    requires_grad), no copy; with a batch_norm, folded_conv's copy instead."""
     holder = conv if batch_norm is None else folded_conv(conv, batch_norm)
+    pool_settings = (dict(pool_kernel_size=pool.kernel_size, pool_stride=pool.stride,
+                          pool_padding=pool.padding, ceil_mode=pool.ceil_mode)
+                     if pool is not None else dict(pool_kernel_size=1))
     with torch.device("meta"):  # skip allocating and initialising a throw-away Conv2d
         fused = ModelNew(conv.in_channels, conv.out_channels, conv.kernel_size,
-                         pool.kernel_size, stride=conv.stride, padding=_conv_padding(conv),
-                         dilation=conv.dilation, pool_stride=pool.stride,
-                         pool_padding=pool.padding, ceil_mode=pool.ceil_mode,
-                         bias=holder.bias is not None)
+                         stride=conv.stride, padding=_conv_padding(conv),
+                         dilation=conv.dilation, bias=holder.bias is not None,
+                         **pool_settings)
     fused.conv = holder
     fused.train(conv.training)
     return fused
@@ -454,7 +466,8 @@ class FusionEntry:
     """One nn.Conv2d that fuse_conv_relu_maxpool looked at: fused or not, and why."""
     conv: str                  # its qualified name in the model
     fused: bool
-    why: str                   # "fused", "fused, BatchNorm2d folded", or the reason it is not
+    why: str                   # "fused", "fused, BatchNorm2d folded", "fused (no pool)", ...
+                               # or the reason it is not
     batch_norm: Optional[str] = None
     relu: Optional[str] = None  # a module's qualified name, or the function that was called
     pool: Optional[str] = None
@@ -479,32 +492,41 @@ def _set_submodule(root: nn.Module, name: str, module: nn.Module) -> None:
     setattr(root.get_submodule(parent_name) if parent_name else root, attribute, module)
 
 
-def _fuse_sequential(sequence: nn.Sequential, prefix: str, prepack: bool,
+def _fused_why(batch_norm: Optional[nn.Module], pooled: bool) -> str:
+    return ("fused" + (", BatchNorm2d folded" if batch_norm is not None else "")
+            + ("" if pooled else " (no pool)"))
+
+
+def _fuse_sequential(sequence: nn.Sequential, prefix: str, prepack: bool, conv_relu: bool,
                      report: FusionReport) -> None:
     """Fuses the Conv2d -> [eval BatchNorm2d] -> ReLU -> MaxPool2d runs of one Sequential's
-    consecutive layers in place: the run's first position gets the ModelNew, the others
-    nn.Identity."""
+    consecutive layers in place (conv_relu: also Conv2d -> [BatchNorm2d] -> ReLU runs with no
+    fusable pool after them, where _conv_relu_fusable): the run's first position gets the
+    ModelNew, the others nn.Identity."""
     index = 0
-    while index + 2 < len(sequence):
+    while index + 1 < len(sequence):
         conv = sequence[index]
         bn = sequence[index + 1] if type(sequence[index + 1]) is nn.BatchNorm2d else None
         rest = index + (2 if bn is not None else 1)
-        if (rest + 1 < len(sequence) and _fusable_conv(conv) and _fusable_relu(sequence[rest])
-                and _fusable_pool(sequence[rest + 1])
+        if (rest < len(sequence) and _fusable_conv(conv) and _fusable_relu(sequence[rest])
                 and (bn is None or _fusable_batch_norm(bn, conv) is None)):
-            keys = list(sequence._modules)  # the children's names ("0", or "conv0" ...)
-            names = [f"{prefix}{keys[i]}" for i in range(index, rest + 2)]
-            sequence[index] = fused_from_layers(conv, sequence[rest + 1], bn).prepack(prepack)
-            sequence[index].fused_name = f"{prefix}{keys[index]}"
-            for position in range(index + 1, rest + 2):
-                sequence[position] = nn.Identity()
-            report.append(FusionEntry(names[0], True,
-                                      "fused, BatchNorm2d folded" if bn is not None else "fused",
-                                      names[1] if bn is not None else None, names[-2],
-                                      names[-1]))
-            index = rest + 2
-        else:
-            index += 1
+            pooled = rest + 1 < len(sequence) and _fusable_pool(sequence[rest + 1])
+            if pooled or (conv_relu and _conv_relu_fusable(conv)):
+                end = rest + 1 if pooled else rest  # the run's last position
+                keys = list(sequence._modules)  # the children's names ("0", or "conv0" ...)
+                names = [f"{prefix}{keys[i]}" for i in range(index, end + 1)]
+                pool = sequence[end] if pooled else None
+                sequence[index] = fused_from_layers(conv, pool, bn).prepack(prepack)
+                sequence[index].fused_name = f"{prefix}{keys[index]}"
+                for position in range(index + 1, end + 1):
+                    sequence[position] = nn.Identity()
+                report.append(FusionEntry(names[0], True, _fused_why(bn, pooled),
+                                          names[1] if bn is not None else None,
+                                          names[rest - index],
+                                          names[-1] if pooled else None))
+                index = end + 1
+                continue
+        index += 1
 
 
 class _FusionTracer(torch.fx.Tracer):
@@ -525,14 +547,17 @@ def _only_user(node: "torch.fx.Node") -> Optional["torch.fx.Node"]:
     return users[0] if len(users) == 1 else None
 
 
-def _fuse_traced(module: nn.Module, graph: "torch.fx.Graph", prepack: bool,
+def _fuse_traced(module: nn.Module, graph: "torch.fx.Graph", prepack: bool, conv_relu: bool,
                  report: FusionReport) -> None:
     """Fuses, in place, the runs torch.fx's graph of `module` shows across its forward code:
     an nn.Conv2d whose output is used only by an eval nn.BatchNorm2d (optional), whose output
     is used only by a ReLU (nn.ReLU, F.relu, torch.relu, Tensor.relu, inplace or not), whose
     output is used only by an nn.MaxPool2d, each module called nowhere else. The Conv2d's place
     gets the ModelNew, the BatchNorm2d's, nn.ReLU's and MaxPool2d's nn.Identity; a functional
-    ReLU stays, applied to the pooled output, where it changes nothing (it is >= 0 or NaN)."""
+    ReLU stays, applied to the pooled output, where it changes nothing (it is >= 0 or NaN), and
+    so does an nn.ReLU that forward calls elsewhere too.
+    conv_relu: a run whose ReLU is not followed so by a pool the kernel takes is fused without
+    the pool, where _conv_relu_fusable (the ReLU's output may then have any users)."""
     modules = dict(module.named_modules())
     calls = {}
     for node in graph.nodes:
@@ -577,31 +602,42 @@ def _fuse_traced(module: nn.Module, graph: "torch.fx.Graph", prepack: bool,
             continue
         chain.append(relu)
         pool = _only_user(relu)
+        why_no_pool = None
         if pool is not None and pool.op == "call_function" and pool.target in _MAX_POOL_FUNCTIONS:
-            entry.pool = _MAX_POOL_FUNCTIONS[pool.target]
-            entry.why = (f"the max-pool is a call of {entry.pool}, which cannot be replaced in "
-                         "place (torch.compile with enable_inductor_fusion() fuses it)")
+            why_no_pool = (f"the max-pool is a call of {_MAX_POOL_FUNCTIONS[pool.target]}, "
+                           "which cannot be replaced in place (torch.compile with "
+                           "enable_inductor_fusion() fuses it)")
+        elif not called(pool, nn.MaxPool2d) or not _fusable_pool(modules[pool.target]):
+            why_no_pool = "its ReLU's output does not go only to an nn.MaxPool2d the kernel takes"
+        if why_no_pool is not None and not (conv_relu and _conv_relu_fusable(conv)):
+            if pool is not None and pool.op == "call_function" and \
+                    pool.target in _MAX_POOL_FUNCTIONS:
+                entry.pool = _MAX_POOL_FUNCTIONS[pool.target]
+            entry.why = why_no_pool
             continue
-        if not called(pool, nn.MaxPool2d) or not _fusable_pool(modules[pool.target]):
-            entry.why = "its ReLU's output does not go only to an nn.MaxPool2d the kernel takes"
-            continue
-        entry.pool = pool.target
-        chain.append(pool)
-        shared = [n.target for n in chain if n.op == "call_module" and calls[n.target] > 1]
+        if why_no_pool is None:
+            entry.pool = pool.target
+            chain.append(pool)
+        # An nn.ReLU called elsewhere too (ResNet's blocks call theirs twice) stays in place,
+        # applied to the fused output, where it changes nothing; other modules must be once.
+        shared = [n.target for n in chain if n.op == "call_module" and calls[n.target] > 1
+                  and type(modules[n.target]) is not nn.ReLU]
         if shared:
             entry.why = f"{shared[0]} is called more than once in forward"
             continue
-        fused = fused_from_layers(conv, modules[pool.target], batch_norm).prepack(prepack)
+        pool_module = modules[pool.target] if why_no_pool is None else None
+        fused = fused_from_layers(conv, pool_module, batch_norm).prepack(prepack)
         fused.fused_name = node.target
         _set_submodule(module, node.target, fused)
         for later in chain[1:]:
-            if later.op == "call_module":
+            if later.op == "call_module" and calls[later.target] == 1:
                 _set_submodule(module, later.target, nn.Identity())
         entry.fused = True
-        entry.why = "fused, BatchNorm2d folded" if batch_norm is not None else "fused"
+        entry.why = _fused_why(batch_norm, pool_module is not None)
 
 
-def fuse_conv_relu_maxpool(module: nn.Module, prepack: bool = False, report: bool = False
+def fuse_conv_relu_maxpool(module: nn.Module, prepack: bool = False, report: bool = False,
+                           conv_relu: bool = False
                            ) -> Union[nn.Module, Tuple[nn.Module, FusionReport]]:
     """Replaces, in place, the Conv2d -> [BatchNorm2d] -> ReLU -> MaxPool2d runs of `module`
     by ModelNew modules and returns `module` (with report=True, `(module, FusionReport)`: for
@@ -613,7 +649,8 @@ def fuse_conv_relu_maxpool(module: nn.Module, prepack: bool = False, report: boo
       * everything else torch.fx can trace (symbolic_trace of `module`): a run whose tensors
         flow conv -> [bn] -> relu -> pool through forward code (ResNet's, GoogLeNet's and
         Inception's stems, DenseNet's first block, F.relu / torch.relu / Tensor.relu calls),
-        each intermediate used once and each module called once. A model fx cannot trace
+        each intermediate used once and each module called once (but an nn.ReLU, which is
+        then left in place: ResNet's blocks call theirs twice). A model fx cannot trace
         (data-dependent control flow) keeps the first pass only.
     The run's Conv2d position gets the ModelNew, its BatchNorm2d, nn.ReLU and MaxPool2d
     positions nn.Identity, so the indices and names of all other layers stay valid (e.g.
@@ -629,6 +666,13 @@ def fuse_conv_relu_maxpool(module: nn.Module, prepack: bool = False, report: boo
     hooks. A BatchNorm2d in training mode is never folded: its run is left alone. Everything
     else is untouched.
 
+    conv_relu=True also fuses Conv2d -> [BatchNorm2d] -> ReLU runs that no such pool follows
+    (e.g. VGG's and ResNet's inner 3 x 3 convolutions), as the op with a 1 x 1 / stride 1
+    pool, where the convolution is 3 x 3, stride 1, dilation 1 with at least 8 input
+    channels: the geometry of the Hopper 3 x 3 kernel without a pool. Off by default: on other
+    GPUs those layers would take the op's slower general paths, and on small images (7 x 7)
+    the 3 x 3 kernel's tiles are mostly padding.
+
     Without a BatchNorm2d the ModelNew holds the original Conv2d (weights shared, not copied;
     same device and dtype): later changes to its weights are seen. With one, the model becomes
     an inference model: the ModelNew holds a folded copy (folded_conv, no gradients), so later
@@ -641,7 +685,7 @@ def fuse_conv_relu_maxpool(module: nn.Module, prepack: bool = False, report: boo
     sequences = [(name, m) for name, m in module.named_modules()
                  if isinstance(m, nn.Sequential) and type(m).forward is nn.Sequential.forward]
     for name, sequence in sequences:
-        _fuse_sequential(sequence, f"{name}." if name else "", prepack, entries)
+        _fuse_sequential(sequence, f"{name}." if name else "", prepack, conv_relu, entries)
     try:
         graph = _FusionTracer().trace(module)
     except Exception as error:  # noqa: BLE001 - any failure to trace means: no second pass
@@ -653,7 +697,7 @@ def fuse_conv_relu_maxpool(module: nn.Module, prepack: bool = False, report: boo
                     f"and torch.fx could not trace the model ({type(error).__name__}: "
                     f"{str(error).splitlines()[0] if str(error) else ''})"))
     else:
-        _fuse_traced(module, graph, prepack, entries)
+        _fuse_traced(module, graph, prepack, conv_relu, entries)
     return (module, entries) if report else module
 
 
@@ -670,17 +714,20 @@ class InductorFusionPass:
     With torch._inductor.config.freezing = True, Inductor folds eval-mode BatchNorm2d into the
     convolution before this pass runs, so those runs fuse too; without freezing the
     BatchNorm2d's arithmetic sits between the convolution and the ReLU and the run is left
-    alone."""
+    alone. conv_relu=True also rewrites aten.convolution -> aten.relu with no pool after it
+    (the op with a 1 x 1 / stride 1 pool), where fuse_conv_relu_maxpool's conv_relu would:
+    a 3 x 3, stride 1, dilation 1 convolution of at least 8 input channels."""
 
-    def __init__(self, devices: Sequence[str] = ("cuda",)):
+    def __init__(self, devices: Sequence[str] = ("cuda",), conv_relu: bool = False):
         self.devices = tuple(devices)
+        self.conv_relu = bool(conv_relu)
         self.rewritten = 0  # runs rewritten so far, over every graph this pass has seen
 
     def uuid(self) -> Any:
         """Identifies this pass for Inductor's FX graph cache (its source and devices)."""
         import hashlib
         import inspect
-        text = inspect.getsource(InductorFusionPass) + repr(self.devices)
+        text = inspect.getsource(InductorFusionPass) + repr((self.devices, self.conv_relu))
         return hashlib.sha256(text.encode()).hexdigest()
 
     @staticmethod
@@ -691,6 +738,25 @@ class InductorFusionPass:
             pools.append(low_memory.default)
         return tuple(pools)
 
+    @staticmethod
+    def _conv_of(relu: Any) -> Optional["torch.fx.Node"]:
+        """The untransposed groups=1 aten.convolution node whose only user is `relu`, when
+        `relu` is an aten.relu node; else None."""
+        if not (isinstance(relu, torch.fx.Node) and relu.op == "call_function"
+                and relu.target == torch.ops.aten.relu.default):
+            return None
+        conv = relu.args[0]
+        if not (isinstance(conv, torch.fx.Node) and conv.op == "call_function"
+                and conv.target == torch.ops.aten.convolution.default
+                and len(conv.users) == 1):
+            return None
+        _, _, _, _, _, _, transposed, _, groups = conv.args
+        return None if transposed or groups != 1 else conv
+
+    def _on_devices(self, x: Any) -> bool:
+        value = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+        return value is not None and value.device.type in self.devices
+
     def __call__(self, graph: "torch.fx.Graph") -> None:
         import operator
         pools = self._pools()
@@ -698,31 +764,21 @@ class InductorFusionPass:
             if pool.op != "call_function" or pool.target not in pools:
                 continue
             relu = pool.args[0]
-            if not (isinstance(relu, torch.fx.Node) and relu.op == "call_function"
-                    and relu.target == torch.ops.aten.relu.default and len(relu.users) == 1):
-                continue
-            conv = relu.args[0]
-            if not (isinstance(conv, torch.fx.Node) and conv.op == "call_function"
-                    and conv.target == torch.ops.aten.convolution.default
-                    and len(conv.users) == 1):
+            conv = self._conv_of(relu)
+            if conv is None or len(relu.users) != 1:
                 continue
             getters = [g for g in pool.users
                        if g.op == "call_function" and g.target is operator.getitem]
             if len(getters) != len(pool.users) or any(
                     g.args[1] != 0 and g.users for g in getters):
                 continue  # the indices (or offsets) are used
-            x, weight, bias, stride, padding, dilation, transposed, _, groups = conv.args
-            if transposed or groups != 1:
-                continue
+            x, weight, bias, stride, padding, dilation = conv.args[:6]
             kernel = list(pool.args[1])
             pool_stride = list(pool.args[2]) if len(pool.args) > 2 and pool.args[2] else kernel
             pool_padding = list(pool.args[3]) if len(pool.args) > 3 else [0, 0]
             pool_dilation = list(pool.args[4]) if len(pool.args) > 4 else [1, 1]
             ceil_mode = bool(pool.args[5]) if len(pool.args) > 5 else False
-            if any(d != 1 for d in pool_dilation):
-                continue
-            value = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
-            if value is None or value.device.type not in self.devices:
+            if any(d != 1 for d in pool_dilation) or not self._on_devices(x):
                 continue
             args = (x, weight, bias, list(stride), list(padding), list(dilation), kernel,
                     pool_stride, pool_padding, ceil_mode, AUTO_CONFIG, None)
@@ -740,7 +796,36 @@ class InductorFusionPass:
             for node in (pool, relu, conv):
                 graph.erase_node(node)
             self.rewritten += 1
+        if self.conv_relu:
+            self._rewrite_conv_relu(graph)
         graph.lint()
+
+    def _rewrite_conv_relu(self, graph: "torch.fx.Graph") -> None:
+        """conv -> relu runs that the pooled rewrite left, as the op with no pool."""
+        for relu in list(graph.nodes):
+            conv = self._conv_of(relu)
+            if conv is None:
+                continue
+            x, weight, bias, stride, padding, dilation = conv.args[:6]
+            weight_value = weight.meta.get("val") if isinstance(weight, torch.fx.Node) else None
+            if (weight_value is None or weight_value.dim() != 4
+                    or tuple(weight_value.shape[2:]) != (3, 3) or weight_value.shape[1] < 8
+                    or list(stride) != [1, 1] or list(dilation) != [1, 1]
+                    or not self._on_devices(x)):
+                continue
+            args = (x, weight, bias, list(stride), list(padding), list(dilation), [1, 1],
+                    [1, 1], [0, 0], False, AUTO_CONFIG, None)
+            fake = self._fake_output(args)
+            if fake is None:
+                continue
+            with graph.inserting_before(relu):
+                fused = graph.call_function(torch.ops.fused_conv.conv2d_relu_maxpool.default,
+                                            args)
+            fused.meta["val"] = fake
+            relu.replace_all_uses_with(fused)
+            graph.erase_node(relu)
+            graph.erase_node(conv)
+            self.rewritten += 1
 
     @staticmethod
     def _fake_output(args: Tuple[Any, ...]) -> Optional[torch.Tensor]:
@@ -765,7 +850,8 @@ class InductorFusionPass:
 _INDUCTOR_STATE: dict = {}
 
 
-def enable_inductor_fusion(enabled: bool = True) -> Optional[InductorFusionPass]:
+def enable_inductor_fusion(enabled: bool = True, conv_relu: bool = False
+                           ) -> Optional[InductorFusionPass]:
     """Opt-in: makes torch.compile (Inductor) put the fused op into the graphs it compiles,
     so that `torch.compile(model)` of an unchanged model runs its Conv2d -> ReLU -> MaxPool2d
     runs on this kernel (InductorFusionPass says which runs; fullgraph=True still holds: the
@@ -773,7 +859,8 @@ def enable_inductor_fusion(enabled: bool = True) -> Optional[InductorFusionPass]
     torch._inductor.config.post_grad_custom_post_pass and returns it (its `rewritten` counts
     the runs); enable_inductor_fusion(False) puts back whatever was there before, i.e. stock
     behaviour. Off by default. Graphs compiled while it was on stay compiled (torch.compile's
-    caches): call torch._dynamo.reset() to recompile."""
+    caches): call torch._dynamo.reset() to recompile. conv_relu: the pass's option (conv ->
+    relu runs with no pool too, where the Hopper 3 x 3 kernel takes them)."""
     import torch._inductor.config as inductor_config
     if not enabled:
         if "previous" in _INDUCTOR_STATE:
@@ -784,12 +871,13 @@ def enable_inductor_fusion(enabled: bool = True) -> Optional[InductorFusionPass]
     if _INDUCTOR_STATE["previous"] is not None:
         raise RuntimeError("torch._inductor.config.post_grad_custom_post_pass is already set "
                            "by something else; enable_inductor_fusion would replace it")
-    fusion_pass = inductor_fusion_pass()
+    fusion_pass = inductor_fusion_pass(conv_relu=conv_relu)
     inductor_config.post_grad_custom_post_pass = fusion_pass
     return fusion_pass
 
 
-def inductor_fusion_pass(devices: Sequence[str] = ("cuda",)) -> InductorFusionPass:
+def inductor_fusion_pass(devices: Sequence[str] = ("cuda",), conv_relu: bool = False
+                         ) -> InductorFusionPass:
     """An InductorFusionPass that is also Inductor's CustomGraphPass, so that its uuid() keys
     the FX graph cache (a plain callable makes Inductor bypass the cache). torch._inductor is
     imported here, not when model_new is."""
@@ -797,4 +885,4 @@ def inductor_fusion_pass(devices: Sequence[str] = ("cuda",)) -> InductorFusionPa
     if "class" not in _INDUCTOR_STATE:
         _INDUCTOR_STATE["class"] = type("InductorFusionGraphPass",
                                         (InductorFusionPass, CustomGraphPass), {})
-    return _INDUCTOR_STATE["class"](devices)
+    return _INDUCTOR_STATE["class"](devices, conv_relu)

@@ -76,12 +76,27 @@ Size conv_length(const Size& in, const Size& kernel, int64_t pad, int64_t stride
 }
 
 // The geometry both fast paths compile in: a 3x3 / stride 1 / dilation 1 convolution (any
-// padding) followed by a 2x2 / stride 2 max-pool whose every window lies inside the conv output
-// (no pool padding; floor mode, or ceil mode that adds no partial window).
-inline bool fast_path_applies(const ConvPoolShape& s) {
+// padding, conv_3x3_applies) followed by a 2x2 / stride 2 max-pool whose every window lies
+// inside the conv output (no pool padding; floor mode, or ceil mode that adds no partial
+// window).
+inline bool conv_3x3_applies(const ConvPoolShape& s) {
   return s.kernel_h == 3 && s.kernel_w == 3 && s.stride_h == 1 && s.stride_w == 1 &&
-         s.dilation_h == 1 && s.dilation_w == 1 && s.pool_h == 2 && s.pool_w == 2 &&
-         s.pool_stride_h == 2 && s.pool_stride_w == 2 && s.pool_pad_h == 0 &&
-         s.pool_pad_w == 0 && 2 * s.out_height <= s.conv_height &&
-         2 * s.out_width <= s.conv_width;
+         s.dilation_h == 1 && s.dilation_w == 1;
+}
+inline bool fast_path_applies(const ConvPoolShape& s) {
+  return conv_3x3_applies(s) && s.pool_h == 2 && s.pool_w == 2 && s.pool_stride_h == 2 &&
+         s.pool_stride_w == 2 && s.pool_pad_h == 0 && s.pool_pad_w == 0 &&
+         2 * s.out_height <= s.conv_height && 2 * s.out_width <= s.conv_width;
+}
+
+// A 1 x 1 / stride 1 pool without padding: no pool at all (conv -> ReLU), the output the conv
+// output (ceil mode changes nothing there).
+inline bool identity_pool(const ConvPoolShape& s) {
+  return s.pool_h == 1 && s.pool_w == 1 && s.pool_stride_h == 1 && s.pool_stride_w == 1 &&
+         s.pool_pad_h == 0 && s.pool_pad_w == 0;
+}
+
+// The 3 x 3 Hopper kernel's geometry: the fast path's, or the same convolution with no pool.
+inline bool wgmma_3x3_applies(const ConvPoolShape& s) {
+  return fast_path_applies(s) || (conv_3x3_applies(s) && identity_pool(s));
 }

@@ -342,7 +342,7 @@ static bool wgmma_variant_for(const ConvPoolShape& s, int variant) {
 
 // ... and the shape inside the wgmma kernels' geometry: what the tile queries below answer for.
 static bool wgmma_runs(const ConvPoolShape& s, int variant) {
-  return wgmma_variant_for(s, variant) && fast_path_applies(s);
+  return wgmma_variant_for(s, variant) && wgmma_3x3_applies(s);
 }
 
 extern "C" int64_t conv_relu_maxpool_packed_weight_bytes(const ConvPoolShape* s,

@@ -12,8 +12,9 @@
 // loads, the instruction and the bias / output conversions. Everything else is shared.
 //
 // Covers the fast-path geometry (fast_path_applies: 3x3 / stride 1 / dilation 1 convolution with
-// any padding, 2x2 / stride 2 max-pool inside the conv output); the other variants in
-// conv_relu_maxpool.cu and conv_relu_maxpool_half.cu cover everything else.
+// any padding, 2x2 / stride 2 max-pool inside the conv output) and the same convolution with no
+// pool (a 1x1 / stride 1 one: conv -> ReLU; wgmma_3x3_applies); the other variants cover
+// everything else.
 //
 // Files by role: hopper/tiled_tile.cuh (constants, the tile template, the plan),
 // hopper/tiled_operands.cuh (the operand traits), hopper/tiled_mainloop.cuh (weight packing,
@@ -74,7 +75,9 @@
 // (lane ^ 4) into shared memory, then out coalesced (runs of 4 outputs as one vector where the
 // output rows allow: p.vector_out), with bias and ReLU applied after the max
 // (and, for 16-bit outputs, the one rounding: rounding is monotonic, so the rounded maximum is
-// the maximum of the rounded values).
+// the maximum of the rounded values). Without a pool (the tiles' kPool = 1: the same tiles,
+// plans and choice on conv outputs), bias, ReLU and the store run straight from the
+// accumulators, a pair of columns per store where the rows allow (store_conv).
 #include <cuda_runtime.h>
 
 #include <cooperative_groups.h>
@@ -130,8 +133,9 @@ WgmmaPlan make_plan(const ConvPoolShape& s) {
   WgmmaPlan p = packing_plan<Tile>(s);
   int64_t tiles;
   if constexpr (Tile::kStrip) {
-    p.tiles_h = (s.out_height + 3) / 4;  // 8 x 8 conv squares = 4 x 4 pooled outputs
-    p.tiles_w = (s.out_width + 3) / 4;
+    // 8 x 8 conv squares: 4 x 4 pooled outputs, or 8 x 8 without a pool
+    p.tiles_h = (s.out_height + Tile::kSquareOut - 1) / Tile::kSquareOut;
+    p.tiles_w = (s.out_width + Tile::kSquareOut - 1) / Tile::kSquareOut;
     const int64_t squares = int64_t(s.batch) * p.tiles_h * p.tiles_w;
     p.squares = int(std::min<int64_t>(squares, kMaxStripSquares));
     tiles = (squares + 3) / 4 * p.channel_blocks;
@@ -189,8 +193,8 @@ bool pixel_vectors_apply(const ConvPoolOperands& ops, const ConvPoolShape& s) {
          aligned(ops.x, sizeof(typename Tile::Operands::Pixel));
 }
 
-// Pooled outputs computed per pooled output needed (the whole batch, one channel block): the
-// tile shape that wastes less wins.
+// Outputs computed per output needed (the whole batch, one channel block): the tile shape
+// that wastes less wins.
 template <class Tile>
 double tile_waste(const ConvPoolShape& s) {
   const WgmmaPlan p = make_plan<Tile>(s);
@@ -200,8 +204,11 @@ double tile_waste(const ConvPoolShape& s) {
 
 // Strips apply: rows of at least 4 squares (a strip then spans at most two square rows) and
 // a square count that fits the plan's int.
-inline bool strips_apply(const ConvPoolShape& s) {
-  const int64_t square_rows = (s.out_height + 3) / 4, square_cols = (s.out_width + 3) / 4;
+template <int kPool>
+bool strips_apply(const ConvPoolShape& s) {
+  constexpr int kSquareOut = 8 / kPool;
+  const int64_t square_rows = (s.out_height + kSquareOut - 1) / kSquareOut,
+                square_cols = (s.out_width + kSquareOut - 1) / kSquareOut;
   return square_cols >= 4 && int64_t(s.batch) * square_rows * square_cols <= kMaxStripSquares;
 }
 
@@ -210,50 +217,57 @@ inline bool strips_apply(const ConvPoolShape& s) {
 inline bool narrow_blocks(const ConvPoolShape& s) { return s.out_channels <= 64; }
 
 
-// The tile shape that computes the fewest unused pooled outputs for this geometry (the same
+// The tile shape that computes the fewest unused outputs for this geometry (the same
 // for every N and element type): the square one where it wastes less than the wide one, a
 // strip where `strips` allows them, they apply and they waste less than both; the wide one on
 // a tie.
 enum class TileKind { kWide, kSquare, kStrip };
 
-template <class Operands>
+template <class Operands, int kPool>
 TileKind least_waste(const ConvPoolShape& s, bool strips) {
-  const double wide_waste = tile_waste<WideTile<Operands, 64>>(s);
-  const double square_waste = tile_waste<SquareTile<Operands, 64>>(s);
-  if (strips && strips_apply(s) &&
-      tile_waste<StripTile<Operands, 64>>(s) < std::min(wide_waste, square_waste))
+  const double wide_waste = tile_waste<WideTile<Operands, 64, kPool>>(s);
+  const double square_waste = tile_waste<SquareTile<Operands, 64, kPool>>(s);
+  if (strips && strips_apply<kPool>(s) &&
+      tile_waste<StripTile<Operands, 64, kPool>>(s) < std::min(wide_waste, square_waste))
     return TileKind::kStrip;
   return square_waste < wide_waste ? TileKind::kSquare : TileKind::kWide;
 }
 
 // Calls f(Tile()) with the tile the shape runs with: the operands of the shape's element type;
-// of the wide, square and (N = 128) strip tiles the one that computes the fewest unused pooled
+// of the wide, square and (N = 128) strip tiles the one that computes the fewest unused
 // outputs (least_waste); 128
 // output channels per block, or 64 when the layer has no more, or when the 128-channel tiles
 // are few (kFewTiles: the wide or square tile then, the strip has no N = 64 form). A layer of
 // no more than 64 channels runs its N = 64 tile two blocks per SM where it has that form, but
 // the square one only when its tiles are enough to pair blocks on a 128-SM GPU (capped for two
-// blocks, it was 6-9% slower with one block per SM: H200; docs/PERF.md).
-template <class Operands, class F>
+// blocks, it was 6-9% slower with one block per SM: H200; docs/PERF.md). The same rules with
+// and without the pool (kPool), on the outputs each tile computes.
+template <class Operands, int kPool, class F>
 auto with_operand_tile(const ConvPoolShape& s, F&& f) {
+  using Wide64 = WideTile<Operands, 64, kPool>;
+  using Square64 = SquareTile<Operands, 64, kPool>;
+  using Wide128 = WideTile<Operands, 128, kPool>;
+  using Square128 = SquareTile<Operands, 128, kPool>;
+  using Strip128 = StripTile<Operands, 128, kPool>;
   if (narrow_blocks(s)) {
-    if (least_waste<Operands>(s, false) == TileKind::kWide) return f(WideTile<Operands, 64>());
-    if (make_plan<SquareTile<Operands, 64>>(s).tiles <= 2 * kFewTiles)
-      return f(OneBlockSquareTile<Operands>());
-    return f(SquareTile<Operands, 64>());
+    if (least_waste<Operands, kPool>(s, false) == TileKind::kWide) return f(Wide64());
+    if (make_plan<Square64>(s).tiles <= 2 * kFewTiles)
+      return f(OneBlockSquareTile<Operands, kPool>());
+    return f(Square64());
   }
-  const TileKind kind = least_waste<Operands>(s, true);
-  const int tiles = kind == TileKind::kStrip    ? make_plan<StripTile<Operands>>(s).tiles
-                    : kind == TileKind::kSquare ? make_plan<SquareTile<Operands, 128>>(s).tiles
-                                                : make_plan<WideTile<Operands, 128>>(s).tiles;
+  const TileKind kind = least_waste<Operands, kPool>(s, true);
+  const int tiles = kind == TileKind::kStrip    ? make_plan<Strip128>(s).tiles
+                    : kind == TileKind::kSquare ? make_plan<Square128>(s).tiles
+                                                : make_plan<Wide128>(s).tiles;
   // (Few strips: the wide or square tile, whichever of the two wastes less.)
   const bool square = kind == TileKind::kSquare ||
                       (kind == TileKind::kStrip &&
-                       least_waste<Operands>(s, false) == TileKind::kSquare);
+                       least_waste<Operands, kPool>(s, false) == TileKind::kSquare);
   if (tiles <= kFewTiles)
-    return square ? f(OneBlockSquareTile<Operands>()) : f(OneBlockWideTile<Operands>());
-  if (kind == TileKind::kStrip) return f(StripTile<Operands>());
-  return square ? f(SquareTile<Operands, 128>()) : f(WideTile<Operands, 128>());
+    return square ? f(OneBlockSquareTile<Operands, kPool>())
+                  : f(OneBlockWideTile<Operands, kPool>());
+  if (kind == TileKind::kStrip) return f(Strip128());
+  return square ? f(Square128()) : f(Wide128());
 }
 
 // Calls f(Operands()) with the operand traits of the shape's element type.
@@ -264,10 +278,14 @@ auto with_operands(const ConvPoolShape& s, F&& f) {
   return f(Tf32Operands());
 }
 
+// Calls f(Tile()) with the tile the shape runs with: with_operand_tile's, pooled 2 x 2 / 2 or,
+// for a 1 x 1 / 1 pool (none: identity_pool), not pooled.
 template <class F>
 auto with_tile(const ConvPoolShape& s, F&& f) {
   return with_operands(s, [&](auto operands) {
-    return with_operand_tile<decltype(operands)>(s, f);
+    using Operands = decltype(operands);
+    return identity_pool(s) ? with_operand_tile<Operands, 1>(s, f)
+                            : with_operand_tile<Operands, 2>(s, f);
   });
 }
 
@@ -276,16 +294,20 @@ auto with_tile(const ConvPoolShape& s, F&& f) {
 // tiles (kFewTiles, as above), whose wide or square tiles split their reductions over clusters
 // (H200: VGG block 3 at batch 1 57 us that way, 102 on strips). Their doubled halo
 // and weights leave no room for three stages of N = 128 (N = 64: 210 KB, 217 KB for strips).
+template <int kPool, class F>
+auto with_split_tile(const ConvPoolShape& s, F&& f) {
+  using Operands = Tf32SplitOperands;
+  if (least_waste<Operands, kPool>(s, true) == TileKind::kStrip &&
+      make_plan<StripTile<Operands, 64, kPool>>(s).tiles > kFewTiles)
+    return f(StripTile<Operands, 64, kPool>());
+  return least_waste<Operands, kPool>(s, false) == TileKind::kSquare
+             ? f(SquareTile<Operands, 64, kPool>())
+             : f(WideTile<Operands, 64, kPool>());
+}
+
 template <class F>
 auto with_tile(const ConvPoolShape& s, bool split, F&& f) {
-  if (split) {
-    using Operands = Tf32SplitOperands;
-    if (least_waste<Operands>(s, true) == TileKind::kStrip &&
-        make_plan<StripTile<Operands, 64>>(s).tiles > kFewTiles)
-      return f(StripTile<Operands, 64>());
-    return least_waste<Operands>(s, false) == TileKind::kSquare ? f(SquareTile<Operands, 64>())
-                                                                : f(WideTile<Operands, 64>());
-  }
+  if (split) return identity_pool(s) ? with_split_tile<1>(s, f) : with_split_tile<2>(s, f);
   return with_tile(s, f);
 }
 
@@ -472,7 +494,8 @@ cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
   }
   // 3x3 here: C * 9 % 4 == 0 (fp32) or % 8 == 0 (16-bit).
   p.vector_weights = vectorizable_weights(ops, s, Operands::kSliceChannels);
-  // (The output is contiguous NCHW: with width % 4 == 0 every row starts 4 elements aligned.)
+  // (The output is contiguous NCHW: with width % 4 == 0 every row starts 4 elements aligned.
+  // store_pooled's runs; store_conv stores elements.)
   const void* out = std::is_same_v<typename Operands::Element, float>
                         ? static_cast<const void*>(ops.out)
                         : static_cast<const void*>(ops.out16);
@@ -562,9 +585,9 @@ const char* wgmma_conv_pool_unsupported(const ConvPoolShape& s, const ConvPoolDe
   return wgmma_unavailable(device);
 #else
   if (const char* why = wgmma_unavailable(device)) return why;
-  if (!fast_path_applies(s))
+  if (!wgmma_3x3_applies(s))
     return "the wgmma kernel covers only a 3x3 / stride 1 / dilation 1 convolution followed by "
-           "a 2x2 / stride 2 pool inside the conv output";
+           "a 2x2 / stride 2 pool inside the conv output, or by no pool (1x1 / stride 1)";
   if (split && s.element != kElementFloat32) return "needs float32 input";
   return with_tile(s, split, [&](auto tile) -> const char* {
     using Tile = decltype(tile);

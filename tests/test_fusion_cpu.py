@@ -155,7 +155,7 @@ def test_a_functional_max_pool_is_left_alone_with_the_reason(model_new):
     assert type(model.conv) is nn.Conv2d
 
 
-def test_a_module_called_twice_is_not_replaced(model_new):
+def test_a_module_called_twice_is_not_replaced(model_new, reference_cpu_kernel):
     class Shared(nn.Module):
         def __init__(self):
             super().__init__()
@@ -164,13 +164,27 @@ def test_a_module_called_twice_is_not_replaced(model_new):
             self.pool = nn.MaxPool2d(2)
 
         def forward(self, x):
-            return self.pool(self.relu(self.conv(x))) + self.relu(x)[:, :, ::2, ::2]
+            return self.pool(self.relu(self.conv(x))) + self.pool(x)
 
     model = Shared().eval()
     _, report = model_new.fuse_conv_relu_maxpool(model, report=True)
     (entry,) = report
-    assert not entry.fused and "relu is called more than once" in entry.why
-    assert type(model.conv) is nn.Conv2d and type(model.relu) is nn.ReLU
+    assert not entry.fused and "pool is called more than once" in entry.why
+    assert type(model.conv) is nn.Conv2d and type(model.pool) is nn.MaxPool2d
+
+    # A shared nn.ReLU (ResNet's blocks) does not stop the run: it stays, on the fused output.
+    class SharedRelu(Shared):
+        def forward(self, x):
+            return self.pool(self.relu(self.conv(x))) + self.relu(x)[:, :, ::2, ::2]
+
+    torch.manual_seed(0)
+    model = SharedRelu().eval()
+    fused, report = model_new.fuse_conv_relu_maxpool(copy.deepcopy(model), report=True)
+    (entry,) = report
+    assert entry.fused and type(fused.relu) is nn.ReLU and type(fused.pool) is nn.Identity
+    x = torch.randn(2, 3, 12, 14)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), model(x))
 
 
 def test_a_model_fx_cannot_trace_keeps_the_sequential_pass(model_new):
@@ -228,6 +242,73 @@ def test_a_fused_model_fuses_nothing_more(model_new):
     assert [type(m) for m in model.modules()] == before and not report.fused()
 
 
+# With conv_relu=True, also every Conv2d -> [BatchNorm2d] -> ReLU with no pool whose
+# convolution is 3 x 3 / 1 / dilation 1 over at least 8 channels: VGG's inner layers (not the
+# first, 3 channels), ResNet-18's first convolution of each stride-1 basic block.
+CONV_RELU_NETWORKS = {
+    "vgg16": ["features.2", "features.5", "features.7", "features.10", "features.12",
+              "features.14", "features.17", "features.19", "features.21", "features.24",
+              "features.26", "features.28"],
+    "vgg16_bn": ["features.3", "features.7", "features.10", "features.14", "features.17",
+                 "features.20", "features.24", "features.27", "features.30", "features.34",
+                 "features.37", "features.40"],
+    "resnet18": ["conv1", "layer1.0.conv1", "layer1.1.conv1", "layer2.1.conv1",
+                 "layer3.1.conv1", "layer4.1.conv1"],
+}
+
+
+@pytest.mark.parametrize("name", list(CONV_RELU_NETWORKS))
+def test_conv_relu_fuses_the_unpooled_3x3_layers_too(model_new, reference_cpu_kernel, name):
+    model = build(name)
+    fused, report = model_new.fuse_conv_relu_maxpool(copy.deepcopy(model), report=True,
+                                                     conv_relu=True)
+    assert [entry.conv for entry in report.fused()] == CONV_RELU_NETWORKS[name]
+    pooled = set(NETWORKS[name])
+    for entry in report.fused():
+        module = fused.get_submodule(entry.conv)
+        assert isinstance(module, model_new.ModelNew)
+        assert (entry.pool is not None) == (entry.conv in pooled), entry
+        assert entry.why.endswith("(no pool)") == (entry.conv not in pooled), entry
+        if entry.conv not in pooled:
+            assert module.pool_kernel == (1, 1) and module.pool_stride == (1, 1)
+            assert module.conv.kernel_size == (3, 3) and module.conv.stride == (1, 1)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        expected = model(x)
+        torch.testing.assert_close(fused(x), expected, rtol=1e-4,
+                                   atol=1e-4 * expected.abs().max().item())
+    # Off by default: the pooled runs only.
+    _, default = model_new.fuse_conv_relu_maxpool(copy.deepcopy(model), report=True)
+    assert [entry.conv for entry in default.fused()] == NETWORKS[name]
+
+
+def test_conv_relu_leaves_other_geometries_and_a_functional_relu_keeps_working(
+        model_new, reference_cpu_kernel, seed):
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.few = nn.Conv2d(4, 8, 3, padding=1)        # 4 input channels: left
+            self.inner = nn.Conv2d(8, 16, 3, padding=1)     # fused, F.relu after it
+            self.strided = nn.Conv2d(16, 16, 3, stride=2)   # stride 2: left
+            self.wide = nn.Conv2d(16, 16, 5, padding=2)     # 5 x 5: left
+
+        def forward(self, x):
+            x = F.relu(self.few(x))
+            x = F.relu(self.inner(x))
+            y = x + 1  # the ReLU's output has a second user
+            return F.relu(self.wide(F.relu(self.strided(x)))).sum() + y.sum()
+
+    torch.manual_seed(seed)
+    model = Net().eval()
+    fused, report = model_new.fuse_conv_relu_maxpool(copy.deepcopy(model), report=True,
+                                                     conv_relu=True)
+    assert [entry.conv for entry in report.fused()] == ["inner"]
+    assert report.fused()[0].relu == "F.relu" and report.fused()[0].pool is None
+    x = torch.randn(2, 4, 20, 22)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x), model(x), rtol=1e-4, atol=1e-3)
+
+
 # ---- the Inductor pass (enable_inductor_fusion) --------------------------------------------
 
 def aten_graph(groups: int = 1):
@@ -259,6 +340,38 @@ def test_the_inductor_pass_rewrites_conv_relu_pool_into_the_op(model_new, refere
     torch.manual_seed(seed)
     args = (torch.randn(2, 4, 17, 19), torch.randn(6, 4, 3, 3), torch.randn(6))
     torch.testing.assert_close(graph_module(*args), layer(*args))
+
+
+def test_the_inductor_pass_with_conv_relu_rewrites_unpooled_3x3_convs(model_new,
+                                                                     reference_cpu_kernel,
+                                                                     seed):
+    """conv_relu=True: conv -> relu with no pool becomes the op with a 1 x 1 / stride 1 pool
+    where the convolution is 3 x 3 / 1 over at least 8 channels; a stride-2 one and one of 4
+    channels stay; off by default."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def layers(x, w1, b1, w2, w3):
+        a = torch.ops.aten.relu(torch.ops.aten.convolution(
+            x, w1, b1, [1, 1], [1, 1], [1, 1], False, [0, 0], 1))
+        b = torch.ops.aten.relu(torch.ops.aten.convolution(
+            a, w2, None, [2, 2], [0, 0], [1, 1], False, [0, 0], 1))
+        c = torch.ops.aten.relu(torch.ops.aten.convolution(
+            x[:, :4], w3, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1))
+        return a.sum() + b.sum() + c.sum()
+
+    torch.manual_seed(seed)
+    args = (torch.randn(2, 8, 13, 15), torch.randn(16, 8, 3, 3), torch.randn(16),
+            torch.randn(8, 16, 3, 3), torch.randn(8, 4, 3, 3))
+    for conv_relu, expected in ((False, 0), (True, 1)):
+        graph_module = make_fx(layers, tracing_mode="fake")(*args)
+        fusion = model_new.InductorFusionPass(devices=("cpu",), conv_relu=conv_relu)
+        fusion(graph_module.graph)
+        graph_module.recompile()
+        assert fusion.rewritten == expected
+        ops = targets(graph_module)
+        assert ops.count(torch.ops.fused_conv.conv2d_relu_maxpool.default) == expected
+        assert ops.count(torch.ops.aten.convolution.default) == 3 - expected
+        torch.testing.assert_close(graph_module(*args), layers(*args), rtol=1e-4, atol=1e-3)
 
 
 def test_the_inductor_pass_leaves_a_grouped_conv_and_other_devices_alone(model_new):

@@ -643,11 +643,20 @@ def on_hopper() -> bool:
 
 
 def fast_path(case: ConvPoolCase) -> bool:
-    """fast_path_applies (kernels/conv_pool_shape.h): the wgmma kernels' geometry."""
+    """fast_path_applies (kernels/conv_pool_shape.h): 3 x 3 / 1 under a 2 x 2 / 2 pool."""
     (conv_h, conv_w), (out_h, out_w) = case.conv_out(), case.pooled_out()
     return (case.kernel_size == (3, 3) and case.stride == (1, 1) and case.dilation == (1, 1)
             and case.pool_kernel == (2, 2) and case.effective_pool_stride == (2, 2)
             and case.pool_padding == (0, 0) and 2 * out_h <= conv_h and 2 * out_w <= conv_w)
+
+
+def wgmma_geometry(case: ConvPoolCase) -> bool:
+    """wgmma_3x3_applies (kernels/conv_pool_shape.h): the 3 x 3 wgmma kernels' geometry, the
+    fast path's or the same convolution with no pool (1 x 1 / stride 1)."""
+    return fast_path(case) or (
+        case.kernel_size == (3, 3) and case.stride == (1, 1) and case.dilation == (1, 1)
+        and case.pool_kernel == (1, 1) and case.effective_pool_stride == (1, 1)
+        and case.pool_padding == (0, 0))
 
 
 def require_runs(ext, case, x, weight, bias, name: str) -> None:
@@ -992,6 +1001,74 @@ def test_wgmma_split_reductions(ext, choice, dtype, layout):
                                    msg=lambda m: f"seed {seed} {case}: {m}")
 
 
+# Conv -> ReLU with no pool (a 1 x 1 / stride 1 one) on the 3 x 3 wgmma kernel (kPool = 1: the
+# same tiles on conv outputs, stored from the accumulators by store_conv), each with the tile
+# the choice gives it on the H200 and whether a cluster splits its reductions: the wide, square
+# and strip tiles of 128 channels with output-channel tails (136: a last block of 8), an N = 64
+# layer at an odd width (scalar halo loads for dense inputs; the last column of every row a
+# pair's lone first element), a layer of few tiles whose long reduction splits over a cluster,
+# and padding 2 with NaN / inf inputs.
+UNPOOLED_CASES = [
+    (ConvPoolCase("conv_wide", 8, 16, 136, 34, 66, (3, 3), pool_kernel=(1, 1)), "wide_n128",
+     False),
+    (ConvPoolCase("conv_square", 80, 24, 128, 14, 14, (3, 3), padding=(1, 1),
+                  pool_kernel=(1, 1)), "square_n128", False),
+    (ConvPoolCase("conv_strips", 12, 16, 136, 56, 56, (3, 3), padding=(1, 1),
+                  pool_kernel=(1, 1)), "strip_n128", False),
+    (ConvPoolCase("conv_narrow_odd", 4, 16, 64, 37, 71, (3, 3), padding=(1, 1),
+                  pool_kernel=(1, 1)), "wide_n64", False),
+    (ConvPoolCase("conv_split", 1, 512, 136, 14, 14, (3, 3), padding=(1, 1),
+                  pool_kernel=(1, 1)), "square_n64", True),
+    (ConvPoolCase("conv_nan_pad2", 2, 256, 128, 18, 20, (3, 3), padding=(2, 2),
+                  pool_kernel=(1, 1)), "wide_n64", True),
+]
+
+
+@pytest.mark.parametrize("dtype", [*ALL_DTYPES, "3xtf32"], ids=lambda d: ALL_DTYPE_IDS.get(d, d))
+@pytest.mark.parametrize("layout", ["dense", "channels_last", "every_other"])
+def test_wgmma_without_a_pool_matches_float64(ext, choice, dtype, layout):
+    """UNPOOLED_CASES through the automatic choice: the 3 x 3 wgmma variant of the dtype
+    ("3xtf32": float32 with allow_tf32 = False, tiled_3xtf32_wgmma, whose N = 64 tiles take
+    the 128-channel shapes, at the fp32 tolerance), the tile and split listed, the output
+    against float64 (NaN and inf where float64 has them), and, where the variant reads weights
+    packed ahead of time, those giving the same output bit for bit."""
+    accurate = dtype == "3xtf32"
+    dtype = torch.float32 if accurate else dtype
+    device = kernel_choice.device_of(choice, torch.cuda.current_device())
+    seed = random.randrange(2**31)
+    tiles = []
+    for i, (case, tile, split) in enumerate(UNPOOLED_CASES):
+        name, tolerance, x, weight, bias = wgmma_layout_operands(case, layout, dtype, seed + i)
+        if accurate:
+            name, tolerance = "tiled_3xtf32_wgmma", FP32_TOLERANCE
+            tile = tile.replace("n128", "n64")
+        if case.name == "conv_nan_pad2":
+            inject_nan_and_inf(x)
+        with cudnn_tf32(not accurate):
+            assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
+            out = run_op(ext, case, x, weight, bias)
+        plan = kernel_choice.variant_plan(choice, case, name, ELEMENT_OF[dtype], device)
+        assert plan["wgmma_tile"] == tile, (case.name, plan)
+        assert (plan["wgmma_split"] > 1) == split, (case.name, plan)
+        tiles.append(plan["wgmma_tile"])
+        if not accurate and plan["takes_packed_weight"]:
+            packed = ext.conv2d_relu_maxpool_pack_weight(weight)
+            torch.testing.assert_close(run_op(ext, case, x, weight, bias, -1, packed), out,
+                                       rtol=0, atol=0, equal_nan=True)
+        expected = reference(case, x, weight, bias)
+        assert out.shape == expected.shape, case.name
+        out = out.double().cpu()
+        if case.name == "conv_nan_pad2":
+            assert expected.isnan().any() and expected.isinf().any()
+            assert torch.equal(out.isnan(), expected.isnan()), seed
+            assert torch.equal(out.isinf(), expected.isinf()), seed
+            finite = expected.isfinite()
+            out, expected = out[finite], expected[finite]
+        torch.testing.assert_close(out, expected, **tolerance,
+                                   msg=lambda m: f"seed {seed} {case}: {m}")
+    assert {"wide_n64", "square_n64"} <= set(tiles) and any("strip" in t for t in tiles)
+
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS.get)
 def test_wgmma_output_rows_in_runs_of_4(ext, choice, dtype):
     """Pooled widths that are a multiple of 4 (rgb_stem's 112, VGG's 56 and 28): the epilogue
@@ -1086,7 +1163,7 @@ def test_wgmma_narrow_layers_take_every_halo_load(ext, choice, dtype):
                                    **tolerance, msg=lambda m: f"seed {seed} {case}: {m}")
         assert len(kernels) == 1, kernels
         # WgmmaTile<operands, 8, 32 | 16, 16, 64, (TileShape)0, kOneBlockTwin>
-        tile = re.search(r", (8, 32|16, 16), 64, [^,]*TileShape\)0, (true|false)>", kernels[0])
+        tile = re.search(r", (8, 32|16, 16), 64, [^,]*TileShape\)0, (true|false), [12]>", kernels[0])
         assert tile, kernels
         assert tile.group(1) == ("8, 32" if tile_name == "wide_n64" else "16, 16"), kernels[0]
         assert (tile.group(2) == "true") == twin, (case.name, kernels[0])
@@ -1198,7 +1275,7 @@ def test_16bit_every_variant_matches_float64_and_pytorch(ext, choice, case, dtyp
     x, weight, bias = make_operands_16bit(case, random.randrange(2**31), dtype)
     chosen = ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args())
     fits_tile = case.pool_kernel[0] <= 8 and case.pool_kernel[1] <= 32
-    wgmma = on_hopper() and fast_path(case)
+    wgmma = on_hopper() and wgmma_geometry(case)
     # small_16bit and tiled_16bit_flat are small_fp32 and tiled_tf32_flat for 16-bit operands:
     # the same limits (tiled_16bit_flat's 16-bit weights also fit where some float32 ones do
     # not), and the same order in the automatic choice off the wgmma geometry.

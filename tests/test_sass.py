@@ -69,6 +69,15 @@ def is_wgmma_kernel(name: str) -> bool:
     return "wgmma_kernel" in name
 
 
+def wgmma_kernels(sass: dict, pool: int) -> dict:
+    """The 3 x 3 wgmma kernel's instances of one pooling (WgmmaTile's last argument: 2, the
+    2 x 2 / 2 pool, or 1, none), named without that argument, so that one set of name patterns
+    reads both."""
+    marker = f"ELi{pool}EEELb"
+    return {name.replace(marker, "EEELb", 1): code for name, code in sass.items()
+            if is_wgmma_kernel(name) and marker in name}
+
+
 def is_flat_wgmma_kernel(name: str) -> bool:
     return "FlatWgmmaMainloop" in name
 
@@ -112,8 +121,9 @@ HGMMA_BY_OPERANDS = {"Tf32Operands": r"HGMMA\.64x{n}x8\.F32\.TF32",
                      "HalfOperandsI8BFloat16": r"HGMMA\.64x{n}x16\.F32\.BF16\b"}
 
 
-def test_wgmma_kernels_issue_hgmma(sass):
-    wgmma = {name: code for name, code in sass.items() if is_wgmma_kernel(name)}
+@pytest.mark.parametrize("pool", [2, 1], ids=["pool_2x2", "no_pool"])
+def test_wgmma_kernels_issue_hgmma(sass, pool):
+    wgmma = wgmma_kernels(sass, pool)
     # TF32, float16 and bfloat16 operands; 8 x 32 and 16 x 16 pixel tiles (TileShape 0), each
     # with 128 and 64 output channels per block, and strips of four squares (TileShape 1) with
     # 128; each for NCHW-like inputs and for channels-last ones (the kernel's first bool
@@ -126,8 +136,9 @@ def test_wgmma_kernels_issue_hgmma(sass):
     # in 16 bits; and the split-reduction instances (the third bool, kSplitK) of the N = 64
     # tiles that run one block per SM (TF32's twins; in 16 bits the wide twin and the square
     # tile), from weights packed apart: 2 x 2 per operand type. Plus 3xTF32's 10
-    # (test_3xtf32_wgmma_kernels_issue_two_hgmma_per_tap).
-    assert len(wgmma) == 28 + 2 * 26 + 10, sorted(sass)
+    # (test_3xtf32_wgmma_kernels_issue_two_hgmma_per_tap). The same set with and without the
+    # pool (`pool`).
+    assert len(wgmma) == 28 + 2 * 26 + 10, sorted(wgmma)
     for operands, pattern in HGMMA_BY_OPERANDS.items():
         instances = {name: code for name, code in wgmma.items() if operands in name}
         flags = {name: re.search(r"ELb([01])ELb([01])ELb([01])EEEv", name).groups()
@@ -187,7 +198,8 @@ def test_wgmma_kernels_issue_hgmma(sass):
             assert cluster_barriers == ((2, 2) if name in split else (0, 0)), name
 
 
-def test_3xtf32_wgmma_kernels_issue_two_hgmma_per_tap(sass):
+@pytest.mark.parametrize("pool", [2, 1], ids=["pool_2x2", "no_pool"])
+def test_3xtf32_wgmma_kernels_issue_two_hgmma_per_tap(sass, pool):
     """tiled_3xtf32_wgmma (Tf32SplitOperands): the N = 64 wide, square and strip tiles, each for
     NCHW-like and channels-last inputs, each packing its own weights (a grid barrier) or, for
     the wide and square tiles, as a split reduction over a cluster, reading weights packed
@@ -198,8 +210,8 @@ def test_3xtf32_wgmma_kernels_issue_two_hgmma_per_tap(sass):
     the same waits as the other instances; those that pack their own weights also wait for
     every wgmma at the end of a run of 8 chunks, then store its sums to global memory (16
     16-byte stores or reductions a thread) and read them back at the tile's end (flush_run)."""
-    kernels = {name: code for name, code in sass.items()
-               if is_wgmma_kernel(name) and "Tf32SplitOperands" in name}
+    kernels = {name: code for name, code in wgmma_kernels(sass, pool).items()
+               if "Tf32SplitOperands" in name}
     assert len(kernels) == 10, sorted(kernels)
     tiles = set()
     for name, code in kernels.items():

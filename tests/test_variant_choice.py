@@ -44,11 +44,20 @@ def variant_names(extension) -> dict:
 
 
 def fast_path(case: ConvPoolCase) -> bool:
-    """fast_path_applies (kernels/conv_pool_shape.h): the wgmma kernels' geometry."""
+    """fast_path_applies (kernels/conv_pool_shape.h): 3 x 3 / 1 under a 2 x 2 / 2 pool."""
     (conv_h, conv_w), (out_h, out_w) = case.conv_out(), case.pooled_out()
     return (case.kernel_size == (3, 3) and case.stride == (1, 1) and case.dilation == (1, 1)
             and case.pool_kernel == (2, 2) and case.effective_pool_stride == (2, 2)
             and case.pool_padding == (0, 0) and 2 * out_h <= conv_h and 2 * out_w <= conv_w)
+
+
+def wgmma_geometry(case: ConvPoolCase) -> bool:
+    """wgmma_3x3_applies (kernels/conv_pool_shape.h): the 3 x 3 wgmma kernels' geometry, the
+    fast path's or the same convolution with no pool (1 x 1 / stride 1)."""
+    return fast_path(case) or (
+        case.kernel_size == (3, 3) and case.stride == (1, 1) and case.dilation == (1, 1)
+        and case.pool_kernel == (1, 1) and case.effective_pool_stride == (1, 1)
+        and case.pool_padding == (0, 0))
 
 
 def choose(library, variant_names, case, allow_tf32=True, config=AUTO, device=H200,
@@ -108,6 +117,51 @@ def test_wgmma_only_for_the_fast_path_geometry(library, variant_names):
     wgmma = {name: config for config, name in variant_names.items()}["tiled_tf32_wgmma"]
     why = unsupported(library, find_case("alexnet_c1"), wgmma)
     assert why is not None and b"3x3" in why
+    # The 3 x 3 / 1 convolution with no pool (a 1 x 1 / stride 1 one) is its geometry too;
+    # other pools of it are not.
+    unpooled = replace(find_case("vgg_b3"), name="unpooled", pool_kernel=(1, 1),
+                       pool_stride=None)
+    assert unsupported(library, unpooled, wgmma) is None
+    for pool in (dict(pool_kernel=(1, 1), pool_stride=(2, 2)), dict(pool_kernel=(3, 3)),
+                 dict(pool_kernel=(1, 1), pool_padding=(0, 0), stride=(2, 2))):
+        why = unsupported(library, replace(unpooled, **pool), wgmma)
+        assert why is not None and b"3x3" in why, pool
+
+
+@pytest.mark.parametrize("element", [FLOAT32, FLOAT16, BFLOAT16],
+                         ids=["float32", "float16", "bfloat16"])
+def test_conv_relu_with_no_pool_takes_the_3x3_wgmma_kernels_on_hopper(library, variant_names,
+                                                                      element):
+    """VGG's inner layers (3 x 3 / 1, no pool) on the H200: the 3 x 3 wgmma variant of the
+    dtype and math mode, with the tile the pooled layer of the same conv output size would
+    have; the general kernel for the same layer at stride 2; the flat kernel's choice for
+    fewer than 8 input channels in float32 (unchanged by the pool); on an A100-like device
+    what ran there before (not a wgmma variant)."""
+    wgmma = "tiled_tf32_wgmma" if element == FLOAT32 else "tiled_16bit_wgmma"
+    for size, channels in ((224, 64), (112, 128), (56, 256), (28, 512), (14, 512)):
+        case = ConvPoolCase(f"vgg_{size}", 32, channels, max(channels, 128), size, size,
+                            (3, 3), padding=(1, 1), pool_kernel=(1, 1))
+        assert choose(library, variant_names, case, element=element) == wgmma, case.name
+        if element == FLOAT32:
+            assert choose(library, variant_names, case, allow_tf32=False) == \
+                "tiled_3xtf32_wgmma", case.name
+        assert choose(library, variant_names, case, element=element,
+                      device=A100_LIKE) not in ("tiled_tf32_wgmma", "tiled_16bit_wgmma")
+        strided = replace(case, stride=(2, 2))
+        assert choose(library, variant_names, strided, element=element) == "general_wgmma"
+    # The tile covers conv outputs: VGG block 3's 56 x 56 (7 squares a row) runs strips, its
+    # 14 x 14 the square tile, its 224 x 224 the wide one.
+    assert wgmma_tile(library, ConvPoolCase("s", 32, 256, 256, 56, 56, (3, 3), padding=(1, 1),
+                                            pool_kernel=(1, 1)), element) == "strip_n128"
+    assert wgmma_tile(library, ConvPoolCase("q", 32, 512, 512, 14, 14, (3, 3), padding=(1, 1),
+                                            pool_kernel=(1, 1)), element) == "square_n128"
+    assert wgmma_tile(library, ConvPoolCase("w", 32, 64, 128, 224, 224, (3, 3),
+                                            padding=(1, 1), pool_kernel=(1, 1)),
+                      element) == "wide_n128"
+    few = ConvPoolCase("few", 4, 5, 64, 20, 20, (3, 3), padding=(1, 1), pool_kernel=(1, 1))
+    if element == FLOAT32:
+        assert choose(library, variant_names, few) in ("tiled_tf32_flat",
+                                                       "tiled_tf32_flat_wgmma")
 
 
 # allow_tf32 = False: an fp32-accurate kernel (3xTF32 or FFMA) for every shape of the suite.
@@ -347,7 +401,7 @@ def test_16_bit_automatic_choice_is_always_a_16_bit_variant(library, variant_nam
         general = device is H200 and runs(library, variant_names, case, "general_wgmma", element,
                                           device)
         expected = ("stem_16bit" if stem else
-                    "tiled_16bit_wgmma" if fast_path(case) and device is H200 else
+                    "tiled_16bit_wgmma" if wgmma_geometry(case) and device is H200 else
                     "small_16bit" if small else
                     ("tiled_16bit_flat_wgmma" if flat_wgmma else "tiled_16bit_flat")
                     if flat and case.in_channels < 8 and not fast_path(case)
@@ -718,17 +772,20 @@ def test_wgmma_tiles_of_the_public_suite(library, case, element):
 def expected_tile_origin(case: ConvPoolCase, tile_name: str, tile: int):
     """(tile count, origin of `tile`) by plain integer division: the kernel's tile order is
     channel block fastest, then (block tiles) tile column, tile row, image, or (strips) the
-    sequence of 8 x 8 squares (image, square row, square column), four per strip."""
+    sequence of 8 x 8 squares (image, square row, square column), four per strip. A square is
+    4 x 4 pooled outputs, or 8 x 8 outputs without a pool (a 1 x 1 / stride 1 one)."""
     out_h, out_w = case.pooled_out()
+    side = 8 if case.pool_kernel == (1, 1) else 4  # outputs per square side
     n = 64 if tile_name.endswith("n64") else 128
     blocks = -(-case.out_channels // n)
     block, rest = tile % blocks, tile // blocks
-    if tile_name == "strip_n128":
-        rows, cols = -(-out_h // 4), -(-out_w // 4)
+    if tile_name.startswith("strip"):
+        rows, cols = -(-out_h // side), -(-out_w // side)
         count = -(-(case.batch * rows * cols) // 4) * blocks
         image, square = divmod(4 * rest, rows * cols)
-        return count, (image, block * n, 4 * (square // cols), 4 * (square % cols))
-    pooled_rows, pooled_cols = (4, 16) if tile_name.startswith("wide") else (8, 8)
+        return count, (image, block * n, side * (square // cols), side * (square % cols))
+    pooled_rows, pooled_cols = (side, 4 * side) if tile_name.startswith("wide") else \
+        (2 * side, 2 * side)
     rows, cols = -(-out_h // pooled_rows), -(-out_w // pooled_cols)
     count = case.batch * rows * cols * blocks
     rest, col = divmod(rest, cols)
@@ -743,6 +800,15 @@ TILE_ORDER_CASES = [c for c in SUITE if c.name in EXPECTED_TILES] + [
     ConvPoolCase("narrow_odd", 3, 3, 40, 35, 77, (3, 3), padding=(2, 2)),
     # 2^24 images of the default problem's geometry: 2^30 tiles, dividends near 2^30.
     replace(find_case("default"), name="huge_batch", batch=2**24),
+    # No pool: the same tiles over conv outputs (8 x 32, 16 x 16, strips of 8 x 8 squares).
+    ConvPoolCase("unpooled_tails", 7, 16, 200, 30, 90, (3, 3), padding=(1, 1),
+                 pool_kernel=(1, 1)),
+    ConvPoolCase("unpooled_strips", 5, 16, 330, 56, 56, (3, 3), padding=(1, 1),
+                 pool_kernel=(1, 1)),
+    ConvPoolCase("unpooled_square", 40, 16, 136, 14, 14, (3, 3), padding=(1, 1),
+                 pool_kernel=(1, 1)),
+    ConvPoolCase("unpooled_narrow_odd", 3, 8, 40, 35, 77, (3, 3), padding=(2, 2),
+                 pool_kernel=(1, 1)),
 ]
 
 

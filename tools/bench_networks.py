@@ -19,6 +19,9 @@ in that order (model outermost). Targets, all on the same weights and input:
   compile-pass   torch.compile of an unchanged copy with model_new.enable_inductor_fusion() and
                  torch._inductor.config.freezing = True (Inductor folds eval-mode BatchNorm, then
                  the pass puts the fused op into its graph); both restored afterwards
+--conv-relu passes conv_relu=True to fuse_conv_relu_maxpool and the pass (Conv2d -> [BN] ->
+ReLU runs with no pool, on the 3 x 3 kernel); its rows are apart from the others (the row's
+"conv_relu", its key and its label).
 Each target's output is compared with a float64 copy of the eager model (its own rounded
 weights) on the input in float64 (relative L2 error reported) and with eager's output: it
 matches where its relative L2 distance to eager's is at most --tolerance (default 2e-2 for
@@ -112,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="relative L2 distance to eager's output that counts as a match "
                              "(default per dtype: 2e-2 float32, 3e-2 16-bit)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the weights and inputs")
+    parser.add_argument("--conv-relu", action="store_true",
+                        help="fuse Conv2d -> [BN] -> ReLU runs with no pool too (conv_relu=True "
+                             "in fused, fused-compile and compile-pass)")
     parser.add_argument("--json", type=Path, default=None,
                         help="write the results here (rewritten after every configuration)")
     parser.add_argument("--resume", action="store_true",
@@ -126,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def configurations(args) -> List[dict]:
     """The slice [start, start + limit) of the matrix, model outermost."""
-    matrix = [dict(model=m, batch=b, dtype=d, layout=layout) for m in args.models
+    extra = dict(conv_relu=True) if args.conv_relu else {}
+    matrix = [dict(model=m, batch=b, dtype=d, layout=layout, **extra) for m in args.models
               for b in args.batches for d in args.dtypes for layout in args.layouts]
     end = len(matrix) if args.limit <= 0 else args.start + args.limit
     return matrix[args.start:end]
@@ -186,7 +193,8 @@ def speedup(row: dict, peer: str = "compile") -> float:
 
 
 def label(row: dict) -> str:
-    return f"{row['model']} b{row['batch']} {row['dtype']} {row['layout']}"
+    return (f"{row['model']} b{row['batch']} {row['dtype']} {row['layout']}"
+            + (" conv_relu" if row.get("conv_relu") else ""))
 
 
 def table(rows: List[dict]) -> str:
@@ -237,19 +245,21 @@ def build_target(name: str, eager, record: dict):
     if name == "compile":
         return torch.compile(copy.deepcopy(eager))
     if name in ("fused", "fused-compile"):
-        fused, report = model_new.fuse_conv_relu_maxpool(copy.deepcopy(eager), report=True)
+        fused, report = model_new.fuse_conv_relu_maxpool(
+            copy.deepcopy(eager), report=True, conv_relu=bool(record.get("conv_relu")))
         record["fusion"] = dict(convs=len(report), fused=sum(1 for e in report if e.fused))
         return fused if name == "fused" else torch.compile(fused)
     raise ValueError(name)
 
 
-def run_compile_pass(eager, x, flush, args, fusion: bool = True) -> dict:
+def run_compile_pass(eager, x, flush, args, fusion: bool = True, conv_relu: bool = False
+                     ) -> dict:
     """compile-pass (fusion) or compile-frozen (not): freezing on, and with fusion the Inductor
-    pass, while it compiles and runs."""
+    pass (its conv_relu option), while it compiles and runs."""
     import torch._inductor.config as inductor_config
     import model_new
     freezing = inductor_config.freezing
-    fusion_pass = model_new.enable_inductor_fusion() if fusion else None
+    fusion_pass = model_new.enable_inductor_fusion(conv_relu=conv_relu) if fusion else None
     inductor_config.freezing = True
     try:
         module = torch.compile(copy.deepcopy(eager))
@@ -293,7 +303,8 @@ def run_configuration(config: dict, args, flush) -> dict:
         eager_out = None
         for name in ["eager"] + [t for t in args.targets if t != "eager"]:
             if name in ("compile-pass", "compile-frozen"):
-                result = run_compile_pass(eager, x, flush, args, fusion=name == "compile-pass")
+                result = run_compile_pass(eager, x, flush, args, fusion=name == "compile-pass",
+                                          conv_relu=bool(config.get("conv_relu")))
             else:
                 result = time_target(build_target(name, eager, row), x, flush, args)
             out = result.pop("out")
@@ -313,7 +324,8 @@ def run_configuration(config: dict, args, flush) -> dict:
 
 
 def config_key(row: dict) -> tuple:
-    return (row["model"], row["batch"], row["dtype"], row["layout"])
+    return ((row["model"], row["batch"], row["dtype"], row["layout"])
+            + (("conv_relu",) if row.get("conv_relu") else ()))
 
 
 def resumed_rows(args) -> List[dict]:
@@ -357,6 +369,7 @@ def write_json(path: Path, environment: dict, args, rows: List[dict], complete: 
     settings = dict(models=args.models, batches=args.batches, dtypes=args.dtypes,
                     layouts=args.layouts, targets=args.targets, start=args.start,
                     limit=args.limit, iters=args.iters, warmup=args.warmup, seed=args.seed,
+                    conv_relu=args.conv_relu,
                     cudnn_allow_tf32=torch.backends.cudnn.allow_tf32, complete=complete)
     record = dict(benchmark="networks", environment=environment, settings=settings, rows=rows)
     partial = path.with_name(path.name + ".partial")

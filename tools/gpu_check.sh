@@ -79,6 +79,12 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  unpooled_strips tiled_tf32_wgmma
+racecheck unpooled_strips tiled_16bit_wgmma float16
+memcheck  unpooled_narrow_odd tiled_16bit_wgmma bfloat16
+racecheck unpooled_narrow_odd tiled_tf32_wgmma
+memcheck  unpooled_split tiled_tf32_wgmma
+racecheck unpooled_split tiled_3xtf32_wgmma
 memcheck  general_large_kernel general_3xtf32_wgmma
 racecheck general_split general_3xtf32_wgmma
 memcheck  general_strided_channels_last general_3xtf32_wgmma

@@ -28,6 +28,15 @@ def find_flat(name: str) -> ConvPoolCase:
 
 
 CASES = {
+    # No pool (1 x 1 / stride 1): the 3 x 3 wgmma kernel's store_conv epilogue on strips (56 x
+    # 56: 7 squares a row) with a channel tail, an N = 64 layer at an odd width, and a layer of
+    # few tiles whose reduction splits over a cluster.
+    "unpooled_strips": ConvPoolCase("unpooled_strips", 2, 16, 136, 56, 56, (3, 3),
+                                    padding=(1, 1), pool_kernel=(1, 1)),
+    "unpooled_narrow_odd": ConvPoolCase("unpooled_narrow_odd", 2, 16, 64, 37, 71, (3, 3),
+                                        padding=(1, 1), pool_kernel=(1, 1)),
+    "unpooled_split": ConvPoolCase("unpooled_split", 1, 512, 136, 14, 14, (3, 3),
+                                   padding=(1, 1), pool_kernel=(1, 1)),
     # The default problem's geometry at batch 2 (the full batch is slow under the tools).
     "default_small_batch": ConvPoolCase("default_small_batch", 2, 64, 128, 128, 128, (3, 3)),
     # Padding, odd sizes, overlapping padded pooling in ceil mode, channel tails.

@@ -1,6 +1,7 @@
-// The 3 x 3 / 2 x 2 Hopper kernel's epilogue: the 2 x 2 max of the accumulators, bias, ReLU
-// and the coalesced store of the pooled tile, and the split reduction's sum of a cluster's
-// partial accumulators through distributed shared memory.
+// The 3 x 3 Hopper kernel's epilogue: the 2 x 2 max of the accumulators, bias, ReLU and the
+// coalesced store of the pooled tile; without a pool, bias, ReLU and the store straight from
+// the accumulators; and the split reduction's sum of a cluster's partial accumulators through
+// distributed shared memory.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -101,6 +102,74 @@ __device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const 
     }
     out += out_step;
     src += src_step;
+  }
+}
+
+// No pool (Tile::kPool == 1): the accumulators -> out, with bias and ReLU, straight from the
+// registers (a conv tile in shared memory would be 4x the pooled one: 128 KB at N = 128).
+// Register 4 j + e of square m holds pixel (2 w + e / 2, g) of the square (w: warp in its
+// warpgroup, g = lane / 4) and channel 8 j + 2 t + e % 2 (t = lane % 4), so one store
+// instruction of a warp covers 8 consecutive columns (32 bytes in fp32) of 4 channels. The four
+// row pointers are computed once and the channel groups walked outermost: per-store addresses
+// and bias loads inside the rows' loops, and pairs of columns swapped between lanes g and g ^ 1
+// (one store of two, as pool_accumulators swaps), spilled at the instances' register caps (the
+// two-blocks-per-SM ones' 128, the 16-bit strips' 255). kSplitK: only the channel groups this
+// block of the cluster summed (reduce_split).
+template <class Tile, bool kSplitK = false>
+__device__ __forceinline__ void store_conv(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                           const TileOrigin& o,
+                                           const float (&acc)[2][Tile::kAccRegs],
+                                           const float* bias, int split = 1, int rank = 0) {
+  static_assert(Tile::kPool == 1, "the pooled tiles store through store_pooled");
+  using Operands = typename Tile::Operands;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warpgroup = warp / 4, warp_in_group = warp % 4;
+  const int group = lane / 4, thread_in_group = lane % 4;
+  const int64_t plane = int64_t(s.out_height) * s.out_width;
+  const int k0 = 2 * thread_in_group;  // this lane's first channel of every group of 8, less 8 j
+  const int channels = min(Tile::kN, s.out_channels - o.channel0) - k0;
+  // Where this lane's two rows of each square start, at channel k0; null where outside.
+  typename Operands::Element* dst[2][2];
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+    const int square = 2 * warpgroup + m;
+    int64_t image = o.image;
+    int row = o.out_row0 + (square / Tile::kSquareCols) * 8 + 2 * warp_in_group;
+    int col = o.out_col0 + (square % Tile::kSquareCols) * 8 + group;
+    bool inside = true;
+    if constexpr (Tile::kStrip) {
+      inside = square < o.squares;
+      if (square >= o.first_squares) {  // the second piece: the next square row, from column 0
+        image = o.next_image;
+        row = o.next_out_row0 + 2 * warp_in_group;
+        col = 8 * (square - o.first_squares) + group;
+      }
+    }
+    inside = inside && col < s.out_width;
+    typename Operands::Element* base =
+        Operands::output(ops) + (image * s.out_channels + o.channel0 + k0) * plane + col;
+#pragma unroll
+    for (int half = 0; half < 2; ++half)
+      dst[m][half] = inside && row + half < s.out_height
+                         ? base + int64_t(row + half) * s.out_width
+                         : nullptr;
+  }
+#pragma unroll
+  for (int j = 0; j < Tile::kN / 8; ++j) {
+    if (kSplitK && j % split != rank) continue;
+    const float even_bias = bias[8 * j + k0], odd_bias = bias[8 * j + k0 + 1];
+    const bool even_inside = 8 * j < channels, odd_inside = 8 * j + 1 < channels;
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        typename Operands::Element* out = dst[m][half] + int64_t(8 * j) * plane;
+        if (dst[m][half] != nullptr && even_inside)
+          out[0] = Operands::to_output(relu_keeping_nan(acc[m][4 * j + 2 * half] + even_bias));
+        if (dst[m][half] != nullptr && odd_inside)
+          out[plane] =
+              Operands::to_output(relu_keeping_nan(acc[m][4 * j + 2 * half + 1] + odd_bias));
+      }
   }
 }
 

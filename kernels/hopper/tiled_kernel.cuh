@@ -1,4 +1,4 @@
-// The 3 x 3 / 2 x 2 Hopper kernel itself (conv_pool_wgmma_kernel: a persistent walk over its
+// The 3 x 3 Hopper kernel itself (conv_pool_wgmma_kernel: a persistent walk over its
 // tiles' chunks, the mainloop and epilogue of tiled_mainloop.cuh and tiled_epilogue.cuh) and
 // the kernel that packs weights ahead of time.
 #pragma once
@@ -173,11 +173,18 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
                              bias_channel < s.out_channels)
                                 ? Tile::Operands::bias(ops, bias_channel)
                                 : 0.f;
-    pool_accumulators<Tile>(acc, pooled);
-    if (threadIdx.x < Tile::kN) bias[threadIdx.x] = tile_bias;
-    __syncthreads();
-    store_pooled<Tile, kSplitK>(ops, s, origin, pooled, bias, p.vector_out, p.split, rank);
-    // `pooled` is rewritten only after the next tile's chunk barriers.
+    if constexpr (Tile::kPool == 2) {
+      pool_accumulators<Tile>(acc, pooled);
+      if (threadIdx.x < Tile::kN) bias[threadIdx.x] = tile_bias;
+      __syncthreads();
+      store_pooled<Tile, kSplitK>(ops, s, origin, pooled, bias, p.vector_out, p.split, rank);
+    } else {
+      (void)pooled;
+      if (threadIdx.x < Tile::kN) bias[threadIdx.x] = tile_bias;
+      __syncthreads();
+      store_conv<Tile, kSplitK>(ops, s, origin, acc, bias, p.split, rank);
+    }
+    // `pooled` and `bias` are rewritten only after the next tile's chunk barriers.
   }
   if constexpr (kSplitK) cluster_wait();  // no block of the cluster reads these stages now
 #endif

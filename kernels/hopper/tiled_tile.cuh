@@ -1,7 +1,7 @@
-// The 3 x 3 / 2 x 2 Hopper kernel (conv_relu_maxpool_wgmma.cu): its constants, the tile
-// template (WgmmaTile: rows, columns and channels of a block's tile, its shared-memory layout
-// and occupancy), the tile shapes, and the host plan a launch hands the kernel (WgmmaPlan,
-// TileOrigin: where a tile lies in the conv output).
+// The 3 x 3 Hopper kernel (conv_relu_maxpool_wgmma.cu; a 2 x 2 / 2 pool, or none): its
+// constants, the tile template (WgmmaTile: rows, columns and channels of a block's tile, its
+// pooling, its shared-memory layout and occupancy), the tile shapes, and the host plan a launch
+// hands the kernel (WgmmaPlan, TileOrigin: where a tile lies in the conv output).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -37,10 +37,15 @@ enum TileShape : int {
 };
 
 template <class OperandsT, int kTileRowsT, int kTileColsT, int kNT, TileShape kShapeT = kBlockTile,
-          bool kOneBlockTwinT = false>
+          bool kOneBlockTwinT = false, int kPoolT = 2>
 struct WgmmaTile {
   using Operands = OperandsT;             // Tf32Operands or HalfOperands<E>
   static constexpr int kTileRows = kTileRowsT, kTileCols = kTileColsT;
+  // The pool window and stride: 2 (2 x 2 / 2, pooled through shared memory), or 1 (no pool:
+  // conv -> ReLU, stored straight from the accumulators, store_conv). kPooled*: outputs.
+  static constexpr int kPool = kPoolT;
+  static_assert(kPool == 1 || kPool == 2, "a 2 x 2 / 2 pool or none");
+  static constexpr int kSquareOut = 8 / kPool;  // outputs per 8 x 8 conv square, per side
   static constexpr bool kStrip = kShapeT == kStripTile;
   static constexpr int kN = kNT;          // output channels per block = N of every wgmma
   // The one-block-per-SM twin of a two-blocks-per-SM tile (OneBlockWideTile, TF32's
@@ -77,10 +82,11 @@ struct WgmmaTile {
   // workspace's unit).
   static constexpr int kWeightChunkWords = kTaps * 2 * kWeightN * 4;
   static constexpr int kWeightChunkBytes = kTaps * kWeightTapBytes;
-  static constexpr int kPooledRows = kTileRows / 2, kPooledCols = kTileCols / 2;
-  // + 4 floats: the epilogue's stores of one warp (8 channels x 4 columns) hit 32 banks.
+  static constexpr int kPooledRows = kTileRows / kPool, kPooledCols = kTileCols / kPool;
+  // + 4 floats: the epilogue's stores of one warp (8 channels x 4 columns) hit 32 banks. No
+  // pooled tile without a pool.
   static constexpr int kPooledPlane = kPooledRows * kPooledCols + 4;
-  static constexpr int kPooledBytes = kN * kPooledPlane * 4;
+  static constexpr int kPooledBytes = kPool == 2 ? kN * kPooledPlane * 4 : 0;
   static constexpr int kBiasBytes = kN * 4;
   // N = 64 fits two blocks per SM (<= 128 registers, 110 KB (8 x 32) or 112 KB (16 x 16) of
   // shared memory each): one block's epilogue and barriers then overlap the other's wgmmas.
@@ -116,7 +122,7 @@ struct WgmmaTile {
   static_assert(kSmemBytes == smem_bytes(kHaloPitch), "one sum");
   static_assert(kBarrierOffset % 8 == 0, "aligned mbarriers");
   static_assert(kWeightChunkBytes % 16 == 0 && kHaloBytes % 16 == 0, "bulk-copy sizes");
-  using OneBlockTwin = WgmmaTile<OperandsT, kTileRowsT, kTileColsT, kNT, kShapeT, true>;
+  using OneBlockTwin = WgmmaTile<OperandsT, kTileRowsT, kTileColsT, kNT, kShapeT, true, kPoolT>;
   // Whether the kernel has the scalar halo loads (kHaloScalars). Not the 16-bit two-blocks-
   // per-SM instance: 32 scalar loads in flight spilled at its 128-register cap (20 bytes), so
   // launch() runs such inputs on the one-block twin.
@@ -127,22 +133,23 @@ struct WgmmaTile {
 // 5: 14 x 14), strips of four 8 x 8 squares where a row of squares is not a multiple of 4 long
 // (VGG blocks 2-3: 14 and 7 squares); 128 output channels per block, or 64 when there are no
 // more (wide and square tiles only: a strip's wider halo would not let two N = 64 blocks share
-// an SM; 3xTF32 has N = 64 strips, one block per SM).
-template <class Operands, int kN>
-using WideTile = WgmmaTile<Operands, 8, 32, kN>;
-template <class Operands, int kN>
-using SquareTile = WgmmaTile<Operands, 16, 16, kN>;
-template <class Operands, int kN = 128>
-using StripTile = WgmmaTile<Operands, 8, 32, kN, kStripTile>;
+// an SM; 3xTF32 has N = 64 strips, one block per SM). kPool: 2 (the 2 x 2 / 2 pool) or 1.
+template <class Operands, int kN, int kPool = 2>
+using WideTile = WgmmaTile<Operands, 8, 32, kN, kBlockTile, false, kPool>;
+template <class Operands, int kN, int kPool = 2>
+using SquareTile = WgmmaTile<Operands, 16, 16, kN, kBlockTile, false, kPool>;
+template <class Operands, int kN = 128, int kPool = 2>
+using StripTile = WgmmaTile<Operands, 8, 32, kN, kStripTile, false, kPool>;
 // The N = 64 tiles at one block per SM, without the two-blocks instances' 128-register cap:
 // for layers of few tiles (kFewTiles), which have no second block for an SM, and for 16-bit
 // inputs that need scalar halo loads (kScalarHalo). The 16-bit square tile is one already.
-template <class Operands>
-using OneBlockWideTile = typename WideTile<Operands, 64>::OneBlockTwin;
-template <class Operands>
+template <class Operands, int kPool = 2>
+using OneBlockWideTile = typename WideTile<Operands, 64, kPool>::OneBlockTwin;
+template <class Operands, int kPool = 2>
 using OneBlockSquareTile =
-    std::conditional_t<SquareTile<Operands, 64>::kMinBlocksPerSm == 1, SquareTile<Operands, 64>,
-                       typename SquareTile<Operands, 64>::OneBlockTwin>;
+    std::conditional_t<SquareTile<Operands, 64, kPool>::kMinBlocksPerSm == 1,
+                       SquareTile<Operands, 64, kPool>,
+                       typename SquareTile<Operands, 64, kPool>::OneBlockTwin>;
 
 // How a halo unit's 4 pixels are read (4 elements: 16 bytes fp32, 8 bytes 16-bit).
 enum HaloLoad : int {
@@ -213,7 +220,7 @@ struct WgmmaPlan {
 struct TileOrigin {
   int64_t image;
   int channel0;
-  int out_row0, out_col0;  // first pooled output
+  int out_row0, out_col0;  // first output (pooled, or conv where the tile has no pool)
   int in_row0;             // input row of halo row 0
   int staged_col0;         // input column of halo column 0 (a multiple of 4)
   int col_shift;           // halo column of the tile's first input column, 0..3
@@ -238,10 +245,10 @@ __host__ __device__ __forceinline__ TileOrigin tile_origin(const ConvPoolShape& 
     o.image = p.image_squares_div.divide(first, rest);
     const int square_row = p.tiles_w_div.divide(rest, square_col);
     o.channel0 = channel_block * Tile::kN;
-    o.out_row0 = 4 * square_row;
-    o.out_col0 = 4 * square_col;
-    o.in_row0 = 2 * o.out_row0 - s.pad_h;
-    const int in_col0 = 2 * o.out_col0 - s.pad_w;
+    o.out_row0 = Tile::kSquareOut * square_row;
+    o.out_col0 = Tile::kSquareOut * square_col;
+    o.in_row0 = Tile::kPool * o.out_row0 - s.pad_h;
+    const int in_col0 = Tile::kPool * o.out_col0 - s.pad_w;
     o.col_shift = ((in_col0 % 4) + 4) % 4;  // the same for every square (8 columns apart)
     o.staged_col0 = in_col0 - o.col_shift;
     o.squares = std::min(4, p.squares - first);
@@ -253,8 +260,8 @@ __host__ __device__ __forceinline__ TileOrigin tile_origin(const ConvPoolShape& 
     o.next_vectors = vectors(o.squares - o.first_squares);
     const bool same_image = square_row + 1 < p.tiles_h;
     o.next_image = same_image ? o.image : o.image + 1;
-    o.next_out_row0 = same_image ? o.out_row0 + 4 : 0;
-    o.next_in_row0 = 2 * o.next_out_row0 - s.pad_h;
+    o.next_out_row0 = same_image ? o.out_row0 + Tile::kSquareOut : 0;
+    o.next_in_row0 = Tile::kPool * o.next_out_row0 - s.pad_h;
     o.next_staged_col0 = -s.pad_w - o.col_shift;
     return o;
   }
@@ -267,8 +274,8 @@ __host__ __device__ __forceinline__ TileOrigin tile_origin(const ConvPoolShape& 
   o.channel0 = channel_block * Tile::kN;
   o.out_row0 = tile_row * Tile::kPooledRows;
   o.out_col0 = tile_col * Tile::kPooledCols;
-  o.in_row0 = 2 * o.out_row0 - s.pad_h;
-  const int in_col0 = 2 * o.out_col0 - s.pad_w;
+  o.in_row0 = Tile::kPool * o.out_row0 - s.pad_h;
+  const int in_col0 = Tile::kPool * o.out_col0 - s.pad_w;
   o.col_shift = ((in_col0 % 4) + 4) % 4;
   o.staged_col0 = in_col0 - o.col_shift;
   return o;
