@@ -128,6 +128,11 @@ int64_t conv_relu_maxpool_packed_weight_bytes(const ConvPoolShape* shape,
 // into its workspace (which it then does not need). Set packed_weight only when it does.
 bool conv_relu_maxpool_takes_packed_weight(const ConvPoolShape* shape, int variant);
 
+// Whether `variant` writes `shape`'s channels-last output itself (the launch's out_stride: the
+// general kernel takes any strides, the 3 x 3 one without a pool dense channels-last ones);
+// else it writes NCHW, which the caller re-lays out.
+bool conv_relu_maxpool_writes_strided_output(const ConvPoolShape* shape, int variant);
+
 // What `variant` would do with `shape` on `device`: the one plan record that tests, tools and
 // the binding's conv2d_relu_maxpool_plan read (conv_relu_maxpool_variant_plan). Fields that do
 // not apply to the variant keep their defaults (nullptr, 0, false; wgmma_split 1).

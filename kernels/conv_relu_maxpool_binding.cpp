@@ -402,15 +402,17 @@ torch::Tensor conv2d_relu_maxpool_forward(const std::optional<torch::Tensor>& x_
 
   c10::cuda::CUDAGuard device_guard(x.device());
   // The output's layout follows PyTorch's convolution (channels-last when x or weight is, and
-  // the max-pool keeps its input's): output_memory_format. general_wgmma writes either layout;
-  // the other variants write NCHW, which conv_pool_to_channels_last then re-lays out.
+  // the max-pool keeps its input's): output_memory_format. The general kernel and the 3 x 3
+  // one without a pool write either layout (conv_relu_maxpool_writes_strided_output); the
+  // others write NCHW, which conv_pool_to_channels_last then re-lays out.
   const auto memory_format = output_memory_format(x, weight);
   const std::vector<int64_t> out_shape = {shape.batch, shape.out_channels, shape.out_height,
                                           shape.out_width};
   auto out = torch::empty(out_shape, x.options().memory_format(memory_format));
   if (plan.empty) return out;
   const bool channels_last = memory_format == torch::MemoryFormat::ChannelsLast;
-  const bool writes_layout = !channels_last || variant == kVariantGeneralWgmma;
+  const bool writes_layout =
+      !channels_last || conv_relu_maxpool_writes_strided_output(&shape, variant);
   torch::Tensor nchw =
       writes_layout ? out
                     : torch::empty(out_shape, x.options().memory_format(

@@ -25,6 +25,7 @@ using Unsupported = const char* (*)(const ConvPoolShape&, int, const ConvPoolDev
 using Workspace = int64_t (*)(const ConvPoolShape&, int, const ConvPoolDevice&,
                               const ConvPoolOperands*);
 using TakesPacked = bool (*)(const ConvPoolShape&);
+using StridedOut = bool (*)(const ConvPoolShape&);
 using Launch = cudaError_t (*)(const ConvPoolOperands&, const ConvPoolShape&, int,
                                const ConvPoolDevice&, cudaStream_t, const int64_t*);
 
@@ -34,7 +35,7 @@ struct Variant {
   Unsupported unsupported;     // beyond the element type; nullptr: every shape
   Workspace workspace;         // nullptr: none
   TakesPacked takes_packed;    // nullptr: never
-  bool strided_out;            // writes any output strides (channels-last), else NCHW only
+  StridedOut strided_out;      // writes a channels-last output itself; nullptr: NCHW only
   Launch launch;
 };
 
@@ -74,6 +75,8 @@ int64_t general_workspace(const ConvPoolShape& s, int v, const ConvPoolDevice& d
 }
 
 bool wgmma_packed(const ConvPoolShape& s) { return wgmma_takes_packed_weight(s); }
+bool wgmma_strided(const ConvPoolShape& s) { return wgmma_writes_strided_output(s); }
+bool any_strides(const ConvPoolShape&) { return true; }
 
 cudaError_t direct_launch(const ConvPoolOperands& ops, const ConvPoolShape& s, int,
                           const ConvPoolDevice&, cudaStream_t stream, const int64_t*) {
@@ -88,8 +91,9 @@ cudaError_t half_launch(const ConvPoolOperands& ops, const ConvPoolShape& s, int
   return half_conv_pool_launch(ops, s, v, stream);
 }
 cudaError_t wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShape& s, int v,
-                         const ConvPoolDevice& d, cudaStream_t stream, const int64_t*) {
-  return wgmma_conv_pool_launch(ops, s, d, stream, v == kVariantTiled3xTf32Wgmma);
+                         const ConvPoolDevice& d, cudaStream_t stream,
+                         const int64_t* out_stride) {
+  return wgmma_conv_pool_launch(ops, s, d, stream, out_stride, v == kVariantTiled3xTf32Wgmma);
 }
 cudaError_t small_launch(const ConvPoolOperands& ops, const ConvPoolShape& s, int v,
                          const ConvPoolDevice&, cudaStream_t stream, const int64_t*) {
@@ -116,52 +120,52 @@ constexpr const char* kGeneral = "hopper/general_wgmma.cu";
 // kernel is built for (90: sm_90a's wgmma); the variant's own check refuses older devices.
 constexpr Variant kVariants[] = {
     {kVariantDirect, {"direct", "direct", "fp32", kSm80, kFloat32, 0},
-     no_limit, nullptr, nullptr, false, direct_launch},
+     no_limit, nullptr, nullptr, nullptr, direct_launch},
     {kVariantTiledFp32, {"tiled_fp32", "tiled", "fp32", kSm80, kFloat32, 80},
-     tiled_limits, nullptr, nullptr, false, tiled_launch},
+     tiled_limits, nullptr, nullptr, nullptr, tiled_launch},
     {kVariantTiledTf32, {"tiled_tf32", "tiled", "tf32", kSm80, kFloat32, 80},
-     tiled_limits, nullptr, nullptr, false, tiled_launch},
+     tiled_limits, nullptr, nullptr, nullptr, tiled_launch},
     {kVariantTiled3xTf32, {"tiled_3xtf32", "tiled", "3xtf32", kSm80, kFloat32, 80},
-     tiled_limits, nullptr, nullptr, false, tiled_launch},
+     tiled_limits, nullptr, nullptr, nullptr, tiled_launch},
     {kVariantTiledTf32Wide, {"tiled_tf32_16w", "tiled", "tf32", kSm80, kFloat32, 80},
-     tiled_limits, nullptr, nullptr, false, tiled_launch},
+     tiled_limits, nullptr, nullptr, nullptr, tiled_launch},
     {kVariantTiledTf32Flat, {"tiled_tf32_flat", "flat", "tf32", kSm80, kFloat32, 80},
-     tiled_limits, nullptr, nullptr, false, tiled_launch},
+     tiled_limits, nullptr, nullptr, nullptr, tiled_launch},
     {kVariantTiledTf32Wgmma, {"tiled_tf32_wgmma", "wgmma", "tf32", kWgmma, kFloat32, 90},
-     wgmma_limits, wgmma_workspace, wgmma_packed, false, wgmma_launch},
+     wgmma_limits, wgmma_workspace, wgmma_packed, wgmma_strided, wgmma_launch},
     {kVariantSmallFp32, {"small_fp32", "small", "fp32", kSmall, kFloat32, 80},
-     small_limits, nullptr, nullptr, false, small_launch},
+     small_limits, nullptr, nullptr, nullptr, small_launch},
     {kVariantDirect16, {"direct_16bit", "direct", "fp32", kHalf, kSixteenBit, 0},
-     half_limits, nullptr, nullptr, false, half_launch},
+     half_limits, nullptr, nullptr, nullptr, half_launch},
     {kVariantTiled16Mma, {"tiled_16bit_mma", "tiled", "16bit", kHalf, kSixteenBit, 80},
-     half_limits, half_workspace, nullptr, false, half_launch},
+     half_limits, half_workspace, nullptr, nullptr, half_launch},
     {kVariantTiled16Wgmma, {"tiled_16bit_wgmma", "wgmma", "16bit", kWgmma, kSixteenBit, 90},
-     wgmma_limits, wgmma_workspace, wgmma_packed, false, wgmma_launch},
+     wgmma_limits, wgmma_workspace, wgmma_packed, wgmma_strided, wgmma_launch},
     {kVariantSmall16, {"small_16bit", "small", "fp32", kSmall, kSixteenBit, 80},
-     small_limits, nullptr, nullptr, false, small_launch},
+     small_limits, nullptr, nullptr, nullptr, small_launch},
     {kVariantTiled16Flat, {"tiled_16bit_flat", "flat", "tf32", kSm80, kSixteenBit, 80},
-     tiled_limits, nullptr, nullptr, false, tiled_launch},
+     tiled_limits, nullptr, nullptr, nullptr, tiled_launch},
     {kVariantSmallTf32, {"small_tf32", "small", "tf32", kSmall, kFloat32, 80},
-     small_limits, nullptr, nullptr, false, small_launch},
+     small_limits, nullptr, nullptr, nullptr, small_launch},
     {kVariantTiled3xTf32Flat, {"tiled_3xtf32_flat", "flat", "3xtf32", kSm80, kFloat32, 80},
-     tiled_limits, nullptr, nullptr, false, tiled_launch},
+     tiled_limits, nullptr, nullptr, nullptr, tiled_launch},
     {kVariantTiled3xTf32Wgmma, {"tiled_3xtf32_wgmma", "wgmma", "3xtf32", kWgmma, kFloat32, 90},
-     wgmma_limits, wgmma_workspace, nullptr, false, wgmma_launch},
+     wgmma_limits, wgmma_workspace, nullptr, wgmma_strided, wgmma_launch},
     {kVariantStemTf32, {"stem_tf32", "stem", "tf32", kStem, kFloat32, 80},
-     stem_limits, nullptr, nullptr, false, stem_launch},
+     stem_limits, nullptr, nullptr, nullptr, stem_launch},
     {kVariantStem16, {"stem_16bit", "stem", "16bit", kStem, kSixteenBit, 80},
-     stem_limits, nullptr, nullptr, false, stem_launch},
+     stem_limits, nullptr, nullptr, nullptr, stem_launch},
     {kVariantTiledTf32FlatWgmma,
      {"tiled_tf32_flat_wgmma", "flat_wgmma", "tf32", kSm80, kFloat32, 90},
-     tiled_limits, nullptr, nullptr, false, tiled_launch},
+     tiled_limits, nullptr, nullptr, nullptr, tiled_launch},
     {kVariantTiled16FlatWgmma,
      {"tiled_16bit_flat_wgmma", "flat_wgmma", "16bit", kSm80, kSixteenBit, 90},
-     tiled_limits, nullptr, nullptr, false, tiled_launch},
+     tiled_limits, nullptr, nullptr, nullptr, tiled_launch},
     {kVariantGeneralWgmma, {"general_wgmma", "general", "tf32/16bit", kGeneral, kAnyElement, 90},
-     general_limits, general_workspace, nullptr, true, general_launch},
+     general_limits, general_workspace, nullptr, any_strides, general_launch},
     {kVariantGeneral3xTf32Wgmma,
      {"general_3xtf32_wgmma", "general", "3xtf32", kGeneral, kFloat32, 90},
-     general_limits, general_workspace, nullptr, true, general_launch},
+     general_limits, general_workspace, nullptr, any_strides, general_launch},
 };
 
 constexpr bool rows_are_ids() {
@@ -219,12 +223,19 @@ extern "C" bool conv_relu_maxpool_takes_packed_weight(const ConvPoolShape* s, in
          v->takes_packed(*s);
 }
 
+extern "C" bool conv_relu_maxpool_writes_strided_output(const ConvPoolShape* s, int variant) {
+  const Variant* v = find(variant);
+  return v != nullptr && v->strided_out != nullptr && runs_element(*v, s->element) &&
+         v->strided_out(*s);
+}
+
 extern "C" cudaError_t conv_relu_maxpool_launch(const ConvPoolOperands* ops,
                                                 const ConvPoolShape* s, int variant,
                                                 const ConvPoolDevice* device,
                                                 cudaStream_t stream, const int64_t* out_stride) {
   const Variant* v = find(variant);
   if (v == nullptr || !runs_element(*v, s->element)) return cudaErrorInvalidValue;
-  if (out_stride != nullptr && !v->strided_out) return cudaErrorInvalidValue;
+  if (out_stride != nullptr && (v->strided_out == nullptr || !v->strided_out(*s)))
+    return cudaErrorInvalidValue;
   return v->launch(*ops, *s, variant, *device, stream, out_stride);
 }

@@ -477,8 +477,10 @@ cudaError_t launch_split_instance(const ConvPoolOperands& ops, const ConvPoolSha
 
 template <class Tile>
 cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
-                   const ConvPoolDevice& device, cudaStream_t stream) {
+                   const ConvPoolDevice& device, cudaStream_t stream,
+                   const int64_t* out_stride) {
   WgmmaPlan p = make_plan_with_divisors<Tile>(s);
+  p.channels_last_out = out_stride != nullptr;
   using Operands = typename Tile::Operands;
   if (plane_vectors_apply<Tile>(ops, s, p)) {
     p.halo_load = kHaloPlaneVectors;
@@ -490,7 +492,11 @@ cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
   }
   if constexpr (!Tile::kScalarHalo) {
     if (p.halo_load == kHaloScalars)
-      return launch<typename Tile::OneBlockTwin>(ops, s, device, stream);
+      return launch<typename Tile::OneBlockTwin>(ops, s, device, stream, out_stride);
+  }
+  if constexpr (Tile::kPool == 1 && !Tile::kChannelsLastOut) {
+    if (out_stride != nullptr)
+      return launch<typename Tile::OneBlockTwin>(ops, s, device, stream, out_stride);
   }
   // 3x3 here: C * 9 % 4 == 0 (fp32) or % 8 == 0 (16-bit).
   p.vector_weights = vectorizable_weights(ops, s, Operands::kSliceChannels);
@@ -690,8 +696,17 @@ cudaError_t wgmma_pack_weight_launch(const ConvPoolOperands& ops, const ConvPool
 
 cudaError_t wgmma_conv_pool_launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                    const ConvPoolDevice& device, cudaStream_t stream,
-                                   bool split) {
+                                   const int64_t* out_stride, bool split) {
+  // Strides: dense channels-last only (what the binding allocates), without a pool.
+  if (out_stride != nullptr) {
+    const int64_t c = s.out_channels, w = s.out_width, h = s.out_height;
+    if (!wgmma_writes_strided_output(s) || out_stride[1] != 1 || out_stride[3] != c ||
+        out_stride[2] != w * c || (s.batch > 1 && out_stride[0] != h * w * c))
+      return cudaErrorInvalidValue;
+  }
   return with_tile(s, split, [&](auto tile) {
-    return launch<decltype(tile)>(ops, s, device, stream);
+    return launch<decltype(tile)>(ops, s, device, stream, out_stride);
   });
 }
+
+bool wgmma_writes_strided_output(const ConvPoolShape& s) { return identity_pool(s); }

@@ -1030,8 +1030,9 @@ def test_wgmma_without_a_pool_matches_float64(ext, choice, dtype, layout):
     """UNPOOLED_CASES through the automatic choice: the 3 x 3 wgmma variant of the dtype
     ("3xtf32": float32 with allow_tf32 = False, tiled_3xtf32_wgmma, whose N = 64 tiles take
     the 128-channel shapes, at the fp32 tolerance), the tile and split listed, the output
-    against float64 (NaN and inf where float64 has them), and, where the variant reads weights
-    packed ahead of time, those giving the same output bit for bit."""
+    against float64 (NaN and inf where float64 has them), in the input's layout and, for
+    channels-last, written so by the kernel (no re-layout launch), and, where the variant reads
+    weights packed ahead of time, those giving the same output bit for bit."""
     accurate = dtype == "3xtf32"
     dtype = torch.float32 if accurate else dtype
     device = kernel_choice.device_of(choice, torch.cuda.current_device())
@@ -1046,7 +1047,14 @@ def test_wgmma_without_a_pool_matches_float64(ext, choice, dtype, layout):
             inject_nan_and_inf(x)
         with cudnn_tf32(not accurate):
             assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
-            out = run_op(ext, case, x, weight, bias)
+            outs = []
+            kernels = kernels_run(lambda: outs.append(run_op(ext, case, x, weight, bias)))
+            out = outs[0]
+        # A channels-last input gives a channels-last output, written by the kernel itself.
+        memory_format = (torch.channels_last if layout == "channels_last"
+                         else torch.contiguous_format)
+        assert out.is_contiguous(memory_format=memory_format), (case.name, out.stride())
+        assert not any("to_channels_last" in k for k in kernels), kernels
         plan = kernel_choice.variant_plan(choice, case, name, ELEMENT_OF[dtype], device)
         assert plan["wgmma_tile"] == tile, (case.name, plan)
         assert (plan["wgmma_split"] > 1) == split, (case.name, plan)
@@ -1107,12 +1115,17 @@ def automatic_wgmma_or_stem(ext, case, dtype, x, weight, bias, wgmma: str) -> st
     return stem if takes_stem else wgmma
 
 
-def wgmma_kernels_run(fn) -> list:
-    """The wgmma kernel instances (demangled names) that `fn()` launches."""
+def kernels_run(fn) -> list:
+    """The kernels (demangled names) that `fn()` launches."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    return [e.name for e in prof.events() if "conv_pool_wgmma_kernel" in e.name]
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def wgmma_kernels_run(fn) -> list:
+    """The wgmma kernel instances (demangled names) that `fn()` launches."""
+    return [name for name in kernels_run(fn) if "conv_pool_wgmma_kernel" in name]
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS.get)

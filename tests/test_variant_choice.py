@@ -128,6 +128,23 @@ def test_wgmma_only_for_the_fast_path_geometry(library, variant_names):
         assert why is not None and b"3x3" in why, pool
 
 
+def test_which_variants_write_a_channels_last_output_themselves(library):
+    """The general kernel writes any output strides; the 3 x 3 wgmma kernel without a pool
+    too (store_conv), with its pool not (its pooled tile is stored NCHW); the others never:
+    the op re-lays out their NCHW output (conv_pool_to_channels_last)."""
+    pooled = find_case("vgg_b3")
+    unpooled = replace(pooled, name="unpooled", pool_kernel=(1, 1), pool_stride=None)
+    for element in (FLOAT32, FLOAT16, BFLOAT16):
+        for case in (pooled, unpooled):
+            assert kernel_choice.writes_strided_output(library, case, "general_wgmma", element)
+            assert not kernel_choice.writes_strided_output(library, case, "direct", element)
+        for name in ("tiled_tf32_wgmma", "tiled_3xtf32_wgmma", "tiled_16bit_wgmma"):
+            runs = (name == "tiled_16bit_wgmma") == (element != FLOAT32)
+            assert kernel_choice.writes_strided_output(library, unpooled, name, element) == runs
+            assert not kernel_choice.writes_strided_output(library, pooled, name, element)
+    assert kernel_choice.writes_strided_output(library, pooled, "general_3xtf32_wgmma")
+
+
 @pytest.mark.parametrize("element", [FLOAT32, FLOAT16, BFLOAT16],
                          ids=["float32", "float16", "bfloat16"])
 def test_conv_relu_with_no_pool_takes_the_3x3_wgmma_kernels_on_hopper(library, variant_names,

@@ -85,6 +85,8 @@ def load(extension) -> ctypes.CDLL:
     lib.conv_relu_maxpool_variant_name.argtypes = [ctypes.c_int]
     lib.conv_relu_maxpool_takes_packed_weight.restype = ctypes.c_bool
     lib.conv_relu_maxpool_takes_packed_weight.argtypes = [shape, ctypes.c_int]
+    lib.conv_relu_maxpool_writes_strided_output.restype = ctypes.c_bool
+    lib.conv_relu_maxpool_writes_strided_output.argtypes = [shape, ctypes.c_int]
     lib.conv_relu_maxpool_query_device.restype = ctypes.c_int
     lib.conv_relu_maxpool_query_device.argtypes = [ctypes.c_int, ctypes.POINTER(ConvPoolDevice)]
     lib.conv_relu_maxpool_wgmma_tile_origin.restype = ctypes.c_int
@@ -209,6 +211,17 @@ def takes_packed_weight(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLO
     (conv_relu_maxpool_takes_packed_weight, the binding's own test); else it packs its own."""
     return lib.conv_relu_maxpool_takes_packed_weight(ctypes.byref(shape_of(case, element)),
                                                      wgmma_variant(lib, element))
+
+
+def writes_strided_output(lib: ctypes.CDLL, case: ConvPoolCase, variant,
+                          element: int = FLOAT32) -> bool:
+    """Whether `variant` (name or id) writes `case`'s output at any strides, a channels-last
+    one directly (conv_relu_maxpool_writes_strided_output); else the op re-lays out its NCHW
+    output."""
+    if isinstance(variant, str):
+        variant = variant_id(lib, variant)
+    return lib.conv_relu_maxpool_writes_strided_output(ctypes.byref(shape_of(case, element)),
+                                                       variant)
 
 
 def packs_weight_apart(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,

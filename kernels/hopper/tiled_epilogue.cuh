@@ -106,7 +106,8 @@ __device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const 
 }
 
 // No pool (Tile::kPool == 1): the accumulators -> out, with bias and ReLU, straight from the
-// registers (a conv tile in shared memory would be 4x the pooled one: 128 KB at N = 128).
+// registers (a conv tile in shared memory would be 4x the pooled one: 128 KB at N = 128), in
+// NCHW or channels-last (where a lane's two channels are neighbours).
 // Register 4 j + e of square m holds pixel (2 w + e / 2, g) of the square (w: warp in its
 // warpgroup, g = lane / 4) and channel 8 j + 2 t + e % 2 (t = lane % 4), so one store
 // instruction of a warp covers 8 consecutive columns (32 bytes in fp32) of 4 channels. The four
@@ -119,13 +120,25 @@ template <class Tile, bool kSplitK = false>
 __device__ __forceinline__ void store_conv(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                            const TileOrigin& o,
                                            const float (&acc)[2][Tile::kAccRegs],
-                                           const float* bias, int split = 1, int rank = 0) {
+                                           const float* bias, bool channels_last,
+                                           int split = 1, int rank = 0) {
   static_assert(Tile::kPool == 1, "the pooled tiles store through store_pooled");
   using Operands = typename Tile::Operands;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int warpgroup = warp / 4, warp_in_group = warp % 4;
   const int group = lane / 4, thread_in_group = lane % 4;
+  // Dense NCHW or NHWC: element (image, channel, row, col) at pixel(image, row, col) +
+  // channel * channel_stride. NCHW only in the two-blocks-per-SM instances (kChannelsLastOut:
+  // the NHWC addresses spilled at their 128-register cap; launch() runs channels-last outputs
+  // on their one-block twins).
+  channels_last = channels_last && Tile::kChannelsLastOut;
   const int64_t plane = int64_t(s.out_height) * s.out_width;
+  const int64_t channel_stride = channels_last ? 1 : plane;
+  const auto pixel = [&](int64_t image, int row, int col) {
+    return channels_last
+               ? ((image * s.out_height + row) * s.out_width + col) * s.out_channels
+               : image * s.out_channels * plane + int64_t(row) * s.out_width + col;
+  };
   const int k0 = 2 * thread_in_group;  // this lane's first channel of every group of 8, less 8 j
   const int channels = min(Tile::kN, s.out_channels - o.channel0) - k0;
   // Where this lane's two rows of each square start, at channel k0; null where outside.
@@ -147,12 +160,11 @@ __device__ __forceinline__ void store_conv(const ConvPoolOperands& ops, const Co
     }
     inside = inside && col < s.out_width;
     typename Operands::Element* base =
-        Operands::output(ops) + (image * s.out_channels + o.channel0 + k0) * plane + col;
+        Operands::output(ops) + (o.channel0 + k0) * channel_stride;
 #pragma unroll
     for (int half = 0; half < 2; ++half)
-      dst[m][half] = inside && row + half < s.out_height
-                         ? base + int64_t(row + half) * s.out_width
-                         : nullptr;
+      dst[m][half] = inside && row + half < s.out_height ? base + pixel(image, row + half, col)
+                                                         : nullptr;
   }
 #pragma unroll
   for (int j = 0; j < Tile::kN / 8; ++j) {
@@ -163,11 +175,11 @@ __device__ __forceinline__ void store_conv(const ConvPoolOperands& ops, const Co
     for (int m = 0; m < 2; ++m)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        typename Operands::Element* out = dst[m][half] + int64_t(8 * j) * plane;
+        typename Operands::Element* out = dst[m][half] + (8 * j) * channel_stride;
         if (dst[m][half] != nullptr && even_inside)
           out[0] = Operands::to_output(relu_keeping_nan(acc[m][4 * j + 2 * half] + even_bias));
         if (dst[m][half] != nullptr && odd_inside)
-          out[plane] =
+          out[channel_stride] =
               Operands::to_output(relu_keeping_nan(acc[m][4 * j + 2 * half + 1] + odd_bias));
       }
   }

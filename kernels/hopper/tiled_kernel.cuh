@@ -182,7 +182,8 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
       (void)pooled;
       if (threadIdx.x < Tile::kN) bias[threadIdx.x] = tile_bias;
       __syncthreads();
-      store_conv<Tile, kSplitK>(ops, s, origin, acc, bias, p.split, rank);
+      store_conv<Tile, kSplitK>(ops, s, origin, acc, bias, p.channels_last_out, p.split,
+                                rank);
     }
     // `pooled` and `bias` are rewritten only after the next tile's chunk barriers.
   }

@@ -127,6 +127,9 @@ struct WgmmaTile {
   // per-SM instance: 32 scalar loads in flight spilled at its 128-register cap (20 bytes), so
   // launch() runs such inputs on the one-block twin.
   static constexpr bool kScalarHalo = !(kMinBlocksPerSm == 2 && Operands::kChunk == 16);
+  // Whether store_conv (no pool) writes channels-last outputs: not at the two-blocks-per-SM
+  // instances' register cap, whose channels-last outputs launch() runs on the one-block twin.
+  static constexpr bool kChannelsLastOut = kPool == 1 && kMinBlocksPerSm == 1;
 };
 
 // 8 x 32 conv pixels for wide images (the default problem), 16 x 16 for small ones (VGG block
@@ -212,6 +215,10 @@ struct WgmmaPlan {
   // Output rows in aligned runs of 4 (width % 4 == 0, an aligned output): the epilogue stores
   // runs of 4 pooled outputs (store_pooled).
   bool vector_out;
+  // The output is channels-last (dense NHWC) rather than NCHW: the tiles without a pool only
+  // (store_conv). (A flag, not strides: four more int64 in the plan made the two-blocks-per-SM
+  // instances spill.)
+  bool channels_last_out;
 };
 
 // Where one tile sits. A strip's squares [0, first_squares) are its first piece (at image,
