@@ -77,6 +77,22 @@ def reference(case: ConvPoolCase, x, weight, bias):
                         case.pool_padding, 1, case.ceil_mode)
 
 
+def check_float64(out, expected, tolerance: dict, seed: int, case, special: bool = False):
+    """out against the float64 reference `expected` at `tolerance`; special (inputs from
+    inject_nan_and_inf): NaN and inf exactly where the reference has them (which it must),
+    the finite values at the tolerance."""
+    out = out.double().cpu()
+    assert out.shape == expected.shape, case.name
+    if special:
+        assert expected.isnan().any() and expected.isinf().any()
+        assert torch.equal(out.isnan(), expected.isnan()), seed
+        assert torch.equal(out.isinf(), expected.isinf()), seed
+        finite = expected.isfinite()
+        out, expected = out[finite], expected[finite]
+    torch.testing.assert_close(out, expected, **tolerance,
+                               msg=lambda m: f"seed {seed} {case}: {m}")
+
+
 def inject_nan_and_inf(x: torch.Tensor) -> None:
     """A NaN, +-inf, and a +inf next to a -inf (some window sums become inf - inf = NaN)."""
     x[0, 3, 5, 7] = float("nan")
@@ -642,23 +658,6 @@ def on_hopper() -> bool:
     return torch.cuda.get_device_capability() == (9, 0)
 
 
-def fast_path(case: ConvPoolCase) -> bool:
-    """fast_path_applies (kernels/conv_pool_shape.h): 3 x 3 / 1 under a 2 x 2 / 2 pool."""
-    (conv_h, conv_w), (out_h, out_w) = case.conv_out(), case.pooled_out()
-    return (case.kernel_size == (3, 3) and case.stride == (1, 1) and case.dilation == (1, 1)
-            and case.pool_kernel == (2, 2) and case.effective_pool_stride == (2, 2)
-            and case.pool_padding == (0, 0) and 2 * out_h <= conv_h and 2 * out_w <= conv_w)
-
-
-def wgmma_geometry(case: ConvPoolCase) -> bool:
-    """wgmma_3x3_applies (kernels/conv_pool_shape.h): the 3 x 3 wgmma kernels' geometry, the
-    fast path's or the same convolution with no pool (1 x 1 / stride 1)."""
-    return fast_path(case) or (
-        case.kernel_size == (3, 3) and case.stride == (1, 1) and case.dilation == (1, 1)
-        and case.pool_kernel == (1, 1) and case.effective_pool_stride == (1, 1)
-        and case.pool_padding == (0, 0))
-
-
 def require_runs(ext, case, x, weight, bias, name: str) -> None:
     """Skips a variant not built for this GPU (the registry's arch: 90 is sm_90a, Hopper only);
     any other refusal fails: these tests pick their cases so that every variant they name runs
@@ -990,15 +989,8 @@ def test_wgmma_split_reductions(ext, choice, dtype, layout):
                                          name=name) > 1, case
         assert len(kernels) == 1 and re.search(r", (true|false), true, true>", kernels[0]), \
             kernels
-        out, expected = outs[0].double().cpu(), reference(case, x, weight, bias)
-        if case.name == "split_nan":
-            assert expected.isnan().any() and expected.isinf().any()
-            assert torch.equal(out.isnan(), expected.isnan()), seed
-            assert torch.equal(out.isinf(), expected.isinf()), seed
-            finite = expected.isfinite()
-            out, expected = out[finite], expected[finite]
-        torch.testing.assert_close(out, expected, **tolerance,
-                                   msg=lambda m: f"seed {seed} {case}: {m}")
+        check_float64(outs[0], reference(case, x, weight, bias), tolerance, seed, case,
+                      special=case.name == "split_nan")
 
 
 # Conv -> ReLU with no pool (a 1 x 1 / stride 1 one) on the 3 x 3 wgmma kernel (kPool = 1: the
@@ -1063,17 +1055,8 @@ def test_wgmma_without_a_pool_matches_float64(ext, choice, dtype, layout):
             packed = ext.conv2d_relu_maxpool_pack_weight(weight)
             torch.testing.assert_close(run_op(ext, case, x, weight, bias, -1, packed), out,
                                        rtol=0, atol=0, equal_nan=True)
-        expected = reference(case, x, weight, bias)
-        assert out.shape == expected.shape, case.name
-        out = out.double().cpu()
-        if case.name == "conv_nan_pad2":
-            assert expected.isnan().any() and expected.isinf().any()
-            assert torch.equal(out.isnan(), expected.isnan()), seed
-            assert torch.equal(out.isinf(), expected.isinf()), seed
-            finite = expected.isfinite()
-            out, expected = out[finite], expected[finite]
-        torch.testing.assert_close(out, expected, **tolerance,
-                                   msg=lambda m: f"seed {seed} {case}: {m}")
+        check_float64(out, reference(case, x, weight, bias), tolerance, seed, case,
+                      special=case.name == "conv_nan_pad2")
     assert {"wide_n64", "square_n64"} <= set(tiles) and any("strip" in t for t in tiles)
 
 
@@ -1176,7 +1159,8 @@ def test_wgmma_narrow_layers_take_every_halo_load(ext, choice, dtype):
                                    **tolerance, msg=lambda m: f"seed {seed} {case}: {m}")
         assert len(kernels) == 1, kernels
         # WgmmaTile<operands, 8, 32 | 16, 16, 64, (TileShape)0, kOneBlockTwin>
-        tile = re.search(r", (8, 32|16, 16), 64, [^,]*TileShape\)0, (true|false), [12]>", kernels[0])
+        tile = re.search(r", (8, 32|16, 16), 64, [^,]*TileShape\)0, (true|false), [12]>",
+                         kernels[0])
         assert tile, kernels
         assert tile.group(1) == ("8, 32" if tile_name == "wide_n64" else "16, 16"), kernels[0]
         assert (tile.group(2) == "true") == twin, (case.name, kernels[0])
@@ -1288,7 +1272,7 @@ def test_16bit_every_variant_matches_float64_and_pytorch(ext, choice, case, dtyp
     x, weight, bias = make_operands_16bit(case, random.randrange(2**31), dtype)
     chosen = ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args())
     fits_tile = case.pool_kernel[0] <= 8 and case.pool_kernel[1] <= 32
-    wgmma = on_hopper() and wgmma_geometry(case)
+    wgmma = on_hopper() and kernel_choice.wgmma_geometry(case)
     # small_16bit and tiled_16bit_flat are small_fp32 and tiled_tf32_flat for 16-bit operands:
     # the same limits (tiled_16bit_flat's 16-bit weights also fit where some float32 ones do
     # not), and the same order in the automatic choice off the wgmma geometry.
@@ -1311,7 +1295,7 @@ def test_16bit_every_variant_matches_float64_and_pytorch(ext, choice, case, dtyp
                       "tiled_16bit_wgmma" if wgmma else
                       "small_16bit" if small else
                       ("tiled_16bit_flat_wgmma" if flat_wgmma else "tiled_16bit_flat")
-                      if flat and case.in_channels < 8 and not fast_path(case)
+                      if flat and case.in_channels < 8 and not kernel_choice.fast_path(case)
                       else "general_wgmma" if general
                       else "tiled_16bit_mma" if fits_tile else "direct_16bit")
     check_16bit(run_op(ext, case, x, weight, bias), x, case, weight, bias, dtype, "auto")

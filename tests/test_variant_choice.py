@@ -43,23 +43,6 @@ def variant_names(extension) -> dict:
     return {config: name for name, config in extension.conv2d_relu_maxpool_variants().items()}
 
 
-def fast_path(case: ConvPoolCase) -> bool:
-    """fast_path_applies (kernels/conv_pool_shape.h): 3 x 3 / 1 under a 2 x 2 / 2 pool."""
-    (conv_h, conv_w), (out_h, out_w) = case.conv_out(), case.pooled_out()
-    return (case.kernel_size == (3, 3) and case.stride == (1, 1) and case.dilation == (1, 1)
-            and case.pool_kernel == (2, 2) and case.effective_pool_stride == (2, 2)
-            and case.pool_padding == (0, 0) and 2 * out_h <= conv_h and 2 * out_w <= conv_w)
-
-
-def wgmma_geometry(case: ConvPoolCase) -> bool:
-    """wgmma_3x3_applies (kernels/conv_pool_shape.h): the 3 x 3 wgmma kernels' geometry, the
-    fast path's or the same convolution with no pool (1 x 1 / stride 1)."""
-    return fast_path(case) or (
-        case.kernel_size == (3, 3) and case.stride == (1, 1) and case.dilation == (1, 1)
-        and case.pool_kernel == (1, 1) and case.effective_pool_stride == (1, 1)
-        and case.pool_padding == (0, 0))
-
-
 def choose(library, variant_names, case, allow_tf32=True, config=AUTO, device=H200,
            element=FLOAT32) -> str:
     shape = shape_of(case, element)
@@ -418,10 +401,11 @@ def test_16_bit_automatic_choice_is_always_a_16_bit_variant(library, variant_nam
         general = device is H200 and runs(library, variant_names, case, "general_wgmma", element,
                                           device)
         expected = ("stem_16bit" if stem else
-                    "tiled_16bit_wgmma" if wgmma_geometry(case) and device is H200 else
+                    "tiled_16bit_wgmma"
+                    if kernel_choice.wgmma_geometry(case) and device is H200 else
                     "small_16bit" if small else
                     ("tiled_16bit_flat_wgmma" if flat_wgmma else "tiled_16bit_flat")
-                    if flat and case.in_channels < 8 and not fast_path(case)
+                    if flat and case.in_channels < 8 and not kernel_choice.fast_path(case)
                     else "general_wgmma" if general
                     else "tiled_16bit_mma" if fits else "direct_16bit")
         assert choose(library, variant_names, case, device=device, element=element) == expected

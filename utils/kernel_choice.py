@@ -136,6 +136,23 @@ def variant_id(lib: ctypes.CDLL, name: str) -> int:
     raise KeyError(name)
 
 
+def fast_path(case: ConvPoolCase) -> bool:
+    """fast_path_applies (kernels/conv_pool_shape.h): 3 x 3 / 1 under a 2 x 2 / 2 pool."""
+    (conv_h, conv_w), (out_h, out_w) = case.conv_out(), case.pooled_out()
+    return (case.kernel_size == (3, 3) and case.stride == (1, 1) and case.dilation == (1, 1)
+            and case.pool_kernel == (2, 2) and case.effective_pool_stride == (2, 2)
+            and case.pool_padding == (0, 0) and 2 * out_h <= conv_h and 2 * out_w <= conv_w)
+
+
+def wgmma_geometry(case: ConvPoolCase) -> bool:
+    """wgmma_3x3_applies (kernels/conv_pool_shape.h): the 3 x 3 wgmma kernels' geometry, the
+    fast path's or the same convolution with no pool (1 x 1 / stride 1)."""
+    return fast_path(case) or (
+        case.kernel_size == (3, 3) and case.stride == (1, 1) and case.dilation == (1, 1)
+        and case.pool_kernel == (1, 1) and case.effective_pool_stride == (1, 1)
+        and case.pool_padding == (0, 0))
+
+
 def wgmma_variant(lib: ctypes.CDLL, element: int) -> int:
     """The config id of the wgmma variant for inputs of `element`."""
     return variant_id(lib, "tiled_tf32_wgmma" if element == FLOAT32 else "tiled_16bit_wgmma")
