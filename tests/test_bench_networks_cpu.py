@@ -124,7 +124,7 @@ def test_resume_keeps_the_rows_of_the_slice_and_runs_the_rest(tmp_path):
         ["--models", "vgg16,alexnet", "--batches", "32", "--dtypes", "float32",
          "--layouts", "nchw", "--json", str(tmp_path / "n.json"), "--resume"])
     kept = row("alexnet")
-    other = dict(row("resnet18"), batch=1)  # not in this slice: dropped
+    other = dict(row("resnet18"), batch=1)  # not in this slice: not run, kept in the file
     (tmp_path / "n.json").write_text(json.dumps(dict(rows=[kept, other])))
     rows = bench_networks.resumed_rows(args)
     assert [bench_networks.config_key(r) for r in rows] == [("alexnet", 32, "float32", "nchw")]
@@ -138,6 +138,8 @@ def test_resume_keeps_the_rows_of_the_slice_and_runs_the_rest(tmp_path):
                                      written.append)
     assert measured == ["vgg16"]
     assert [r["model"] for r in rows] == ["vgg16", "alexnet"] and len(written) == 1
+    # ... and the rows outside the slice go back into the file unchanged (other_rows).
+    assert bench_networks.other_rows(args) == [other]
 
 
 def test_time_limit_starts_no_configuration_that_would_overrun():
@@ -178,3 +180,18 @@ def test_every_model_builds_and_fuses_on_the_cpu(name):
     fused = sum(1 for entry in report if entry.fused)
     print(f"{name}: {fused} of {len(report)} Conv2d fused")
     assert len(report) > 0 and fused >= 1, [(e.conv, e.why) for e in report][:5]
+
+
+def test_conv_relu_rows_are_apart_from_the_others():
+    """--conv-relu configurations carry conv_relu=True, which their key and label show, so
+    that one file holds both kinds and --resume tells them apart."""
+    args = bench_networks.build_parser().parse_args(
+        ["--models", "vgg16", "--batches", "32", "--dtypes", "float16", "--layouts", "nchw",
+         "--conv-relu"])
+    (config,) = bench_networks.configurations(args)
+    assert config["conv_relu"] is True
+    plain = dict(config)
+    del plain["conv_relu"]
+    assert bench_networks.config_key(config) != bench_networks.config_key(plain)
+    assert bench_networks.label(config).endswith(" conv_relu")
+    assert not bench_networks.label(plain).endswith("conv_relu")

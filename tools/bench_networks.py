@@ -329,11 +329,22 @@ def config_key(row: dict) -> tuple:
 
 
 def resumed_rows(args) -> List[dict]:
-    """The rows of --json that --resume keeps: those of this run's matrix slice."""
+    """The rows of --json that --resume keeps as done: those of this run's matrix slice."""
     if not (args.resume and args.json and args.json.exists()):
         return []
     wanted = {config_key(c) for c in configurations(args)}
     return [r for r in json.loads(args.json.read_text())["rows"] if config_key(r) in wanted]
+
+
+def other_rows(args) -> List[dict]:
+    """The rows of --json outside this run's slice (other models, batches, --conv-relu rows):
+    --resume writes them back unchanged, after the slice's, so that a run of one slice into the
+    committed file loses none of the others."""
+    if not (args.resume and args.json and args.json.exists()):
+        return []
+    wanted = {config_key(c) for c in configurations(args)}
+    return [r for r in json.loads(args.json.read_text())["rows"]
+            if config_key(r) not in wanted]
 
 
 def in_matrix_order(rows: List[dict], args) -> List[dict]:
@@ -409,9 +420,12 @@ def main(argv: Optional[List[str]] = None) -> int:
                                time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         return row
 
+    others = other_rows(args)
+
     def write(rows: List[dict]) -> None:
         if args.json:
-            write_json(args.json, environment, args, rows, complete=len(rows) == len(work))
+            write_json(args.json, environment, args, rows + others,
+                       complete=len(rows) == len(work))
 
     rows = run_matrix(work, resumed_rows(args), args, measure, write)
     print("\n" + table(rows) + "\n")
