@@ -7,7 +7,8 @@
 For each target: the device time of all its kernels per call, the number of launches per
 call, the host's wall time per call (calls back to back, one synchronize at the end), and its
 largest kernels (one line each, the name cut to 90 characters); --cpu adds the operators with
-the most host time of their own. Needs a GPU.
+the most host time of their own; --conv-relu fuses Conv2d -> [BN] -> ReLU runs with no pool
+too (bench_networks' --conv-relu). Needs a GPU.
 """
 import argparse
 import copy
@@ -51,17 +52,18 @@ def host_operators(fn, top: int, calls: int = 10) -> list:
     return [(e.key, e.self_cpu_time_total / calls, e.count / calls) for e in rows]
 
 
-def target_callable(name: str, eager, x):
+def target_callable(name: str, eager, x, conv_relu: bool = False):
     """A no-argument call of target `name` (compile-pass turns the pass and freezing on for
-    its first call, which compiles; compile-frozen freezing only)."""
+    its first call, which compiles; compile-frozen freezing only); conv_relu: the fusion's and
+    the pass's option (bench_networks --conv-relu)."""
     if name not in ("compile-pass", "compile-frozen"):
-        module = bench_networks.build_target(name, eager, {})
+        module = bench_networks.build_target(name, eager, dict(conv_relu=conv_relu))
         return lambda: module(x)
     import torch._inductor.config as inductor_config
     import model_new
     freezing = inductor_config.freezing
     if name == "compile-pass":
-        model_new.enable_inductor_fusion()
+        model_new.enable_inductor_fusion(conv_relu=conv_relu)
     inductor_config.freezing = True
     try:
         module = torch.compile(copy.deepcopy(eager))
@@ -82,6 +84,8 @@ def main(argv=None) -> int:
     parser.add_argument("--targets", default="compile,fused,fused-compile,compile-pass")
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--cpu", action="store_true", help="also the host's busiest operators")
+    parser.add_argument("--conv-relu", action="store_true",
+                        help="fuse Conv2d -> [BN] -> ReLU runs with no pool too")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     eager = bench_networks.make_model(args.model, bench_networks.DTYPES[args.dtype],
@@ -92,10 +96,11 @@ def main(argv=None) -> int:
         x = x.contiguous(memory_format=torch.channels_last)
     with torch.no_grad():
         for name in ["eager"] + [t for t in args.targets.split(",") if t and t != "eager"]:
-            fn = target_callable(name, eager, x)
+            fn = target_callable(name, eager, x, args.conv_relu)
             kernels = kernels_per_call(fn)
             total = sum(us for _, us in kernels)
-            print(f"== {args.model} b{args.batch} {args.dtype} {args.layout} {name}: "
+            print(f"== {args.model} b{args.batch} {args.dtype} {args.layout}"
+                  f"{' conv_relu' if args.conv_relu else ''} {name}: "
                   f"{total:.1f} us of kernels per call, {launches_per_call(fn):.0f} launches, "
                   f"{wall_us_per_call(fn):.1f} us wall per call")
             for kernel, us in kernels[:args.top]:
