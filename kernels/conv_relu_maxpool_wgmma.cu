@@ -77,7 +77,7 @@
 // (and, for 16-bit outputs, the one rounding: rounding is monotonic, so the rounded maximum is
 // the maximum of the rounded values). Without a pool (the tiles' kPool = 1: the same tiles,
 // plans and choice on conv outputs), bias, ReLU and the store run straight from the
-// accumulators, a pair of columns per store where the rows allow (store_conv).
+// accumulators, into NCHW or a channels-last output (store_conv).
 #include <cuda_runtime.h>
 
 #include <cooperative_groups.h>
