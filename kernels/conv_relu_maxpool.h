@@ -129,7 +129,7 @@ int64_t conv_relu_maxpool_packed_weight_bytes(const ConvPoolShape* shape,
 bool conv_relu_maxpool_takes_packed_weight(const ConvPoolShape* shape, int variant);
 
 // Whether `variant` writes `shape`'s channels-last output itself (the launch's out_stride: the
-// general kernel takes any strides, the 3 x 3 one without a pool dense channels-last ones);
+// general kernel takes any strides, the 3 x 3 one dense channels-last ones);
 // else it writes NCHW, which the caller re-lays out.
 bool conv_relu_maxpool_writes_strided_output(const ConvPoolShape* shape, int variant);
 

@@ -403,8 +403,8 @@ torch::Tensor conv2d_relu_maxpool_forward(const std::optional<torch::Tensor>& x_
   c10::cuda::CUDAGuard device_guard(x.device());
   // The output's layout follows PyTorch's convolution (channels-last when x or weight is, and
   // the max-pool keeps its input's): output_memory_format. The general kernel and the 3 x 3
-  // one without a pool write either layout (conv_relu_maxpool_writes_strided_output); the
-  // others write NCHW, which conv_pool_to_channels_last then re-lays out.
+  // one write either layout (conv_relu_maxpool_writes_strided_output); the others write NCHW,
+  // which conv_pool_to_channels_last then re-lays out.
   const auto memory_format = output_memory_format(x, weight);
   const std::vector<int64_t> out_shape = {shape.batch, shape.out_channels, shape.out_height,
                                           shape.out_width};

@@ -75,7 +75,6 @@ int64_t general_workspace(const ConvPoolShape& s, int v, const ConvPoolDevice& d
 }
 
 bool wgmma_packed(const ConvPoolShape& s) { return wgmma_takes_packed_weight(s); }
-bool wgmma_strided(const ConvPoolShape& s) { return wgmma_writes_strided_output(s); }
 bool any_strides(const ConvPoolShape&) { return true; }
 
 cudaError_t direct_launch(const ConvPoolOperands& ops, const ConvPoolShape& s, int,
@@ -132,7 +131,7 @@ constexpr Variant kVariants[] = {
     {kVariantTiledTf32Flat, {"tiled_tf32_flat", "flat", "tf32", kSm80, kFloat32, 80},
      tiled_limits, nullptr, nullptr, nullptr, tiled_launch},
     {kVariantTiledTf32Wgmma, {"tiled_tf32_wgmma", "wgmma", "tf32", kWgmma, kFloat32, 90},
-     wgmma_limits, wgmma_workspace, wgmma_packed, wgmma_strided, wgmma_launch},
+     wgmma_limits, wgmma_workspace, wgmma_packed, any_strides, wgmma_launch},
     {kVariantSmallFp32, {"small_fp32", "small", "fp32", kSmall, kFloat32, 80},
      small_limits, nullptr, nullptr, nullptr, small_launch},
     {kVariantDirect16, {"direct_16bit", "direct", "fp32", kHalf, kSixteenBit, 0},
@@ -140,7 +139,7 @@ constexpr Variant kVariants[] = {
     {kVariantTiled16Mma, {"tiled_16bit_mma", "tiled", "16bit", kHalf, kSixteenBit, 80},
      half_limits, half_workspace, nullptr, nullptr, half_launch},
     {kVariantTiled16Wgmma, {"tiled_16bit_wgmma", "wgmma", "16bit", kWgmma, kSixteenBit, 90},
-     wgmma_limits, wgmma_workspace, wgmma_packed, wgmma_strided, wgmma_launch},
+     wgmma_limits, wgmma_workspace, wgmma_packed, any_strides, wgmma_launch},
     {kVariantSmall16, {"small_16bit", "small", "fp32", kSmall, kSixteenBit, 80},
      small_limits, nullptr, nullptr, nullptr, small_launch},
     {kVariantTiled16Flat, {"tiled_16bit_flat", "flat", "tf32", kSm80, kSixteenBit, 80},
@@ -150,7 +149,7 @@ constexpr Variant kVariants[] = {
     {kVariantTiled3xTf32Flat, {"tiled_3xtf32_flat", "flat", "3xtf32", kSm80, kFloat32, 80},
      tiled_limits, nullptr, nullptr, nullptr, tiled_launch},
     {kVariantTiled3xTf32Wgmma, {"tiled_3xtf32_wgmma", "wgmma", "3xtf32", kWgmma, kFloat32, 90},
-     wgmma_limits, wgmma_workspace, nullptr, wgmma_strided, wgmma_launch},
+     wgmma_limits, wgmma_workspace, nullptr, any_strides, wgmma_launch},
     {kVariantStemTf32, {"stem_tf32", "stem", "tf32", kStem, kFloat32, 80},
      stem_limits, nullptr, nullptr, nullptr, stem_launch},
     {kVariantStem16, {"stem_16bit", "stem", "16bit", kStem, kSixteenBit, 80},

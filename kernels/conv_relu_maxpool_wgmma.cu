@@ -72,8 +72,9 @@
 // tile, each block a share of its chunks; the partial sums meet in distributed shared memory
 // before the pooling (reduce_split; the split: split_for). Epilogue per tile: wgmma
 // accumulator rows are pixels, so the 2 x 2 pool is a max of two registers and one shuffle
-// (lane ^ 4) into shared memory, then out coalesced (runs of 4 outputs as one vector where the
-// output rows allow: p.vector_out), with bias and ReLU applied after the max
+// (lane ^ 4) into shared memory, then out coalesced (NCHW: runs of 4 outputs as one vector
+// where the output rows allow, p.vector_out; channels-last: 16 bytes of consecutive channels
+// a lane), with bias and ReLU applied after the max
 // (and, for 16-bit outputs, the one rounding: rounding is monotonic, so the rounded maximum is
 // the maximum of the rounded values). Without a pool (the tiles' kPool = 1: the same tiles,
 // plans and choice on conv outputs), bias, ReLU and the store run straight from the
@@ -494,18 +495,22 @@ cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
     if (p.halo_load == kHaloScalars)
       return launch<typename Tile::OneBlockTwin>(ops, s, device, stream, out_stride);
   }
-  if constexpr (Tile::kPool == 1 && !Tile::kChannelsLastOut) {
+  if constexpr (!Tile::kChannelsLastOut) {
     if (out_stride != nullptr)
       return launch<typename Tile::OneBlockTwin>(ops, s, device, stream, out_stride);
   }
   // 3x3 here: C * 9 % 4 == 0 (fp32) or % 8 == 0 (16-bit).
   p.vector_weights = vectorizable_weights(ops, s, Operands::kSliceChannels);
-  // (The output is contiguous NCHW: with width % 4 == 0 every row starts 4 elements aligned.
-  // store_pooled's runs; store_conv stores elements.)
+  // Vector stores: an NCHW output with width % 4 == 0 starts every row 4 elements aligned
+  // (store_pooled's runs); a channels-last one whose channel count is a multiple of 16 bytes
+  // has every pixel 16-byte aligned (store_pooled_channels_last). store_conv decides its own.
   const void* out = std::is_same_v<typename Operands::Element, float>
                         ? static_cast<const void*>(ops.out)
                         : static_cast<const void*>(ops.out16);
-  p.vector_out = s.out_width % 4 == 0 && aligned(out, 4 * sizeof(typename Operands::Element));
+  p.vector_out = p.channels_last_out
+                     ? s.out_channels % Operands::kOutVector == 0 && aligned(out, 16)
+                     : s.out_width % 4 == 0 &&
+                           aligned(out, 4 * sizeof(typename Operands::Element));
   const bool pixel_vectors = p.halo_load == kHaloPixelVectors;
   if (ops.packed_weight != nullptr) {
     if constexpr (takes_packed_weight<Tile>() && !Tile::kOneBlockTwin) {
@@ -697,10 +702,10 @@ cudaError_t wgmma_pack_weight_launch(const ConvPoolOperands& ops, const ConvPool
 cudaError_t wgmma_conv_pool_launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                    const ConvPoolDevice& device, cudaStream_t stream,
                                    const int64_t* out_stride, bool split) {
-  // Strides: dense channels-last only (what the binding allocates), without a pool.
+  // Strides: dense channels-last only (what the binding allocates).
   if (out_stride != nullptr) {
     const int64_t c = s.out_channels, w = s.out_width, h = s.out_height;
-    if (!wgmma_writes_strided_output(s) || out_stride[1] != 1 || out_stride[3] != c ||
+    if (out_stride[1] != 1 || out_stride[3] != c ||
         out_stride[2] != w * c || (s.batch > 1 && out_stride[0] != h * w * c))
       return cudaErrorInvalidValue;
   }
@@ -709,4 +714,3 @@ cudaError_t wgmma_conv_pool_launch(const ConvPoolOperands& ops, const ConvPoolSh
   });
 }
 
-bool wgmma_writes_strided_output(const ConvPoolShape& s) { return identity_pool(s); }

@@ -71,12 +71,9 @@ cudaError_t wgmma_pack_weight_launch(const ConvPoolOperands& operands, const Con
 
 // Launches it (the caller checked wgmma_conv_pool_unsupported first; operands.workspace holds
 // wgmma_conv_pool_workspace_bytes, or operands.packed_weight the packed weights). out_stride:
-// the strides of a dense channels-last output where wgmma_writes_strided_output (other
-// strides: cudaErrorInvalidValue), else nullptr (NCHW).
+// the strides of a dense channels-last output (other strides: cudaErrorInvalidValue), or
+// nullptr (NCHW).
 cudaError_t wgmma_conv_pool_launch(const ConvPoolOperands& operands, const ConvPoolShape& shape,
                                    const ConvPoolDevice& device, cudaStream_t stream,
                                    const int64_t* out_stride = nullptr, bool split = false);
 
-// Whether the launch writes a channels-last output itself: the tiles without a pool
-// (store_conv); the pooled ones write NCHW.
-bool wgmma_writes_strided_output(const ConvPoolShape& shape);

@@ -894,7 +894,8 @@ def test_wgmma_strip_tiles(ext, choice, dtype, layout):
     more strips than resident blocks; a last strip of 2 squares; every padding 0-3 (halo
     column shifts 0, 3, 2, 1); odd widths (scalar loads); channels-last inputs (pixel vectors)
     and every other image of a larger batch; output-channel tails. Each batch makes more than
-    64 strips of 128 channels (fewer run 64-channel wide or square tiles: kFewTiles). "3xtf32":
+    64 strips of 128 channels (fewer run 64-channel wide or square tiles: kFewTiles). Outputs
+    in the input's layout, channels-last written by the kernel (check_output_layout). "3xtf32":
     float32 with allow_tf32 = False, tiled_3xtf32_wgmma's strips of 64 channels, at the fp32
     tolerance."""
     accurate = dtype == "3xtf32"
@@ -912,7 +913,10 @@ def test_wgmma_strip_tiles(ext, choice, dtype, layout):
             "strip_n64" if accurate else "strip_n128"), case.name
         with cudnn_tf32(not accurate):
             assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
-            out = run_op(ext, case, x, weight, bias)
+            outs = []
+            kernels = kernels_run(lambda: outs.append(run_op(ext, case, x, weight, bias)))
+            out = outs[0]
+        check_output_layout(out, layout, kernels, case)
         torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias),
                                    **tolerance, msg=lambda m: f"seed {seed} {case}: {m}")
 
@@ -928,7 +932,7 @@ def test_wgmma_few_tiles_run_64_channel_blocks(ext, choice, dtype, layout):
     then reads (the two cases with 200 and 264 input channels, which also split their tiles'
     reductions: test_wgmma_split_reductions). Weights packed ahead of time (for 128-channel
     blocks) are not read: the same output bit for bit, even from a copy packed from
-    2 * weight."""
+    2 * weight. Outputs in the input's layout (check_output_layout)."""
     cases = [(ConvPoolCase("few_wide", 1, 16, 136, 34, 66, (3, 3)), "wide_n64", False),
              (ConvPoolCase("few_square", 3, 24, 200, 14, 14, (3, 3), padding=(1, 1)),
               "square_n64", False),
@@ -948,7 +952,10 @@ def test_wgmma_few_tiles_run_64_channel_blocks(ext, choice, dtype, layout):
         assert kernel_choice.packs_weight_apart(choice, case, ELEMENT_OF[dtype], device) == \
             apart, case.name
         expected = reference(case, x, weight, bias)
-        out = run_op(ext, case, x, weight, bias)
+        outs = []
+        kernels = kernels_run(lambda: outs.append(run_op(ext, case, x, weight, bias)))
+        out = outs[0]
+        check_output_layout(out, layout, kernels, case)
         torch.testing.assert_close(out.double().cpu(), expected, **tolerance,
                                    msg=lambda m: f"seed {seed} {case}: {m}")
         ignored = ext.conv2d_relu_maxpool_pack_weight(2 * weight)
@@ -965,7 +972,8 @@ def test_wgmma_split_reductions(ext, choice, dtype, layout):
     tile on the H200), shares that do not divide (200 input channels: there 7 blocks of 4, 4,
     4, 4, 4, 4 and 1 TF32 chunks; 4 of 4, 4, 4, 1 16-bit ones), the wide tile, and NaN / inf
     inputs, which the partial sums carry as one sum would. Against float64; the kernel
-    launched is the split instance (its last template argument true). "3xtf32": float32 with
+    launched is the split instance (its last template argument true), and the output is in
+    the input's layout (check_output_layout). "3xtf32": float32 with
     allow_tf32 = False (tiled_3xtf32_wgmma), at the fp32 tolerance."""
     accurate = dtype == "3xtf32"
     dtype = torch.float32 if accurate else dtype
@@ -984,11 +992,13 @@ def test_wgmma_split_reductions(ext, choice, dtype, layout):
         outs = []
         with cudnn_tf32(not accurate):
             assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
-            kernels = wgmma_kernels_run(lambda: outs.append(run_op(ext, case, x, weight, bias)))
+            launched = kernels_run(lambda: outs.append(run_op(ext, case, x, weight, bias)))
+        kernels = [k for k in launched if "conv_pool_wgmma_kernel" in k]
         assert kernel_choice.wgmma_split(choice, case, ELEMENT_OF[dtype], device,
                                          name=name) > 1, case
         assert len(kernels) == 1 and re.search(r", (true|false), true, true>", kernels[0]), \
             kernels
+        check_output_layout(outs[0], layout, launched, case)
         check_float64(outs[0], reference(case, x, weight, bias), tolerance, seed, case,
                       special=case.name == "split_nan")
 
@@ -1042,11 +1052,7 @@ def test_wgmma_without_a_pool_matches_float64(ext, choice, dtype, layout):
             outs = []
             kernels = kernels_run(lambda: outs.append(run_op(ext, case, x, weight, bias)))
             out = outs[0]
-        # A channels-last input gives a channels-last output, written by the kernel itself.
-        memory_format = (torch.channels_last if layout == "channels_last"
-                         else torch.contiguous_format)
-        assert out.is_contiguous(memory_format=memory_format), (case.name, out.stride())
-        assert not any("to_channels_last" in k for k in kernels), kernels
+        check_output_layout(out, layout, kernels, case)
         plan = kernel_choice.variant_plan(choice, case, name, ELEMENT_OF[dtype], device)
         assert plan["wgmma_tile"] == tile, (case.name, plan)
         assert (plan["wgmma_split"] > 1) == split, (case.name, plan)
@@ -1060,23 +1066,26 @@ def test_wgmma_without_a_pool_matches_float64(ext, choice, dtype, layout):
     assert {"wide_n64", "square_n64"} <= set(tiles) and any("strip" in t for t in tiles)
 
 
+# Pooled widths that are a multiple of 4 (rgb_stem's 112, VGG's 56 and 28) on every tile, with
+# the tile the choice gives each: wide N = 128, square N = 128, strips (whose second piece
+# starts a run), the wide N = 64 tile two blocks per SM with a last tile past the width (36 of
+# 48 columns) and rows past the height, and the square N = 64 one; output-channel tails (136
+# and 48 channels).
+EVERY_POOLED_TILE = [
+    (ConvPoolCase("runs_wide", 20, 16, 136, 10, 66, (3, 3)), "wide_n128"),
+    (ConvPoolCase("runs_square", 40, 16, 136, 16, 16, (3, 3), padding=(1, 1)), "square_n128"),
+    (ConvPoolCase("runs_strip", 12, 16, 136, 24, 56, (3, 3), padding=(1, 1)), "strip_n128"),
+    (ConvPoolCase("runs_narrow", 3, 3, 64, 40, 72, (3, 3), padding=(1, 1)), "wide_n64"),
+    (ConvPoolCase("runs_narrow_square", 16, 8, 48, 40, 40, (3, 3), padding=(1, 1)), "square_n64"),
+]
+
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS.get)
 def test_wgmma_output_rows_in_runs_of_4(ext, choice, dtype):
-    """Pooled widths that are a multiple of 4 (rgb_stem's 112, VGG's 56 and 28): the epilogue
-    stores runs of 4 pooled outputs as one vector (p.vector_out), on every tile: wide N = 128,
-    square N = 128, strips (whose second piece starts a run), the wide N = 64 tile two blocks
-    per SM with a last tile past the width (36 of 48 columns) and rows past the height, and
-    the square N = 64 one; output-channel tails (136 and 48 channels). Against float64."""
-    cases = [(ConvPoolCase("runs_wide", 20, 16, 136, 10, 66, (3, 3)), "wide_n128"),
-             (ConvPoolCase("runs_square", 40, 16, 136, 16, 16, (3, 3), padding=(1, 1)),
-              "square_n128"),
-             (ConvPoolCase("runs_strip", 12, 16, 136, 24, 56, (3, 3), padding=(1, 1)),
-              "strip_n128"),
-             (ConvPoolCase("runs_narrow", 3, 3, 64, 40, 72, (3, 3), padding=(1, 1)), "wide_n64"),
-             (ConvPoolCase("runs_narrow_square", 16, 8, 48, 40, 40, (3, 3), padding=(1, 1)),
-              "square_n64")]
+    """EVERY_POOLED_TILE: the epilogue stores runs of 4 pooled outputs as one vector
+    (p.vector_out) on every tile. Against float64."""
     seed = random.randrange(2**31)
-    for i, (case, tile) in enumerate(cases):
+    for i, (case, tile) in enumerate(EVERY_POOLED_TILE):
         name, tolerance, (x, weight, bias) = wgmma_run(dtype, *make_operands(case, seed + i))
         assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == \
             automatic_wgmma_or_stem(ext, case, dtype, x, weight, bias, name)
@@ -1085,6 +1094,36 @@ def test_wgmma_output_rows_in_runs_of_4(ext, choice, dtype):
         assert out.shape[-1] % 4 == 0, out.shape
         torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias),
                                    **tolerance, msg=lambda m: f"seed {seed} {case}: {m}")
+
+
+@pytest.mark.parametrize("dtype", [*ALL_DTYPES, "3xtf32"], ids=lambda d: ALL_DTYPE_IDS.get(d, d))
+def test_wgmma_pooled_channels_last_outputs_on_every_tile(ext, choice, dtype):
+    """Channels-last inputs give channels-last outputs that the pooled tiles write themselves
+    (store_pooled_channels_last: 16 bytes of channels a lane), with no re-layout launch:
+    EVERY_POOLED_TILE, plus output channels that are not a multiple of a store's 4 or 8
+    (130: element stores) and NaN / inf inputs. "3xtf32": float32 with allow_tf32 = False
+    (tiled_3xtf32_wgmma), at the fp32 tolerance. Against float64."""
+    accurate = dtype == "3xtf32"
+    dtype = torch.float32 if accurate else dtype
+    cases = [case for case, _ in EVERY_POOLED_TILE] + [
+        ConvPoolCase("cl_odd_channels", 6, 16, 130, 20, 34, (3, 3), padding=(1, 1)),
+        ConvPoolCase("cl_nan", 4, 24, 72, 18, 30, (3, 3), padding=(2, 2))]
+    seed = random.randrange(2**31)
+    for i, case in enumerate(cases):
+        name, tolerance, x, weight, bias = wgmma_layout_operands(case, "channels_last", dtype,
+                                                                 seed + i)
+        if accurate:
+            name, tolerance = "tiled_3xtf32_wgmma", FP32_TOLERANCE
+        if case.name == "cl_nan":
+            inject_nan_and_inf(x)
+        outs = []
+        with cudnn_tf32(not accurate):
+            kernels = kernels_run(lambda: outs.append(
+                run_op(ext, case, x, weight, bias, ext.conv2d_relu_maxpool_variants()[name])))
+        assert any("conv_pool_wgmma_kernel" in k for k in kernels), kernels
+        check_output_layout(outs[0], "channels_last", kernels, case)
+        check_float64(outs[0], reference(case, x, weight, bias), tolerance, seed, case,
+                      special=case.name == "cl_nan")
 
 
 def automatic_wgmma_or_stem(ext, case, dtype, x, weight, bias, wgmma: str) -> str:
@@ -1109,6 +1148,15 @@ def kernels_run(fn) -> list:
 def wgmma_kernels_run(fn) -> list:
     """The wgmma kernel instances (demangled names) that `fn()` launches."""
     return [name for name in kernels_run(fn) if "conv_pool_wgmma_kernel" in name]
+
+
+def check_output_layout(out: torch.Tensor, layout: str, kernels: list, case) -> None:
+    """The output's layout follows the input's (channels-last in, channels-last out), written
+    so by the kernel itself: no re-layout launch among `kernels` (kernels_run)."""
+    memory_format = (torch.channels_last if layout == "channels_last"
+                     else torch.contiguous_format)
+    assert out.is_contiguous(memory_format=memory_format), (case.name, out.stride())
+    assert not any("to_channels_last" in k for k in kernels), (case.name, kernels)
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS.get)

@@ -112,19 +112,20 @@ def test_wgmma_only_for_the_fast_path_geometry(library, variant_names):
 
 
 def test_which_variants_write_a_channels_last_output_themselves(library):
-    """The general kernel writes any output strides; the 3 x 3 wgmma kernel without a pool
-    too (store_conv), with its pool not (its pooled tile is stored NCHW); the others never:
-    the op re-lays out their NCHW output (conv_pool_to_channels_last)."""
+    """The general kernel and the 3 x 3 wgmma kernel, pooled (store_pooled_channels_last) or
+    not (store_conv), write a channels-last output themselves, in the element types they run;
+    the others never: the op re-lays out their NCHW output (conv_pool_to_channels_last)."""
     pooled = find_case("vgg_b3")
     unpooled = replace(pooled, name="unpooled", pool_kernel=(1, 1), pool_stride=None)
     for element in (FLOAT32, FLOAT16, BFLOAT16):
         for case in (pooled, unpooled):
             assert kernel_choice.writes_strided_output(library, case, "general_wgmma", element)
             assert not kernel_choice.writes_strided_output(library, case, "direct", element)
-        for name in ("tiled_tf32_wgmma", "tiled_3xtf32_wgmma", "tiled_16bit_wgmma"):
-            runs = (name == "tiled_16bit_wgmma") == (element != FLOAT32)
-            assert kernel_choice.writes_strided_output(library, unpooled, name, element) == runs
-            assert not kernel_choice.writes_strided_output(library, pooled, name, element)
+            assert not kernel_choice.writes_strided_output(library, case, "tiled_tf32_flat_wgmma",
+                                                           element)
+            for name in ("tiled_tf32_wgmma", "tiled_3xtf32_wgmma", "tiled_16bit_wgmma"):
+                runs = (name == "tiled_16bit_wgmma") == (element != FLOAT32)
+                assert kernel_choice.writes_strided_output(library, case, name, element) == runs
     assert kernel_choice.writes_strided_output(library, pooled, "general_3xtf32_wgmma")
 
 

@@ -79,6 +79,14 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  strip_tiles_channels_last tiled_tf32_wgmma
+racecheck strip_tiles_channels_last tiled_16bit_wgmma float16
+memcheck  split_square_channels_last tiled_16bit_wgmma bfloat16
+racecheck split_square_channels_last tiled_3xtf32_wgmma
+memcheck  few_tiles_channels_last tiled_tf32_wgmma
+memcheck  narrow_squares_channels_last tiled_tf32_wgmma
+memcheck  unpooled_strips_channels_last tiled_16bit_wgmma float16
+racecheck unpooled_strips_channels_last tiled_tf32_wgmma
 memcheck  unpooled_strips tiled_tf32_wgmma
 racecheck unpooled_strips tiled_16bit_wgmma float16
 memcheck  unpooled_narrow_odd tiled_16bit_wgmma bfloat16

@@ -29,14 +29,17 @@ def find_flat(name: str) -> ConvPoolCase:
 
 CASES = {
     # No pool (1 x 1 / stride 1): the 3 x 3 wgmma kernel's store_conv epilogue on strips (56 x
-    # 56: 7 squares a row) with a channel tail, an N = 64 layer at an odd width, and a layer of
-    # few tiles whose reduction splits over a cluster.
+    # 56: 7 squares a row) with a channel tail (NCHW, and channels-last: pair stores), an N = 64
+    # layer at an odd width, and a layer of few tiles whose reduction splits over a cluster.
     "unpooled_strips": ConvPoolCase("unpooled_strips", 2, 16, 136, 56, 56, (3, 3),
                                     padding=(1, 1), pool_kernel=(1, 1)),
     "unpooled_narrow_odd": ConvPoolCase("unpooled_narrow_odd", 2, 16, 64, 37, 71, (3, 3),
                                         padding=(1, 1), pool_kernel=(1, 1)),
     "unpooled_split": ConvPoolCase("unpooled_split", 1, 512, 136, 14, 14, (3, 3),
                                    padding=(1, 1), pool_kernel=(1, 1)),
+    "unpooled_strips_channels_last": ConvPoolCase("unpooled_strips_channels_last", 2, 16, 136,
+                                                  56, 56, (3, 3), padding=(1, 1),
+                                                  pool_kernel=(1, 1)),
     # The default problem's geometry at batch 2 (the full batch is slow under the tools).
     "default_small_batch": ConvPoolCase("default_small_batch", 2, 64, 128, 128, 128, (3, 3)),
     # Padding, odd sizes, overlapping padded pooling in ceil mode, channel tails.
@@ -192,8 +195,9 @@ CASES = {
         pool_kernel=(3, 3), pool_stride=(2, 2)),
 }
 # Cases whose input is made channels-last (same values).
-CHANNELS_LAST = {"general_large_kernel_channels_last", "general_strided_channels_last",
-                 "general_split_channels_last", "channels_last_tails", "narrow_channels_last", "strip_tiles_channels_last",
+CHANNELS_LAST = {"unpooled_strips_channels_last", "general_large_kernel_channels_last",
+                 "general_strided_channels_last", "general_split_channels_last",
+                 "channels_last_tails", "narrow_channels_last", "strip_tiles_channels_last",
                  "few_tiles_channels_last", "few_tiles_packed_apart_channels_last",
                  "narrow_squares_channels_last", "split_square_channels_last",
                  "stem_columns_channels_last"}

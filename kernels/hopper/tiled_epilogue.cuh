@@ -1,5 +1,5 @@
 // The 3 x 3 Hopper kernel's epilogue: the 2 x 2 max of the accumulators, bias, ReLU and the
-// coalesced store of the pooled tile; without a pool, bias, ReLU and the store straight from
+// coalesced store of the pooled tile (NCHW or channels-last); without a pool, bias, ReLU and the store straight from
 // the accumulators; and the split reduction's sum of a cluster's partial accumulators through
 // distributed shared memory.
 #pragma once
@@ -44,6 +44,28 @@ __device__ __forceinline__ void pool_accumulators(const float (&acc)[2][Tile::kA
   }
 }
 
+// Where pooled pixel (pooled_row, pooled_col) of the tile lands in the output; false where it
+// does not exist (past the output's edge, or in a strip's missing squares). A strip's squares
+// from first_squares on are its second piece: the next square row, from column 0.
+template <class Tile>
+__device__ __forceinline__ bool pooled_output(const ConvPoolShape& s, const TileOrigin& o,
+                                              int pooled_row, int pooled_col, int64_t& image,
+                                              int& out_row, int& out_col) {
+  image = o.image;
+  out_row = o.out_row0 + pooled_row;
+  out_col = o.out_col0 + pooled_col;
+  if constexpr (Tile::kStrip) {
+    const int square = pooled_col / Tile::kSquareOut;
+    if (square >= o.squares) return false;
+    if (square >= o.first_squares) {
+      image = o.next_image;
+      out_row = o.next_out_row0 + pooled_row;
+      out_col = pooled_col - Tile::kSquareOut * o.first_squares;
+    }
+  }
+  return out_row < s.out_height && out_col < s.out_width;
+}
+
 // The pooled tile -> out, with bias and ReLU. Each thread keeps one run of `run` pooled
 // columns of one row (run = 4 where the output rows split into aligned runs of 4,
 // p.vector_out: one 16-byte (fp32) or 8-byte (16-bit) store per run, a quarter of the stores,
@@ -66,18 +88,9 @@ __device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const 
   const int r = threadIdx.x % runs;
   const int pooled_col = vector_out ? 4 * (r % kRowRuns4) : r % Tile::kPooledCols;
   const int pooled_row = vector_out ? r / kRowRuns4 : r / Tile::kPooledCols;
-  int out_row = o.out_row0 + pooled_row, out_col = o.out_col0 + pooled_col;
-  int64_t image = o.image;
-  if constexpr (Tile::kStrip) {
-    const int square = pooled_col / 4;
-    if (square >= o.squares) return;
-    if (square >= o.first_squares) {  // the second piece: the next square row, from column 0
-      image = o.next_image;
-      out_row = o.next_out_row0 + pooled_row;
-      out_col = pooled_col - 4 * o.first_squares;
-    }
-  }
-  if (out_row >= s.out_height || out_col >= s.out_width) return;
+  int64_t image;
+  int out_row, out_col;
+  if (!pooled_output<Tile>(s, o, pooled_row, pooled_col, image, out_row, out_col)) return;
   const int k0 = vector_out ? threadIdx.x / kRuns4 : threadIdx.x / kPooledTile;
   const int64_t plane = int64_t(s.out_height) * s.out_width;
   using Operands = typename Tile::Operands;
@@ -105,9 +118,64 @@ __device__ __forceinline__ void store_pooled(const ConvPoolOperands& ops, const 
   }
 }
 
+// The pooled tile -> a dense channels-last out, with bias and ReLU: 16 bytes of consecutive
+// channels a lane (Operands::kOutVector: 4 fp32 or 8 16-bit outputs), two lanes a pixel, 16
+// pixels a warp store (32-byte runs; vectors: the channel count is a multiple of kOutVector
+// and the output 16-byte aligned, else element stores). Lane 2 q + h reads channels k + kOutVector h + i of
+// pixel q, kPooledPlane = 4 (mod 32) words apart: banks 16 h + 4 i + q (fp32, no conflict) or
+// 4 i + q (16 bits, 2-way). kSplitK: only the channel groups this block of the cluster summed.
+template <class Tile, bool kSplitK = false>
+__device__ __forceinline__ void store_pooled_channels_last(const ConvPoolOperands& ops,
+                                                           const ConvPoolShape& s,
+                                                           const TileOrigin& o,
+                                                           const float* pooled,
+                                                           const float* bias, bool vectors,
+                                                           int split = 1, int rank = 0) {
+  using Operands = typename Tile::Operands;
+  using Element = typename Operands::Element;
+  constexpr int kVector = Operands::kOutVector;
+  static_assert(kVector * sizeof(Element) == 16, "16-byte stores");
+  constexpr int kPooledTile = Tile::kPooledRows * Tile::kPooledCols;
+  static_assert(kPooledTile % 16 == 0 && Tile::kN % (2 * kVector) == 0, "whole warp stores");
+  constexpr int kChannelRuns = Tile::kN / (2 * kVector);  // of a warp store
+  constexpr int kStores = kPooledTile / 16 * kChannelRuns;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int channels = min(Tile::kN, s.out_channels - o.channel0);
+  Element* const out0 = Operands::output(ops);
+  // Unrolled twice, but not at the two-blocks-per-SM instances' 128-register cap (spilled).
+  constexpr int kUnroll = Tile::kMinBlocksPerSm == 2 ? 1 : 2;
+#pragma unroll kUnroll
+  for (int store = warp; store < kStores; store += kThreads / 32) {
+    const int px = (store / kChannelRuns) * 16 + lane / 2;
+    const int k = (store % kChannelRuns) * 2 * kVector + (lane % 2) * kVector;
+    if (k >= channels || (kSplitK && (k / 8) % split != rank)) continue;
+    int64_t image;
+    int out_row, out_col;
+    if (!pooled_output<Tile>(s, o, px / Tile::kPooledCols, px % Tile::kPooledCols, image,
+                             out_row, out_col))
+      continue;
+    Element* out = out0 +
+                   ((image * s.out_height + out_row) * s.out_width + out_col) * s.out_channels +
+                   o.channel0 + k;
+    const float* src = pooled + k * Tile::kPooledPlane + px;
+    float v[kVector];
+#pragma unroll
+    for (int i = 0; i < kVector; ++i)
+      v[i] = relu_keeping_nan(src[i * Tile::kPooledPlane] + bias[k + i]);
+    if (vectors && k + kVector <= channels) {
+      Operands::store_vector(out, v);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kVector; ++i)
+        if (k + i < channels) out[i] = Operands::to_output(v[i]);
+    }
+  }
+}
+
 // No pool (Tile::kPool == 1): the accumulators -> out, with bias and ReLU, straight from the
 // registers (a conv tile in shared memory would be 4x the pooled one: 128 KB at N = 128), in
-// NCHW or channels-last (where a lane's two channels are neighbours).
+// NCHW or channels-last (where a lane's two channels are neighbours: one store of the pair
+// where the channel count is even).
 // Register 4 j + e of square m holds pixel (2 w + e / 2, g) of the square (w: warp in its
 // warpgroup, g = lane / 4) and channel 8 j + 2 t + e % 2 (t = lane % 4), so one store
 // instruction of a warp covers 8 consecutive columns (32 bytes in fp32) of 4 channels. The four
@@ -141,6 +209,12 @@ __device__ __forceinline__ void store_conv(const ConvPoolOperands& ops, const Co
   };
   const int k0 = 2 * thread_in_group;  // this lane's first channel of every group of 8, less 8 j
   const int channels = min(Tile::kN, s.out_channels - o.channel0) - k0;
+  // Channels-last with an even channel count: a lane's two channels are one aligned pair
+  // (and the odd one exists wherever the even one does).
+  const bool pairs = channels_last && s.out_channels % 2 == 0 &&
+                     reinterpret_cast<uintptr_t>(Operands::output(ops)) %
+                             (2 * sizeof(typename Operands::Element)) ==
+                         0;
   // Where this lane's two rows of each square start, at channel k0; null where outside.
   typename Operands::Element* dst[2][2];
 #pragma unroll
@@ -176,11 +250,15 @@ __device__ __forceinline__ void store_conv(const ConvPoolOperands& ops, const Co
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         typename Operands::Element* out = dst[m][half] + (8 * j) * channel_stride;
-        if (dst[m][half] != nullptr && even_inside)
-          out[0] = Operands::to_output(relu_keeping_nan(acc[m][4 * j + 2 * half] + even_bias));
-        if (dst[m][half] != nullptr && odd_inside)
-          out[channel_stride] =
-              Operands::to_output(relu_keeping_nan(acc[m][4 * j + 2 * half + 1] + odd_bias));
+        const float even = relu_keeping_nan(acc[m][4 * j + 2 * half] + even_bias);
+        const float odd = relu_keeping_nan(acc[m][4 * j + 2 * half + 1] + odd_bias);
+        if (dst[m][half] == nullptr || !even_inside) continue;
+        if (pairs) {
+          Operands::store_pair(out, even, odd);
+        } else {
+          out[0] = Operands::to_output(even);
+          if (odd_inside) out[channel_stride] = Operands::to_output(odd);
+        }
       }
   }
 }

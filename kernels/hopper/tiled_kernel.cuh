@@ -177,7 +177,11 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
       pool_accumulators<Tile>(acc, pooled);
       if (threadIdx.x < Tile::kN) bias[threadIdx.x] = tile_bias;
       __syncthreads();
-      store_pooled<Tile, kSplitK>(ops, s, origin, pooled, bias, p.vector_out, p.split, rank);
+      if (p.channels_last_out)
+        store_pooled_channels_last<Tile, kSplitK>(ops, s, origin, pooled, bias, p.vector_out,
+                                                  p.split, rank);
+      else
+        store_pooled<Tile, kSplitK>(ops, s, origin, pooled, bias, p.vector_out, p.split, rank);
     } else {
       (void)pooled;
       if (threadIdx.x < Tile::kN) bias[threadIdx.x] = tile_bias;

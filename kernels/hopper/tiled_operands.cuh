@@ -57,6 +57,15 @@ struct Tf32Operands {
                                                    float d) {
     *reinterpret_cast<float4*>(out) = make_float4(a, b, c, d);
   }
+  // 2 consecutive outputs, 8-byte aligned (store_conv).
+  static __device__ __forceinline__ void store_pair(float* out, float a, float b) {
+    *reinterpret_cast<float2*>(out) = make_float2(a, b);
+  }
+  // 16 bytes of consecutive outputs, 16-byte aligned (store_pooled_channels_last).
+  static constexpr int kOutVector = 4;
+  static __device__ __forceinline__ void store_vector(float* out, const float (&v)[4]) {
+    *reinterpret_cast<float4*>(out) = make_float4(v[0], v[1], v[2], v[3]);
+  }
   static __device__ __forceinline__ float load(const float* p) { return __ldg(p); }
   static __device__ __forceinline__ float4 load_row(const float* p) {
     return __ldg(reinterpret_cast<const float4*>(p));
@@ -158,6 +167,17 @@ struct HalfOperands : WgmmaSS<E> {  // its mma(): conv_pool_wgmma.cuh
                                                    float d) {
     *reinterpret_cast<uint2*>(out) = make_uint2(pair(to_output(a), to_output(b)),
                                                 pair(to_output(c), to_output(d)));
+  }
+  // 2 consecutive outputs, 4-byte aligned (store_conv).
+  static __device__ __forceinline__ void store_pair(uint16_t* out, float a, float b) {
+    *reinterpret_cast<uint32_t*>(out) = pair(to_output(a), to_output(b));
+  }
+  // 16 bytes of consecutive outputs, 16-byte aligned (store_pooled_channels_last).
+  static constexpr int kOutVector = 8;
+  static __device__ __forceinline__ void store_vector(uint16_t* out, const float (&v)[8]) {
+    *reinterpret_cast<uint4*>(out) = make_uint4(
+        pair(to_output(v[0]), to_output(v[1])), pair(to_output(v[2]), to_output(v[3])),
+        pair(to_output(v[4]), to_output(v[5])), pair(to_output(v[6]), to_output(v[7])));
   }
   static __device__ __forceinline__ uint16_t load(const uint16_t* p) { return __ldg(p); }
   static __device__ __forceinline__ uint2 load_row(const uint16_t* p) {

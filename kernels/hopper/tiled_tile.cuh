@@ -127,9 +127,10 @@ struct WgmmaTile {
   // per-SM instance: 32 scalar loads in flight spilled at its 128-register cap (20 bytes), so
   // launch() runs such inputs on the one-block twin.
   static constexpr bool kScalarHalo = !(kMinBlocksPerSm == 2 && Operands::kChunk == 16);
-  // Whether store_conv (no pool) writes channels-last outputs: not at the two-blocks-per-SM
-  // instances' register cap, whose channels-last outputs launch() runs on the one-block twin.
-  static constexpr bool kChannelsLastOut = kPool == 1 && kMinBlocksPerSm == 1;
+  // Whether the tile writes channels-last outputs: not without a pool (store_conv) at the
+  // two-blocks-per-SM instances' register cap, whose channels-last outputs launch() runs on
+  // the one-block twin. (The pooled tiles store from shared memory, store_pooled_channels_last.)
+  static constexpr bool kChannelsLastOut = kPool == 2 || kMinBlocksPerSm == 1;
 };
 
 // 8 x 32 conv pixels for wide images (the default problem), 16 x 16 for small ones (VGG block
@@ -212,12 +213,12 @@ struct WgmmaPlan {
   // p.channel_blocks, p.tiles_w, p.tiles_h and (strips) p.tiles_h * p.tiles_w as divisors
   // (make_plan_with_divisors: only plans that reach tile_origin have them).
   FastDivisor channel_blocks_div, tiles_w_div, tiles_h_div, image_squares_div;
-  // Output rows in aligned runs of 4 (width % 4 == 0, an aligned output): the epilogue stores
-  // runs of 4 pooled outputs (store_pooled).
+  // The pooled tiles' vector stores: NCHW output rows in aligned runs of 4 (width % 4 == 0,
+  // an aligned output: store_pooled), or channels-last pixels whose channels are whole
+  // 16-byte vectors (store_pooled_channels_last).
   bool vector_out;
-  // The output is channels-last (dense NHWC) rather than NCHW: the tiles without a pool only
-  // (store_conv). (A flag, not strides: four more int64 in the plan made the two-blocks-per-SM
-  // instances spill.)
+  // The output is channels-last (dense NHWC) rather than NCHW. (A flag, not strides: four more
+  // int64 in the plan made the two-blocks-per-SM instances spill.)
   bool channels_last_out;
 };
 
