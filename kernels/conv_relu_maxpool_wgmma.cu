@@ -78,7 +78,7 @@
 // (and, for 16-bit outputs, the one rounding: rounding is monotonic, so the rounded maximum is
 // the maximum of the rounded values). Without a pool (the tiles' kPool = 1: the same tiles,
 // plans and choice on conv outputs), bias, ReLU and the store run straight from the
-// accumulators, into NCHW or a channels-last output (store_conv).
+// accumulators (store_conv_rows, store_conv_channels_last).
 #include <cuda_runtime.h>
 
 #include <cooperative_groups.h>
@@ -502,15 +502,20 @@ cudaError_t launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
   // 3x3 here: C * 9 % 4 == 0 (fp32) or % 8 == 0 (16-bit).
   p.vector_weights = vectorizable_weights(ops, s, Operands::kSliceChannels);
   // Vector stores: an NCHW output with width % 4 == 0 starts every row 4 elements aligned
-  // (store_pooled's runs); a channels-last one whose channel count is a multiple of 16 bytes
-  // has every pixel 16-byte aligned (store_pooled_channels_last). store_conv decides its own.
+  // (store_pooled's runs), one whose rows are multiples of 16 bytes every conv row
+  // (store_conv_rows); a channels-last one whose channel count is a multiple of 16 bytes has
+  // every pixel 16-byte aligned (store_pooled_channels_last). store_conv_channels_last
+  // decides its own.
   const void* out = std::is_same_v<typename Operands::Element, float>
                         ? static_cast<const void*>(ops.out)
                         : static_cast<const void*>(ops.out16);
-  p.vector_out = p.channels_last_out
-                     ? s.out_channels % Operands::kOutVector == 0 && aligned(out, 16)
-                     : s.out_width % 4 == 0 &&
-                           aligned(out, 4 * sizeof(typename Operands::Element));
+  constexpr int kElementBytes = sizeof(typename Operands::Element);
+  if (p.channels_last_out)
+    p.vector_out = s.out_channels % Operands::kOutVector == 0 && aligned(out, 16);
+  else if (Tile::kPool == 2)
+    p.vector_out = s.out_width % 4 == 0 && aligned(out, 4 * kElementBytes);
+  else  // store_conv_rows: rows of 8 outputs, 16-byte aligned
+    p.vector_out = s.out_width * kElementBytes % 16 == 0 && aligned(out, 16);
   const bool pixel_vectors = p.halo_load == kHaloPixelVectors;
   if (ops.packed_weight != nullptr) {
     if constexpr (takes_packed_weight<Tile>() && !Tile::kOneBlockTwin) {

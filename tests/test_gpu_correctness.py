@@ -1004,9 +1004,9 @@ def test_wgmma_split_reductions(ext, choice, dtype, layout):
 
 
 # Conv -> ReLU with no pool (a 1 x 1 / stride 1 one) on the 3 x 3 wgmma kernel (kPool = 1: the
-# same tiles on conv outputs, stored from the accumulators by store_conv), each with the tile
-# the choice gives it on the H200 and whether a cluster splits its reductions: the wide, square
-# and strip tiles of 128 channels with output-channel tails (136: a last block of 8), an N = 64
+# same tiles on conv outputs, stored from the accumulators by store_conv_rows (NCHW) and
+# store_conv_channels_last), each with the tile the choice gives it on the H200 and whether a
+# cluster splits its reductions: the wide, square and strip tiles of 128 channels with output-channel tails (136: a last block of 8), an N = 64
 # layer at an odd width (scalar halo loads for dense inputs; the last column of every row a
 # pair's lone first element), a layer of few tiles whose long reduction splits over a cluster,
 # and padding 2 with NaN / inf inputs.

@@ -113,7 +113,7 @@ def test_wgmma_only_for_the_fast_path_geometry(library, variant_names):
 
 def test_which_variants_write_a_channels_last_output_themselves(library):
     """The general kernel and the 3 x 3 wgmma kernel, pooled (store_pooled_channels_last) or
-    not (store_conv), write a channels-last output themselves, in the element types they run;
+    not (store_conv_channels_last), write a channels-last output themselves, in the element types they run;
     the others never: the op re-lays out their NCHW output (conv_pool_to_channels_last)."""
     pooled = find_case("vgg_b3")
     unpooled = replace(pooled, name="unpooled", pool_kernel=(1, 1), pool_stride=None)

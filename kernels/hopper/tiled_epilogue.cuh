@@ -1,6 +1,7 @@
 // The 3 x 3 Hopper kernel's epilogue: the 2 x 2 max of the accumulators, bias, ReLU and the
-// coalesced store of the pooled tile (NCHW or channels-last); without a pool, bias, ReLU and the store straight from
-// the accumulators; and the split reduction's sum of a cluster's partial accumulators through
+// coalesced store of the pooled tile (NCHW or channels-last); without a pool, bias, ReLU and
+// the store from the accumulators (NCHW through a small per-warp staging, channels-last
+// straight); and the split reduction's sum of a cluster's partial accumulators through
 // distributed shared memory.
 #pragma once
 
@@ -172,50 +173,36 @@ __device__ __forceinline__ void store_pooled_channels_last(const ConvPoolOperand
   }
 }
 
-// No pool (Tile::kPool == 1): the accumulators -> out, with bias and ReLU, straight from the
-// registers (a conv tile in shared memory would be 4x the pooled one: 128 KB at N = 128), in
-// NCHW or channels-last (where a lane's two channels are neighbours: one store of the pair
-// where the channel count is even).
-// Register 4 j + e of square m holds pixel (2 w + e / 2, g) of the square (w: warp in its
-// warpgroup, g = lane / 4) and channel 8 j + 2 t + e % 2 (t = lane % 4), so one store
-// instruction of a warp covers 8 consecutive columns (32 bytes in fp32) of 4 channels. The four
-// row pointers are computed once and the channel groups walked outermost: per-store addresses
-// and bias loads inside the rows' loops, and pairs of columns swapped between lanes g and g ^ 1
-// (one store of two, as pool_accumulators swaps), spilled at the instances' register caps (the
-// two-blocks-per-SM ones' 128, the 16-bit strips' 255). kSplitK: only the channel groups this
-// block of the cluster summed (reduce_split).
+// No pool (Tile::kPool == 1), channels-last: the accumulators -> out, with bias and ReLU,
+// straight from the registers, where a lane's two channels are neighbours (one store of the
+// pair where the channel count is even). Register 4 j + e of square m holds pixel
+// (2 w + e / 2, g) of the square (w: warp in its warpgroup, g = lane / 4) and channel
+// 8 j + 2 t + e % 2 (t = lane % 4). The four pixel pointers are computed once and the channel
+// groups walked outermost. Not in the two-blocks-per-SM instances (kChannelsLastOut: the NHWC
+// addresses spilled at their 128-register cap; launch() runs channels-last outputs on their
+// one-block twins). kSplitK: only the channel groups this block of the cluster summed
+// (reduce_split).
 template <class Tile, bool kSplitK = false>
-__device__ __forceinline__ void store_conv(const ConvPoolOperands& ops, const ConvPoolShape& s,
-                                           const TileOrigin& o,
-                                           const float (&acc)[2][Tile::kAccRegs],
-                                           const float* bias, bool channels_last,
-                                           int split = 1, int rank = 0) {
-  static_assert(Tile::kPool == 1, "the pooled tiles store through store_pooled");
+__device__ __forceinline__ void store_conv_channels_last(const ConvPoolOperands& ops,
+                                                         const ConvPoolShape& s,
+                                                         const TileOrigin& o,
+                                                         const float (&acc)[2][Tile::kAccRegs],
+                                                         const float* bias, int split = 1,
+                                                         int rank = 0) {
+  static_assert(Tile::kPool == 1, "the pooled tiles store through store_pooled*");
   using Operands = typename Tile::Operands;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int warpgroup = warp / 4, warp_in_group = warp % 4;
   const int group = lane / 4, thread_in_group = lane % 4;
-  // Dense NCHW or NHWC: element (image, channel, row, col) at pixel(image, row, col) +
-  // channel * channel_stride. NCHW only in the two-blocks-per-SM instances (kChannelsLastOut:
-  // the NHWC addresses spilled at their 128-register cap; launch() runs channels-last outputs
-  // on their one-block twins).
-  channels_last = channels_last && Tile::kChannelsLastOut;
-  const int64_t plane = int64_t(s.out_height) * s.out_width;
-  const int64_t channel_stride = channels_last ? 1 : plane;
-  const auto pixel = [&](int64_t image, int row, int col) {
-    return channels_last
-               ? ((image * s.out_height + row) * s.out_width + col) * s.out_channels
-               : image * s.out_channels * plane + int64_t(row) * s.out_width + col;
-  };
   const int k0 = 2 * thread_in_group;  // this lane's first channel of every group of 8, less 8 j
   const int channels = min(Tile::kN, s.out_channels - o.channel0) - k0;
-  // Channels-last with an even channel count: a lane's two channels are one aligned pair
-  // (and the odd one exists wherever the even one does).
-  const bool pairs = channels_last && s.out_channels % 2 == 0 &&
+  // An even channel count: a lane's two channels are one aligned pair (and the odd one exists
+  // wherever the even one does).
+  const bool pairs = s.out_channels % 2 == 0 &&
                      reinterpret_cast<uintptr_t>(Operands::output(ops)) %
                              (2 * sizeof(typename Operands::Element)) ==
                          0;
-  // Where this lane's two rows of each square start, at channel k0; null where outside.
+  // Where this lane's two pixels of each square start, at channel k0; null where outside.
   typename Operands::Element* dst[2][2];
 #pragma unroll
   for (int m = 0; m < 2; ++m) {
@@ -233,12 +220,14 @@ __device__ __forceinline__ void store_conv(const ConvPoolOperands& ops, const Co
       }
     }
     inside = inside && col < s.out_width;
-    typename Operands::Element* base =
-        Operands::output(ops) + (o.channel0 + k0) * channel_stride;
 #pragma unroll
     for (int half = 0; half < 2; ++half)
-      dst[m][half] = inside && row + half < s.out_height ? base + pixel(image, row + half, col)
-                                                         : nullptr;
+      dst[m][half] =
+          inside && row + half < s.out_height
+              ? Operands::output(ops) +
+                    ((image * s.out_height + row + half) * s.out_width + col) * s.out_channels +
+                    o.channel0 + k0
+              : nullptr;
   }
 #pragma unroll
   for (int j = 0; j < Tile::kN / 8; ++j) {
@@ -249,7 +238,7 @@ __device__ __forceinline__ void store_conv(const ConvPoolOperands& ops, const Co
     for (int m = 0; m < 2; ++m)
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        typename Operands::Element* out = dst[m][half] + (8 * j) * channel_stride;
+        typename Operands::Element* out = dst[m][half] + 8 * j;
         const float even = relu_keeping_nan(acc[m][4 * j + 2 * half] + even_bias);
         const float odd = relu_keeping_nan(acc[m][4 * j + 2 * half + 1] + odd_bias);
         if (dst[m][half] == nullptr || !even_inside) continue;
@@ -257,9 +246,89 @@ __device__ __forceinline__ void store_conv(const ConvPoolOperands& ops, const Co
           Operands::store_pair(out, even, odd);
         } else {
           out[0] = Operands::to_output(even);
-          if (odd_inside) out[channel_stride] = Operands::to_output(odd);
+          if (odd_inside) out[1] = Operands::to_output(odd);
         }
       }
+  }
+}
+
+// No pool, NCHW: the accumulators -> out through a per-warp staging buffer in shared memory
+// (Tile::kPooledBytes: 8 channels x 36 floats a warp), one group of 8 channels at a time, so
+// that each store is a whole 8-pixel row of one channel: one 16-byte (16-bit) or two (fp32)
+// stores where vectors (the output's rows 16-byte aligned) and the row lies inside the output,
+// element stores elsewhere. A warp holds rows 2 w and 2 w + 1 (half) of its two squares m,
+// columns g, channels 8 j + 2 t + e: lane (g, t) writes staging[2 t + e][half][m][g], pitch 36
+// (banks 8 t + g: no conflict), then lane 4 c + 2 half + m stores channel c's row (half, m).
+// kSplitK: only the channel groups this block of the cluster summed (reduce_split).
+template <class Tile, bool kSplitK = false>
+__device__ __forceinline__ void store_conv_rows(const ConvPoolOperands& ops,
+                                                const ConvPoolShape& s, const TileOrigin& o,
+                                                const float (&acc)[2][Tile::kAccRegs],
+                                                float* staging, const float* bias, bool vectors,
+                                                int split = 1, int rank = 0) {
+  static_assert(Tile::kPool == 1, "the pooled tiles store through store_pooled*");
+  using Operands = typename Tile::Operands;
+  using Element = typename Operands::Element;
+  constexpr int kPitch = Tile::kConvStagingPitch;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warpgroup = warp / 4, warp_in_group = warp % 4;
+  const int group = lane / 4, thread_in_group = lane % 4;
+  float* mine = staging + warp * 8 * kPitch;
+  // This lane's store: channel c of each group, row `half` of square `m`.
+  const int c = lane / 4, half = (lane / 2) % 2, m = lane % 2;
+  const int square = 2 * warpgroup + m;
+  int64_t image = o.image;
+  int row = o.out_row0 + (square / Tile::kSquareCols) * 8 + 2 * warp_in_group + half;
+  int col = o.out_col0 + (square % Tile::kSquareCols) * 8;
+  bool inside = true;
+  if constexpr (Tile::kStrip) {
+    inside = square < o.squares;
+    if (square >= o.first_squares) {  // the second piece: the next square row, from column 0
+      image = o.next_image;
+      row = o.next_out_row0 + 2 * warp_in_group + half;
+      col = 8 * (square - o.first_squares);
+    }
+  }
+  const int columns = inside && row < s.out_height ? min(8, s.out_width - col) : 0;
+  const int64_t plane = int64_t(s.out_height) * s.out_width;
+  Element* const out0 = Operands::output(ops) +
+                        (image * s.out_channels + o.channel0 + c) * plane +
+                        int64_t(row) * s.out_width + col;
+  const int channels = min(Tile::kN, s.out_channels - o.channel0);
+  const float* src = mine + c * kPitch + (2 * half + m) * 8;
+  // Unrolled: the accumulators' indices must be known at compile time (registers).
+#pragma unroll
+  for (int j = 0; j < Tile::kN / 8; ++j) {
+    if (kSplitK && j % split != rank) continue;
+#pragma unroll
+    for (int mm = 0; mm < 2; ++mm)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          mine[(2 * thread_in_group + e) * kPitch + (2 * hh + mm) * 8 + group] =
+              acc[mm][4 * j + 2 * hh + e];
+    __syncwarp();
+    const int channel = 8 * j + c;
+    if (columns > 0 && channel < channels) {
+      const float b = bias[channel];
+      float v[8];
+      const float4 lo = *reinterpret_cast<const float4*>(src);
+      const float4 hi = *reinterpret_cast<const float4*>(src + 4);
+      v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w;
+      v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = relu_keeping_nan(v[i] + b);
+      Element* out = out0 + (8 * j) * plane;
+      if (vectors && columns == 8) {
+        Operands::store_row8(out, v);
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+          if (i < columns) out[i] = Operands::to_output(v[i]);
+      }
+    }
+    __syncwarp();
   }
 }
 

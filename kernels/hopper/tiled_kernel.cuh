@@ -183,11 +183,14 @@ __global__ void __launch_bounds__(kThreads, Tile::kMinBlocksPerSm)
       else
         store_pooled<Tile, kSplitK>(ops, s, origin, pooled, bias, p.vector_out, p.split, rank);
     } else {
-      (void)pooled;
       if (threadIdx.x < Tile::kN) bias[threadIdx.x] = tile_bias;
       __syncthreads();
-      store_conv<Tile, kSplitK>(ops, s, origin, acc, bias, p.channels_last_out, p.split,
-                                rank);
+      // (Channels-last outputs never reach the instances without kChannelsLastOut: launch().)
+      if (Tile::kChannelsLastOut && p.channels_last_out)
+        store_conv_channels_last<Tile, kSplitK>(ops, s, origin, acc, bias, p.split, rank);
+      else
+        store_conv_rows<Tile, kSplitK>(ops, s, origin, acc, pooled, bias, p.vector_out,
+                                       p.split, rank);
     }
     // `pooled` and `bias` are rewritten only after the next tile's chunk barriers.
   }

@@ -57,9 +57,14 @@ struct Tf32Operands {
                                                    float d) {
     *reinterpret_cast<float4*>(out) = make_float4(a, b, c, d);
   }
-  // 2 consecutive outputs, 8-byte aligned (store_conv).
+  // 2 consecutive outputs, 8-byte aligned (store_conv_channels_last).
   static __device__ __forceinline__ void store_pair(float* out, float a, float b) {
     *reinterpret_cast<float2*>(out) = make_float2(a, b);
+  }
+  // 8 consecutive outputs, 16-byte aligned (store_conv_rows).
+  static __device__ __forceinline__ void store_row8(float* out, const float (&v)[8]) {
+    reinterpret_cast<float4*>(out)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<float4*>(out)[1] = make_float4(v[4], v[5], v[6], v[7]);
   }
   // 16 bytes of consecutive outputs, 16-byte aligned (store_pooled_channels_last).
   static constexpr int kOutVector = 4;
@@ -168,9 +173,13 @@ struct HalfOperands : WgmmaSS<E> {  // its mma(): conv_pool_wgmma.cuh
     *reinterpret_cast<uint2*>(out) = make_uint2(pair(to_output(a), to_output(b)),
                                                 pair(to_output(c), to_output(d)));
   }
-  // 2 consecutive outputs, 4-byte aligned (store_conv).
+  // 2 consecutive outputs, 4-byte aligned (store_conv_channels_last).
   static __device__ __forceinline__ void store_pair(uint16_t* out, float a, float b) {
     *reinterpret_cast<uint32_t*>(out) = pair(to_output(a), to_output(b));
+  }
+  // 8 consecutive outputs, 16-byte aligned (store_conv_rows).
+  static __device__ __forceinline__ void store_row8(uint16_t* out, const float (&v)[8]) {
+    store_vector(out, v);
   }
   // 16 bytes of consecutive outputs, 16-byte aligned (store_pooled_channels_last).
   static constexpr int kOutVector = 8;

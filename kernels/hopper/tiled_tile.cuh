@@ -42,7 +42,7 @@ struct WgmmaTile {
   using Operands = OperandsT;             // Tf32Operands or HalfOperands<E>
   static constexpr int kTileRows = kTileRowsT, kTileCols = kTileColsT;
   // The pool window and stride: 2 (2 x 2 / 2, pooled through shared memory), or 1 (no pool:
-  // conv -> ReLU, stored straight from the accumulators, store_conv). kPooled*: outputs.
+  // conv -> ReLU, stored from the accumulators, store_conv_rows). kPooled*: outputs.
   static constexpr int kPool = kPoolT;
   static_assert(kPool == 1 || kPool == 2, "a 2 x 2 / 2 pool or none");
   static constexpr int kSquareOut = 8 / kPool;  // outputs per 8 x 8 conv square, per side
@@ -83,10 +83,13 @@ struct WgmmaTile {
   static constexpr int kWeightChunkWords = kTaps * 2 * kWeightN * 4;
   static constexpr int kWeightChunkBytes = kTaps * kWeightTapBytes;
   static constexpr int kPooledRows = kTileRows / kPool, kPooledCols = kTileCols / kPool;
-  // + 4 floats: the epilogue's stores of one warp (8 channels x 4 columns) hit 32 banks. No
-  // pooled tile without a pool.
+  // + 4 floats: the epilogue's stores of one warp (8 channels x 4 columns) hit 32 banks.
+  // Without a pool, in its place, each warp's staging of 8 channels (store_conv_rows): 36
+  // floats a channel (2 rows x 2 squares x 8 columns + 4), at most the smallest pooled tile.
   static constexpr int kPooledPlane = kPooledRows * kPooledCols + 4;
-  static constexpr int kPooledBytes = kPool == 2 ? kN * kPooledPlane * 4 : 0;
+  static constexpr int kConvStagingPitch = 36;
+  static constexpr int kPooledBytes =
+      kPool == 2 ? kN * kPooledPlane * 4 : (kThreads / 32) * 8 * kConvStagingPitch * 4;
   static constexpr int kBiasBytes = kN * 4;
   // N = 64 fits two blocks per SM (<= 128 registers, 110 KB (8 x 32) or 112 KB (16 x 16) of
   // shared memory each): one block's epilogue and barriers then overlap the other's wgmmas.
@@ -127,9 +130,10 @@ struct WgmmaTile {
   // per-SM instance: 32 scalar loads in flight spilled at its 128-register cap (20 bytes), so
   // launch() runs such inputs on the one-block twin.
   static constexpr bool kScalarHalo = !(kMinBlocksPerSm == 2 && Operands::kChunk == 16);
-  // Whether the tile writes channels-last outputs: not without a pool (store_conv) at the
-  // two-blocks-per-SM instances' register cap, whose channels-last outputs launch() runs on
-  // the one-block twin. (The pooled tiles store from shared memory, store_pooled_channels_last.)
+  // Whether the tile writes channels-last outputs: not without a pool
+  // (store_conv_channels_last) at the two-blocks-per-SM instances' register cap, whose
+  // channels-last outputs launch() runs on the one-block twin. (The pooled tiles store from
+  // shared memory, store_pooled_channels_last.)
   static constexpr bool kChannelsLastOut = kPool == 2 || kMinBlocksPerSm == 1;
 };
 
