@@ -913,9 +913,7 @@ def test_wgmma_strip_tiles(ext, choice, dtype, layout):
             "strip_n64" if accurate else "strip_n128"), case.name
         with cudnn_tf32(not accurate):
             assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
-            outs = []
-            kernels = kernels_run(lambda: outs.append(run_op(ext, case, x, weight, bias)))
-            out = outs[0]
+            out, kernels = run_listing_kernels(lambda: run_op(ext, case, x, weight, bias))
         check_output_layout(out, layout, kernels, case)
         torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias),
                                    **tolerance, msg=lambda m: f"seed {seed} {case}: {m}")
@@ -952,9 +950,7 @@ def test_wgmma_few_tiles_run_64_channel_blocks(ext, choice, dtype, layout):
         assert kernel_choice.packs_weight_apart(choice, case, ELEMENT_OF[dtype], device) == \
             apart, case.name
         expected = reference(case, x, weight, bias)
-        outs = []
-        kernels = kernels_run(lambda: outs.append(run_op(ext, case, x, weight, bias)))
-        out = outs[0]
+        out, kernels = run_listing_kernels(lambda: run_op(ext, case, x, weight, bias))
         check_output_layout(out, layout, kernels, case)
         torch.testing.assert_close(out.double().cpu(), expected, **tolerance,
                                    msg=lambda m: f"seed {seed} {case}: {m}")
@@ -989,17 +985,16 @@ def test_wgmma_split_reductions(ext, choice, dtype, layout):
             name, tolerance = "tiled_3xtf32_wgmma", FP32_TOLERANCE
         if case.name == "split_nan":
             inject_nan_and_inf(x)
-        outs = []
         with cudnn_tf32(not accurate):
             assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
-            launched = kernels_run(lambda: outs.append(run_op(ext, case, x, weight, bias)))
+            out, launched = run_listing_kernels(lambda: run_op(ext, case, x, weight, bias))
         kernels = [k for k in launched if "conv_pool_wgmma_kernel" in k]
         assert kernel_choice.wgmma_split(choice, case, ELEMENT_OF[dtype], device,
                                          name=name) > 1, case
         assert len(kernels) == 1 and re.search(r", (true|false), true, true>", kernels[0]), \
             kernels
-        check_output_layout(outs[0], layout, launched, case)
-        check_float64(outs[0], reference(case, x, weight, bias), tolerance, seed, case,
+        check_output_layout(out, layout, launched, case)
+        check_float64(out, reference(case, x, weight, bias), tolerance, seed, case,
                       special=case.name == "split_nan")
 
 
@@ -1049,9 +1044,7 @@ def test_wgmma_without_a_pool_matches_float64(ext, choice, dtype, layout):
             inject_nan_and_inf(x)
         with cudnn_tf32(not accurate):
             assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
-            outs = []
-            kernels = kernels_run(lambda: outs.append(run_op(ext, case, x, weight, bias)))
-            out = outs[0]
+            out, kernels = run_listing_kernels(lambda: run_op(ext, case, x, weight, bias))
         check_output_layout(out, layout, kernels, case)
         plan = kernel_choice.variant_plan(choice, case, name, ELEMENT_OF[dtype], device)
         assert plan["wgmma_tile"] == tile, (case.name, plan)
@@ -1116,13 +1109,12 @@ def test_wgmma_pooled_channels_last_outputs_on_every_tile(ext, choice, dtype):
             name, tolerance = "tiled_3xtf32_wgmma", FP32_TOLERANCE
         if case.name == "cl_nan":
             inject_nan_and_inf(x)
-        outs = []
         with cudnn_tf32(not accurate):
-            kernels = kernels_run(lambda: outs.append(
-                run_op(ext, case, x, weight, bias, ext.conv2d_relu_maxpool_variants()[name])))
+            out, kernels = run_listing_kernels(lambda: run_op(
+                ext, case, x, weight, bias, ext.conv2d_relu_maxpool_variants()[name]))
         assert any("conv_pool_wgmma_kernel" in k for k in kernels), kernels
-        check_output_layout(outs[0], "channels_last", kernels, case)
-        check_float64(outs[0], reference(case, x, weight, bias), tolerance, seed, case,
+        check_output_layout(out, "channels_last", kernels, case)
+        check_float64(out, reference(case, x, weight, bias), tolerance, seed, case,
                       special=case.name == "cl_nan")
 
 
@@ -1143,6 +1135,13 @@ def kernels_run(fn) -> list:
         fn()
         torch.cuda.synchronize()
     return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def run_listing_kernels(fn) -> tuple:
+    """(fn()'s result, the kernels (demangled names) it launched)."""
+    results = []
+    kernels = kernels_run(lambda: results.append(fn()))
+    return results[0], kernels
 
 
 def wgmma_kernels_run(fn) -> list:
