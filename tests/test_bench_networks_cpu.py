@@ -1,7 +1,9 @@
 """CPU-side tests of tools/bench_networks.py (issue 32's network benchmark): the matrix and its
-slices, the bars' verdicts on made-up rows, the table, the compile-pass target's restoring of
-Inductor's settings, and the clear exits without a GPU. The timing itself needs a GPU.
+slices, the bars' verdicts on made-up rows, the table (also printed from a results file,
+--table), the compile-pass target's restoring of Inductor's settings, and the clear exits
+without a GPU. The timing itself needs a GPU.
 """
+import json
 import os
 import subprocess
 import sys
@@ -195,3 +197,18 @@ def test_conv_relu_rows_are_apart_from_the_others():
     assert bench_networks.config_key(config) != bench_networks.config_key(plain)
     assert bench_networks.label(config).endswith(" conv_relu")
     assert not bench_networks.label(plain).endswith("conv_relu")
+
+
+def test_table_prints_a_results_file_without_a_gpu(tmp_path, capsys):
+    """--table prints the table and the bars of --json's rows as stored (docs/RESULTS.md's),
+    and refuses a missing file with exit status 2."""
+    results = tmp_path / "networks.json"
+    results.write_text(json.dumps(dict(rows=[row(fused=9.0, fused_compile=6.5),
+                                             row("alexnet", fused=11.0, compile_pass=7.5)])))
+    assert bench_networks.main(["--table", "--json", str(results)]) == 0
+    out = capsys.readouterr().out
+    assert "| vgg16 b32 float32 nchw | 5/13 | 10.000 | 8.000 |" in out
+    assert "| alexnet b32 float32 nchw |" in out and "1.23x (fused-compile)" in out
+    assert "MISS fused eager never slower than eager: 1 of 2 rows" in out
+    assert bench_networks.main(["--table", "--json", str(tmp_path / "missing.json")]) == 2
+    assert "needs --json" in capsys.readouterr().err

@@ -3,6 +3,7 @@
     python tools/bench_networks.py --json docs/networks_h200.json          # the whole matrix
     python tools/bench_networks.py --models vgg16,alexnet --batches 32 --dtypes float32
     python tools/bench_networks.py --start 8 --limit 8 --json part2.json   # a slice of it
+    python tools/bench_networks.py --table --json docs/networks_h200.json  # its table, no GPU
 
 The matrix is issue 32's: every model of --models (torchvision, eval mode, random weights:
 nothing is downloaded) at every batch of --batches, in every dtype of --dtypes (model and input
@@ -127,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seconds: start no configuration that the longest one so far "
                              "would take past this (default 0: no limit); the table and the "
                              "bars are printed for what ran")
+    parser.add_argument("--table", action="store_true",
+                        help="print the table and the bars of the rows in --json, as stored, "
+                             "and exit (no GPU; docs/RESULTS.md's table)")
     return parser
 
 
@@ -388,8 +392,23 @@ def write_json(path: Path, environment: dict, args, rows: List[dict], complete: 
     partial.replace(path)
 
 
+def print_table(path: Optional[Path]) -> int:
+    """--table: the table and the bars of a results file's rows."""
+    if path is None or not path.is_file():
+        print(f"error: --table needs --json with an existing results file, got {path}",
+              file=sys.stderr)
+        return 2
+    rows = json.loads(path.read_text())["rows"]
+    print(table(rows) + "\n")
+    for line in bars(rows):
+        print(line)
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.table:
+        return print_table(args.json)
     if args.iters < MIN_ITERS:
         print(f"error: --iters must be at least {MIN_ITERS}", file=sys.stderr)
         return 2

@@ -31,7 +31,8 @@
 #       --platform manylinux1_x86_64 -d .whl "$p"; done
 #
 # The device machine's copy of the tree may carry an older .git; to record the commit the files
-# came from in the JSON outputs, start it as `SOURCE_COMMIT=<hash> bash tools/gpu_check.sh ...`.
+# came from in the JSON outputs, start it as `SOURCE_COMMIT=<hash> bash tools/gpu_check.sh ...`
+# with the hash written out here (`$(git rev-parse HEAD)` run on the device reads its stale .git).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_check}
 mkdir -p "$OUT"
