@@ -1059,6 +1059,32 @@ def test_wgmma_without_a_pool_matches_float64(ext, choice, dtype, layout):
     assert {"wide_n64", "square_n64"} <= set(tiles) and any("strip" in t for t in tiles)
 
 
+@pytest.mark.parametrize("dtype", [*ALL_DTYPES, "3xtf32"], ids=lambda d: ALL_DTYPE_IDS.get(d, d))
+@pytest.mark.parametrize("layout", ["dense", "channels_last"])
+def test_wgmma_without_a_pool_on_few_input_channels(ext, dtype, layout):
+    """The 3 x 3 kernel without a pool on RGB-like inputs (3 or 4 channels: VGG's first layer,
+    which the automatic choice runs on it in 16 bits), the variant named: odd widths (scalar
+    halo loads, rows that are not whole 8-output vectors), 64 and 48 output channels, padding
+    1 and 0. Against float64, the output in the input's layout with no re-layout launch.
+    "3xtf32": float32 with allow_tf32 = False (tiled_3xtf32_wgmma) at the fp32 tolerance."""
+    accurate = dtype == "3xtf32"
+    dtype = torch.float32 if accurate else dtype
+    cases = [ConvPoolCase("rgb_conv", 2, 3, 64, 40, 72, (3, 3), padding=(1, 1),
+                          pool_kernel=(1, 1)),
+             ConvPoolCase("rgb_conv_odd", 3, 4, 48, 23, 37, (3, 3), pool_kernel=(1, 1))]
+    seed = random.randrange(2**31)
+    for i, case in enumerate(cases):
+        name, tolerance, x, weight, bias = wgmma_layout_operands(case, layout, dtype, seed + i)
+        if accurate:
+            name, tolerance = "tiled_3xtf32_wgmma", FP32_TOLERANCE
+        with cudnn_tf32(not accurate):
+            out, kernels = run_listing_kernels(lambda: run_op(
+                ext, case, x, weight, bias, ext.conv2d_relu_maxpool_variants()[name]))
+        assert any("conv_pool_wgmma_kernel" in k for k in kernels), kernels
+        check_output_layout(out, layout, kernels, case)
+        check_float64(out, reference(case, x, weight, bias), tolerance, seed, case)
+
+
 # Pooled widths that are a multiple of 4 (rgb_stem's 112, VGG's 56 and 28) on every tile, with
 # the tile the choice gives each: wide N = 128, square N = 128, strips (whose second piece
 # starts a run), the wide N = 64 tile two blocks per SM with a last tile past the width (36 of
