@@ -58,6 +58,13 @@ constexpr double kPartialBytesPerCycle = 64.0;
 // channels (docs/PERF.md).
 constexpr int64_t kNhwcCopyMinWork = 2048;
 
+// The warp-specialized general kernel reads x through the tensor copy engine, from a
+// slice-planar copy where x's channels are not contiguous. For float32 NCHW inputs whose
+// out_channels x taps is below this, the cp.async loaders' element-by-element reads (no copy)
+// stay: H200, both forms in one process, 1 x 1 layers of 256 and 512 (0.80-0.96x with the copy)
+// against 3 x 3 and 7 x 1 ones of 1152-1728 (1.08-1.59x) (docs/PERF.md).
+constexpr int64_t kTmaCopyMinWork = 1024;
+
 // Taps x chunks a step should hold at least: 12 wgmma K steps per square (a 3 x 3 chunk is 9)
 // keep the tensor cores busy long enough to hide the loads issued two steps ahead.
 constexpr int kMinStepKSteps = 12;

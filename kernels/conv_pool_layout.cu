@@ -1,7 +1,7 @@
-// Layout conversion to channels-last (conv_pool_layout.h): a tiled transpose through shared
-// memory, 32 pixels x 32 channels a block, read along the pixels (one channel plane's
-// consecutive pixels per warp) and written along the channels (one pixel's consecutive
-// channels per warp).
+// Layout conversions (conv_pool_layout.h): tiled transposes through shared memory, 32 pixels x
+// 32 channels a block, read along the pixels (one channel plane's consecutive pixels per warp)
+// and written along the channels: to channels-last one pixel's consecutive channels per warp;
+// to slice-planar one 16-byte slice of 32 consecutive pixels per warp (512 contiguous bytes).
 #include "conv_pool_layout.h"
 
 #include <algorithm>
@@ -39,7 +39,71 @@ __global__ void to_channels_last_kernel(const Raw* src, int64_t s0, int64_t s1, 
   }
 }
 
+// 32 pixels x 32 channels of src -> slice-planar dst: kSlice = 16 / sizeof(Raw) channels a slice,
+// one 16-byte vector (a pixel's slice) per thread and step.
+template <class Raw>
+__global__ void to_slices_kernel(const Raw* src, int64_t s0, int64_t s1, int64_t s2, int64_t s3,
+                                 int64_t pixels, int channels, int height, int width,
+                                 int slices, Raw* dst) {
+  constexpr int kSlice = 16 / int(sizeof(Raw));
+  __shared__ Raw tile[32][33];
+  const int64_t pixel0 = int64_t(blockIdx.x) * 32;
+  const int channel0 = blockIdx.y * 32;
+  const int64_t plane = int64_t(height) * width;  // pixels of one image
+  {
+    const int64_t pixel = pixel0 + threadIdx.x;
+    int64_t offset = 0;
+    if (pixel < pixels) {
+      const int w = int(pixel % width);
+      const int64_t rest = pixel / width;
+      const int h = int(rest % height);
+      offset = (rest / height) * s0 + h * s2 + w * s3;
+    }
+    for (int c = threadIdx.y; c < 32; c += blockDim.y) {
+      const int channel = channel0 + c;
+      tile[c][threadIdx.x] =
+          pixel < pixels && channel < channels ? src[offset + channel * s1] : Raw(0);
+    }
+  }
+  __syncthreads();
+  const int thread = threadIdx.y * 32 + threadIdx.x;
+  for (int v = thread; v < 32 * (32 / kSlice); v += 32 * blockDim.y) {
+    const int px = v % 32, slice_in_tile = v / 32;
+    const int64_t pixel = pixel0 + px;
+    const int slice = channel0 / kSlice + slice_in_tile;
+    if (pixel >= pixels || slice >= slices) continue;
+    Raw values[kSlice];
+#pragma unroll
+    for (int e = 0; e < kSlice; ++e) values[e] = tile[slice_in_tile * kSlice + e][px];
+    const int64_t image = pixel / plane, within = pixel - image * plane;
+    *reinterpret_cast<uint4*>(dst + ((image * slices + slice) * plane + within) * kSlice) =
+        *reinterpret_cast<const uint4*>(values);
+  }
+}
+
 }  // namespace
+
+cudaError_t conv_pool_to_slices(const void* src, const int64_t* stride, int element_bytes,
+                                int64_t batch, int channels, int height, int width, int slices,
+                                void* dst, cudaStream_t stream) {
+  const int64_t pixels = batch * height * width;
+  if (pixels == 0 || slices == 0) return cudaSuccess;
+  const int slice_channels = 16 / element_bytes;
+  const dim3 grid(unsigned((pixels + 31) / 32),
+                  unsigned((int64_t(slices) * slice_channels + 31) / 32));
+  if (element_bytes == 4) {
+    to_slices_kernel<float><<<grid, dim3(32, 8), 0, stream>>>(
+        static_cast<const float*>(src), stride[0], stride[1], stride[2], stride[3], pixels,
+        channels, height, width, slices, static_cast<float*>(dst));
+  } else if (element_bytes == 2) {
+    to_slices_kernel<uint16_t><<<grid, dim3(32, 8), 0, stream>>>(
+        static_cast<const uint16_t*>(src), stride[0], stride[1], stride[2], stride[3], pixels,
+        channels, height, width, slices, static_cast<uint16_t*>(dst));
+  } else {
+    return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
 
 cudaError_t conv_pool_to_channels_last(const void* src, const int64_t* stride, int element_bytes,
                                        int64_t batch, int channels, int height, int width,

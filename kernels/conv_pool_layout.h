@@ -1,6 +1,7 @@
-// Layout conversion to channels-last (NHWC), our own kernel (conv_pool_layout.cu): the general
-// kernel's NHWC copy of a 16-bit NCHW input, and the op's channels-last output for the variants
-// that write NCHW.
+// Layout conversions, our own kernels (conv_pool_layout.cu): to channels-last (NHWC: the general
+// kernel's NHWC copy of a NCHW input for its cp.async loaders, and the op's channels-last output
+// for the variants that write NCHW), and to slice-planar (the warp-specialized general kernel's
+// copy of an input whose channels are not contiguous).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,3 +16,10 @@ cudaError_t conv_pool_to_channels_last(const void* src, const int64_t* src_strid
                                        int element_bytes, int64_t batch, int channels,
                                        int height, int width, int dst_channels, void* dst,
                                        cudaStream_t stream);
+
+// Slice-planar: dst[(((n * slices + j) * height + h) * width + w) * E + e] = src(n, j E + e, h, w)
+// for channel j E + e < channels, else 0, with E = 16 / element_bytes channels a 16-byte slice
+// (element_bytes = 2 or 4; raw words, no conversion). On `stream`.
+cudaError_t conv_pool_to_slices(const void* src, const int64_t* src_stride, int element_bytes,
+                                int64_t batch, int channels, int height, int width, int slices,
+                                void* dst, cudaStream_t stream);

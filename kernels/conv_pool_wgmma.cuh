@@ -134,6 +134,54 @@ __device__ __forceinline__ void bulk_copy_to_shared(void* dst, const void* src, 
       : "memory");
 }
 
+// One arrival on `barrier` (no transaction count).
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* barrier) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(barrier))
+               : "memory");
+}
+
+// The tensor copy engine (TMA, cp.async.bulk.tensor, sm_90): the box of a 5-D tensor that
+// `map` describes (a CUtensorMap, in the kernel's parameters: __grid_constant__) at element
+// coordinates c0..c4 (innermost first; out-of-bounds elements, negative coordinates included,
+// arrive as zeros) -> shared memory at dst (128-byte aligned), densely, innermost dimension
+// fastest; the engine counts the box's bytes against `barrier`'s expected transactions.
+__device__ __forceinline__ void tma_load_5d(void* dst, const void* map, int c0, int c1, int c2,
+                                            int c3, int c4, uint64_t* barrier) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n"
+      ::"r"(shared_address(dst)), "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1),
+      "r"(c2), "r"(c3), "r"(c4), "r"(shared_address(barrier))
+      : "memory");
+}
+
+// Fetches a tensor map (a kernel parameter) ahead of its first copy.
+__device__ __forceinline__ void prefetch_tensor_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+// Warp specialization (sm_90a): a warpgroup gives back registers (dec) or takes more (inc), up
+// to kRegisters a thread; every warp of the warpgroup executes it. The kernel needs a register
+// cap at entry (__launch_bounds__ with a minimum of blocks) for these to take effect.
+template <int kRegisters>
+__device__ __forceinline__ void set_max_registers_dec() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+#endif
+}
+template <int kRegisters>
+__device__ __forceinline__ void set_max_registers_inc() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+#endif
+}
+
+// A barrier over `threads` threads (whole warps) of the block on hardware barrier `id` (0 is
+// __syncthreads'), so that some warps can synchronize while the others run on.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // D (64 x N, fp32) += A (64 x K, smem) * B (K x N, smem), N = 128 (64 accumulators per thread)
 // or 64 (32), K = 8 TF32 or 16 16-bit elements: 32 bytes of K either way, two core matrices.
 // Thread t of the warpgroup holds rows 16 * (t / 32) + (t % 32) / 4 (+ 8) and columns

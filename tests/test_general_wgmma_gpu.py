@@ -9,6 +9,7 @@ algorithms would spread one inf over whole tiles). Every seed is printed (the `s
 Skipped without a Hopper GPU (the kernel is sm_90a code).
 """
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -29,6 +30,25 @@ ELEMENT = {torch.float32: kernel_choice.FLOAT32, torch.float16: kernel_choice.FL
 # TF32 products (10-bit significands) and fp32 sums; 16-bit outputs rounded once (as in
 # tests/test_gpu_correctness.py: a layout or indexing bug gives O(1) errors).
 TOLERANCE = {torch.float32: 1e-2, torch.float16: 1e-2, torch.bfloat16: 2e-2}
+
+
+# Every form of the kernel, every test in each (while they all exist): the warp-specialized one
+# fed by the tensor copy engine (general_ws_kernel.cuh, the plan's input "tma", the default where
+# it runs), persistent where it fits or one tile a block ($CONV_POOL_GENERAL_PERSISTENT=0), and
+# the one whose warps copy with cp.async (general_kernel.cuh; $CONV_POOL_GENERAL_TMA=0). The
+# 3xTF32 form is the last kind either way.
+PATH_HOOKS = {"tma": {}, "tma_tile": {"CONV_POOL_GENERAL_PERSISTENT": "0"},
+              "cpasync": {"CONV_POOL_GENERAL_TMA": "0"}}
+
+
+@pytest.fixture(autouse=True, params=list(PATH_HOOKS))
+def path(request, monkeypatch):
+    for hooks in PATH_HOOKS.values():
+        for key in hooks:
+            monkeypatch.delenv(key, raising=False)
+    for key, value in PATH_HOOKS[request.param].items():
+        monkeypatch.setenv(key, value)
+    return request.param
 
 
 @pytest.fixture(scope="module")
@@ -70,18 +90,28 @@ def check(ext, case, x, w, b, dtype, what):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
-def test_random_geometries_match_float64(ext, lib, device, seed, dtype, layout):
+def test_random_geometries_match_float64(ext, lib, device, seed, dtype, layout, path):
     rng = random.Random(seed)
-    ran = 0
+    ran = tma = 0
     for i in range(16):
         case = fuzz_case(rng, f"fuzz_{i}")
         plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
         # The kernel runs every geometry of the fuzz space (its limits lie outside it).
         assert plan is not None, f"general_wgmma refused {case}"
+        tma += plan["input"] == "tma"
         x, w, b = operands(case, rng.randrange(2**31), dtype)
         check(ext, case, with_layout(x, layout), w, b, dtype, f"{case} plan {plan}")
         ran += 1
     assert ran == 16
+    # The copy engine's limits (strides up to 8) leave the warp-specialized form most of them in
+    # 16 bits. The plan asked here is the NCHW one: float32 layers of out_channels x taps below
+    # kTmaCopyMinWork read NCHW element by element (the cp.async loaders), so in float32 only
+    # the other forms are pinned here (test_tma_reads_channels_last_in_place_or_from_the_copy
+    # pins the float32 warp-specialized one).
+    if not path.startswith("tma"):
+        assert tma == 0, tma
+    elif dtype != torch.float32:
+        assert tma >= 8, tma
 
 
 # Every tile of the kernel's table (kernels/hopper/general_plan.h), forced through the host's
@@ -176,8 +206,8 @@ def test_images_side_by_side_match_float64(ext, lib, device, seed, images, dtype
 def test_staging_modes_match_float64(ext, lib, device, seed, case, dtype):
     plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
     assert plan is not None
-    if case.name == "row_groups" and dtype == torch.float32:
-        assert plan["group_rows"] < 5, plan
+    if case.name.startswith("row_groups") and dtype == torch.float32:
+        assert plan["group_rows"] < case.kernel_size[0], plan
     if case.name == "gathered_rows":
         assert plan["gathered"] == 1 and plan["phases"] == 1, plan
     if case.name == "strided_dilated":
@@ -190,8 +220,9 @@ def test_staging_modes_match_float64(ext, lib, device, seed, case, dtype):
 @pytest.mark.parametrize("nhwc_copy", ["0", "1"])
 def test_float32_nchw_inputs_both_ways_match_float64(ext, lib, device, seed, nhwc_copy,
                                                      monkeypatch):
-    """float32 inputs without contiguous channels, read element by element or from the launch's
-    NHWC copy (forced by $CONV_POOL_GENERAL_NHWC), on random geometries."""
+    """The cp.async loaders' float32 inputs without contiguous channels, read element by element
+    or from the launch's NHWC copy (forced by $CONV_POOL_GENERAL_NHWC), on random geometries."""
+    monkeypatch.setenv("CONV_POOL_GENERAL_TMA", "0")
     monkeypatch.setenv("CONV_POOL_GENERAL_NHWC", nhwc_copy)
     rng = random.Random(seed)
     for i in range(12):
@@ -201,6 +232,42 @@ def test_float32_nchw_inputs_both_ways_match_float64(ext, lib, device, seed, nhw
         x, w, b = operands(case, rng.randrange(2**31), torch.float32)
         layout = [layout for layout in LAYOUTS if layout != "channels_last"][i % 2]
         check(ext, case, with_layout(x, layout), w, b, torch.float32, f"{case} {layout} {plan}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("copy", ["in_place", "copy"])
+def test_tma_reads_channels_last_in_place_or_from_the_copy(ext, lib, device, seed, dtype, copy,
+                                                           monkeypatch):
+    """The warp-specialized form reads a channels-last x whose channels fill whole 16-byte
+    slices in place (its boxes step through x's own strides), or from the launch's slice-planar
+    copy ($CONV_POOL_GENERAL_TMA_COPY=1 forces it), on random geometries with such channel
+    counts and on inputs in a wider tensor (x a channel slice of it)."""
+    monkeypatch.delenv("CONV_POOL_GENERAL_TMA", raising=False)
+    if copy == "copy":
+        monkeypatch.setenv("CONV_POOL_GENERAL_TMA_COPY", "1")
+    per_slice = 4 if dtype == torch.float32 else 8
+    rng = random.Random(seed)
+    ran = 0
+    for i in range(12):
+        case = fuzz_case(rng, f"fuzz_{i}")
+        # Whole slices of channels, and (float32) enough output channels that NCHW inputs take
+        # the copy rather than the cp.async loaders (kTmaCopyMinWork = 1024).
+        taps = case.kernel_size[0] * case.kernel_size[1]
+        case = replace(case, in_channels=max(per_slice, case.in_channels // per_slice * per_slice),
+                       out_channels=max(case.out_channels, -(-1024 // taps)))
+        plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
+        if plan["input"] != "tma":
+            continue
+        x, w, b = operands(case, rng.randrange(2**31), dtype)
+        wide = torch.zeros(case.batch, case.in_channels + 2 * per_slice, case.height, case.width,
+                           device=x.device, dtype=dtype).contiguous(
+                               memory_format=torch.channels_last)
+        wide[:, per_slice:per_slice + case.in_channels] = x
+        for x_in in (x.contiguous(memory_format=torch.channels_last),
+                     wide[:, per_slice:per_slice + case.in_channels]):
+            check(ext, case, x_in, w, b, dtype, f"{case} {copy} {plan}")
+        ran += 1
+    assert ran >= 6, ran
 
 
 # The 3xTF32 form (general_3xtf32_wgmma): float32 operands split into big and small TF32

@@ -601,11 +601,13 @@ def test_workspace_of_the_3xtf32_wgmma_kernel_holds_its_runs_of_8_chunks(library
 
 
 @pytest.mark.parametrize("element", [FLOAT32, FLOAT16], ids=["float32", "float16"])
-def test_workspace_of_the_general_kernel(library, variant_names, element):
+def test_workspace_of_the_general_kernel(library, variant_names, element, monkeypatch):
     """general_wgmma: the weights packed [channel block][chunk run][tap][chunk][slice][n][16
-    bytes] (256-byte aligned), then for inputs taken as NCHW (no operands given) their NHWC
-    copy with the channels padded to the chunk: always in 16 bits, in float32 where out_channels
-    x taps reaches 2048 (kNhwcCopyMinWork; here 200 x 25)."""
+    bytes] (256-byte aligned), then for inputs taken as NCHW (no operands given) a copy of x:
+    the warp-specialized form's slice-planar one, channels padded to the 16-byte slice; the
+    cp.async loaders' NHWC one ($CONV_POOL_GENERAL_TMA=0), channels padded to the chunk, always
+    in 16 bits, in float32 where out_channels x taps reaches 2048 (kNhwcCopyMinWork; here 200 x
+    25)."""
     library.conv_relu_maxpool_workspace_bytes.restype = ctypes.c_int64
     library.conv_relu_maxpool_workspace_bytes.argtypes = [
         ctypes.POINTER(ConvPoolShape), ctypes.c_int, ctypes.POINTER(ConvPoolDevice),
@@ -615,18 +617,23 @@ def test_workspace_of_the_general_kernel(library, variant_names, element):
                         pool_stride=(2, 2))
     chunk = 8 if element == FLOAT32 else 16
     chunks = -(-case.in_channels // chunk)
-    plan = general_plan(library, case, element)
-    assert plan["split"] == 1
-    n = 128 if plan["tile"].endswith("n128") else 64
-    runs = -(-chunks // plan["step_chunks"])
-    padded_channels = -(-case.out_channels // n) * n
-    packed = padded_channels * runs * plan["step_chunks"] * 25 * 2 * 16
     element_bytes = 4 if element == FLOAT32 else 2
-    assert plan["nhwc_copy"] == 1
-    staged = -(-(64 * 27 * 27 * chunks * chunk * element_bytes) // 256) * 256
-    assert library.conv_relu_maxpool_workspace_bytes(
-        ctypes.byref(shape_of(case, element)), variant, ctypes.byref(H200), None) == (
-            packed + staged)
+    for path in ("tma", "cpasync"):
+        if path == "cpasync":
+            monkeypatch.setenv("CONV_POOL_GENERAL_TMA", "0")
+        plan = general_plan(library, case, element)
+        assert plan["split"] == 1 and plan["input"] == ("tma" if path == "tma" else "pixel")
+        n = 128 if plan["tile"].endswith("n128") else 64
+        runs = -(-chunks // plan["step_chunks"])
+        padded_channels = -(-case.out_channels // n) * n
+        packed = -(-(padded_channels * runs * plan["step_chunks"] * 25 * 2 * 16) // 256) * 256
+        assert plan["nhwc_copy"] == 1
+        staged_channels = (-(-case.in_channels // (16 // element_bytes)) * (16 // element_bytes)
+                           if path == "tma" else chunks * chunk)
+        staged = -(-(64 * 27 * 27 * staged_channels * element_bytes) // 256) * 256
+        assert library.conv_relu_maxpool_workspace_bytes(
+            ctypes.byref(shape_of(case, element)), variant, ctypes.byref(H200), None) == (
+                packed + staged), path
 
 
 @pytest.mark.parametrize("element", [FLOAT32, FLOAT16, BFLOAT16],
@@ -645,8 +652,13 @@ def test_general_kernel_puts_small_images_side_by_side(library, element, seed, m
         plan = general_plan(library, case, element)
         assert plan["images"] == 4 and plan["tile"] == "wide_n128", plan
         assert plan["tiles"] == case.batch // 4 * -(-case.out_channels // 128), plan
-    # Four images of 8 conv columns: 17 input columns each at stride 2, rounded up to 18.
+    # Four images of 8 conv columns: 17 input columns each at stride 2, rounded up to 18; the
+    # warp-specialized form stages the 8 rows its conv rows read (gathered), the cp.async
+    # loaders the dense span of 17.
+    assert general_plan(library, resnet, element)["halo"] == "8x72"
+    monkeypatch.setenv("CONV_POOL_GENERAL_TMA", "0")
     assert general_plan(library, resnet, element)["halo"] == "17x72"
+    monkeypatch.delenv("CONV_POOL_GENERAL_TMA")
     assert general_plan(library, replace(resnet, batch=1), element)["images"] == 1
     rng = random.Random(seed)
     side_by_side = 0
@@ -666,16 +678,33 @@ def test_general_kernel_puts_small_images_side_by_side(library, element, seed, m
     assert side_by_side > 100
 
 
-def test_general_kernel_copies_float32_nchw_inputs_where_they_feed_enough_work(library):
-    """float32 NCHW inputs: an NHWC copy first where out_channels x taps >= 2048
-    (kNhwcCopyMinWork), else element-by-element loads; 16-bit NCHW inputs are always copied."""
+def test_general_kernel_copies_float32_nchw_inputs_where_they_feed_enough_work(library,
+                                                                              monkeypatch):
+    """NCHW inputs: the warp-specialized form reads a slice-planar copy, except float32 ones
+    whose out_channels x taps is below 1024 (kTmaCopyMinWork), which the cp.async loaders read
+    element by element; with those loaders forced ($CONV_POOL_GENERAL_TMA=0) an NHWC copy of
+    float32 ones where out_channels x taps >= 2048 (kNhwcCopyMinWork), else element-by-element
+    loads, and 16-bit ones always copied."""
+    for out_channels, kernel in ((1024, 1), (114, 3)):
+        case = ConvPoolCase("few", 4, 64, out_channels - 1, 20, 20, (kernel, kernel),
+                            padding=(kernel // 2, kernel // 2))
+        plan = general_plan(library, case, FLOAT32)
+        assert plan["input"] == "planar" and plan["nhwc_copy"] == 0, (case, plan)
+        assert general_plan(library, case, FLOAT16)["input"] == "tma", case
+        case = replace(case, out_channels=out_channels)
+        assert general_plan(library, case, FLOAT32)["input"] == "tma", case
     for out_channels, kernel, copied in ((228, 3, True), (227, 3, False), (2048, 1, True),
                                          (2047, 1, False)):
         case = ConvPoolCase("copy", 4, 64, out_channels, 20, 20, (kernel, kernel),
                             padding=(kernel // 2, kernel // 2), pool_kernel=(3, 3),
                             pool_stride=(2, 2))
+        for element in (FLOAT32, FLOAT16):
+            plan = general_plan(library, case, element)
+            assert plan["input"] == "tma" and plan["nhwc_copy"] == 1, (case, plan)
+        monkeypatch.setenv("CONV_POOL_GENERAL_TMA", "0")
         assert general_plan(library, case, FLOAT32)["nhwc_copy"] == int(copied), case
         assert general_plan(library, case, FLOAT16)["nhwc_copy"] == 1, case
+        monkeypatch.delenv("CONV_POOL_GENERAL_TMA")
 
 
 def test_fp32_accurate_layers_never_fall_to_direct_on_hopper(library, variant_names, seed):

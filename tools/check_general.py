@@ -9,7 +9,9 @@ Correctness: fresh random inputs per case (the seed is printed), the op forced t
 against float64 (F.conv2d on upcast inputs, cuDNN off) at atol = rtol = 1e-2 (TF32, float16) or
 2e-2 (bfloat16); input layouts NCHW, channels-last and every other column of a wider tensor;
 outputs NCHW and channels-last. Timing: triton.testing.do_bench medians (L2 flushed), the op's
-automatic choice and general_wgmma against eager PyTorch (and torch.compile), same process.
+automatic choice and general_wgmma in each of its forms (PATHS: the warp-specialized TMA kernel,
+persistent or one tile a block, and the cp.async loaders) against eager PyTorch (and
+torch.compile), same process.
 """
 from __future__ import annotations
 
@@ -124,68 +126,103 @@ def time_tiles(ext, lib, case, x, w, b, config) -> str:
     return " ".join(parts)
 
 
-def perf(ext, lib, with_compile: bool, tiles: bool) -> None:
+# The general kernel's forms, by the host's hooks: the warp-specialized TMA kernel as chosen
+# (persistent where it fits: its default), the same one tile a block
+# ($CONV_POOL_GENERAL_PERSISTENT=0), and the cp.async loaders ($CONV_POOL_GENERAL_TMA=0).
+PATHS = {"tma": {}, "tma_tile": {"CONV_POOL_GENERAL_PERSISTENT": "0"},
+         "cpasync": {"CONV_POOL_GENERAL_TMA": "0"}}
+
+
+def forced_path(path: str):
+    """A context in which the general kernel takes form `path` (PATHS)."""
+    import contextlib
+    import os
+
+    @contextlib.contextmanager
+    def context():
+        keys = {key for hooks in PATHS.values() for key in hooks}
+        old = {key: os.environ.get(key) for key in keys}
+        for key in keys:
+            os.environ.pop(key, None)
+        os.environ.update(PATHS[path])
+        try:
+            yield
+        finally:
+            for key, value in old.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+    return context()
+
+
+def perf(ext, lib, with_compile: bool, tiles: bool, layouts) -> None:
     from utils import kernel_choice
     config = ext.conv2d_relu_maxpool_variants()["general_wgmma"]
     device = kernel_choice.device_of(lib)
     rows, records = [], []
-    for dtype in (torch.float32, torch.float16):
-        for case in PERF_CASES:
-            x, w, b = operands(case, 0, dtype)
-            args = case.op_args()
-            auto_name = ext.conv2d_relu_maxpool_choose(x, w, b, *args, -1)
+    for layout in layouts:
+        for dtype in (torch.float32, torch.float16):
+            for case in PERF_CASES:
+                x, w, b = operands(case, 0, dtype)
+                x = with_layout(x, layout)
+                args = case.op_args()
+                auto_name = ext.conv2d_relu_maxpool_choose(x, w, b, *args, -1)
 
-            def eager():
-                return F.max_pool2d(F.relu(F.conv2d(x, w, b, case.stride, case.padding,
-                                                    case.dilation)),
-                                    case.pool_kernel, case.effective_pool_stride,
-                                    case.pool_padding, 1, case.ceil_mode)
+                def eager():
+                    return F.max_pool2d(F.relu(F.conv2d(x, w, b, case.stride, case.padding,
+                                                        case.dilation)),
+                                        case.pool_kernel, case.effective_pool_stride,
+                                        case.pool_padding, 1, case.ceil_mode)
 
-            expected = eager()
-            general = ext.conv2d_relu_maxpool_forward(x, w, b, *args, config, None)
-            err = ((general.float() - expected.float()).norm() / expected.float().norm()).item()
-            t_general = bench(lambda: ext.conv2d_relu_maxpool_forward(x, w, b, *args, config,
-                                                                      None))
-            t_auto = bench(lambda: ext.conv2d_relu_maxpool_forward(x, w, b, *args, -1, None))
-            # The variant these layers took before the general kernel (when it runs them; the
-            # direct kernel, their other former choice, is not timed: seconds a call).
-            previous = "tiled_tf32" if dtype == torch.float32 else "tiled_16bit_mma"
-            t_previous = float("nan")
-            try:
-                previous_config = ext.conv2d_relu_maxpool_variants()[previous]
-                ext.conv2d_relu_maxpool_forward(x, w, b, *args, previous_config, None)
-                t_previous = bench(lambda: ext.conv2d_relu_maxpool_forward(
-                    x, w, b, *args, previous_config, None))
-            except RuntimeError:
-                pass
-            t_eager = bench(eager)
-            t_compile = float("nan")
-            if with_compile:
-                compiled = torch.compile(eager)
-                compiled()
-                t_compile = bench(compiled)
-            tflops = case.flops() / (t_general * 1e-6) / 1e12
-            rows.append((case.name, DTYPE_NAMES[dtype], auto_name, t_general, t_auto, t_eager,
-                         t_compile, tflops, err))
-            records.append(dict(case=case.label(), name=case.name, dtype=DTYPE_NAMES[dtype],
-                                auto=auto_name, general_us=t_general, auto_us=t_auto,
-                                previous=previous, previous_us=t_previous, eager_us=t_eager,
-                                compile_us=t_compile, general_tflops=tflops,
-                                relative_l2_vs_eager=err))
-            element = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}[dtype]
-            plan = kernel_choice.general_plan(lib, case, element, device)
-            print(f"{case.name:20s} {DTYPE_NAMES[dtype]:8s} auto={auto_name:22s} "
-                  f"general {t_general:9.1f} us ({tflops:5.0f} TFLOP/s) auto {t_auto:9.1f} "
-                  f"eager {t_eager:9.1f} compile {t_compile:9.1f} rel_err {err:.2e}", flush=True)
-            print(f"    plan {plan}", flush=True)
-            if tiles:
-                print(f"    tiles {time_tiles(ext, lib, case, x, w, b, config)}", flush=True)
-    print("\ncase                 dtype    general_us previous_us  eager_us  compile_us  x_prev  "
-          "x_eager  x_compile TFLOP/s")
-    for (name, dt, _, tg, _, te, tc, tf, _), record in zip(rows, records):
-        tp = record["previous_us"]
-        print(f"{name:20s} {dt:8s} {tg:10.1f} {tp:11.1f} {te:9.1f} {tc:11.1f} {tp / tg:7.2f} "
-              f"{te / tg:8.2f} {tc / tg:10.2f} {tf:7.0f}")
+                def general():
+                    return ext.conv2d_relu_maxpool_forward(x, w, b, *args, config, None)
+
+                expected = eager().float()
+                times, errors, plans = {}, {}, {}
+                element = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}[dtype]
+                for path in PATHS:
+                    with forced_path(path):
+                        out = general().float()
+                        errors[path] = ((out - expected).norm() / expected.norm()).item()
+                        times[path] = bench(general)
+                        plans[path] = kernel_choice.general_plan(lib, case, element, device)
+                t_auto = bench(lambda: ext.conv2d_relu_maxpool_forward(x, w, b, *args, -1,
+                                                                       None))
+                t_eager = bench(eager)
+                t_compile = float("nan")
+                if with_compile:
+                    compiled = torch.compile(eager)
+                    compiled()
+                    t_compile = bench(compiled)
+                t_general = times["tma"]
+                tflops = case.flops() / (t_general * 1e-6) / 1e12
+                rows.append((case.name, DTYPE_NAMES[dtype], layout, t_general, times["tma_tile"],
+                             times["cpasync"], t_eager, t_compile, tflops))
+                records.append(dict(case=case.label(), name=case.name, dtype=DTYPE_NAMES[dtype],
+                                    layout=layout, auto=auto_name, general_us=t_general,
+                                    tma_tile_us=times["tma_tile"],
+                                    cpasync_us=times["cpasync"], auto_us=t_auto,
+                                    eager_us=t_eager, compile_us=t_compile,
+                                    general_tflops=tflops, relative_l2_vs_eager=errors["tma"],
+                                    cpasync_relative_l2_vs_eager=errors["cpasync"],
+                                    plan=plans["tma"], cpasync_plan=plans["cpasync"]))
+                print(f"{case.name:20s} {DTYPE_NAMES[dtype]:8s} {layout:13s} "
+                      f"auto={auto_name:22s} tma {t_general:8.1f} us ({tflops:4.0f} TFLOP/s) "
+                      f"tile {times['tma_tile']:8.1f} "
+                      f"cp.async {times['cpasync']:8.1f} auto {t_auto:8.1f} eager "
+                      f"{t_eager:8.1f} compile {t_compile:8.1f} rel_err {errors['tma']:.1e} / "
+                      f"{errors['cpasync']:.1e}", flush=True)
+                print(f"    plan {plans['tma']}", flush=True)
+                if tiles:
+                    print(f"    tiles {time_tiles(ext, lib, case, x, w, b, config)}",
+                          flush=True)
+    print("\ncase                 dtype    layout        tma_us tile_us cpasync_us  eager_us  "
+          "compile_us  x_tile x_cpasync  x_eager  x_compile TFLOP/s")
+    for name, dt, layout, tg, tt, tc_async, te, tc, tf in rows:
+        print(f"{name:20s} {dt:8s} {layout:13s} {tg:7.1f} {tt:7.1f} {tc_async:10.1f} {te:9.1f} "
+              f"{tc:11.1f} {tt / tg:6.2f} {tc_async / tg:9.2f} {te / tg:8.2f} {tc / tg:10.2f} "
+              f"{tf:7.0f}")
     return records
 
 
@@ -198,6 +235,9 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="with --perf: write the table's rows there")
     parser.add_argument("--tiles", action="store_true",
                         help="with --perf: also time every tile of the kernel's table forced")
+    parser.add_argument("--layouts", default="dense",
+                        help="with --perf: comma-separated input layouts to time (dense, "
+                             "channels_last)")
     args = parser.parse_args()
     import cuda_extension
     from utils import kernel_choice
@@ -205,7 +245,7 @@ def main() -> int:
     seed = args.seed if args.seed is not None else random.randrange(2**31)
     failures = correctness(cuda_extension, lib, args.cases, seed) if args.cases else 0
     if args.perf:
-        records = perf(cuda_extension, lib, args.compile, args.tiles)
+        records = perf(cuda_extension, lib, args.compile, args.tiles, args.layouts.split(","))
         if args.json:
             import json
             environment = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__,

@@ -4,12 +4,13 @@
 #   bash tools/gpu_check.sh [STAGE[:SECONDS] ...]
 #
 # Stages: env build test verify profile suite suite16 layouts bench host vgg16 distributed
-# notebook sanitize general zoo zoo16 fuzz breakdown networks gtest (default: env build test
+# notebook sanitize general zoo zoo16 fuzz breakdown networks gtest ncu (default: env build test
 # verify profile). networks: tools/bench_networks.py (issue 32's models; NETWORKS_ARGS picks a
 # slice, NETWORKS_RESUME=docs/networks_h200.json keeps that file's rows and runs the rest, and
 # a cap over 120 s stops it cleanly a minute early) into $OUT/networks.json; gtest: the general kernel's GPU tests only. TEST_ARGS (default
 # tests) gives the test stage other pytest arguments, e.g. only the files that use the GPU.
-# general: the general kernel's correctness sweep and timing table (tools/check_general.py).
+# general: the general kernel's correctness sweep and timing table (tools/check_general.py:
+# each of its forms, dense and channels-last inputs) into $OUT/general.json.
 # zoo / zoo16: ZOO_LIMIT (default 40) layers of the zoo in float32 / float16; fuzz: the
 # 150-geometry performance fuzz from case FUZZ_START (default 0) into $OUT/fuzz_<start>.json
 # (the JSONs are written after every case); breakdown: tools/kernel_breakdown.py on the zoo's
@@ -58,8 +59,8 @@ run_stage() {  # name, seconds (0 = no cap), command...
 
 breakdown() {  # the zoo's slowest classes kernel by kernel, and the stem kernel on few tiles
   local k="python3 tools/kernel_breakdown.py"
-  $k --json docs/zoo_h200_float32.json densenet121_c118_p2s2 inception_v3_c86_p2s2 \
-     resnet50_c44_p3s2 vgg16_c8_p3s2 || return
+  $k --json docs/zoo_h200_float32.json densenet121_c112_p2s2 inception_v3_c80_p2s2 \
+     resnext50_32x4d_c30_p2s2 vgg16_c8_p3s2 || return
   $k --json docs/zoo_h200_float16.json shufflenet_v2_x1_0_c1_p2s2 --configs auto,general_wgmma \
      || return
   for spec in 1,24,58,28,28,1,1,0,2,2 8,24,58,28,28,1,1,0,2,2 1,3,64,224,224,3,1,1,2,2 \
@@ -80,6 +81,21 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  general_large_kernel general_wgmma
+racecheck general_large_kernel general_wgmma
+memcheck  general_large_kernel general_wgmma float16
+racecheck general_large_kernel_channels_last general_wgmma bfloat16
+memcheck  general_strided general_wgmma
+racecheck general_strided general_wgmma
+memcheck  general_strided_channels_last general_wgmma float16
+memcheck  general_dilated general_wgmma bfloat16
+racecheck general_dilated general_wgmma
+memcheck  general_pointwise general_wgmma
+racecheck general_pointwise general_wgmma float16
+memcheck  general_split general_wgmma
+racecheck general_split general_wgmma
+memcheck  general_split_channels_last general_wgmma bfloat16
+racecheck general_split_channels_last general_wgmma float16
 memcheck  strip_tiles_channels_last tiled_tf32_wgmma
 racecheck strip_tiles_channels_last tiled_16bit_wgmma float16
 memcheck  split_square_channels_last tiled_16bit_wgmma bfloat16
@@ -98,21 +114,6 @@ memcheck  general_large_kernel general_3xtf32_wgmma
 racecheck general_split general_3xtf32_wgmma
 memcheck  general_strided_channels_last general_3xtf32_wgmma
 racecheck general_pointwise general_3xtf32_wgmma
-memcheck  general_large_kernel general_wgmma
-racecheck general_large_kernel general_wgmma
-memcheck  general_large_kernel general_wgmma float16
-racecheck general_large_kernel_channels_last general_wgmma bfloat16
-memcheck  general_strided general_wgmma
-racecheck general_strided general_wgmma
-memcheck  general_strided_channels_last general_wgmma float16
-memcheck  general_dilated general_wgmma bfloat16
-racecheck general_dilated general_wgmma
-memcheck  general_pointwise general_wgmma
-racecheck general_pointwise general_wgmma float16
-memcheck  general_split general_wgmma
-racecheck general_split general_wgmma
-memcheck  general_split_channels_last general_wgmma bfloat16
-racecheck general_split_channels_last general_wgmma float16
 memcheck  alexnet_persistent tiled_16bit_flat_wgmma float16
 racecheck alexnet_persistent tiled_16bit_flat_wgmma bfloat16
 memcheck  few_channels_large_kernel tiled_16bit_flat_wgmma bfloat16
@@ -285,7 +286,10 @@ for entry in "${stages[@]}"; do
     # Shell functions run through bash -c: timeout executes programs, not functions.
     notebook) run_stage notebook "$seconds" bash -c "OUT='$OUT'; $(declare -f notebook); notebook" ;;
     sanitize) run_stage sanitize "$seconds" bash -c "$(declare -f sanitize); sanitize" ;;
-    general) run_stage general "$seconds" python3 tools/check_general.py --cases 40 --perf ;;
+    general) run_stage general "$seconds" python3 tools/check_general.py --cases 40 --perf --layouts dense,channels_last --json "$OUT/general.json" ;;
+    # ncu: the Nsight Compute sections of one general-kernel launch of each NCU_CASES spec
+    # (tools/run_case.py's N,C,K,H,W,k,s,p,pk,ps[:dtype[:cl]]) into $OUT/ncu.log.
+    ncu) run_stage ncu "$seconds" bash -c 'for spec in ${NCU_CASES:-32,64,256,56,56,1,1,0,2,2:float16:cl}; do IFS=: read -r shape dtype cl <<< "$spec"; ncu --clock-control none -k regex:general --launch-skip 1 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy python3 tools/run_case.py "$shape" general_wgmma --calls 2 --dtype "${dtype:-float32}" ${cl:+--channels-last} || exit; done' ;;
     zoo) run_stage zoo "$seconds" python3 -m utils.profiling --zoo --zoo-limit "${ZOO_LIMIT:-40}" --iters 50 --json "$OUT/zoo_float32.json" ;;
     zoo16) run_stage zoo16 "$seconds" python3 -m utils.profiling --zoo --zoo-limit "${ZOO_LIMIT:-40}" --iters 50 --dtype float16 --json "$OUT/zoo_float16.json" ;;
     fuzz) run_stage fuzz "$seconds" python3 -m utils.profiling --fuzz 150 --start "${FUZZ_START:-0}" --iters 50 --json "$OUT/fuzz_${FUZZ_START:-0}.json" ;;

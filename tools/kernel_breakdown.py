@@ -2,7 +2,7 @@
 one or more forced variants, beside cuDNN (eager), on cases taken from a profiling JSON by
 name or given by their numbers.
 
-    python tools/kernel_breakdown.py --json docs/zoo_h200_float32.json resnet50_c44_p3s2 \
+    python tools/kernel_breakdown.py --json docs/zoo_h200_float32.json resnext50_32x4d_c30_p2s2 \
         [more names ...] [--configs auto,general_wgmma]
     python tools/kernel_breakdown.py --spec 1,24,58,28,28,1,1,0,2,2 --dtype float16 \
         --configs auto,stem_16bit,general_wgmma

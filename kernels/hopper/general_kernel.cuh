@@ -49,8 +49,9 @@ struct HaloLoaderFor<Float32, kTileId, kPlanarInput> {
 // Split reductions: this block's partial sums to its slot of the workspace, [tile][rank]
 // [float4 of the accumulators][thread] (a warp's stores contiguous); true for the tile's last
 // block, whose `acc` then holds the sum of every block's partials in rank order. `flag`: one
-// word of shared memory.
-template <int kTileId>
+// word of shared memory. kBarrier: the hardware barrier of the kThreads threads that run it (0:
+// the whole block's, __syncthreads).
+template <int kTileId, int kBarrier = 0>
 __device__ __forceinline__ bool reduce_split(
     float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs], const Plan& p,
     int64_t tile, int rank, void* flag) {
@@ -65,14 +66,20 @@ __device__ __forceinline__ bool reduce_split(
     for (int i = 0; i < T::kAccs / 4; ++i)
       __stcg(mine + (m * (T::kAccs / 4) + i) * kThreads,
              make_float4(acc[m][4 * i], acc[m][4 * i + 1], acc[m][4 * i + 2], acc[m][4 * i + 3]));
+  auto sync = [] {
+    if constexpr (kBarrier == 0)
+      __syncthreads();
+    else
+      named_barrier_sync(kBarrier, kThreads);
+  };
   __threadfence();  // the partials reach L2 before the count says so
-  __syncthreads();
+  sync();
   int* last = static_cast<int*>(flag);
   if (threadIdx.x == 0) {
     int* counter = static_cast<int*>(const_cast<void*>(p.counters)) + tile;
     *last = atomicAdd(counter, 1) == p.split - 1;
   }
-  __syncthreads();
+  sync();
   if (!*last) return false;
   __threadfence();  // every block's partials are visible to this one's loads
 #pragma unroll

@@ -8,6 +8,7 @@
 
 #include "general_kernel.cuh"
 #include "general_wgmma.h"
+#include "general_ws_kernel.cuh"
 
 namespace general_wgmma {
 
@@ -57,6 +58,32 @@ cudaError_t launch_element(const ConvPoolOperands& ops, const ConvPoolShape& s, 
     case kWide64: return launch_instance<E, kWide64, kInput>(ops, s, p, stream);
     case kSquare64: return launch_instance<E, kSquare64, kInput>(ops, s, p, stream);
     case kTall64: return launch_instance<E, kTall64, kInput>(ops, s, p, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+// The warp-specialized instance of plan.tile for element type E (kTmaInput).
+template <class E, int kTileId>
+cudaError_t launch_ws_instance(const ConvPoolOperands& ops, const ConvPoolShape& s, const Plan& p,
+                               const CUtensorMap& x_map, cudaStream_t stream) {
+  auto kernel = general_ws_kernel<E, kTileId>;
+  if (cudaError_t error = allow_shared_bytes<E, kTileId, kTmaInput, false>(kernel, p.smem_bytes);
+      error != cudaSuccess)
+    return error;
+  kernel<<<unsigned(p.grid), kWsThreads, p.smem_bytes, stream>>>(ops, s, p, x_map);
+  return cudaGetLastError();
+}
+
+template <class E>
+cudaError_t launch_ws_element(const ConvPoolOperands& ops, const ConvPoolShape& s, const Plan& p,
+                              const CUtensorMap& x_map, cudaStream_t stream) {
+  if (p.input != kTmaInput) return cudaErrorInvalidValue;
+  switch (p.tile) {
+    case kWide128: return launch_ws_instance<E, kWide128>(ops, s, p, x_map, stream);
+    case kSquare128: return launch_ws_instance<E, kSquare128>(ops, s, p, x_map, stream);
+    case kWide64: return launch_ws_instance<E, kWide64>(ops, s, p, x_map, stream);
+    case kSquare64: return launch_ws_instance<E, kSquare64>(ops, s, p, x_map, stream);
+    case kTall64: return launch_ws_instance<E, kTall64>(ops, s, p, x_map, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -324,24 +324,36 @@ struct PixelHaloLoader {
   }
 };
 
-// A step's weights: one bulk copy of the step's block of the packed layout, [channel block]
-// [chunk run][tap][chunk][slice][n][16 bytes] (a short last run padded with zero chunks), into
-// the stage, completing `landed`. Thread 0 only.
+// Where a step's weights lie in the packed layout, [channel block][chunk run][tap][chunk][slice]
+// [n][16 bytes] (a short last run padded with zero chunks): one contiguous span of bytes.
+struct WeightSpan {
+  int64_t offset;
+  uint32_t bytes;
+};
+
+template <int kTileId>
+__device__ __forceinline__ WeightSpan step_weight_span(const ConvPoolShape& s, const Plan& p,
+                                                       const TileOrigin& o, const Step& st) {
+  constexpr int kN = Tile<kTileId>::kN;
+  const int64_t run_bytes = int64_t(s.taps()) * p.step_chunks * 2 * kN * kSliceBytes;
+  const int64_t block = int64_t(o.channel0 / kN) * p.chunk_steps + st.chunk0 / p.step_chunks;
+  WeightSpan span;
+  span.offset = block * run_bytes +
+                int64_t(st.kernel_row0) * s.kernel_w * p.step_chunks * 2 * kN * kSliceBytes;
+  span.bytes = uint32_t(st.kernel_rows * s.kernel_w * p.step_chunks * 2 * kN * kSliceBytes);
+  return span;
+}
+
+// A step's weights: one bulk copy of the step's span into the stage, completing `landed`.
+// Thread 0 only.
 template <int kTileId>
 __device__ __forceinline__ void copy_step_weights(const ConvPoolShape& s, const Plan& p,
                                                   const TileOrigin& o, const Step& st,
                                                   unsigned char* weights, uint64_t* landed) {
-  constexpr int kN = Tile<kTileId>::kN;
-  const int64_t run_bytes = int64_t(s.taps()) * p.step_chunks * 2 * kN * kSliceBytes;
-  const int64_t block = int64_t(o.channel0 / kN) * p.chunk_steps + st.chunk0 / p.step_chunks;
-  const int64_t offset = block * run_bytes +
-                         int64_t(st.kernel_row0) * s.kernel_w * p.step_chunks * 2 * kN *
-                             kSliceBytes;
-  const uint32_t bytes = uint32_t(st.kernel_rows * s.kernel_w * p.step_chunks * 2 * kN *
-                                  kSliceBytes);
-  mbarrier_arrive_expect_tx(landed, bytes);
-  bulk_copy_to_shared(weights, static_cast<const unsigned char*>(p.packed) + offset, bytes,
-                      landed);
+  const WeightSpan span = step_weight_span<kTileId>(s, p, o, st);
+  mbarrier_arrive_expect_tx(landed, span.bytes);
+  bulk_copy_to_shared(weights, static_cast<const unsigned char*>(p.packed) + span.offset,
+                      span.bytes, landed);
 }
 
 // The wgmmas of one step for this warpgroup, committed as (at least) one group: one per K

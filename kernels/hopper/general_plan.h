@@ -34,6 +34,11 @@ namespace general_wgmma {
 
 constexpr int kThreads = 256;  // two consumer warpgroups
 constexpr int kStages = 3;     // steps in flight: the wgmmas of one, the loads of the next two
+// The warp-specialized form (kTmaInput, general_ws_kernel.cuh): the two consumer warpgroups,
+// then a producer warpgroup whose one thread issues every copy; as many stages as fit, up to
+// kMaxStages.
+constexpr int kWsThreads = 384;
+constexpr int kMaxStages = 8;
 constexpr int kSliceBytes = 16;
 // Kernel columns, taps per stage and staged columns the device-side tables and loops are sized
 // for (general_wgmma_unsupported refuses more).
@@ -41,6 +46,10 @@ constexpr int kMaxKernelCols = 64;
 constexpr int kMaxStageTaps = 256;
 constexpr int kMaxHaloCols = 256;
 constexpr int kMaxStrideW = 32;  // phase_mask is 32 bits
+// The tensor copy engine's limits on a box (kTmaInput): at most 256 elements a dimension, and
+// a traversal stride (every k-th column or row) of at most 8.
+constexpr int kMaxTmaBox = 256;
+constexpr int kMaxTmaStride = 8;
 
 // The kernel instances' tiles: the one table of them (the host's choice, the launch and the
 // tests all index it).
@@ -69,6 +78,10 @@ enum InputPath : int {
                      // into its pixel's slice (the transpose happens on the way in)
   kPixelInput = 1,   // channels contiguous (channels-last, or the NHWC copy the launch makes of
                      // a 16-bit NCHW input): one 16-byte cp.async per pixel slice
+  kTmaInput = 2,     // the warp-specialized kernel: the tensor copy engine brings each (image,
+                     // column phase) of a step's halo as one box of a 5-D view of x, [slice]
+                     // [row][column][16 bytes], from x itself (channels-last) or from the launch's
+                     // slice-planar copy (NCHW inputs: [image][slice][row][column][16 bytes])
 };
 
 struct Plan {
@@ -116,20 +129,38 @@ struct Plan {
   int halo_bytes;     // 2 x step_chunks slices
   int weight_stage_bytes;  // [tap][chunk][slice][n][16 bytes]: group_rows x kernel_w taps
   int stage_bytes;    // halo + weights, 128-byte aligned
+  int stages;         // pipeline depth: kStages, or (kTmaInput) as many as fit, <= kMaxStages
+  // kTmaInput's halo: per stage, images x phases boxes of [slice][halo row][column][16 bytes]
+  // (row_pitch = phase_cols slots, slice_plane = halo_rows x phase_cols), each plane_bytes
+  // (128-byte aligned), image-major; a box spans box_rows input rows (halo_rows, or with
+  // gathered rows halo_rows x stride_h read every stride_h-th).
+  int phases;
+  int plane_bytes;
+  int box_rows;
   // Epilogue: the conv tile in shared memory, [channel][pixel] fp32 with tile_pitch floats per
-  // channel, n / epilogue_passes channels at a time (the pipeline's bytes, reused).
+  // channel, n / epilogue_passes channels at a time, at epilogue_offset: 0 (the pipeline's
+  // bytes, reused), or (persistent) past the stages.
   int epilogue_passes;
   int tile_pitch;
+  int epilogue_offset;
+  // kTmaInput, persistent (on request only: $CONV_POOL_GENERAL_PERSISTENT=1): each block runs
+  // tiles (tile x split shares) blockIdx.x, + grid, ... in turn, its producer loading the next
+  // one's steps under this one's epilogue; grid = the blocks resident at once. Else grid =
+  // tiles x split, one each.
+  bool persistent;
+  int64_t grid;
   // Dynamic shared memory of a block: [stages][halo | weights] (the epilogue tile reuses it),
   // then the tile's bias (n floats), the K-step table (ints: group_rows x kernel_w x
   // step_chunks), the halo columns' slots (kMaxHaloCols ints), one mbarrier per stage and a
-  // word for the split reduction's verdict.
+  // word for the split reduction's verdict; kTmaInput: no column slots, and kMaxStages full
+  // then kMaxStages empty mbarriers.
   int bias_offset, kstep_table_offset, col_slot_offset, barrier_offset;
   int smem_bytes;
   int blocks_per_sm;  // resident blocks the shared memory and registers allow
   // Workspace: the packed weights, [channel block][chunk run][tap][chunk][slice][n][16 bytes]
   // (one step's weights contiguous: one bulk copy; a short last run padded with zeros), then
-  // (staged_copy) x as NHWC with staged_channels (in_channels rounded up to the chunk), then
+  // (staged_copy) x as NHWC with staged_channels (in_channels rounded up to the chunk), or for
+  // kTmaInput slice-planar with in_channels rounded up to the slice, then
   // (split > 1) the partial sums, tiles x split x 256 threads x the accumulators, and a
   // counter per tile (zeroed by the launch).
   int staged_channels;

@@ -1,8 +1,13 @@
-// Host side of the general Hopper kernel (general_kernel.cuh): the plan (which tile, how the
+// Host side of the general Hopper kernel in its two forms, the warp-specialized one fed by the
+// tensor copy engine (general_ws_kernel.cuh, kTmaInput: where the engine's limits allow, the
+// default) and the one whose warps copy with cp.async (general_kernel.cuh: 3xTF32, strides
+// above 8, float32 NCHW layers of little work): the plan (which form and tile, how the
 // reduction is staged, the shared-memory carve-up, the workspace), the shape limits, and the
-// launch with its two preparation steps: the weights packed into the staged layout, and for
-// 16-bit NCHW inputs an NHWC copy of x (conv_pool_layout.h; the kernel then copies its 16-byte
-// pixel slices).
+// launch with its preparation steps: the weights packed into the staged layout; a copy of x
+// where the kernel cannot read it in place (slice-planar for the copy engine, NHWC for the
+// cp.async pixel loaders; conv_pool_layout.h); the tensor map of x.
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -47,10 +52,27 @@ struct Candidate {
 };
 
 
+// Shared memory beside the stages: the tile's bias, the K-step table, and (cp.async loaders) the
+// halo columns' slots and kStages mbarriers, or (kTmaInput) kMaxStages full and empty ones; a
+// word for the split reduction's verdict.
+int fixed_bytes(const Plan& p, const TileSpec& t, int kstep_entries) {
+  const int common = t.n * 4 + round_up(kstep_entries * 4, 16) + 8;
+  return p.input == kTmaInput ? common + 2 * kMaxStages * 8
+                              : common + kMaxHaloCols * 4 + kStages * 8;
+}
+
+// kTmaInput: a halo row's 16-byte slots of one slice, one (image, column phase) box: halo_rows x
+// phase_cols slots, padded to 128 bytes (each box lands 128-byte aligned).
+int tma_slice_slots(int halo_rows, int phase_cols) {
+  return round_up(halo_rows * phase_cols, 128 / kSliceBytes);
+}
+
 // The reduction's staging for a tile: kernel rows per step (group_rows), row mode and chunks per
 // step, the one that moves the fewest halo bytes per chunk among those whose three stages fit
-// `budget` (each with as many chunks a step, up to kMinStepKSteps' worth, as fit).
+// `budget` (each with as many chunks a step, up to kMinStepKSteps' worth, as fit). kTmaInput
+// (p.input) stages its own halo layout and keeps each box within the copy engine's limits.
 bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int budget) {
+  const bool tma = p.input == kTmaInput;
   const int tile_rows = 8 * t.square_rows;
   const int weight_slice_bytes = t.n * kSliceBytes;
   bool found = false;
@@ -60,21 +82,24 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
   // unrolled; then any.
   for (int any_count = 0; any_count < 2 && !found; ++any_count)
   for (int gathered = 0; gathered < 2; ++gathered) {
+    if (tma && gathered && s.stride_h > kMaxTmaStride) continue;
     for (int group_rows = gathered ? 1 : s.kernel_h; group_rows >= 1; --group_rows) {
       const int taps = group_rows * s.kernel_w;
       if (taps > kMaxStageTaps) continue;
       const int halo_rows = gathered ? tile_rows
                                      : (tile_rows - 1) * s.stride_h +
                                            (group_rows - 1) * s.dilation_h + 1;
+      if (tma && (gathered ? halo_rows * s.stride_h : halo_rows) > kMaxTmaBox) continue;
       const int wanted = std::min<int>(
           {kMaxStepChunks, int(ceil_div(kMinStepKSteps, taps)), p.chunks});
       for (int step_chunks = wanted; step_chunks >= 1; --step_chunks) {
         const int halo_bytes =
-            round_up(2 * step_chunks * halo_rows * p.row_pitch * kSliceBytes, 128);
+            tma ? p.images * p.phases * 2 * step_chunks *
+                      tma_slice_slots(halo_rows, p.phase_cols) * kSliceBytes
+                : round_up(2 * step_chunks * halo_rows * p.row_pitch * kSliceBytes, 128);
         const int weight_bytes = taps * 2 * step_chunks * weight_slice_bytes;
         const int stage_bytes = round_up(halo_bytes + weight_bytes, 128);
-        const int fixed = t.n * 4 + round_up(taps * step_chunks * 4, 16) + kMaxHaloCols * 4 +
-                          kStages * 8 + 8;
+        const int fixed = fixed_bytes(p, t, taps * step_chunks);
         if (int64_t(kStages) * stage_bytes + fixed > budget) continue;
         const int groups = int(ceil_div(s.kernel_h, group_rows));
         const int last_taps = (s.kernel_h - (groups - 1) * group_rows) * s.kernel_w;
@@ -104,10 +129,26 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
   return found;
 }
 
+// Whether the warp-specialized kernel (kTmaInput) may take a plan: not with
+// $CONV_POOL_GENERAL_TMA=0 (a tuning and test hook that keeps the cp.async loaders).
+bool tma_allowed() {
+  const char* value = std::getenv("CONV_POOL_GENERAL_TMA");
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
+// Whether its plans may be persistent: only with $CONV_POOL_GENERAL_PERSISTENT=1 (the same kind
+// of hook). On the H200 the persistent form measured 0.71-1.02x of one tile a block (fewer
+// stages and two epilogue passes beside its own epilogue tile, a static schedule;
+// docs/PERF.md), so the plans take one tile a block.
+bool persistent_allowed() {
+  const char* value = std::getenv("CONV_POOL_GENERAL_PERSISTENT");
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
 // The plan of tile `tile_id` with `images` images side by side for `s` (why_not set where it
 // cannot run it).
 Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int tile_id,
-                    int images, bool split) {
+                    int images, bool split, bool allow_tma) {
   Candidate c;
   const TileSpec& t = kTileSpecs[tile_id];
   Plan& p = c.plan;
@@ -154,8 +195,15 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   }
   p.phase_mask = 0;
   for (int q = 0; q < s.kernel_w; ++q) p.phase_mask |= 1u << ((q * s.dilation_w) % s.stride_w);
-  p.phase_cols = int(ceil_div(p.halo_cols, s.stride_w));
-  p.row_pitch = __builtin_popcount(p.phase_mask) * p.phase_cols;
+  p.phases = __builtin_popcount(p.phase_mask);
+  // The warp-specialized kernel where the copy engine can bring the halo: every image's phases
+  // as boxes of ceil(image_cols / stride_w) columns read every stride_w-th (3xTF32 keeps the
+  // cp.async loaders).
+  const int tma_cols = int(ceil_div(p.image_cols, s.stride_w));
+  const bool tma = allow_tma && s.stride_w <= kMaxTmaStride && tma_cols * s.stride_w <= kMaxTmaBox;
+  p.input = tma ? kTmaInput : kPixelInput;  // choose_input settles the cp.async loaders' path
+  p.phase_cols = tma ? tma_cols : int(ceil_div(p.halo_cols, s.stride_w));
+  p.row_pitch = tma ? p.phase_cols : p.phases * p.phase_cols;
   // Two blocks per SM where the tile is built for it and they fit; else one.
   const int two_block_budget = sm_shared_bytes(device) / 2 - kReservedPerBlock;
   const int min_blocks = split ? 1 : t.min_blocks;  // 3xTF32: 255 registers a thread
@@ -166,25 +214,51 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   }
   p.chunk_steps = int(ceil_div(p.chunks, p.step_chunks));
   p.steps = p.chunk_steps * p.groups;
-  p.slice_plane = p.halo_rows * p.row_pitch;
-  // Epilogue: as many channels at a time as the budget holds beside the fixed parts.
-  const int pipeline = kStages * p.stage_bytes;
-  p.tile_pitch = tile_rows * tile_cols + 4;
+  p.slice_plane = tma ? tma_slice_slots(p.halo_rows, p.phase_cols) : p.halo_rows * p.row_pitch;
+  p.plane_bytes = tma ? 2 * p.step_chunks * p.slice_plane * kSliceBytes : 0;
+  p.box_rows = p.gathered_rows ? p.halo_rows * s.stride_h : p.halo_rows;
   const int budget = two_blocks ? two_block_budget : device.max_shared_bytes;
-  const int fixed = t.n * 4 + round_up(p.group_rows * s.kernel_w * p.step_chunks * 4, 16) +
-                    kMaxHaloCols * 4 + kStages * 8 + 8;
-  p.epilogue_passes = 1;
-  while (p.epilogue_passes < t.n / 8 &&
-         std::max(pipeline, (t.n / p.epilogue_passes) * p.tile_pitch * 4) + fixed > budget)
-    p.epilogue_passes *= 2;
-  const int region = round_up(std::max(pipeline, (t.n / p.epilogue_passes) * p.tile_pitch * 4),
-                              16);
+  const int kstep_entries = p.group_rows * s.kernel_w * p.step_chunks;
+  const int fixed = fixed_bytes(p, t, kstep_entries);
+  p.tile_pitch = tile_rows * tile_cols + 4;
+  auto epilogue_bytes = [&](int passes) {
+    return round_up((t.n / passes) * p.tile_pitch * 4, 128);
+  };
+  // The warp-specialized kernel, where persistence is asked for (persistent_allowed), is
+  // persistent where three stages and an epilogue tile of its own fit (as many channels a pass
+  // as fit beside the stages): a block's producer then loads its next tile's steps while the
+  // consumers pool this one. Its producer runs as many steps ahead as the stages that fit.
+  p.persistent = false;
+  p.epilogue_offset = 0;
+  int region = 0;
+  if (tma && persistent_allowed()) {
+    int passes = 1;
+    while (passes < t.n / 8 && kStages * p.stage_bytes + epilogue_bytes(passes) + fixed > budget)
+      passes *= 2;
+    if (kStages * p.stage_bytes + epilogue_bytes(passes) + fixed <= budget) {
+      p.persistent = true;
+      p.epilogue_passes = passes;
+      p.stages = std::min(kMaxStages, (budget - fixed - epilogue_bytes(passes)) / p.stage_bytes);
+      p.epilogue_offset = p.stages * p.stage_bytes;
+      region = p.epilogue_offset + epilogue_bytes(passes);
+    }
+  }
+  if (!p.persistent) {
+    p.stages = tma ? std::min(kMaxStages, (budget - fixed) / p.stage_bytes) : kStages;
+    // Epilogue: in the stages' bytes, as many channels at a time as the budget holds beside
+    // the fixed parts.
+    const int pipeline = p.stages * p.stage_bytes;
+    p.epilogue_passes = 1;
+    while (p.epilogue_passes < t.n / 8 &&
+           std::max(pipeline, (t.n / p.epilogue_passes) * p.tile_pitch * 4) + fixed > budget)
+      p.epilogue_passes *= 2;
+    region = round_up(std::max(pipeline, (t.n / p.epilogue_passes) * p.tile_pitch * 4), 16);
+  }
   p.bias_offset = region;
   p.kstep_table_offset = region + t.n * 4;
-  p.col_slot_offset =
-      round_up(p.kstep_table_offset + p.group_rows * s.kernel_w * p.step_chunks * 4, 16);
-  p.barrier_offset = p.col_slot_offset + kMaxHaloCols * 4;
-  p.smem_bytes = p.barrier_offset + kStages * 8 + 8;
+  p.col_slot_offset = round_up(p.kstep_table_offset + kstep_entries * 4, 16);
+  p.barrier_offset = tma ? p.col_slot_offset : p.col_slot_offset + kMaxHaloCols * 4;
+  p.smem_bytes = p.barrier_offset + (tma ? 2 * kMaxStages : kStages) * 8 + 8;
   if (p.smem_bytes > device.max_shared_bytes) {
     c.why_not = "one stage of the input halo and weights does not fit in shared memory";
     return c;
@@ -226,6 +300,8 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   }
   p.partial_bytes =
       p.split > 1 ? int64_t(p.tiles) * p.split * int64_t(tile_bytes) + 4 * p.tiles : 0;
+  // Blocks of the launch: one a (tile, split share), or as many as are resident at once.
+  p.grid = p.persistent ? std::min<int64_t>(p.tiles * p.split, slots) : p.tiles * p.split;
   return c;
 }
 
@@ -250,14 +326,15 @@ int forced_images() {
 
 // The cheapest (tile, images) that runs `s`, fewer images on a tie; why_not of the last one
 // tried when none does. The hooks above restrict the candidates where that leaves one.
-Candidate best_plan(const ConvPoolShape& s, const ConvPoolDevice& device, bool split) {
+Candidate best_plan(const ConvPoolShape& s, const ConvPoolDevice& device, bool split,
+                    bool allow_tma) {
   Candidate best, forced;
   best.why_not = forced.why_not = "no tile";
   const int want_tile = forced_tile(), want_images = forced_images();
   for (int tile = 0; tile < kTileCount; ++tile)
     for (int images = 1; images <= kTileSpecs[tile].square_cols; images *= 2) {
       if (images > 1 && images > s.batch) break;
-      Candidate c = plan_tile(s, device, tile, images, split);
+      Candidate c = plan_tile(s, device, tile, images, split, allow_tma);
       if (c.why_not != nullptr) {
         if (best.why_not != nullptr) best.why_not = c.why_not;
         continue;
@@ -285,18 +362,47 @@ const void* input_data(const ConvPoolShape& s, const ConvPoolOperands& ops) {
 }
 int element_bytes(const ConvPoolShape& s) { return s.element == kElementFloat32 ? 4 : 2; }
 
-// How the kernel reads x: by 16-byte pixel slices where the channels are contiguous and
-// 16-byte aligned (channels-last), read in place. Other 16-bit inputs are copied to NHWC first;
-// other float32 inputs too where each input element feeds enough work (kNhwcCopyMinWork), else
-// they are read element by element (4-byte copies, the transpose on the way in).
+// Whether x's channels are contiguous and every stride and its address whole 16-byte slices
+// (channels-last); ops == nullptr stands for NCHW.
+bool pixel_slices(const ConvPoolShape& s, const ConvPoolOperands* ops) {
+  const int per_slice = slice_channels(s.element);
+  return ops != nullptr && ops->x_stride[1] == 1 && s.in_channels % per_slice == 0 &&
+         ops->x_stride[0] % per_slice == 0 && ops->x_stride[2] % per_slice == 0 &&
+         ops->x_stride[3] % per_slice == 0 && aligned16(input_data(s, *ops));
+}
+
+// Whether the warp-specialized kernel may take `s` read from `ops`: not the 3xTF32 form, not
+// with the hook that keeps the cp.async loaders, and not a float32 x without contiguous
+// channels (NCHW) whose elements feed few multiply-adds (kTmaCopyMinWork): those the cp.async
+// loaders read in place, element by element, where the copy engine needs a copy of x first.
+bool tma_for(const ConvPoolShape& s, const ConvPoolOperands* ops, bool split) {
+  if (split || !tma_allowed()) return false;
+  return s.element != kElementFloat32 || pixel_slices(s, ops) ||
+         int64_t(s.out_channels) * s.taps() >= kTmaCopyMinWork;
+}
+
+// How the kernel reads x. kTmaInput: in place where the channels are contiguous and every
+// stride (positive) and the address are whole 16-byte slices (channels-last), else from the
+// launch's slice-planar copy ($CONV_POOL_GENERAL_TMA_COPY=1 copies always: a tuning and test
+// hook). The cp.async loaders: by 16-byte pixel slices where the channels are contiguous and
+// 16-byte aligned (channels-last), read in place. Other 16-bit inputs are copied to NHWC
+// first; other float32 inputs too where each input element feeds enough work
+// (kNhwcCopyMinWork), else they are read element by element (4-byte copies, the transpose on
+// the way in).
 void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops, Plan& p) {
   const int per_slice = slice_channels(s.element);
-  bool slices = false;
-  if (ops != nullptr) {
-    slices = ops->x_stride[1] == 1 && s.in_channels % per_slice == 0 &&
-             ops->x_stride[0] % per_slice == 0 && ops->x_stride[2] % per_slice == 0 &&
-             ops->x_stride[3] % per_slice == 0 &&
-             aligned16(input_data(s, *ops));
+  const bool slices = pixel_slices(s, ops);
+  if (p.input == kTmaInput) {
+    // In place only with strides the copy engine takes (positive: not an expanded x).
+    const bool in_place = slices && ops->x_stride[0] > 0 && ops->x_stride[2] > 0 &&
+                          ops->x_stride[3] > 0;
+    const char* copy = std::getenv("CONV_POOL_GENERAL_TMA_COPY");
+    p.staged_copy = !in_place || (copy != nullptr && std::strcmp(copy, "1") == 0);
+    p.staged_channels = round_up(s.in_channels, per_slice);
+    p.staged_input_bytes = p.staged_copy ? int64_t(s.batch) * s.in_height * s.in_width *
+                                               p.staged_channels * element_bytes(s)
+                                         : 0;
+    return;
   }
   p.staged_copy = !slices || p.split_operands;
   if (s.element == kElementFloat32 && !slices && !p.split_operands) {
@@ -311,6 +417,68 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops, Plan& p) 
 }
 
 int64_t region_bytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// The driver's tensor-map encoder, through the runtime (no link against the driver library);
+// nullptr where the driver has none.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encoder = [] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
+                                         cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      return PFN_cuTensorMapEncodeTiled_v12000(nullptr);
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
+  }();
+  return encoder;
+}
+
+// kTmaInput: the 5-D view of x the producer's boxes come from, innermost first: (channel in a
+// slice, column, row, slice, image) on the slice-planar copy; (channel, column, row, -, image)
+// on x itself (channels-last: a slice is 16 bytes along dimension 0, dimension 3 has one
+// element). A box: one slice of phase_cols columns read every stride_w-th and halo_rows rows
+// (read every stride_h-th for gathered rows). Raw words: no conversion; out of bounds: zeros.
+cudaError_t encode_x_map(const ConvPoolShape& s, const ConvPoolOperands& ops, const Plan& p,
+                         CUtensorMap* map) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  const int bytes = element_bytes(s);
+  const cuuint64_t width = cuuint64_t(s.in_width), height = cuuint64_t(s.in_height);
+  cuuint64_t dims[5], strides[4];
+  const void* address;
+  if (p.staged_copy) {
+    const cuuint64_t slices = cuuint64_t(p.staged_channels / slice_channels(s.element));
+    address = p.staged_input;
+    dims[0] = cuuint64_t(slice_channels(s.element));
+    dims[3] = slices;
+    strides[0] = kSliceBytes;
+    strides[1] = kSliceBytes * width;
+    strides[2] = kSliceBytes * width * height;
+    strides[3] = kSliceBytes * width * height * slices;
+  } else {
+    address = input_data(s, ops);
+    dims[0] = cuuint64_t(s.in_channels);
+    dims[3] = 1;
+    strides[0] = cuuint64_t(ops.x_stride[3] * bytes);
+    strides[1] = cuuint64_t(ops.x_stride[2] * bytes);
+    strides[2] = cuuint64_t(ops.x_stride[0] * bytes);
+    strides[3] = cuuint64_t(ops.x_stride[0] * bytes);
+  }
+  dims[1] = width;
+  dims[2] = height;
+  dims[4] = cuuint64_t(s.batch);
+  const cuuint32_t box[5] = {cuuint32_t(slice_channels(s.element)),
+                             cuuint32_t(p.phase_cols * s.stride_w), cuuint32_t(p.box_rows), 1,
+                             1};
+  const cuuint32_t element_strides[5] = {
+      1, cuuint32_t(s.stride_w), cuuint32_t(p.gathered_rows ? s.stride_h : 1), 1, 1};
+  const CUresult result =
+      encode(map, bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32 : CU_TENSOR_MAP_DATA_TYPE_UINT16,
+             5, const_cast<void*>(address), dims, strides, box, element_strides,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
 
 // The weights in the staged layout, [channel block][chunk run][tap][chunk][slice][n][16 bytes],
 // zeros past the channels (and for a short last run's missing chunks): one thread per 16 bytes.
@@ -396,12 +564,13 @@ const char* general_wgmma_unsupported(const ConvPoolShape& s, const ConvPoolDevi
   if (split && s.element != kElementFloat32) return "3xTF32 takes float32 operands";
   if (s.kernel_w > general_wgmma::kMaxKernelCols) return "the kernel is wider than 64 columns";
   if (s.stride_w > general_wgmma::kMaxStrideW) return "the column stride is above 32";
-  return general_wgmma::best_plan(s, device, split).why_not;
+  return general_wgmma::best_plan(s, device, split, general_wgmma::tma_for(s, nullptr, split))
+      .why_not;
 }
 
 Plan general_wgmma_plan(const ConvPoolShape& s, const ConvPoolDevice& device,
                         const ConvPoolOperands* ops, bool split) {
-  Plan p = general_wgmma::best_plan(s, device, split).plan;
+  Plan p = general_wgmma::best_plan(s, device, split, general_wgmma::tma_for(s, ops, split)).plan;
   general_wgmma::choose_input(s, ops, p);
   return p;
 }
@@ -460,6 +629,26 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
         p.staged_channels, static_cast<float*>(const_cast<void*>(p.staged_input)));
     if (cudaError_t error = cudaGetLastError(); error != cudaSuccess) return error;
     return general_wgmma_launch_float32_3xtf32(ops, s, p, stream);
+  }
+  if (p.input == kTmaInput) {
+    if (p.staged_copy) {
+      if (cudaError_t error = conv_pool_to_slices(
+              input_data(s, ops), ops.x_stride, element_bytes(s), s.batch, s.in_channels,
+              s.in_height, s.in_width, p.staged_channels / slice_channels(s.element),
+              const_cast<void*>(p.staged_input), stream);
+          error != cudaSuccess)
+        return error;
+    }
+    CUtensorMap x_map;
+    if (cudaError_t error = encode_x_map(s, ops, p, &x_map); error != cudaSuccess) return error;
+    switch (s.element) {
+      case kElementFloat32:
+        return general_wgmma_launch_ws_float32(ops, s, p, x_map, stream);
+      case kElementFloat16:
+        return general_wgmma_launch_ws_float16(ops, s, p, x_map, stream);
+      default:
+        return general_wgmma_launch_ws_bfloat16(ops, s, p, x_map, stream);
+    }
   }
   if (p.staged_copy) {
     if (cudaError_t error = conv_pool_to_channels_last(

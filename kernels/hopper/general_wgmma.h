@@ -2,6 +2,7 @@
 // variant general_wgmma, for float32 (TF32) and float16 / bfloat16 shapes of any geometry.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include "../conv_relu_maxpool.h"
@@ -51,3 +52,18 @@ cudaError_t general_wgmma_launch_float32_3xtf32(const ConvPoolOperands& operands
 cudaError_t general_wgmma_launch_bfloat16(const ConvPoolOperands& operands,
                                           const ConvPoolShape& shape,
                                           const general_wgmma::Plan& plan, cudaStream_t stream);
+
+// The warp-specialized instances (plan.input == kTmaInput, general_ws_<type>.cu); x_map: the
+// 5-D view of x that the launch encoded (general_wgmma.cu, encode_x_map).
+cudaError_t general_wgmma_launch_ws_float32(const ConvPoolOperands& operands,
+                                            const ConvPoolShape& shape,
+                                            const general_wgmma::Plan& plan,
+                                            const CUtensorMap& x_map, cudaStream_t stream);
+cudaError_t general_wgmma_launch_ws_float16(const ConvPoolOperands& operands,
+                                            const ConvPoolShape& shape,
+                                            const general_wgmma::Plan& plan,
+                                            const CUtensorMap& x_map, cudaStream_t stream);
+cudaError_t general_wgmma_launch_ws_bfloat16(const ConvPoolOperands& operands,
+                                             const ConvPoolShape& shape,
+                                             const general_wgmma::Plan& plan,
+                                             const CUtensorMap& x_map, cudaStream_t stream);

@@ -1,0 +1,10 @@
+// The warp-specialized general kernel's bfloat16 instances (general_ws_kernel.cuh, kTmaInput). One
+// file per element type, so that the instances compile in parallel.
+#include "general_launch.cuh"
+
+cudaError_t general_wgmma_launch_ws_bfloat16(const ConvPoolOperands& operands,
+                                       const ConvPoolShape& shape,
+                                       const general_wgmma::Plan& plan,
+                                       const CUtensorMap& x_map, cudaStream_t stream) {
+  return general_wgmma::launch_ws_element<BFloat16>(operands, shape, plan, x_map, stream);
+}

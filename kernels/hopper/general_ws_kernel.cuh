@@ -1,0 +1,251 @@
+// The general Hopper kernel, warp-specialized (Plan::input == kTmaInput): the same tiles, steps,
+// operand layout and epilogue as general_kernel.cuh, with the copies taken off the warps that
+// issue the wgmmas.
+//
+// A block is three warpgroups:
+//   * a producer (warpgroup 2; 40 registers a thread, 24 where two blocks share an SM; one
+//     thread works): for each step it waits until the consumers have freed a stage
+//     (empty[stage]), then has the tensor copy engine bring the step's halo, one box per
+//     (image, column phase, slice) of a 5-D view of x (x_map: [image][slice][row][column][16
+//     bytes] from the launch's slice-planar copy, or x itself where its channels are
+//     contiguous), and the bulk copy engine the step's weights, all completing full[stage] by
+//     their byte count;
+//   * two consumers (warpgroups 0 and 1; 232 registers, or 104): for each step they wait for
+//     full[stage], issue the step's wgmmas (mma_step), then wait for the previous step's wgmmas
+//     and free that step's stage (one arrival per warpgroup on empty[stage]), so that a step's
+//     wgmmas are always queued behind the running ones. After the last step they run the
+//     epilogue (general_epilogue.cuh) and the split reductions as the other kernel does,
+//     synchronizing on a barrier of their own 256 threads.
+// Persistent plans (Plan::persistent, on request only): a block runs work items blockIdx.x,
+// + gridDim.x, ... and both roles carry their stage and phase from one item to the next, so the
+// producer loads the next tile's first steps while the consumers pool this one (the epilogue
+// tile then has shared memory of its own, past the stages). Otherwise one item a block, and
+// the epilogue tile reuses the stages.
+// The stages hold [image][phase][slice][halo row][column][16 bytes] boxes (each slice padded to
+// 128 bytes, where the copy engine wants a box to land), then the weights
+// [tap][chunk][slice][n][16 bytes]; a tap of a square is still a constant offset of the
+// square's descriptor (the K-step table), now across phase planes.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "general_epilogue.cuh"
+#include "general_kernel.cuh"
+#include "general_mainloop.cuh"
+
+namespace general_wgmma {
+
+// Registers a thread of each role takes (setmaxnreg): the producer gives back all but a few, the
+// consumers take the rest of the block's share (one block per SM: 65536 / 384 at entry; two:
+// 80, so 4 x 24 + 8 x 104 warp-registers of the 12 x 80).
+template <int kMinBlocks>
+struct RoleRegisters {
+  static constexpr int kProducer = kMinBlocks == 1 ? 40 : 24;
+  static constexpr int kConsumer = kMinBlocks == 1 ? 232 : 104;
+};
+constexpr int kConsumerBarrier = 1;  // hardware barrier of the consumers' 256 threads
+
+__device__ __forceinline__ void consumer_sync() {
+  named_barrier_sync(kConsumerBarrier, kThreads);
+}
+
+// The slot of halo column j (of one image's columns) in a stage of kTmaInput: its phase's plane,
+// position j / stride_w.
+__device__ __forceinline__ int tma_column_slot(const ConvPoolShape& s, const Plan& p, int j) {
+  const int phase = j % s.stride_w;
+  const int planes_before = __popc(p.phase_mask & ((1u << phase) - 1u));
+  return planes_before * (p.plane_bytes / kSliceBytes) + j / s.stride_w;
+}
+
+// Work item w of the launch (a block's blockIdx.x, + gridDim.x, ...): its tile and, for split
+// reductions, its share of the tile's steps.
+struct Work {
+  int64_t tile;
+  int rank, first_step, end_step;
+};
+
+__device__ __forceinline__ Work work_item(const Plan& p, int64_t w) {
+  Work k{w, 0, 0, p.steps};
+  if (p.split > 1) {
+    k.tile = w / p.split;
+    k.rank = int(w - k.tile * p.split);
+    k.first_step = k.rank * p.split_steps;
+    k.end_step = min(p.steps, k.first_step + p.split_steps);
+  }
+  return k;
+}
+
+// The producer's loop: every step of every work item of this block into the stages, in order,
+// each once its stage is free. One thread.
+template <int kTileId>
+__device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
+                                        const CUtensorMap* x_map, unsigned char* smem,
+                                        uint64_t* full, uint64_t* empty) {
+  const int slice_elements = slice_channels(s.element);
+  // In place (channels-last): the slice is an element offset along dimension 0; from the
+  // slice-planar copy: a coordinate of dimension 3.
+  const int along_elements = p.staged_copy ? 0 : slice_elements;
+  const int along_slices = p.staged_copy ? 1 : 0;
+  const int slices = 2 * p.step_chunks;
+  const uint32_t box_bytes = uint32_t(kSliceBytes * p.phase_cols * p.halo_rows);
+  const uint32_t halo_tx = uint32_t(p.images * p.phases * slices) * box_bytes;
+  const int slice_bytes = p.slice_plane * kSliceBytes;
+  int stage = 0;
+  uint32_t empty_parity = 1;  // a fresh barrier's previous phase counts as completed
+  for (int64_t w = blockIdx.x; w < p.tiles * p.split; w += gridDim.x) {
+    const Work k = work_item(p, w);
+    const TileOrigin o = tile_origin<kTileId>(s, p, k.tile);
+    for (int step = k.first_step; step < k.end_step; ++step) {
+      mbarrier_wait(empty + stage, empty_parity);
+      const Step st = make_step(s, p, o, step);
+      const WeightSpan weights = step_weight_span<kTileId>(s, p, o, st);
+      mbarrier_arrive_expect_tx(full + stage, halo_tx + weights.bytes);
+      unsigned char* box = smem + stage * p.stage_bytes;
+      for (int image = 0; image < p.images; ++image) {
+        for (uint32_t mask = p.phase_mask; mask != 0; mask &= mask - 1) {
+          const int phase = __ffs(mask) - 1;
+          for (int j = 0; j < slices; ++j, box += slice_bytes) {
+            const int slice = 2 * st.chunk0 + j;
+            tma_load_5d(box, x_map, slice * along_elements, o.in_col0 + phase, st.row_first,
+                        slice * along_slices, int(o.image) + image, full + stage);
+          }
+        }
+      }
+      bulk_copy_to_shared(smem + stage * p.stage_bytes + p.halo_bytes,
+                          static_cast<const unsigned char*>(p.packed) + weights.offset,
+                          weights.bytes, full + stage);
+      if (++stage == p.stages) {
+        stage = 0;
+        empty_parity ^= 1u;
+      }
+    }
+  }
+}
+
+template <class E, int kTileId>
+__global__ void __launch_bounds__(kWsThreads, Tile<kTileId>::kMinBlocks)
+    general_ws_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const Plan p,
+                      const __grid_constant__ CUtensorMap x_map) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using T = Tile<kTileId>;
+  using X = Element<E>;  // the element type's operations
+  extern __shared__ __align__(128) unsigned char smem[];
+  float* bias = reinterpret_cast<float*>(smem + p.bias_offset);
+  int* kstep_table = reinterpret_cast<int*>(smem + p.kstep_table_offset);
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + p.barrier_offset);
+  uint64_t* empty = full + kMaxStages;
+  void* flag = empty + kMaxStages;
+  if (threadIdx.x == kThreads) {
+    for (int stage = 0; stage < p.stages; ++stage) {
+      mbarrier_init(full + stage, 1);   // the producer's arrival (and the copies' bytes)
+      mbarrier_init(empty + stage, 2);  // one arrival per consumer warpgroup
+    }
+    fence_mbarrier_init();
+    prefetch_tensor_map(&x_map);
+  }
+  __syncthreads();  // the barriers, before the roles split
+
+  if (threadIdx.x >= kThreads) {  // the producer warpgroup
+    set_max_registers_dec<RoleRegisters<T::kMinBlocks>::kProducer>();
+    if (threadIdx.x == kThreads) produce<kTileId>(s, p, &x_map, smem, full, empty);
+    return;
+  }
+  set_max_registers_inc<RoleRegisters<T::kMinBlocks>::kConsumer>();
+  // K step i = t x step_chunks + c of a step (tap t: kernel row t / kernel_w of its group,
+  // column t % kernel_w; chunk c of its run): its operand's offset, in 16-byte slots, from a
+  // square's tap-(0, 0) operand of the run's first chunk. Written while the first copies are
+  // under way.
+  for (int i = threadIdx.x; i < p.group_rows * s.kernel_w * p.step_chunks; i += kThreads) {
+    const int t = i / p.step_chunks, chunk = i - t * p.step_chunks;
+    const int row = t / s.kernel_w, col = t - row * s.kernel_w;
+    const int halo_row = p.gathered_rows ? 0 : row * s.dilation_h;
+    kstep_table[i] = halo_row * p.row_pitch + tma_column_slot(s, p, col * s.dilation_w) +
+                     2 * chunk * p.slice_plane;
+  }
+  consumer_sync();
+
+  // Square m of this warpgroup: its tap-(0, 0) operand's slot in a stage's halo (with images
+  // side by side, square column c is column c % share of image c / share, whose planes follow
+  // the previous image's).
+  const int warpgroup = threadIdx.x / 128;
+  const int row_rate = p.gathered_rows ? 1 : s.stride_h;
+  const int share = T::kSquareCols / p.images;
+  const int image_slots = p.phases * (p.plane_bytes / kSliceBytes);
+  const uint32_t smem_base = shared_address(smem);
+  uint32_t square_slot[T::kSquaresPerGroup];
+#pragma unroll
+  for (int m = 0; m < T::kSquaresPerGroup; ++m) {
+    const int square = warpgroup * T::kSquaresPerGroup + m;
+    const int square_col = square % T::kSquareCols;
+    square_slot[m] = uint32_t((square / T::kSquareCols) * 8 * row_rate * p.row_pitch +
+                              (square_col / share) * image_slots + (square_col % share) * 8);
+  }
+  const uint32_t a_leading = uint32_t(p.slice_plane * kSliceBytes);
+  const uint32_t a_stride = uint32_t(row_rate * p.row_pitch * kSliceBytes);
+  float* conv_tile = reinterpret_cast<float*>(smem + p.epilogue_offset);
+  const int pass_channels = T::kN / p.epilogue_passes;
+
+  int stage = 0;
+  uint32_t full_parity = 0;
+  for (int64_t w = blockIdx.x; w < p.tiles * p.split; w += gridDim.x) {
+    const Work k = work_item(p, w);
+    const TileOrigin o = tile_origin<kTileId>(s, p, k.tile);
+    float acc[T::kSquaresPerGroup][T::kAccs];  // written by the first wgmma (accumulate = false)
+    int held = -1;  // the stage of the previous step, until its wgmmas finish
+    for (int step = k.first_step; step < k.end_step; ++step) {
+      mbarrier_wait(full + stage, full_parity);
+      const int group = step % p.groups;
+      const int taps = min(p.group_rows, s.kernel_h - group * p.group_rows) * s.kernel_w;
+      const uint32_t halo = smem_base + uint32_t(stage * p.stage_bytes);
+      uint64_t a0[T::kSquaresPerGroup];
+#pragma unroll
+      for (int m = 0; m < T::kSquaresPerGroup; ++m)
+        a0[m] = matrix_descriptor(halo + square_slot[m] * kSliceBytes, a_leading, a_stride);
+      const uint64_t b0 = matrix_descriptor(halo + uint32_t(p.halo_bytes), T::kN * kSliceBytes,
+                                            8 * kSliceBytes);
+      wgmma_fence();
+      mma_step<X, kTileId>(acc, a0, b0, kstep_table, taps, p.step_chunks,
+                           step == k.first_step);
+      wgmma_commit();
+      // As in the other kernel: this step's wgmmas are the last two groups or more, so waiting
+      // with two pending completes every earlier step's, and the previous stage is free.
+      wgmma_wait<2>();
+      if (held >= 0 && threadIdx.x % 128 == 0) mbarrier_arrive(empty + held);
+      held = stage;
+      if (++stage == p.stages) {
+        stage = 0;
+        full_parity ^= 1u;
+      }
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int m = 0; m < T::kSquaresPerGroup; ++m) fence_registers(acc[m]);
+    if (threadIdx.x % 128 == 0) mbarrier_arrive(empty + held);  // the producer's next tile
+    if (threadIdx.x < T::kN) {
+      const int channel = o.channel0 + int(threadIdx.x);
+      const typename X::Raw* b = ElementOperands<X>::bias(ops);
+      bias[threadIdx.x] = b != nullptr && channel < s.out_channels
+                              ? X::to_float(b[int64_t(channel) * ops.bias_stride])
+                              : 0.f;
+    }
+    // The bias is written; no wgmma reads the stages any more (where the epilogue tile lies in
+    // them: one tile a block, every copy into them landed).
+    consumer_sync();
+    if (p.split > 1 &&
+        !reduce_split<kTileId, kConsumerBarrier>(acc, p, k.tile, k.rank, flag))
+      continue;
+    for (int pass = 0; pass < p.epilogue_passes; ++pass) {
+      if (pass > 0) consumer_sync();  // the last pass's pooling read the tile
+      stage_accumulators<kTileId>(acc, conv_tile, p.tile_pitch, pass, pass_channels);
+      consumer_sync();
+      pool_tile<X, kTileId>(s, p, ops, o, conv_tile, bias, pass, pass_channels);
+    }
+    consumer_sync();  // the pooling read the tile and the bias before the next tile writes them
+  }
+#endif
+}
+
+}  // namespace general_wgmma
