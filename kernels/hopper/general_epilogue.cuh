@@ -123,4 +123,34 @@ __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
   }
 }
 
+// The tile's bias (n floats, zeros past the channels and where there is none) into shared
+// memory, by threads 0 .. n - 1.
+template <class E, int kTileId>
+__device__ __forceinline__ void load_bias(const ConvPoolShape& s, const ConvPoolOperands& ops,
+                                          const TileOrigin& o, float* bias) {
+  if (threadIdx.x < Tile<kTileId>::kN) {
+    const int channel = o.channel0 + int(threadIdx.x);
+    const typename E::Raw* b = ElementOperands<E>::bias(ops);
+    bias[threadIdx.x] = b != nullptr && channel < s.out_channels
+                            ? E::to_float(b[int64_t(channel) * ops.bias_stride])
+                            : 0.f;
+  }
+}
+
+// The epilogue of the kThreads threads that hold the accumulators: in epilogue_passes passes
+// of pass_channels (n / epilogue_passes) channels, the accumulators into the conv tile, then
+// bias, ReLU, max-pool and the store; sync() is their barrier.
+template <class E, int kTileId, class Sync>
+__device__ __forceinline__ void pool_accumulators(
+    const ConvPoolShape& s, const Plan& p, const ConvPoolOperands& ops, const TileOrigin& o,
+    const float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs], float* conv_tile,
+    const float* bias, int pass_channels, Sync sync) {
+  for (int pass = 0; pass < p.epilogue_passes; ++pass) {
+    if (pass > 0) sync();  // the last pass's pooling read the tile
+    stage_accumulators<kTileId>(acc, conv_tile, p.tile_pitch, pass, pass_channels);
+    sync();
+    pool_tile<E, kTileId>(s, p, ops, o, conv_tile, bias, pass, pass_channels);
+  }
+}
+
 }  // namespace general_wgmma

@@ -137,23 +137,9 @@ __global__ void __launch_bounds__(kThreads, kSplit ? 1 : Tile<kTileId>::kMinBloc
     for (int stage = 0; stage < kStages; ++stage) mbarrier_init(landed + stage, 1);
     fence_mbarrier_init();
   }
-  if (threadIdx.x < T::kN) {
-    const int channel = o.channel0 + int(threadIdx.x);
-    const typename X::Raw* b = ElementOperands<X>::bias(ops);
-    bias[threadIdx.x] = b != nullptr && channel < s.out_channels
-                            ? X::to_float(b[int64_t(channel) * ops.bias_stride])
-                            : 0.f;
-  }
-  // K step i = t x step_chunks + c of a step (tap t: kernel row t / kernel_w of its group,
-  // column t % kernel_w; chunk c of its run): its operand's offset, in 16-byte slots, from a
-  // square's tap-(0, 0) operand of the run's first chunk.
-  for (int i = threadIdx.x; i < p.group_rows * s.kernel_w * p.step_chunks; i += kThreads) {
-    const int t = i / p.step_chunks, chunk = i - t * p.step_chunks;
-    const int row = t / s.kernel_w, col = t - row * s.kernel_w;
-    const int halo_row = p.gathered_rows ? 0 : row * s.dilation_h;
-    kstep_table[i] = halo_row * p.row_pitch + halo_column_slot(s, p, col * s.dilation_w) +
-                     2 * chunk * p.slice_plane;
-  }
+  load_bias<X, kTileId>(s, ops, o, bias);
+  fill_kstep_table(s, p, kstep_table, kThreads,
+                   [&](int j) { return halo_column_slot(s, p, j); });
 
   fill_column_slots(s, p, col_slot);
 
@@ -171,22 +157,12 @@ __global__ void __launch_bounds__(kThreads, kSplit ? 1 : Tile<kTileId>::kMinBloc
   issue(first_step, 0);
   if (first_step + 1 < end_step) issue(first_step + 1, 1);
 
-  // Square m of this warpgroup: its tap-(0, 0) operand's slot in a stage's halo (with images
-  // side by side, square column c is column c % share of image c / share, whose columns start
-  // image_span / stride_w slots into each phase).
-  const int warpgroup = threadIdx.x / 128;
+  // Each square's tap-(0, 0) slot; images side by side start image_span / stride_w slots
+  // into each phase of a halo row.
   const int row_rate = p.gathered_rows ? 1 : s.stride_h;
-  const int share = T::kSquareCols / p.images;
-  const int image_slots = p.image_span / s.stride_w;
   const uint32_t smem_base = shared_address(smem);
   uint32_t square_slot[T::kSquaresPerGroup];
-#pragma unroll
-  for (int m = 0; m < T::kSquaresPerGroup; ++m) {
-    const int square = warpgroup * T::kSquaresPerGroup + m;
-    const int square_col = square % T::kSquareCols;
-    square_slot[m] = uint32_t((square / T::kSquareCols) * 8 * row_rate * p.row_pitch +
-                              (square_col / share) * image_slots + (square_col % share) * 8);
-  }
+  square_slots<kTileId>(s, p, p.image_span / s.stride_w, square_slot);
   const uint32_t a_leading = uint32_t(p.slice_plane * kSliceBytes);
   const uint32_t a_stride = uint32_t(row_rate * p.row_pitch * kSliceBytes);
 
@@ -263,14 +239,8 @@ __global__ void __launch_bounds__(kThreads, kSplit ? 1 : Tile<kTileId>::kMinBloc
   __syncthreads();  // no wgmma reads the stages any more
   if (p.split > 1 && !reduce_split<kTileId>(acc, p, tile, rank, landed + kStages)) return;
 
-  float* conv_tile = reinterpret_cast<float*>(smem);
-  const int pass_channels = T::kN / p.epilogue_passes;
-  for (int pass = 0; pass < p.epilogue_passes; ++pass) {
-    if (pass > 0) __syncthreads();  // the last pass's pooling read the tile
-    stage_accumulators<kTileId>(acc, conv_tile, p.tile_pitch, pass, pass_channels);
-    __syncthreads();
-    pool_tile<X, kTileId>(s, p, ops, o, conv_tile, bias, pass, pass_channels);
-  }
+  pool_accumulators<X, kTileId>(s, p, ops, o, acc, reinterpret_cast<float*>(smem), bias,
+                                T::kN / p.epilogue_passes, [] { __syncthreads(); });
 #endif
 }
 

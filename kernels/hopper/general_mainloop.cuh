@@ -88,6 +88,44 @@ __device__ __forceinline__ int halo_column_slot(const ConvPoolShape& s, const Pl
   return staged_before * p.phase_cols + j / s.stride_w;
 }
 
+// The K-step table, written once per block by `threads` threads: K step i = t x step_chunks + c
+// of a step (tap t: kernel row t / kernel_w of its group, column t % kernel_w; chunk c of its
+// run) -> its operand's offset, in 16-byte slots, from a square's tap-(0, 0) operand of the
+// run's first chunk. column_slot(j): the slot of halo column j within a halo row (each form's
+// own layout).
+template <class ColumnSlot>
+__device__ __forceinline__ void fill_kstep_table(const ConvPoolShape& s, const Plan& p,
+                                                 int* table, int threads,
+                                                 ColumnSlot column_slot) {
+  for (int i = threadIdx.x; i < p.group_rows * s.kernel_w * p.step_chunks; i += threads) {
+    const int t = i / p.step_chunks, chunk = i - t * p.step_chunks;
+    const int row = t / s.kernel_w, col = t - row * s.kernel_w;
+    const int halo_row = p.gathered_rows ? 0 : row * s.dilation_h;
+    table[i] = halo_row * p.row_pitch + column_slot(col * s.dilation_w) +
+               2 * chunk * p.slice_plane;
+  }
+}
+
+// Square m of this thread's warpgroup: its tap-(0, 0) operand's slot in a stage's halo. With
+// images side by side, square column c is column c % share of image c / share, whose halo
+// starts image_slots slots after the previous image's (each form's own layout).
+template <int kTileId>
+__device__ __forceinline__ void square_slots(const ConvPoolShape& s, const Plan& p,
+                                             int image_slots,
+                                             uint32_t (&slot)[Tile<kTileId>::kSquaresPerGroup]) {
+  using T = Tile<kTileId>;
+  const int warpgroup = threadIdx.x / 128;
+  const int row_rate = p.gathered_rows ? 1 : s.stride_h;
+  const int share = T::kSquareCols / p.images;
+#pragma unroll
+  for (int m = 0; m < T::kSquaresPerGroup; ++m) {
+    const int square = warpgroup * T::kSquaresPerGroup + m;
+    const int square_col = square % T::kSquareCols;
+    slot[m] = uint32_t((square / T::kSquareCols) * 8 * row_rate * p.row_pitch +
+                       (square_col / share) * image_slots + (square_col % share) * 8);
+  }
+}
+
 // A step: its chunks, group and kernel rows, and where its halo rows start in the input.
 struct Step {
   int chunk0;      // first chunk of the run (a short last run's missing chunks are zeros)

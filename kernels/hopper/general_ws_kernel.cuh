@@ -154,35 +154,15 @@ __global__ void __launch_bounds__(kWsThreads, Tile<kTileId>::kMinBlocks)
     return;
   }
   set_max_registers_inc<RoleRegisters<T::kMinBlocks>::kConsumer>();
-  // K step i = t x step_chunks + c of a step (tap t: kernel row t / kernel_w of its group,
-  // column t % kernel_w; chunk c of its run): its operand's offset, in 16-byte slots, from a
-  // square's tap-(0, 0) operand of the run's first chunk. Written while the first copies are
-  // under way.
-  for (int i = threadIdx.x; i < p.group_rows * s.kernel_w * p.step_chunks; i += kThreads) {
-    const int t = i / p.step_chunks, chunk = i - t * p.step_chunks;
-    const int row = t / s.kernel_w, col = t - row * s.kernel_w;
-    const int halo_row = p.gathered_rows ? 0 : row * s.dilation_h;
-    kstep_table[i] = halo_row * p.row_pitch + tma_column_slot(s, p, col * s.dilation_w) +
-                     2 * chunk * p.slice_plane;
-  }
+  // The K-step table, written while the first copies are under way.
+  fill_kstep_table(s, p, kstep_table, kThreads, [&](int j) { return tma_column_slot(s, p, j); });
   consumer_sync();
 
-  // Square m of this warpgroup: its tap-(0, 0) operand's slot in a stage's halo (with images
-  // side by side, square column c is column c % share of image c / share, whose planes follow
-  // the previous image's).
-  const int warpgroup = threadIdx.x / 128;
+  // Each square's tap-(0, 0) slot; an image's planes follow the previous image's.
   const int row_rate = p.gathered_rows ? 1 : s.stride_h;
-  const int share = T::kSquareCols / p.images;
-  const int image_slots = p.phases * (p.plane_bytes / kSliceBytes);
   const uint32_t smem_base = shared_address(smem);
   uint32_t square_slot[T::kSquaresPerGroup];
-#pragma unroll
-  for (int m = 0; m < T::kSquaresPerGroup; ++m) {
-    const int square = warpgroup * T::kSquaresPerGroup + m;
-    const int square_col = square % T::kSquareCols;
-    square_slot[m] = uint32_t((square / T::kSquareCols) * 8 * row_rate * p.row_pitch +
-                              (square_col / share) * image_slots + (square_col % share) * 8);
-  }
+  square_slots<kTileId>(s, p, p.phases * (p.plane_bytes / kSliceBytes), square_slot);
   const uint32_t a_leading = uint32_t(p.slice_plane * kSliceBytes);
   const uint32_t a_stride = uint32_t(row_rate * p.row_pitch * kSliceBytes);
   float* conv_tile = reinterpret_cast<float*>(smem + p.epilogue_offset);
@@ -224,25 +204,15 @@ __global__ void __launch_bounds__(kWsThreads, Tile<kTileId>::kMinBlocks)
 #pragma unroll
     for (int m = 0; m < T::kSquaresPerGroup; ++m) fence_registers(acc[m]);
     if (threadIdx.x % 128 == 0) mbarrier_arrive(empty + held);  // the producer's next tile
-    if (threadIdx.x < T::kN) {
-      const int channel = o.channel0 + int(threadIdx.x);
-      const typename X::Raw* b = ElementOperands<X>::bias(ops);
-      bias[threadIdx.x] = b != nullptr && channel < s.out_channels
-                              ? X::to_float(b[int64_t(channel) * ops.bias_stride])
-                              : 0.f;
-    }
+    load_bias<X, kTileId>(s, ops, o, bias);
     // The bias is written; no wgmma reads the stages any more (where the epilogue tile lies in
     // them: one tile a block, every copy into them landed).
     consumer_sync();
     if (p.split > 1 &&
         !reduce_split<kTileId, kConsumerBarrier>(acc, p, k.tile, k.rank, flag))
       continue;
-    for (int pass = 0; pass < p.epilogue_passes; ++pass) {
-      if (pass > 0) consumer_sync();  // the last pass's pooling read the tile
-      stage_accumulators<kTileId>(acc, conv_tile, p.tile_pitch, pass, pass_channels);
-      consumer_sync();
-      pool_tile<X, kTileId>(s, p, ops, o, conv_tile, bias, pass, pass_channels);
-    }
+    pool_accumulators<X, kTileId>(s, p, ops, o, acc, conv_tile, bias, pass_channels,
+                                  [] { consumer_sync(); });
     consumer_sync();  // the pooling read the tile and the bias before the next tile writes them
   }
 #endif
