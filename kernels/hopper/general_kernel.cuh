@@ -190,19 +190,8 @@ __global__ void __launch_bounds__(kThreads, kSplit ? 1 : Tile<kTileId>::kMinBloc
     // still run, all earlier ones completed.
     mbarrier_wait(landed + stage, (phases >> stage) & 1u);
     phases ^= 1u << stage;
-    const int group = step % p.groups;
-    const int taps = min(p.group_rows, s.kernel_h - group * p.group_rows) * s.kernel_w;
-    const uint32_t halo = smem_base + uint32_t(stage * p.stage_bytes);
-    uint64_t a0[T::kSquaresPerGroup];
-#pragma unroll
-    for (int m = 0; m < T::kSquaresPerGroup; ++m)
-      a0[m] = matrix_descriptor(halo + square_slot[m] * kSliceBytes, a_leading, a_stride);
-    const uint64_t b0 = matrix_descriptor(halo + uint32_t(p.halo_bytes), T::kN * kSliceBytes,
-                                          8 * kSliceBytes);
-    wgmma_fence();
-    mma_step<X, kTileId>(acc, a0, b0, kstep_table, taps, p.step_chunks,
-                         kSplit || step == first_step);
-    wgmma_commit();
+    issue_step<X, kTileId>(s, p, acc, smem_base + uint32_t(stage * p.stage_bytes), square_slot,
+                           a_leading, a_stride, kstep_table, step, kSplit || step == first_step);
     // The step's wgmmas are at least two groups, the last one empty (mma_step commits its own;
     // this commit closes nothing more): keeping two groups in flight keeps this step's running
     // and waits for every earlier one, however many groups each step's path made.

@@ -452,4 +452,29 @@ __device__ __forceinline__ void mma_step(float (&acc)[Tile<kTileId>::kSquaresPer
   wgmma_commit();
 }
 
+// A step's wgmmas for this warpgroup, from the stage at shared address `halo`: each square's
+// operand descriptor (square_slot: its tap-(0, 0) slot; a_leading / a_stride: the slice plane
+// and the conv-row stride in bytes), the weights after the halo, the step's taps (its group of
+// kernel rows), then mma_step; fenced before and committed after (at least two groups: see
+// mma_step). accumulate_first = false starts the sums afresh.
+template <class E, int kTileId>
+__device__ __forceinline__ void issue_step(
+    const ConvPoolShape& s, const Plan& p,
+    float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs], uint32_t halo,
+    const uint32_t (&square_slot)[Tile<kTileId>::kSquaresPerGroup], uint32_t a_leading,
+    uint32_t a_stride, const int* kstep_table, int step, bool first_step) {
+  using T = Tile<kTileId>;
+  const int group = step % p.groups;
+  const int taps = min(p.group_rows, s.kernel_h - group * p.group_rows) * s.kernel_w;
+  uint64_t a0[T::kSquaresPerGroup];
+#pragma unroll
+  for (int m = 0; m < T::kSquaresPerGroup; ++m)
+    a0[m] = matrix_descriptor(halo + square_slot[m] * kSliceBytes, a_leading, a_stride);
+  const uint64_t b0 = matrix_descriptor(halo + uint32_t(p.halo_bytes), T::kN * kSliceBytes,
+                                        8 * kSliceBytes);
+  wgmma_fence();
+  mma_step<E, kTileId>(acc, a0, b0, kstep_table, taps, p.step_chunks, first_step);
+  wgmma_commit();
+}
+
 }  // namespace general_wgmma

@@ -177,19 +177,9 @@ __global__ void __launch_bounds__(kWsThreads, Tile<kTileId>::kMinBlocks)
     int held = -1;  // the stage of the previous step, until its wgmmas finish
     for (int step = k.first_step; step < k.end_step; ++step) {
       mbarrier_wait(full + stage, full_parity);
-      const int group = step % p.groups;
-      const int taps = min(p.group_rows, s.kernel_h - group * p.group_rows) * s.kernel_w;
-      const uint32_t halo = smem_base + uint32_t(stage * p.stage_bytes);
-      uint64_t a0[T::kSquaresPerGroup];
-#pragma unroll
-      for (int m = 0; m < T::kSquaresPerGroup; ++m)
-        a0[m] = matrix_descriptor(halo + square_slot[m] * kSliceBytes, a_leading, a_stride);
-      const uint64_t b0 = matrix_descriptor(halo + uint32_t(p.halo_bytes), T::kN * kSliceBytes,
-                                            8 * kSliceBytes);
-      wgmma_fence();
-      mma_step<X, kTileId>(acc, a0, b0, kstep_table, taps, p.step_chunks,
-                           step == k.first_step);
-      wgmma_commit();
+      issue_step<X, kTileId>(s, p, acc, smem_base + uint32_t(stage * p.stage_bytes),
+                             square_slot, a_leading, a_stride, kstep_table, step,
+                             step == k.first_step);
       // As in the other kernel: this step's wgmmas are the last two groups or more, so waiting
       // with two pending completes every earlier step's, and the previous stage is free.
       wgmma_wait<2>();
