@@ -707,6 +707,36 @@ def test_general_kernel_copies_float32_nchw_inputs_where_they_feed_enough_work(l
         monkeypatch.delenv("CONV_POOL_GENERAL_TMA")
 
 
+def test_general_kernel_merges_box_columns_where_a_halo_row_is_one_run(library, seed,
+                                                                        monkeypatch):
+    """From the slice-planar copy (NCHW inputs, the plan asked without operands) with a column
+    stride of 1, a box row is one run of the halo row's 16-byte slices, up to 256 elements
+    (32 columns of a 16-bit slice, 64 of a float32 one); other strides and wider halos keep one
+    slice a box row, and $CONV_POOL_GENERAL_TMA_MERGED=0 keeps it everywhere."""
+    rng = random.Random(seed)
+    checked = 0
+    for i in range(400):
+        case = fuzz_case(rng, f"fuzz_{i}")
+        for element in (FLOAT32, FLOAT16):
+            plan = general_plan(library, case, element)
+            if plan is None or plan["input"] != "tma":
+                continue
+            image_cols = int(plan["halo"].split("x")[1]) // plan["images"]  # a box's columns
+            per_slice = 4 if element == FLOAT32 else 8
+            expected = case.stride[1] == 1 and image_cols * per_slice <= 256
+            assert plan["merged"] == int(expected), (case, element, plan)
+            checked += expected
+    assert checked >= 20, checked
+    resnet = ConvPoolCase("1x1", 32, 64, 256, 56, 56, (1, 1))
+    assert general_plan(library, resnet, FLOAT16)["merged"] == 1
+    vgg = ConvPoolCase("3x3", 32, 256, 256, 56, 56, (3, 3), padding=(1, 1))
+    assert general_plan(library, vgg, FLOAT16)["halo"] == "10x34"
+    assert general_plan(library, vgg, FLOAT16)["merged"] == 0  # 34 x 8 > 256
+    assert general_plan(library, vgg, FLOAT32)["merged"] == 1
+    monkeypatch.setenv("CONV_POOL_GENERAL_TMA_MERGED", "0")
+    assert general_plan(library, resnet, FLOAT16)["merged"] == 0
+
+
 def test_fp32_accurate_layers_never_fall_to_direct_on_hopper(library, variant_names, seed):
     """allow_tf32 = False: where no 3xTF32 kernel of the 3 x 3 / 2 x 2 path, the chunked or the
     flat one runs a float32 layer (large kernels, wide strides over 8 or more channels), the

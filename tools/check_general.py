@@ -9,9 +9,9 @@ Correctness: fresh random inputs per case (the seed is printed), the op forced t
 against float64 (F.conv2d on upcast inputs, cuDNN off) at atol = rtol = 1e-2 (TF32, float16) or
 2e-2 (bfloat16); input layouts NCHW, channels-last and every other column of a wider tensor;
 outputs NCHW and channels-last. Timing: triton.testing.do_bench medians (L2 flushed), the op's
-automatic choice and general_wgmma in each of its forms (PATHS: the warp-specialized TMA kernel,
-persistent or one tile a block, and the cp.async loaders) against eager PyTorch (and
-torch.compile), same process.
+automatic choice and general_wgmma in each of its forms (PATHS: the warp-specialized TMA kernel
+as chosen, with one 16-byte slice a box row, persistent, and the cp.async loaders) against
+eager PyTorch (and torch.compile), same process.
 """
 from __future__ import annotations
 
@@ -127,9 +127,11 @@ def time_tiles(ext, lib, case, x, w, b, config) -> str:
 
 
 # The general kernel's forms, by the host's hooks: the warp-specialized TMA kernel as chosen
-# (persistent where it fits: its default), the same one tile a block
-# ($CONV_POOL_GENERAL_PERSISTENT=0), and the cp.async loaders ($CONV_POOL_GENERAL_TMA=0).
-PATHS = {"tma": {}, "tma_tile": {"CONV_POOL_GENERAL_PERSISTENT": "0"},
+# (one tile a block; merged columns where they apply), the same with one 16-byte slice a box row
+# ($CONV_POOL_GENERAL_TMA_MERGED=0), persistent ($CONV_POOL_GENERAL_PERSISTENT=1), and the
+# cp.async loaders ($CONV_POOL_GENERAL_TMA=0). The first is the reference of the table's ratios.
+PATHS = {"tma": {}, "tma_slices": {"CONV_POOL_GENERAL_TMA_MERGED": "0"},
+         "tma_persistent": {"CONV_POOL_GENERAL_PERSISTENT": "1"},
          "cpasync": {"CONV_POOL_GENERAL_TMA": "0"}}
 
 
@@ -197,32 +199,35 @@ def perf(ext, lib, with_compile: bool, tiles: bool, layouts) -> None:
                     t_compile = bench(compiled)
                 t_general = times["tma"]
                 tflops = case.flops() / (t_general * 1e-6) / 1e12
-                rows.append((case.name, DTYPE_NAMES[dtype], layout, t_general, times["tma_tile"],
-                             times["cpasync"], t_eager, t_compile, tflops))
+                rows.append((case.name, DTYPE_NAMES[dtype], layout, times, t_eager, t_compile,
+                             tflops))
                 records.append(dict(case=case.label(), name=case.name, dtype=DTYPE_NAMES[dtype],
                                     layout=layout, auto=auto_name, general_us=t_general,
-                                    tma_tile_us=times["tma_tile"],
-                                    cpasync_us=times["cpasync"], auto_us=t_auto,
-                                    eager_us=t_eager, compile_us=t_compile,
+                                    **{f"{path}_us": times[path] for path in PATHS},
+                                    auto_us=t_auto, eager_us=t_eager, compile_us=t_compile,
                                     general_tflops=tflops, relative_l2_vs_eager=errors["tma"],
                                     cpasync_relative_l2_vs_eager=errors["cpasync"],
                                     plan=plans["tma"], cpasync_plan=plans["cpasync"]))
+                forms = " ".join(f"{path} {times[path]:8.1f}" for path in PATHS)
                 print(f"{case.name:20s} {DTYPE_NAMES[dtype]:8s} {layout:13s} "
-                      f"auto={auto_name:22s} tma {t_general:8.1f} us ({tflops:4.0f} TFLOP/s) "
-                      f"tile {times['tma_tile']:8.1f} "
-                      f"cp.async {times['cpasync']:8.1f} auto {t_auto:8.1f} eager "
-                      f"{t_eager:8.1f} compile {t_compile:8.1f} rel_err {errors['tma']:.1e} / "
-                      f"{errors['cpasync']:.1e}", flush=True)
+                      f"auto={auto_name:22s} {forms} us ({tflops:4.0f} TFLOP/s) "
+                      f"auto {t_auto:8.1f} eager {t_eager:8.1f} compile {t_compile:8.1f} "
+                      f"rel_err {max(errors.values()):.1e}", flush=True)
                 print(f"    plan {plans['tma']}", flush=True)
                 if tiles:
                     print(f"    tiles {time_tiles(ext, lib, case, x, w, b, config)}",
                           flush=True)
-    print("\ncase                 dtype    layout        tma_us tile_us cpasync_us  eager_us  "
-          "compile_us  x_tile x_cpasync  x_eager  x_compile TFLOP/s")
-    for name, dt, layout, tg, tt, tc_async, te, tc, tf in rows:
-        print(f"{name:20s} {dt:8s} {layout:13s} {tg:7.1f} {tt:7.1f} {tc_async:10.1f} {te:9.1f} "
-              f"{tc:11.1f} {tt / tg:6.2f} {tc_async / tg:9.2f} {te / tg:8.2f} {tc / tg:10.2f} "
-              f"{tf:7.0f}")
+    # Times in us, then each other form's, eager's and torch.compile's over the first form's.
+    others = list(PATHS)[1:]
+    print("\ncase                 dtype    layout        " +
+          " ".join(f"{path + '_us':>16s}" for path in PATHS) + "  eager_us compile_us " +
+          " ".join(f"{'x_' + path:>16s}" for path in others) + "  x_eager x_compile TFLOP/s")
+    for name, dt, layout, times, te, tc, tf in rows:
+        tg = times["tma"]
+        print(f"{name:20s} {dt:8s} {layout:13s} " +
+              " ".join(f"{times[path]:16.1f}" for path in PATHS) + f" {te:9.1f} {tc:10.1f} " +
+              " ".join(f"{times[path] / tg:16.2f}" for path in others) +
+              f" {te / tg:8.2f} {tc / tg:9.2f} {tf:7.0f}")
     return records
 
 

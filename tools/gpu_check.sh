@@ -81,6 +81,7 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  general_pointwise general_wgmma float16
 memcheck  general_large_kernel general_wgmma
 racecheck general_large_kernel general_wgmma
 memcheck  general_large_kernel general_wgmma float16

@@ -50,22 +50,16 @@ __device__ __forceinline__ void stage_accumulators(
   }
 }
 
-// Pooled outputs of channels [pass x pass_channels, + pass_channels) of the tile from the
-// staged conv tile: one position's window bounds and output address are worked out once for
-// the channels a thread walks. NCHW-like outputs: thread i takes pooled position i % positions
-// of channels i / positions, + k_stride, ... (consecutive threads on consecutive output
-// columns). Channels-last outputs (unit channel stride): channel i % pass_channels of position
-// i / pass_channels (consecutive threads on consecutive channels; pass_channels is a power of
-// two).
+// One pooled position of the tile (images side by side: image i's conv columns start at i x
+// kCols / images): where its window lies in the staged conv tile (the window's first pixel and
+// its rows x cols inside the conv output) and the output address of channel channel_base.
+// False where the position lies past the output or the batch.
 template <class E, int kTileId>
-__device__ __forceinline__ void pool_position(const ConvPoolShape& s, const Plan& p,
+__device__ __forceinline__ bool pooled_window(const ConvPoolShape& s, const Plan& p,
                                               const ConvPoolOperands& ops, const TileOrigin& o,
-                                              const float* tile, const float* bias,
-                                              int position, int k, int k_stride, int channels,
-                                              int channel_base, int bias_base) {
+                                              int position, int channel_base, int& window,
+                                              int& rows, int& cols, typename E::Raw*& out) {
   using T = Tile<kTileId>;
-  // Image `image` of the tile's (images side by side: its conv columns start at image x
-  // kCols / images).
   int image = 0;
   if (p.images > 1) {
     const int image_positions = p.pooled_rows * p.pooled_cols;
@@ -75,51 +69,125 @@ __device__ __forceinline__ void pool_position(const ConvPoolShape& s, const Plan
   const int pooled_row = position / p.pooled_cols;
   const int pooled_col = position - pooled_row * p.pooled_cols;
   const int out_row = o.out_row0 + pooled_row, out_col = o.out_col0 + pooled_col;
-  if (out_row >= s.out_height || out_col >= s.out_width || o.image + image >= s.batch) return;
+  if (out_row >= s.out_height || out_col >= s.out_width || o.image + image >= s.batch)
+    return false;
   const int row_begin = max(pooled_row * s.pool_stride_h, -o.conv_row0);
-  const int row_end = min(pooled_row * s.pool_stride_h + s.pool_h, s.conv_height - o.conv_row0);
   const int col_begin = max(pooled_col * s.pool_stride_w, -o.conv_col0);
-  const int col_end = min(pooled_col * s.pool_stride_w + s.pool_w, s.conv_width - o.conv_col0);
-  typename E::Raw* out = ElementOperands<E>::out(ops) + (o.image + image) * p.out_stride[0] +
-                         int64_t(channel_base) * p.out_stride[1] +
-                         int64_t(out_row) * p.out_stride[2] +
-                         int64_t(out_col) * p.out_stride[3];
-  const float* window = tile + row_begin * T::kCols + image * (T::kCols / p.images) + col_begin;
-  for (; k < channels; k += k_stride) {
-    const float* plane = window + k * p.tile_pitch;
-    float best = -INFINITY;
-    for (int r = 0; r < row_end - row_begin; ++r)
-      for (int c = 0; c < col_end - col_begin; ++c)
-        best = max_keeping_nan(best, plane[r * T::kCols + c]);
-    out[int64_t(k) * p.out_stride[1]] =
-        E::from_float(relu_keeping_nan(best + bias[bias_base + k]));
-  }
+  rows = min(pooled_row * s.pool_stride_h + s.pool_h, s.conv_height - o.conv_row0) - row_begin;
+  cols = min(pooled_col * s.pool_stride_w + s.pool_w, s.conv_width - o.conv_col0) - col_begin;
+  window = row_begin * T::kCols + image * (T::kCols / p.images) + col_begin;
+  out = ElementOperands<E>::out(ops) + (o.image + image) * p.out_stride[0] +
+        int64_t(channel_base) * p.out_stride[1] + int64_t(out_row) * p.out_stride[2] +
+        int64_t(out_col) * p.out_stride[3];
+  return true;
 }
 
+// The maxima over one window of kCount channel planes `step` floats apart (NaN wins, as in
+// PyTorch). The window loops run once for all of them: their loads are independent.
+template <int kCount, int kCols>
+__device__ __forceinline__ void window_max(const float* window, int step, int rows, int cols,
+                                           float (&best)[kCount]) {
+#pragma unroll
+  for (int j = 0; j < kCount; ++j) best[j] = -INFINITY;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      const float* pixel = window + r * kCols + c;
+#pragma unroll
+      for (int j = 0; j < kCount; ++j) best[j] = max_keeping_nan(best[j], pixel[j * step]);
+    }
+}
+
+// Pooled outputs of channels [pass x pass_channels, + pass_channels) of the tile from the
+// staged conv tile, then bias and ReLU. A position's window and output address are worked out
+// once for the channels a thread takes:
+//   * channels-last outputs (unit channel stride): a thread takes kVector consecutive channels
+//     (16 bytes of output) of one position and stores them at once; consecutive threads take
+//     consecutive positions, so that a warp's reads of a channel plane spread over the banks;
+//   * other layouts (NCHW): a thread takes one position and channels k, k + k_stride, ...
+//     (consecutive threads on consecutive output columns), four at a time.
 template <class E, int kTileId>
 __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
                                           const ConvPoolOperands& ops, const TileOrigin& o,
                                           const float* tile, const float* bias, int pass,
                                           int pass_channels) {
+  using T = Tile<kTileId>;
+  using Raw = typename E::Raw;
   const int positions = p.images * p.pooled_rows * p.pooled_cols;
   const int bias_base = pass * pass_channels;
   const int channel_base = o.channel0 + bias_base;
   const int channels = min(pass_channels, s.out_channels - channel_base);
+  const float* pass_bias = bias + bias_base;
   if (p.out_stride[1] == 1) {
-    const int shift = __ffs(pass_channels) - 1;
-    for (int i = threadIdx.x; i < positions * pass_channels; i += kThreads)
-      pool_position<E, kTileId>(s, p, ops, o, tile, bias, i >> shift, i & (pass_channels - 1),
-                                pass_channels, channels, channel_base, bias_base);
-  } else if (positions <= kThreads) {
-    const int k_stride = kThreads / positions;
-    const int k = threadIdx.x / positions;
-    if (k < k_stride)
-      pool_position<E, kTileId>(s, p, ops, o, tile, bias, threadIdx.x - k * positions, k,
-                                k_stride, channels, channel_base, bias_base);
-  } else {
-    for (int position = threadIdx.x; position < positions; position += kThreads)
-      pool_position<E, kTileId>(s, p, ops, o, tile, bias, position, 0, 1, channels,
-                                channel_base, bias_base);
+    constexpr int kVector = 16 / int(sizeof(Raw));  // pass_channels is a multiple (>= 8)
+    const int groups = (channels + kVector - 1) / kVector;
+    int group = int(threadIdx.x) / positions;
+    int position = int(threadIdx.x) - group * positions;
+    for (; group < groups; position += kThreads) {
+      if (position >= positions) {
+        group += position / positions;
+        position %= positions;
+      }
+      if (group >= groups) break;
+      int window, rows, cols;
+      Raw* out;
+      if (!pooled_window<E, kTileId>(s, p, ops, o, position, channel_base, window, rows, cols,
+                                     out))
+        continue;
+      const int c0 = group * kVector;
+      union {
+        Raw raw[kVector];
+        uint4 bits;
+      } v;
+      // Two channels at a time (the accumulators of a multi-pass epilogue are still live).
+#pragma unroll
+      for (int h = 0; h < kVector; h += 2) {
+        float best[2];
+        window_max<2, T::kCols>(tile + (c0 + h) * p.tile_pitch + window, p.tile_pitch, rows,
+                                cols, best);
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+          v.raw[h + j] = E::from_float(relu_keeping_nan(best[j] + pass_bias[c0 + h + j]));
+      }
+      Raw* dst = out + c0;
+      if (c0 + kVector <= channels && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
+        *reinterpret_cast<uint4*>(dst) = v.bits;
+      } else {
+#pragma unroll
+        for (int j = 0; j < kVector; ++j)
+          if (c0 + j < channels) dst[j] = v.raw[j];
+      }
+    }
+    return;
+  }
+  // One position a thread (positions <= kThreads: the threads past the positions take other
+  // channels of the same positions), or every position kThreads apart.
+  const int k_stride = positions <= kThreads ? kThreads / positions : 1;
+  const int k_first = positions <= kThreads ? int(threadIdx.x) / positions : 0;
+  if (k_first >= k_stride) return;
+  const int64_t channel_step = int64_t(k_stride) * p.out_stride[1];
+  for (int position = int(threadIdx.x) - k_first * positions; position < positions;
+       position += kThreads) {
+    int window, rows, cols;
+    Raw* out;
+    if (!pooled_window<E, kTileId>(s, p, ops, o, position, channel_base, window, rows, cols,
+                                   out))
+      continue;
+    int k = k_first;
+    out += int64_t(k) * p.out_stride[1];
+    for (; k + 3 * k_stride < channels; k += 4 * k_stride, out += 4 * channel_step) {
+      float best[4];
+      window_max<4, T::kCols>(tile + k * p.tile_pitch + window, k_stride * p.tile_pitch, rows,
+                              cols, best);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        out[j * channel_step] =
+            E::from_float(relu_keeping_nan(best[j] + pass_bias[k + j * k_stride]));
+    }
+    for (; k < channels; k += k_stride, out += channel_step) {
+      float best[1];
+      window_max<1, T::kCols>(tile + k * p.tile_pitch + window, 0, rows, cols, best);
+      out[0] = E::from_float(relu_keeping_nan(best[0] + pass_bias[k]));
+    }
   }
 }
 

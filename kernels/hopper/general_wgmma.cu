@@ -398,6 +398,10 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops, Plan& p) 
                           ops->x_stride[3] > 0;
     const char* copy = std::getenv("CONV_POOL_GENERAL_TMA_COPY");
     p.staged_copy = !in_place || (copy != nullptr && std::strcmp(copy, "1") == 0);
+    const char* merge = std::getenv("CONV_POOL_GENERAL_TMA_MERGED");
+    p.merged_cols = p.staged_copy && s.stride_w == 1 &&
+                    per_slice * p.phase_cols <= kMaxTmaBox &&
+                    !(merge != nullptr && std::strcmp(merge, "0") == 0);
     p.staged_channels = round_up(s.in_channels, per_slice);
     p.staged_input_bytes = p.staged_copy ? int64_t(s.batch) * s.in_height * s.in_width *
                                                p.staged_channels * element_bytes(s)
@@ -437,7 +441,9 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // slice, column, row, slice, image) on the slice-planar copy; (channel, column, row, -, image)
 // on x itself (channels-last: a slice is 16 bytes along dimension 0, dimension 3 has one
 // element). A box: one slice of phase_cols columns read every stride_w-th and halo_rows rows
-// (read every stride_h-th for gathered rows). Raw words: no conversion; out of bounds: zeros.
+// (read every stride_h-th for gathered rows). Merged columns (p.merged_cols): (column x
+// channel in a slice, -, row, slice, image) on the copy, a box row one run of phase_cols
+// slices. Raw words: no conversion; out of bounds: zeros.
 cudaError_t encode_x_map(const ConvPoolShape& s, const ConvPoolOperands& ops, const Plan& p,
                          CUtensorMap* map) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
@@ -449,9 +455,9 @@ cudaError_t encode_x_map(const ConvPoolShape& s, const ConvPoolOperands& ops, co
   if (p.staged_copy) {
     const cuuint64_t slices = cuuint64_t(p.staged_channels / slice_channels(s.element));
     address = p.staged_input;
-    dims[0] = cuuint64_t(slice_channels(s.element));
+    dims[0] = cuuint64_t(slice_channels(s.element)) * (p.merged_cols ? width : 1);
     dims[3] = slices;
-    strides[0] = kSliceBytes;
+    strides[0] = p.merged_cols ? kSliceBytes * width : kSliceBytes;
     strides[1] = kSliceBytes * width;
     strides[2] = kSliceBytes * width * height;
     strides[3] = kSliceBytes * width * height * slices;
@@ -464,12 +470,12 @@ cudaError_t encode_x_map(const ConvPoolShape& s, const ConvPoolOperands& ops, co
     strides[2] = cuuint64_t(ops.x_stride[0] * bytes);
     strides[3] = cuuint64_t(ops.x_stride[0] * bytes);
   }
-  dims[1] = width;
+  dims[1] = p.merged_cols ? 1 : width;
   dims[2] = height;
   dims[4] = cuuint64_t(s.batch);
-  const cuuint32_t box[5] = {cuuint32_t(slice_channels(s.element)),
-                             cuuint32_t(p.phase_cols * s.stride_w), cuuint32_t(p.box_rows), 1,
-                             1};
+  const cuuint32_t box[5] = {
+      cuuint32_t(slice_channels(s.element) * (p.merged_cols ? p.phase_cols : 1)),
+      cuuint32_t(p.merged_cols ? 1 : p.phase_cols * s.stride_w), cuuint32_t(p.box_rows), 1, 1};
   const cuuint32_t element_strides[5] = {
       1, cuuint32_t(s.stride_w), cuuint32_t(p.gathered_rows ? s.stride_h : 1), 1, 1};
   const CUresult result =

@@ -89,6 +89,9 @@ __device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
   // slice-planar copy: a coordinate of dimension 3.
   const int along_elements = p.staged_copy ? 0 : slice_elements;
   const int along_slices = p.staged_copy ? 1 : 0;
+  // A column is a coordinate of dimension 1, or (merged columns) slice_elements of dimension 0.
+  const int col_elements = p.merged_cols ? slice_elements : 0;
+  const int col_unit = p.merged_cols ? 0 : 1;
   const int slices = 2 * p.step_chunks;
   const uint32_t box_bytes = uint32_t(kSliceBytes * p.phase_cols * p.halo_rows);
   const uint32_t halo_tx = uint32_t(p.images * p.phases * slices) * box_bytes;
@@ -109,8 +112,10 @@ __device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
           const int phase = __ffs(mask) - 1;
           for (int j = 0; j < slices; ++j, box += slice_bytes) {
             const int slice = 2 * st.chunk0 + j;
-            tma_load_5d(box, x_map, slice * along_elements, o.in_col0 + phase, st.row_first,
-                        slice * along_slices, int(o.image) + image, full + stage);
+            const int col = o.in_col0 + phase;
+            tma_load_5d(box, x_map, slice * along_elements + col * col_elements,
+                        col * col_unit, st.row_first, slice * along_slices,
+                        int(o.image) + image, full + stage);
           }
         }
       }
