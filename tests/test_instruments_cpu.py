@@ -559,3 +559,35 @@ def test_long_runs_write_their_json_after_every_case_and_can_start_later(tmp_pat
         profiling.main(["--fuzz", "6", "--start", "6"])
     with pytest.raises(SystemExit):
         profiling.main(["--suite", "--start", "1"])
+
+
+# ---- tools/ncu_hotspots.py ------------------------------------------------------------------
+
+def test_ncu_hotspots_sums_samples_and_instructions_per_run_of_lines(tmp_path, seed):
+    """On a synthetic `ncu --page source --csv` export (a kernel-name line, the header, one row
+    per SASS line with blank or dash cells where ncu leaves them): the totals, each run's sums
+    and the hottest lines come out of the columns by name, whatever their order."""
+    from tools import ncu_hotspots
+    rng = random.Random(seed)
+    samples = [rng.randrange(0, 50) for _ in range(25)]
+    executed = [rng.randrange(0, 1000) for _ in range(25)]
+    samples[13] = 500  # the hottest line
+    header = ["Address", "Instructions Executed", "Source", "Warp Stall Sampling (All Samples)",
+              "Warp Stall Sampling (Not-issued Samples)"]
+    lines = ['"Kernel Name","void k(int)",', ",".join(f'"{h}"' for h in header)]
+    for i, (s, e) in enumerate(zip(samples, executed)):
+        cell = str(e) if e else "-"
+        lines.append(f'"0x{i:04x}","{cell}","  OP{i} R1, R2","{s}","0"')
+    path = tmp_path / "source.csv"
+    path.write_text("\n".join(lines) + "\n")
+    parsed = ncu_hotspots.read_source_page(path)
+    assert [line["samples"] for line in parsed] == samples
+    assert [line["executed"] for line in parsed] == executed
+    assert parsed[13]["source"] == "OP13 R1, R2"
+    text = ncu_hotspots.summarize(parsed, bucket=10, top=3, share=0.0)
+    assert f"{sum(samples)} stall samples, {sum(executed)} warp instructions" in text
+    for first in (0, 10, 20):
+        run_samples = sum(samples[first:first + 10])
+        assert re.search(rf"^\s+{first}\s+{min(first + 9, 24)}\s+{run_samples}\s", text, re.M), text
+    hottest = text.split("lines with the most samples:")[1].splitlines()[1].split()
+    assert hottest[:3] == ["13", "500", str(executed[13])], text

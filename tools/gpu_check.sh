@@ -289,8 +289,10 @@ for entry in "${stages[@]}"; do
     sanitize) run_stage sanitize "$seconds" bash -c "$(declare -f sanitize); sanitize" ;;
     general) run_stage general "$seconds" python3 tools/check_general.py --cases 40 --perf --layouts dense,channels_last --json "$OUT/general.json" ;;
     # ncu: the Nsight Compute sections of one general-kernel launch of each NCU_CASES spec
-    # (tools/run_case.py's N,C,K,H,W,k,s,p,pk,ps[:dtype[:cl]]) into $OUT/ncu.log.
-    ncu) run_stage ncu "$seconds" bash -c 'for spec in ${NCU_CASES:-32,64,256,56,56,1,1,0,2,2:float16:cl}; do IFS=: read -r shape dtype cl <<< "$spec"; ncu --clock-control none -k regex:general --launch-skip 1 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy python3 tools/run_case.py "$shape" general_wgmma --calls 2 --dtype "${dtype:-float32}" ${cl:+--channels-last} || exit; done' ;;
+    # (tools/run_case.py's N,C,K,H,W,k,s,p,pk,ps[:dtype[:cl]]) into $OUT/ncu.log; with
+    # NCU_SOURCE=1 the full set instead, its source page as $OUT/ncu_<i>.csv and
+    # tools/ncu_hotspots.py's summary of it (stall samples and instructions per SASS line).
+    ncu) run_stage ncu "$seconds" bash -c 'i=0; for spec in ${NCU_CASES:-32,64,256,56,56,1,1,0,2,2:float16:cl}; do IFS=: read -r shape dtype cl <<< "$spec"; run=(python3 tools/run_case.py "$shape" general_wgmma --calls 2 --dtype "${dtype:-float32}" ${cl:+--channels-last}); if [ "${NCU_SOURCE:-0}" = 1 ]; then i=$((i + 1)); ncu --clock-control none -k regex:general --launch-skip 1 --launch-count 1 --set full --import-source no -f -o "$0/ncu_$i" "${run[@]}" && ncu -i "$0/ncu_$i.ncu-rep" --page source --csv --print-source sass > "$0/ncu_$i.csv" && ncu -i "$0/ncu_$i.ncu-rep" --page details && python3 tools/ncu_hotspots.py "$0/ncu_$i.csv" || exit; else ncu --clock-control none -k regex:general --launch-skip 1 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy "${run[@]}" || exit; fi; done' "$OUT" ;;
     zoo) run_stage zoo "$seconds" python3 -m utils.profiling --zoo --zoo-limit "${ZOO_LIMIT:-40}" --iters 50 --json "$OUT/zoo_float32.json" ;;
     zoo16) run_stage zoo16 "$seconds" python3 -m utils.profiling --zoo --zoo-limit "${ZOO_LIMIT:-40}" --iters 50 --dtype float16 --json "$OUT/zoo_float16.json" ;;
     fuzz) run_stage fuzz "$seconds" python3 -m utils.profiling --fuzz 150 --start "${FUZZ_START:-0}" --iters 50 --json "$OUT/fuzz_${FUZZ_START:-0}.json" ;;
