@@ -144,12 +144,13 @@ cudaError_t conv_pool_to_slices(const void* src, const int64_t* stride, int elem
                                 void* dst, cudaStream_t stream) {
   const int64_t pixels = batch * height * width;
   if (pixels == 0 || slices == 0) return cudaSuccess;
-  if (stride[3] == 1 && stride[2] == width && element_bytes == 4)
-    return planes_to_slices<float>(src, stride, batch, channels, int64_t(height) * width, slices,
-                                   dst, stream);
-  if (stride[3] == 1 && stride[2] == width && element_bytes == 2)
-    return planes_to_slices<uint16_t>(src, stride, batch, channels, int64_t(height) * width,
-                                      slices, dst, stream);
+  if (stride[3] == 1 && stride[2] == width) {  // contiguous channel planes
+    const int64_t plane = int64_t(height) * width;
+    if (element_bytes == 4)
+      return planes_to_slices<float>(src, stride, batch, channels, plane, slices, dst, stream);
+    if (element_bytes == 2)
+      return planes_to_slices<uint16_t>(src, stride, batch, channels, plane, slices, dst, stream);
+  }
   const int slice_channels = 16 / element_bytes;
   const dim3 grid(unsigned((pixels + 31) / 32),
                   unsigned((int64_t(slices) * slice_channels + 31) / 32));
