@@ -11,14 +11,17 @@
 //
 // Variants (the `config` of the Python op; the registry of all of them is
 // conv_relu_maxpool_registry.cu, the automatic choice conv_relu_maxpool_choose.cu; this file's
-// own kernels, per variant, tiled_choice and flat_choice):
+// own kernels, per variant, tiled_choice and flat_choice). A variant's 16-bit member, where it
+// has one, is named after it:
 //   0 direct          One thread per pooled output, operands read straight from
 //                     global memory. Slow, but has no shared-memory or tile limit,
 //                     so it runs every configuration PyTorch accepts. The fallback.
+//                     (direct_16bit: conv_relu_maxpool_half.cu.)
 //   1 tiled_fp32      Shared-memory tiles (below), FFMA on CUDA cores. FP32.
 //   2 tiled_tf32      Same tiles, implicit GEMM on tensor cores (mma.sync m16n8k8
 //                     TF32, fp32 accumulation), 8 warps of 64 x 64: PyTorch's
-//                     default, allow_tf32=True.
+//                     default, allow_tf32=True. (tiled_16bit_mma, m16n8k16 over a packed
+//                     copy: conv_relu_maxpool_half.cu.)
 //   3 tiled_3xtf32    As 2, but each operand is split into a TF32 "big" part and a
 //                     TF32 remainder and three products are accumulated: close to
 //                     fp32 accuracy on tensor cores, for allow_tf32=False.
@@ -31,25 +34,25 @@
 //                     planes while this tile computes (conv_pool_flat_kernel); the
 //                     warp tiling depends on the channels and on whether two blocks
 //                     share an SM (flat_tiling).
-//  12 tiled_16bit_flat As 5 for float16 / bfloat16 operands: the planes are staged as
-//                     fp32 (persistent blocks copy the next tile's raw with cp.async and
-//                     convert them when released), the weights stay 16-bit and become
-//                     fp32 as the fragments are read; the TF32 mma multiplies them
+//                     tiled_16bit_flat, for float16 / bfloat16 operands: the planes are
+//                     staged as fp32 (persistent blocks copy the next tile's raw with
+//                     cp.async and convert them when released), the weights stay 16-bit and
+//                     become fp32 as the fragments are read; the TF32 mma multiplies them
 //                     exactly, the store rounds once.
-//  14 tiled_3xtf32_flat As 5 with 3xTF32 (as 3), float32 only: the fp32-accurate path for
+//   9 tiled_3xtf32_flat As 5 with 3xTF32 (as 3), float32 only: the fp32-accurate path for
 //                     few input channels and large kernels (allow_tf32=False).
-//  18 tiled_tf32_flat_wgmma As 5 on Hopper wgmma (sm_90a), float32: 16 warps, each warpgroup
+//  12 tiled_tf32_flat_wgmma As 5 on Hopper wgmma (sm_90a), float32: 16 warps, each warpgroup
 //                     64 pixels x 64 channels per m64n64k8 step, the gathered pixels from
 //                     registers, the weights from shared memory (FlatWgmmaMainloop).
-//  19 tiled_16bit_flat_wgmma As 18 for float16 / bfloat16 operands: m64n64k16 steps with
-//                     16-bit operands, the gathered fp32 halo values packed back to 16 bits
-//                     (exact), the weights staged 16-bit in the wgmma layout; planes as 12.
-// (20, general_wgmma, is the general Hopper kernel in kernels/hopper/: any geometry, float32 in
-// TF32 and float16 / bfloat16, chosen on Hopper wherever none of the special kernels applies;
-// 6, 10 and 15 are the wgmma kernels, conv_relu_maxpool_wgmma.cu, 15 with 3xTF32; 7 and 11
-// the CUDA-core small_fp32 / small_16bit and 13 their TF32 tensor-core twin small_tf32,
-// conv_relu_maxpool_small.cu; 8 and 9 the other 16-bit kernels, conv_relu_maxpool_half.cu;
-// 16 and 17 the first-layer kernels stem_tf32 / stem_16bit, conv_relu_maxpool_stem.cu.)
+//                     tiled_16bit_flat_wgmma, for float16 / bfloat16 operands: m64n64k16
+//                     steps with 16-bit operands, the gathered fp32 halo values packed back
+//                     to 16 bits (exact), the weights staged 16-bit in the wgmma layout.
+// (13, general_wgmma, is the general Hopper kernel in kernels/hopper/: any geometry, float32 in
+// TF32 and float16 / bfloat16, chosen on Hopper wherever none of the special kernels applies,
+// 14 its 3xTF32 form; 6 and 10 are the wgmma kernels, conv_relu_maxpool_wgmma.cu, 10 with
+// 3xTF32; 7 the CUDA-core small_fp32 / small_16bit and 8 its TF32 tensor-core twin small_tf32,
+// conv_relu_maxpool_small.cu; 11 the first-layer kernels stem_tf32 / stem_16bit,
+// conv_relu_maxpool_stem.cu.)
 //
 // Chunked tiled variants (1-4), per block of 256 (or 512) threads:
 //   * Tile scheduler: blockIdx.x -> (image, tile row, tile col, output-channel
@@ -167,7 +170,7 @@ TiledChoice flat_wgmma(int element) {
 }
 
 bool is_flat_wgmma(int variant) {
-  return variant == kVariantTiledTf32FlatWgmma || variant == kVariantTiled16FlatWgmma;
+  return variant == kVariantFlatWgmma;
 }
 
 // The flat kernels' output-channel block: 64 above kNarrowBlockMaxChannels, never 128
@@ -222,7 +225,7 @@ int tiled_out_block(int variant, const ConvPoolShape& s, const ConvPoolDevice& d
   const int narrow_or_mid = out_channels > kNarrowBlockMaxChannels ? 64 : 32;
   switch (variant) {
     case kVariantTiledFp32: return CudaCoreMainloop::kOutBlock;
-    case kVariantTiledTf32: return out_channels > kMidBlockMaxChannels ? 128 : narrow_or_mid;
+    case kVariantTiledMma: return out_channels > kMidBlockMaxChannels ? 128 : narrow_or_mid;
     case kVariantTiledTf32Wide: return out_channels > kMidBlockMaxChannels ? 128 : 64;
     case kVariantTiled3xTf32:
       if (out_channels > kMidBlockMaxChannels) {
@@ -243,7 +246,7 @@ TiledChoice tiled_choice(int variant, int out_block, bool fast) {
     case kVariantTiledFp32:
       return {conv_pool_tiled_kernel<CudaCoreMainloop, false>, CudaCoreMainloop::kOutBlock,
               CudaCoreMainloop::kThreads};
-    case kVariantTiledTf32:
+    case kVariantTiledMma:
       if (out_block == 128) return pick<TensorCoreMainloop<128, false>>(fast);
       if (out_block == 64) return pick<TensorCoreMainloop<64, false>>(fast);
       return pick<TensorCoreMainloop<32, false>>(fast);
@@ -260,21 +263,20 @@ TiledChoice tiled_choice(int variant, int out_block, bool fast) {
 }
 
 bool is_flat(int variant) {
-  return variant == kVariantTiledTf32Flat || variant == kVariantTiled16Flat ||
-         variant == kVariantTiled3xTf32Flat || is_flat_wgmma(variant);
+  return variant == kVariantFlat || variant == kVariantTiled3xTf32Flat || is_flat_wgmma(variant);
 }
 
 // The tiling a tiled variant runs with (the fast geometry is not built for FFMA).
 TilePlan plan_for(const ConvPoolShape& s, int variant, const ConvPoolDevice& device) {
   if (is_flat(variant))
     return make_flat_plan(s, flat_out_block(s, variant), device.max_shared_bytes,
-                          variant == kVariantTiled16FlatWgmma ? 16 : 8);
+                          is_flat_wgmma(variant) && s.element != kElementFloat32 ? 16 : 8);
   return make_tile_plan(s, tiled_out_block(variant, s, device),
                         variant != kVariantTiledFp32);
 }
 
 bool is_tiled(int variant) {
-  return variant == kVariantTiledFp32 || variant == kVariantTiledTf32 ||
+  return variant == kVariantTiledFp32 || variant == kVariantTiledMma ||
          variant == kVariantTiled3xTf32 || variant == kVariantTiledTf32Wide || is_flat(variant);
 }
 
@@ -334,10 +336,8 @@ bool flat_conv_pool_one_block_per_sm(const ConvPoolShape& s, int variant,
 
 // A wgmma variant with its own element types (the launcher never pairs them else).
 static bool wgmma_variant_for(const ConvPoolShape& s, int variant) {
-  const bool float32 = s.element == kElementFloat32;
-  return ((variant == kVariantTiledTf32Wgmma || variant == kVariantTiled3xTf32Wgmma) &&
-          float32) ||
-         (variant == kVariantTiled16Wgmma && !float32);
+  return variant == kVariantWgmma ||
+         (variant == kVariantTiled3xTf32Wgmma && s.element == kElementFloat32);
 }
 
 // ... and the shape inside the wgmma kernels' geometry: what the tile queries below answer for.
@@ -391,7 +391,7 @@ static void general_plan_text(const ConvPoolShape& s, const ConvPoolDevice& devi
 extern "C" bool conv_relu_maxpool_variant_plan(const ConvPoolShape* s, int variant,
                                                const ConvPoolDevice* device,
                                                ConvPoolPlanInfo* plan) {
-  if (conv_relu_maxpool_variant_name(variant) == nullptr) return false;
+  if (conv_relu_maxpool_variant_name(variant, s->element) == nullptr) return false;
   *plan = ConvPoolPlanInfo{};
   plan->variant = variant;
   plan->unsupported = conv_relu_maxpool_unsupported(s, variant, device);

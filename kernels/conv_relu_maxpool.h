@@ -8,37 +8,33 @@
 
 #include "conv_pool_shape.h"
 
-// Kernel variants, selectable by the `config` argument of the Python op: the ids. What each is
-// and runs (name, family, element types, limits, workspace, launch) is the registry's,
-// conv_relu_maxpool_registry.cu, the one table of them.
+// Kernel variants, selectable by the `config` argument of the Python op: the ids. A variant is
+// one algorithm; where it runs several element types (a float32 and a 16-bit member: dtype twins
+// such as direct / direct_16bit), the element type picks the member and its name, and both names
+// map to the one id (conv2d_relu_maxpool_variants). What each is and runs (names, family,
+// element types, limits, workspace, launch) is the registry's, conv_relu_maxpool_registry.cu,
+// the one table of them.
 enum ConvPoolVariant : int {
-  kVariantAuto = -1,       // pick by shape and precision (conv_relu_maxpool_choose)
-  kVariantDirect = 0,      // one thread per pooled output, global memory, any shape, FP32
-  kVariantTiledFp32 = 1,   // shared-memory tiles, FFMA, FP32-exact accumulation order aside
-  kVariantTiledTf32 = 2,   // shared-memory tiles, TF32 tensor cores (mma.sync), fp32 accumulate
-  kVariantTiled3xTf32 = 3, // as 2, with 3xTF32 error compensation: fp32-level accuracy
-  kVariantTiledTf32Wide = 4, // as 2 with 16 warps (warp tile 64 x 32) instead of 8 (64 x 64)
-  kVariantTiledTf32Flat = 5, // as 2, reduction over flattened (channel, tap): few input channels
-  kVariantTiledTf32Wgmma = 6, // Hopper wgmma (sm_90a), operands from shared memory: 3x3 / 2x2 only
-  kVariantSmallFp32 = 7,     // CUDA cores, all (<= 16) output channels per thread: tiny layers
-  // float16 / bfloat16 inputs (conv_relu_maxpool_half.cu); the variants above take float32 only.
-  kVariantDirect16 = 8,      // one thread per pooled output, fp32 accumulation, any shape
-  kVariantTiled16Mma = 9,    // implicit GEMM, mma.sync m16n8k16 f16/bf16, fp32 accumulation
-  kVariantTiled16Wgmma = 10, // as 6 with f16/bf16 operands (wgmma m64nNk16): 3x3 / 2x2 only
-  kVariantSmall16 = 11,      // as 7 for f16/bf16 operands (converted to fp32 in shared memory)
-  kVariantTiled16Flat = 12,  // as 5 for f16/bf16 operands (converted to fp32; exact in TF32)
-  kVariantSmallTf32 = 13,    // as 7 on TF32 tensor cores (mma.sync): <= 8 channels, 2x2 / 2 pool
-  kVariantTiled3xTf32Flat = 14, // as 5 with 3xTF32 (as 3): fp32-level accuracy, few channels
-  kVariantTiled3xTf32Wgmma = 15, // as 6 with 3xTF32 (as 3): fp32-level accuracy, 3x3 / 2x2 only
-  kVariantStemTf32 = 16,     // first layers: in_channels * taps <= 32, <= 64 output channels,
-                             // 2x2 / 2 pool; TF32 mma.sync with the weights in registers
-  kVariantStem16 = 17,       // as 16 for f16/bf16 operands (mma.sync m16n8k16, fp32 accumulate)
-  kVariantTiledTf32FlatWgmma = 18, // as 5 on Hopper wgmma (sm_90a), pixels from registers
-  kVariantTiled16FlatWgmma = 19, // as 12 on Hopper wgmma with f16/bf16 operands (m64n64k16)
-  kVariantGeneralWgmma = 20, // Hopper wgmma for any conv and pool geometry, float32 (TF32) and
-                             // f16/bf16, the weights streamed (kernels/hopper/)
-  kVariantGeneral3xTf32Wgmma = 21, // as 20 with 3xTF32 (as 3): fp32-level accuracy, float32
-  kVariantCount = 22,
+  kVariantAuto = -1,          // pick by shape and precision (conv_relu_maxpool_choose)
+  kVariantDirect = 0,         // one thread per pooled output, any shape, fp32 accumulation
+  kVariantTiledFp32 = 1,      // shared-memory tiles, FFMA, float32
+  kVariantTiledMma = 2,       // implicit GEMM on mma.sync, fp32 accumulation: TF32 chunks of 8
+                              // channels (float32), m16n8k16 over a packed copy (16-bit)
+  kVariantTiled3xTf32 = 3,    // as 2 (float32) with 3xTF32 error compensation: fp32 accuracy
+  kVariantTiledTf32Wide = 4,  // as 2 (float32) with 16 warps (warp tile 64 x 32) instead of 8
+  kVariantFlat = 5,           // as 2, reduction over flattened (channel, tap): few input channels
+  kVariantWgmma = 6,          // Hopper wgmma (sm_90a), operands from shared memory: 3x3 / 2x2 only
+  kVariantSmall = 7,          // CUDA cores, all (<= 16) output channels per thread: tiny layers
+  kVariantSmallTf32 = 8,      // as 7 on TF32 tensor cores (mma.sync): <= 8 channels, 2x2 / 2 pool
+  kVariantTiled3xTf32Flat = 9,    // as 5 with 3xTF32 (as 3), float32
+  kVariantTiled3xTf32Wgmma = 10,  // as 6 with 3xTF32 (as 3), float32
+  kVariantStem = 11,          // first layers: in_channels * taps <= 32, <= 64 output channels,
+                              // 2x2 / 2 pool; mma.sync with the weights in registers
+  kVariantFlatWgmma = 12,     // as 5 on Hopper wgmma (sm_90a), pixels from registers
+  kVariantGeneralWgmma = 13,  // Hopper wgmma for any conv and pool geometry, the weights
+                              // streamed (kernels/hopper/)
+  kVariantGeneral3xTf32Wgmma = 14,  // as 13 with 3xTF32 (as 3), float32
+  kVariantCount = 15,
 };
 
 // What the choice of variant needs to know about the GPU (conv_relu_maxpool_query_device; the
@@ -54,15 +50,20 @@ struct ConvPoolDevice {
   int max_clusters[kConvPoolMaxCluster + 1];
 };
 
-// One variant as the registry describes it (conv_relu_maxpool_variant_info).
+// One variant as the registry describes it (conv_relu_maxpool_variant_info): its members per
+// element type, float32 and 16-bit (float16 and bfloat16 share one), each with the name, math
+// and source file it has there; nullptr fields where it takes no input of that kind.
 struct ConvPoolVariantInfo {
-  const char* name;    // the config's name: "direct", "tiled_tf32_wgmma", ...
+  const char* name;    // the float32 member's name: "direct", "tiled_tf32_wgmma", ...
   const char* family;  // the algorithm: direct, tiled, flat, flat_wgmma, wgmma, small, stem,
-                       // general; dtype twins (e.g. direct / direct_16bit) share one
-  const char* math;    // fp32 (CUDA cores), tf32, 3xtf32 (fp32-accurate), 16bit, tf32/16bit
-  const char* source;  // the file under kernels/ with its host code
+                       // general
+  const char* math;    // the float32 member's: fp32 (CUDA cores), tf32, 3xtf32 (fp32-accurate)
+  const char* source;  // the file under kernels/ with the float32 member's host code
   unsigned elements;   // bit e set: takes ConvPoolElement e
   int arch;            // lowest compute capability it is built for: 0 any, 80, 90 (sm_90a)
+  const char* name_16bit;    // the 16-bit member's: "direct_16bit", "tiled_16bit_wgmma", ...
+  const char* math_16bit;    // 16bit (tensor cores on 16-bit operands) or fp32 (CUDA cores)
+  const char* source_16bit;
 };
 
 extern "C" {
@@ -73,8 +74,10 @@ bool conv_relu_maxpool_variant_info(int variant, ConvPoolVariantInfo* info);
 // `device`'s ConvPoolDevice (the caller's current device is kept).
 cudaError_t conv_relu_maxpool_query_device(int device, ConvPoolDevice* info);
 
-// Name of a variant ("direct", "tiled_fp32", ...), or nullptr when out of range.
-const char* conv_relu_maxpool_variant_name(int variant);
+// Name of `variant` for inputs of `element` (a ConvPoolElement): its member's for that element
+// type ("direct" for float32, "direct_16bit" for float16), the float32 member's where it has no
+// member for it or `element` is out of range; nullptr when `variant` is out of range.
+const char* conv_relu_maxpool_variant_name(int variant, int element);
 
 // Why `variant` cannot run `shape` on `device`, or nullptr when it can.
 const char* conv_relu_maxpool_unsupported(const ConvPoolShape* shape, int variant,

@@ -340,7 +340,7 @@ int resolve_variant(const ConvPoolShape& shape, int64_t config, const ConvPoolDe
   const int variant = conv_relu_maxpool_choose(&shape, int(config), tf32_allowed(), &device);
   const char* why_not = conv_relu_maxpool_unsupported(&shape, variant, &device);
   TORCH_CHECK(why_not == nullptr,
-              message("config ", config, " (", conv_relu_maxpool_variant_name(variant),
+              message("config ", config, " (", conv_relu_maxpool_variant_name(variant, shape.element),
                       ") cannot run this shape: ", why_not));
   return variant;
 }
@@ -555,15 +555,19 @@ std::string conv2d_relu_maxpool_choose(const std::optional<torch::Tensor>& x,
                                        const IntPair& dilation, const IntPair& pool_kernel,
                                        const IntPair& pool_stride, const IntPair& pool_padding,
                                        bool ceil_mode, int64_t config) {
-  return conv_relu_maxpool_variant_name(resolve_arguments(x, weight, bias, stride, padding,
-                                                          dilation, pool_kernel, pool_stride,
-                                                          pool_padding, ceil_mode, config)
-                                            .variant);
+  const Resolved resolved = resolve_arguments(x, weight, bias, stride, padding, dilation,
+                                              pool_kernel, pool_stride, pool_padding, ceil_mode,
+                                              config);
+  return conv_relu_maxpool_variant_name(resolved.variant, resolved.shape.element);
 }
 
+// Every member's name to its variant's id: a dtype twin's two names (direct, direct_16bit) map
+// to the one id, in id order.
 pybind11::dict conv2d_relu_maxpool_variants() {
   pybind11::dict variants;
-  for (int v = 0; v < kVariantCount; ++v) variants[conv_relu_maxpool_variant_name(v)] = v;
+  for (int v = 0; v < kVariantCount; ++v)
+    for (int e : {kElementFloat32, kElementFloat16})
+      variants[conv_relu_maxpool_variant_name(v, e)] = v;
   return variants;
 }
 
@@ -579,10 +583,21 @@ pybind11::list conv2d_relu_maxpool_variant_table() {
       if ((info.elements >> e) & 1u) dtypes.append(kElementNames[e]);
     pybind11::dict row;
     row["id"] = v;
+    // Per dtype: the member's name, math and source (dtype twins differ there).
+    pybind11::dict names, math, sources;
+    for (int e = 0; e < 3; ++e) {
+      if (((info.elements >> e) & 1u) == 0) continue;
+      const bool sixteen = e != kElementFloat32;
+      names[kElementNames[e]] = sixteen ? info.name_16bit : info.name;
+      math[kElementNames[e]] = sixteen ? info.math_16bit : info.math;
+      sources[kElementNames[e]] =
+          std::string("kernels/") + (sixteen ? info.source_16bit : info.source);
+    }
     row["name"] = info.name;
+    row["names"] = names;
     row["family"] = info.family;
-    row["math"] = info.math;
-    row["source"] = std::string("kernels/") + info.source;
+    row["math"] = math;
+    row["source"] = sources;
     row["dtypes"] = dtypes;
     row["arch"] = info.arch;
     rows.append(row);
@@ -606,13 +621,13 @@ pybind11::dict conv2d_relu_maxpool_plan(const std::optional<torch::Tensor>& x,
   const ConvPoolShape& shape = resolved.shape;
   const ConvPoolDevice& info = resolved.device;
   const int variant = resolved.variant;
-  const char* chosen = conv_relu_maxpool_variant_name(variant);
+  const char* chosen = conv_relu_maxpool_variant_name(variant, shape.element);
   pybind11::dict passed_over;
   for (int v = 0; v < kVariantCount; ++v) {
     if (v == variant) continue;
     const char* why = conv_relu_maxpool_unsupported(&shape, v, &info);
     const bool automatic = config == kVariantAuto;
-    passed_over[conv_relu_maxpool_variant_name(v)] =
+    passed_over[conv_relu_maxpool_variant_name(v, shape.element)] =
         why ? std::string(why)
             : std::string(automatic ? "runs it; the choice takes " : "runs it; config ") + chosen +
                   (automatic ? " first" : " asked for");
@@ -793,10 +808,12 @@ void register_conv_relu_maxpool(pybind11::module& m) {
         py::arg("dilation"), py::arg("pool_kernel"), py::arg("pool_stride"),
         py::arg("pool_padding"), py::arg("ceil_mode"), py::arg("config") = -1);
   m.def("conv2d_relu_maxpool_variants", &conv2d_relu_maxpool_variants,
-        "Kernel variants of conv2d_relu_maxpool_forward: {name: config id}.");
+        "Kernel variants of conv2d_relu_maxpool_forward: {name: config id}; a variant's\n"
+        "float32 and 16-bit members (dtype twins, e.g. direct / direct_16bit) share one id.");
   m.def("conv2d_relu_maxpool_variant_table", &conv2d_relu_maxpool_variant_table,
-        "The variant registry: one dict per variant (id, name, family, math, source, dtypes,\n"
-        "arch: the lowest compute capability it is built for, 90 meaning sm_90a).");
+        "The variant registry: one dict per variant (id, name: the float32 member's, family,\n"
+        "dtypes, arch: the lowest compute capability it is built for, 90 meaning sm_90a; names,\n"
+        "math and source: {dtype: the member's}).");
   m.def("conv2d_relu_maxpool_plan", &conv2d_relu_maxpool_plan,
         "What the forward would do for these arguments: {variant, config, workspace_bytes (for\n"
         "an NCHW x), takes_packed_weight, the variant's plan (ConvPoolPlanInfo: wgmma_tile,\n"

@@ -39,16 +39,16 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   const bool stem = device->compute_capability == 90 && s->out_channels > 16 &&
                     s->in_channels <= kStemMaxInChannels;
   if (s->element != kElementFloat32) {
-    if (stem && runs(kVariantStem16)) return kVariantStem16;
-    if (runs(kVariantTiled16Wgmma)) return kVariantTiled16Wgmma;
-    if (runs(kVariantSmall16)) return kVariantSmall16;
+    if (stem && runs(kVariantStem)) return kVariantStem;
+    if (runs(kVariantWgmma)) return kVariantWgmma;
+    if (runs(kVariantSmall)) return kVariantSmall;
     // As for float32 below: the flat kernel, on its wgmma mainloop where that measured faster.
-    if (const int flat = flat_choice(kVariantTiled16Flat, kVariantTiled16FlatWgmma); flat >= 0)
+    if (const int flat = flat_choice(kVariantFlat, kVariantFlatWgmma); flat >= 0)
       return flat;
     // Hopper, everything else: the general wgmma kernel (any kernel size, stride, dilation and
     // pool), which streams the weights through its stages.
     if (runs(kVariantGeneralWgmma)) return kVariantGeneralWgmma;
-    return runs(kVariantTiled16Mma) ? kVariantTiled16Mma : kVariantDirect16;
+    return runs(kVariantTiledMma) ? kVariantTiledMma : kVariantDirect;
   }
   // At most 16 output channels and a short reduction: tensor-core tiles would multiply mostly
   // padding; the CUDA-core kernel computes every channel of a window per thread, in fp32. With
@@ -58,8 +58,8 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   // layer: 65 us against 36; docs/PERF.md).
   if (allow_tf32 && runs(kVariantSmallTf32) && !small_conv_pool_patch_loop(*s))
     return kVariantSmallTf32;
-  if (runs(kVariantSmallFp32)) return kVariantSmallFp32;
-  if (allow_tf32 && stem && runs(kVariantStemTf32)) return kVariantStemTf32;
+  if (runs(kVariantSmall)) return kVariantSmall;
+  if (allow_tf32 && stem && runs(kVariantStem)) return kVariantStem;
   // fp32-accurate tensor-core paths (3xTF32) as the TF32 ones below: the flat reduction for
   // fewer than 8 input channels off the fast path (AlexNet's first layer took `direct`, whose
   // 8-channel tiles do not fit its 11 x 11 halo), else the 8-channel chunks where they fit.
@@ -83,7 +83,7 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   // layer 97 -> 77 us, ResNet's 7 x 7 / 2 stem 269 -> 234. Where two blocks share an SM (5 x 5
   // and 3 x 3 kernels over few channels) and for at most 32 channels (half of the wgmma's N = 64
   // would be zeros) the mma.sync one measured faster (11-54%).
-  if (const int flat = flat_choice(kVariantTiledTf32Flat, kVariantTiledTf32FlatWgmma); flat >= 0)
+  if (const int flat = flat_choice(kVariantFlat, kVariantFlatWgmma); flat >= 0)
     return flat;
   // Hopper: the wgmma kernel for the fast-path geometry, with blocks of 128 output channels, or
   // of 64 for up to 64 (rgb_stem: 0.25 ms vs 0.60 ms for tiled_tf32_16w, same process).
@@ -91,14 +91,14 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   // work per output channel block and took 10-46% longer on four layers of 24 and 32 output
   // channels (as did tiled_3xtf32 against tiled_3xtf32_wgmma, 17-31% on the
   // H200, docs/PERF.md).
-  if (runs(kVariantTiledTf32Wgmma)) return kVariantTiledTf32Wgmma;
+  if (runs(kVariantWgmma)) return kVariantWgmma;
   // Hopper, everything else: the general wgmma kernel.
   if (runs(kVariantGeneralWgmma)) return kVariantGeneralWgmma;
   // 16 warps for 33..64 output channels on the fast path (conv_pool_heuristics.h).
   const bool wide = s->out_channels > kNarrowBlockMaxChannels &&
                     s->out_channels <= kMidBlockMaxChannels && fast_path_applies(*s);
-  const int chunked = wide ? kVariantTiledTf32Wide : kVariantTiledTf32;
+  const int chunked = wide ? kVariantTiledTf32Wide : kVariantTiledMma;
   if (runs(chunked)) return chunked;
-  if (runs(kVariantTiledTf32Flat)) return kVariantTiledTf32Flat;
+  if (runs(kVariantFlat)) return kVariantFlat;
   return kVariantDirect;
 }

@@ -407,8 +407,8 @@ bool is_16bit(const ConvPoolShape& s) {
 const char* half_conv_pool_unsupported(const ConvPoolShape& s, int variant,
                                        const ConvPoolDevice& device) {
   if (!is_16bit(s)) return "needs float16 or bfloat16 input";
-  if (variant == kVariantDirect16) return nullptr;
-  if (variant != kVariantTiled16Mma) return "unknown variant";
+  if (variant == kVariantDirect) return nullptr;
+  if (variant != kVariantTiledMma) return "unknown variant";
   if (device.compute_capability < 80)
     return "needs compute capability 8.0 or newer (mma.sync with 16-bit inputs)";
   if (s.pool_h > kTileRows || s.pool_w > kTileCols)
@@ -423,7 +423,7 @@ const char* half_conv_pool_unsupported(const ConvPoolShape& s, int variant,
 }
 
 int64_t half_conv_pool_workspace_bytes(const ConvPoolShape& s, int variant) {
-  if (variant != kVariantTiled16Mma || !is_16bit(s)) return 0;
+  if (variant != kVariantTiledMma || !is_16bit(s)) return 0;
   const Mma16Plan p = make_mma16_plan(s);
   return p.weight_bytes + p.input_bytes;
 }
@@ -431,9 +431,9 @@ int64_t half_conv_pool_workspace_bytes(const ConvPoolShape& s, int variant) {
 cudaError_t half_conv_pool_launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                   int variant, cudaStream_t stream) {
   const bool bf16 = s.element == kElementBFloat16;
-  if (variant == kVariantDirect16)
+  if (variant == kVariantDirect)
     return bf16 ? launch_direct16<BFloat16>(ops, s, stream) : launch_direct16<Float16>(ops, s, stream);
-  if (variant == kVariantTiled16Mma)
+  if (variant == kVariantTiledMma)
     return bf16 ? launch_mma16_for<BFloat16>(ops, s, stream)
                 : launch_mma16_for<Float16>(ops, s, stream);
   return cudaErrorInvalidValue;

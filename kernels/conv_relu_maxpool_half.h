@@ -10,7 +10,7 @@
 
 #include "conv_relu_maxpool.h"
 
-// Why `variant` (kVariantDirect16 or kVariantTiled16Mma) cannot run `shape` on `device`, or
+// Why `variant` (kVariantDirect or kVariantTiledMma) cannot run `shape` on `device`, or
 // nullptr when it can.
 const char* half_conv_pool_unsupported(const ConvPoolShape& shape, int variant,
                                        const ConvPoolDevice& device);

@@ -1,6 +1,6 @@
 // The variant registry: one row per kernel variant (the `config` ids of conv_relu_maxpool.h),
-// with what the launcher, the choice, the binding and the tests ask of it: its name, algorithm
-// family, math, element types and architecture, why it cannot run a shape, its workspace,
+// with what the launcher, the choice, the binding and the tests ask of it: its members' names,
+// math and sources per element type, its algorithm family, element types and architecture, why it cannot run a shape, its workspace,
 // whether it reads weights packed ahead of time, and its launch. The C functions of
 // conv_relu_maxpool.h that answer per variant read this table and nothing else.
 #include <cuda_runtime.h>
@@ -40,13 +40,19 @@ struct Variant {
 };
 
 // Per family: the checks and launches of conv_relu_maxpool_*.cu and kernels/hopper/, in the
-// registry's signatures.
+// registry's signatures. A family with members in two files (direct, tiled_mma: the 16-bit ones
+// in conv_relu_maxpool_half.cu) picks the file's function by the shape's element type.
+bool sixteen_bit(const ConvPoolShape& s) { return s.element != kElementFloat32; }
+
 const char* no_limit(const ConvPoolShape&, int, const ConvPoolDevice&) { return nullptr; }
 const char* tiled_limits(const ConvPoolShape& s, int v, const ConvPoolDevice& d) {
   return tiled_conv_pool_unsupported(s, v, d);
 }
-const char* half_limits(const ConvPoolShape& s, int v, const ConvPoolDevice& d) {
-  return half_conv_pool_unsupported(s, v, d);
+const char* direct_limits(const ConvPoolShape& s, int v, const ConvPoolDevice& d) {
+  return sixteen_bit(s) ? half_conv_pool_unsupported(s, v, d) : nullptr;
+}
+const char* mma_limits(const ConvPoolShape& s, int v, const ConvPoolDevice& d) {
+  return sixteen_bit(s) ? half_conv_pool_unsupported(s, v, d) : tiled_conv_pool_unsupported(s, v, d);
 }
 const char* wgmma_limits(const ConvPoolShape& s, int v, const ConvPoolDevice& d) {
   return wgmma_conv_pool_unsupported(s, d, v == kVariantTiled3xTf32Wgmma);
@@ -63,7 +69,7 @@ const char* general_limits(const ConvPoolShape& s, int v, const ConvPoolDevice& 
 
 int64_t half_workspace(const ConvPoolShape& s, int v, const ConvPoolDevice&,
                        const ConvPoolOperands*) {
-  return half_conv_pool_workspace_bytes(s, v);
+  return sixteen_bit(s) ? half_conv_pool_workspace_bytes(s, v) : 0;
 }
 int64_t wgmma_workspace(const ConvPoolShape& s, int v, const ConvPoolDevice&,
                         const ConvPoolOperands*) {
@@ -77,17 +83,19 @@ int64_t general_workspace(const ConvPoolShape& s, int v, const ConvPoolDevice& d
 bool wgmma_packed(const ConvPoolShape& s) { return wgmma_takes_packed_weight(s); }
 bool any_strides(const ConvPoolShape&) { return true; }
 
-cudaError_t direct_launch(const ConvPoolOperands& ops, const ConvPoolShape& s, int,
+cudaError_t direct_launch(const ConvPoolOperands& ops, const ConvPoolShape& s, int v,
                           const ConvPoolDevice&, cudaStream_t stream, const int64_t*) {
-  return direct_conv_pool_launch(ops, s, stream);
+  return sixteen_bit(s) ? half_conv_pool_launch(ops, s, v, stream)
+                        : direct_conv_pool_launch(ops, s, stream);
 }
 cudaError_t tiled_launch(const ConvPoolOperands& ops, const ConvPoolShape& s, int v,
                          const ConvPoolDevice& d, cudaStream_t stream, const int64_t*) {
   return tiled_conv_pool_launch(ops, s, v, d, stream);
 }
-cudaError_t half_launch(const ConvPoolOperands& ops, const ConvPoolShape& s, int v,
-                        const ConvPoolDevice&, cudaStream_t stream, const int64_t*) {
-  return half_conv_pool_launch(ops, s, v, stream);
+cudaError_t mma_launch(const ConvPoolOperands& ops, const ConvPoolShape& s, int v,
+                       const ConvPoolDevice& d, cudaStream_t stream, const int64_t*) {
+  return sixteen_bit(s) ? half_conv_pool_launch(ops, s, v, stream)
+                        : tiled_conv_pool_launch(ops, s, v, d, stream);
 }
 cudaError_t wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShape& s, int v,
                          const ConvPoolDevice& d, cudaStream_t stream,
@@ -115,55 +123,57 @@ constexpr const char* kSmall = "conv_relu_maxpool_small.cu";
 constexpr const char* kStem = "conv_relu_maxpool_stem.cu";
 constexpr const char* kGeneral = "hopper/general_wgmma.cu";
 
+// Row builders: a float32-only variant, and a family with a 16-bit member (name, math, source).
+constexpr ConvPoolVariantInfo float32_only(const char* name, const char* family, const char* math,
+                                           const char* source, int arch) {
+  return {name, family, math, source, kFloat32, arch, nullptr, nullptr, nullptr};
+}
+constexpr ConvPoolVariantInfo with_16bit(const char* name, const char* family, const char* math,
+                                         const char* source, int arch, const char* name_16bit,
+                                         const char* math_16bit, const char* source_16bit) {
+  return {name, family, math, source, kAnyElement, arch, name_16bit, math_16bit, source_16bit};
+}
+
 // The registry. Row i is variant id i (checked below). arch: the lowest compute capability the
 // kernel is built for (90: sm_90a's wgmma); the variant's own check refuses older devices.
 constexpr Variant kVariants[] = {
-    {kVariantDirect, {"direct", "direct", "fp32", kSm80, kFloat32, 0},
-     no_limit, nullptr, nullptr, nullptr, direct_launch},
-    {kVariantTiledFp32, {"tiled_fp32", "tiled", "fp32", kSm80, kFloat32, 80},
+    {kVariantDirect, with_16bit("direct", "direct", "fp32", kSm80, 0, "direct_16bit", "fp32", kHalf),
+     direct_limits, half_workspace, nullptr, nullptr, direct_launch},
+    {kVariantTiledFp32, float32_only("tiled_fp32", "tiled", "fp32", kSm80, 80),
      tiled_limits, nullptr, nullptr, nullptr, tiled_launch},
-    {kVariantTiledTf32, {"tiled_tf32", "tiled", "tf32", kSm80, kFloat32, 80},
+    {kVariantTiledMma, with_16bit("tiled_tf32", "tiled", "tf32", kSm80, 80, "tiled_16bit_mma",
+                                  "16bit", kHalf),
+     mma_limits, half_workspace, nullptr, nullptr, mma_launch},
+    {kVariantTiled3xTf32, float32_only("tiled_3xtf32", "tiled", "3xtf32", kSm80, 80),
      tiled_limits, nullptr, nullptr, nullptr, tiled_launch},
-    {kVariantTiled3xTf32, {"tiled_3xtf32", "tiled", "3xtf32", kSm80, kFloat32, 80},
+    {kVariantTiledTf32Wide, float32_only("tiled_tf32_16w", "tiled", "tf32", kSm80, 80),
      tiled_limits, nullptr, nullptr, nullptr, tiled_launch},
-    {kVariantTiledTf32Wide, {"tiled_tf32_16w", "tiled", "tf32", kSm80, kFloat32, 80},
+    {kVariantFlat, with_16bit("tiled_tf32_flat", "flat", "tf32", kSm80, 80, "tiled_16bit_flat",
+                              "tf32", kSm80),
      tiled_limits, nullptr, nullptr, nullptr, tiled_launch},
-    {kVariantTiledTf32Flat, {"tiled_tf32_flat", "flat", "tf32", kSm80, kFloat32, 80},
-     tiled_limits, nullptr, nullptr, nullptr, tiled_launch},
-    {kVariantTiledTf32Wgmma, {"tiled_tf32_wgmma", "wgmma", "tf32", kWgmma, kFloat32, 90},
+    {kVariantWgmma, with_16bit("tiled_tf32_wgmma", "wgmma", "tf32", kWgmma, 90,
+                               "tiled_16bit_wgmma", "16bit", kWgmma),
      wgmma_limits, wgmma_workspace, wgmma_packed, any_strides, wgmma_launch},
-    {kVariantSmallFp32, {"small_fp32", "small", "fp32", kSmall, kFloat32, 80},
+    {kVariantSmall, with_16bit("small_fp32", "small", "fp32", kSmall, 80, "small_16bit", "fp32",
+                               kSmall),
      small_limits, nullptr, nullptr, nullptr, small_launch},
-    {kVariantDirect16, {"direct_16bit", "direct", "fp32", kHalf, kSixteenBit, 0},
-     half_limits, nullptr, nullptr, nullptr, half_launch},
-    {kVariantTiled16Mma, {"tiled_16bit_mma", "tiled", "16bit", kHalf, kSixteenBit, 80},
-     half_limits, half_workspace, nullptr, nullptr, half_launch},
-    {kVariantTiled16Wgmma, {"tiled_16bit_wgmma", "wgmma", "16bit", kWgmma, kSixteenBit, 90},
-     wgmma_limits, wgmma_workspace, wgmma_packed, any_strides, wgmma_launch},
-    {kVariantSmall16, {"small_16bit", "small", "fp32", kSmall, kSixteenBit, 80},
+    {kVariantSmallTf32, float32_only("small_tf32", "small", "tf32", kSmall, 80),
      small_limits, nullptr, nullptr, nullptr, small_launch},
-    {kVariantTiled16Flat, {"tiled_16bit_flat", "flat", "tf32", kSm80, kSixteenBit, 80},
+    {kVariantTiled3xTf32Flat, float32_only("tiled_3xtf32_flat", "flat", "3xtf32", kSm80, 80),
      tiled_limits, nullptr, nullptr, nullptr, tiled_launch},
-    {kVariantSmallTf32, {"small_tf32", "small", "tf32", kSmall, kFloat32, 80},
-     small_limits, nullptr, nullptr, nullptr, small_launch},
-    {kVariantTiled3xTf32Flat, {"tiled_3xtf32_flat", "flat", "3xtf32", kSm80, kFloat32, 80},
-     tiled_limits, nullptr, nullptr, nullptr, tiled_launch},
-    {kVariantTiled3xTf32Wgmma, {"tiled_3xtf32_wgmma", "wgmma", "3xtf32", kWgmma, kFloat32, 90},
+    {kVariantTiled3xTf32Wgmma, float32_only("tiled_3xtf32_wgmma", "wgmma", "3xtf32", kWgmma, 90),
      wgmma_limits, wgmma_workspace, nullptr, any_strides, wgmma_launch},
-    {kVariantStemTf32, {"stem_tf32", "stem", "tf32", kStem, kFloat32, 80},
+    {kVariantStem, with_16bit("stem_tf32", "stem", "tf32", kStem, 80, "stem_16bit", "16bit",
+                              kStem),
      stem_limits, nullptr, nullptr, nullptr, stem_launch},
-    {kVariantStem16, {"stem_16bit", "stem", "16bit", kStem, kSixteenBit, 80},
-     stem_limits, nullptr, nullptr, nullptr, stem_launch},
-    {kVariantTiledTf32FlatWgmma,
-     {"tiled_tf32_flat_wgmma", "flat_wgmma", "tf32", kSm80, kFloat32, 90},
+    {kVariantFlatWgmma, with_16bit("tiled_tf32_flat_wgmma", "flat_wgmma", "tf32", kSm80, 90,
+                                   "tiled_16bit_flat_wgmma", "16bit", kSm80),
      tiled_limits, nullptr, nullptr, nullptr, tiled_launch},
-    {kVariantTiled16FlatWgmma,
-     {"tiled_16bit_flat_wgmma", "flat_wgmma", "16bit", kSm80, kSixteenBit, 90},
-     tiled_limits, nullptr, nullptr, nullptr, tiled_launch},
-    {kVariantGeneralWgmma, {"general_wgmma", "general", "tf32/16bit", kGeneral, kAnyElement, 90},
+    {kVariantGeneralWgmma, with_16bit("general_wgmma", "general", "tf32", kGeneral, 90,
+                                      "general_wgmma", "16bit", kGeneral),
      general_limits, general_workspace, nullptr, any_strides, general_launch},
     {kVariantGeneral3xTf32Wgmma,
-     {"general_3xtf32_wgmma", "general", "3xtf32", kGeneral, kFloat32, 90},
+     float32_only("general_3xtf32_wgmma", "general", "3xtf32", kGeneral, 90),
      general_limits, general_workspace, nullptr, any_strides, general_launch},
 };
 
@@ -175,6 +185,12 @@ constexpr bool rows_are_ids() {
 static_assert(sizeof(kVariants) / sizeof(kVariants[0]) == kVariantCount,
               "one registry row per variant id");
 static_assert(rows_are_ids(), "registry row i is variant i");
+constexpr bool every_row_takes_float32() {
+  for (const Variant& v : kVariants)
+    if ((v.info.elements & kFloat32) == 0 || v.info.name == nullptr) return false;
+  return true;
+}
+static_assert(every_row_takes_float32(), "every variant has a float32 member (its id's name)");
 
 const Variant* find(int variant) {
   return variant >= 0 && variant < kVariantCount ? &kVariants[variant] : nullptr;
@@ -193,9 +209,12 @@ extern "C" bool conv_relu_maxpool_variant_info(int variant, ConvPoolVariantInfo*
   return true;
 }
 
-extern "C" const char* conv_relu_maxpool_variant_name(int variant) {
+extern "C" const char* conv_relu_maxpool_variant_name(int variant, int element) {
   const Variant* v = find(variant);
-  return v ? v->info.name : nullptr;
+  if (v == nullptr) return nullptr;
+  const bool member_16bit = (element == kElementFloat16 || element == kElementBFloat16) &&
+                            v->info.name_16bit != nullptr;
+  return member_16bit ? v->info.name_16bit : v->info.name;
 }
 
 extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int variant,
@@ -203,8 +222,7 @@ extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int
   const Variant* v = find(variant);
   if (v == nullptr) return "unknown variant";
   if (!runs_element(*v, s->element))
-    return v->info.elements == kFloat32 ? "needs float32 input"
-                                        : "needs float16 or bfloat16 input";
+    return "needs float32 input";  // every variant has a float32 member
   return v->unsupported(*s, variant, *device);
 }
 

@@ -53,16 +53,20 @@ def test_registered_bindings_lists_conv_relu_maxpool(extension):
     assert "conv_relu_maxpool" in list(extension.registered_bindings)
 
 
-def test_variants_map_unique_names_to_ids_from_zero(extension):
+def test_variants_map_names_to_ids_from_zero(extension):
     variants = extension.conv2d_relu_maxpool_variants()
     assert variants["direct"] == 0, "the direct fallback must stay config 0"
-    assert sorted(variants.values()) == list(range(len(variants)))
+    table = extension.conv2d_relu_maxpool_variant_table()
+    assert sorted(set(variants.values())) == list(range(len(table)))
     assert all(isinstance(name, str) and name for name in variants)
+    # Every member's name, and nothing else: a dtype twin's two names share its id.
+    assert variants == {name: row["id"] for row in table for name in row["names"].values()}
+    assert variants["direct_16bit"] == 0
 
 
 @pytest.mark.parametrize("side", ["above", "below"])
 def test_config_out_of_range_names_the_valid_range(op, extension, side):
-    count = len(extension.conv2d_relu_maxpool_variants())
+    count = len(extension.conv2d_relu_maxpool_variant_table())
     config = count if side == "above" else -2
     with raises(f"config must be -1 (auto) or a variant id in [0, {count - 1}], got {config}"):
         op(**valid_args(config=config))

@@ -141,7 +141,8 @@ def test_every_variant_matches_float64_reference(ext, case, seed):
     assert auto.shape == expected.shape
     torch.testing.assert_close(auto.double().cpu(), expected, **TF32_TOLERANCE)
     plan = plan_of(ext, case, x, weight, bias)
-    names = ext.conv2d_relu_maxpool_variants()
+    # Every variant once, by its float32 member's name (the 16-bit names share those ids).
+    names = {row["name"]: row["id"] for row in ext.conv2d_relu_maxpool_variant_table()}
     assert set(plan["passed_over"]) | {plan["variant"]} == set(names)
     ran = []
     for name, config in names.items():
@@ -159,24 +160,34 @@ def test_every_variant_matches_float64_reference(ext, case, seed):
 
 
 def test_every_variant_runs_some_grid_case(ext, choice, seed):
-    """Each row of the registry runs (and matches float64 on) at least one GRID case on this
-    GPU, in the first element type it takes: no variant is tested only by its refusals."""
+    """Each member of each row of the registry (float32, and float16 where the row has a 16-bit
+    member) runs, and matches float64 on, at least one GRID case on this GPU: no variant is
+    tested only by its refusals."""
     device = kernel_choice.device_of(choice)
     hopper = torch.cuda.get_device_capability() == (9, 0)
+    ran = set()
     for row in ext.conv2d_relu_maxpool_variant_table():
         if row["arch"] == 90 and not hopper:
             continue
-        dtype = {"float32": torch.float32, "float16": torch.float16}[row["dtypes"][0]]
-        case = next((c for c in GRID if kernel_choice.why_not(
-            choice, c, row["id"], ELEMENT_OF[dtype], device) is None), None)
-        assert case is not None, f"{row['name']}: no GRID case it runs"
-        x, weight, bias = (None if t is None else t.to(dtype)
-                           for t in make_operands(case, seed=seed))
-        out = run_op(ext, case, x, weight, bias, row["id"])
-        tolerance = (SIXTEEN_BIT_TOLERANCE[dtype] if dtype != torch.float32 else
-                     FP32_TOLERANCE if row["name"] in FP32_VARIANTS else TF32_TOLERANCE)
-        torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias),
-                                   **tolerance, msg=lambda m: f"{row['name']} on {case.name}: {m}")
+        for dtype in (torch.float32, torch.float16):
+            name = row["names"].get(DTYPE_NAMES[dtype])
+            if name is None:
+                continue
+            case = next((c for c in GRID if kernel_choice.why_not(
+                choice, c, row["id"], ELEMENT_OF[dtype], device) is None), None)
+            assert case is not None, f"{name}: no GRID case it runs"
+            x, weight, bias = (None if t is None else t.to(dtype)
+                               for t in make_operands(case, seed=seed))
+            assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args(),
+                                                  row["id"]) == name
+            out = run_op(ext, case, x, weight, bias, row["id"])
+            tolerance = (SIXTEEN_BIT_TOLERANCE[dtype] if dtype != torch.float32 else
+                         FP32_TOLERANCE if name in FP32_VARIANTS else TF32_TOLERANCE)
+            torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias),
+                                       **tolerance, msg=lambda m: f"{name} on {case.name}: {m}")
+            ran.add(name)
+    assert set(SIXTEEN_BIT_VARIANTS) - ran <= ({"tiled_16bit_wgmma", "tiled_16bit_flat_wgmma"}
+                                               if not hopper else set())
 
 
 def test_default_problem_matches_model_and_uses_tensor_cores(ext):
@@ -652,6 +663,7 @@ SIXTEEN_BIT_VARIANTS = ("direct_16bit", "tiled_16bit_mma", "tiled_16bit_wgmma", 
 SIXTEEN_BIT_TOLERANCE = {torch.float16: dict(atol=1e-2, rtol=1e-2),
                          torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}
 DTYPE_IDS = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+DTYPE_NAMES = {torch.float32: "float32", **DTYPE_IDS}
 
 
 def on_hopper() -> bool:
@@ -662,7 +674,8 @@ def require_runs(ext, case, x, weight, bias, name: str) -> None:
     """Skips a variant not built for this GPU (the registry's arch: 90 is sm_90a, Hopper only);
     any other refusal fails: these tests pick their cases so that every variant they name runs
     them."""
-    row = next(r for r in ext.conv2d_relu_maxpool_variant_table() if r["name"] == name)
+    row = next(r for r in ext.conv2d_relu_maxpool_variant_table()
+               if name in r["names"].values())
     major, minor = torch.cuda.get_device_capability()
     capability = 10 * major + minor
     if row["arch"] > capability or (row["arch"] == 90 and capability != 90):  # sm_90a only
@@ -1373,7 +1386,8 @@ def test_16bit_every_variant_matches_float64_and_pytorch(ext, choice, case, dtyp
                       else "tiled_16bit_mma" if fits_tile else "direct_16bit")
     check_16bit(run_op(ext, case, x, weight, bias), x, case, weight, bias, dtype, "auto")
     ran = []
-    for name, config in ext.conv2d_relu_maxpool_variants().items():
+    for row in ext.conv2d_relu_maxpool_variant_table():  # each variant by its 16-bit name
+        name, config = row["names"].get(DTYPE_NAMES[dtype], row["name"]), row["id"]
         if not variant_runs(ext, case, x, weight, bias, name):
             if name == "tiled_16bit_mma":  # only a pooling window beyond the tile stops it
                 assert not fits_tile
@@ -1390,21 +1404,28 @@ def test_16bit_every_variant_matches_float64_and_pytorch(ext, choice, case, dtyp
 
 
 @pytest.mark.parametrize("dtype", SIXTEEN_BIT_DTYPES, ids=DTYPE_IDS.get)
-def test_16bit_float32_variant_is_refused_by_name(ext, dtype):
+def test_16bit_float32_only_variant_is_refused_by_name(ext, dtype):
     case = find_case("padding1")
     x, weight, bias = make_operands_16bit(case, 0, dtype)
-    config = ext.conv2d_relu_maxpool_variants()["tiled_tf32"]
-    with pytest.raises(RuntimeError, match=r"config 2 \(tiled_tf32\) cannot run this shape: "
+    config = ext.conv2d_relu_maxpool_variants()["tiled_3xtf32"]
+    with pytest.raises(RuntimeError, match=r"config 3 \(tiled_3xtf32\) cannot run this shape: "
                                            r"needs float32 input"):
         run_op(ext, case, x, weight, bias, config)
 
 
-def test_16bit_variant_refuses_float32_input(ext):
+def test_a_16bit_name_runs_its_float32_twin_on_float32_input(ext):
+    """tiled_16bit_mma and tiled_tf32 are one variant id: given float32 input, the float32
+    member runs (TF32 mma.sync), and matches float64."""
     case = find_case("padding1")
-    x, weight, bias = make_operands(case, 0)
+    seed = random.randrange(2**31)
+    x, weight, bias = make_operands(case, seed)
     config = ext.conv2d_relu_maxpool_variants()["tiled_16bit_mma"]
-    with pytest.raises(RuntimeError, match="needs float16 or bfloat16 input"):
-        run_op(ext, case, x, weight, bias, config)
+    assert config == ext.conv2d_relu_maxpool_variants()["tiled_tf32"]
+    assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args(),
+                                          config) == "tiled_tf32"
+    torch.testing.assert_close(run_op(ext, case, x, weight, bias, config).double().cpu(),
+                               reference(case, x, weight, bias), **TF32_TOLERANCE,
+                               msg=lambda m: f"seed {seed}: {m}")
 
 
 @pytest.mark.parametrize("dtype", SIXTEEN_BIT_DTYPES, ids=DTYPE_IDS.get)

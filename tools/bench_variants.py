@@ -44,8 +44,8 @@ def main() -> int:
     parser.add_argument("--variants", default="tiled_tf32,tiled_3xtf32,tiled_fp32",
                         help="comma-separated variant names to time")
     parser.add_argument("--dtype", choices=["float32", "float16", "bfloat16"], default="float32",
-                        help="dtype of x, weight and bias (eager runs in it too; the 16-bit "
-                             "variants take only float16 / bfloat16)")
+                        help="dtype of x, weight and bias (eager runs in it too; a variant's "
+                             "16-bit and float32 names run the member of this dtype)")
     args = parser.parse_args()
     dtype = getattr(torch, args.dtype)
     cases = [find_case(n) for n in args.shapes] if args.shapes else SUITE

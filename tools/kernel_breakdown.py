@@ -98,6 +98,9 @@ def breakdown(case: ConvPoolCase, dtype: torch.dtype, channels_last: bool, confi
             continue
         ok = torch.allclose(out.float(), expected.float(), atol=5e-2, rtol=5e-2)
         label = f"{name} ({chosen})" if name == "auto" else name
+        general = cuda_extension.conv2d_relu_maxpool_plan(x, weight, bias, *args, config)["general"]
+        if general:  # the general kernel's plan: tile, tiles, split, ...
+            label += f" [{general}]"
         rows.append((label + ("" if ok else " MISMATCH"),
                      lambda config=config: cuda_extension.conv2d_relu_maxpool_forward(
                          x, weight, bias, *args, config)))

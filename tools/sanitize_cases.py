@@ -224,10 +224,15 @@ def main(name: str, variants: str = "all", dtype_name: str = "float32",
                             case.ceil_mode)
     # 16-bit outputs are rounded once; float32 ones carry TF32 products.
     tolerance = 2e-2 if dtype == torch.bfloat16 else 1e-2
-    choices = [("auto", -1)] + list(cuda_extension.conv2d_relu_maxpool_variants().items())
-    if variants != "all":
-        wanted = variants.split(",")
-        choices = [(variant, config) for variant, config in choices if variant in wanted]
+    # Each variant once, by its member's name for this dtype (dtype twins share an id), or the
+    # names asked for.
+    if variants == "all":
+        choices = [("auto", -1)] + [(row["names"].get(dtype_name, row["name"]), row["id"])
+                                    for row in cuda_extension.conv2d_relu_maxpool_variant_table()]
+    else:
+        ids = cuda_extension.conv2d_relu_maxpool_variants()
+        choices = [(variant, -1 if variant == "auto" else ids[variant])
+                   for variant in variants.split(",")]
     for variant, config in choices:
         if variant.startswith("direct") and case.flops() > 5e9:
             continue  # minutes under memcheck; the grid covers it

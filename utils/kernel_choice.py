@@ -37,7 +37,9 @@ MAX_CLUSTER = 8  # kConvPoolMaxCluster
 class ConvPoolVariantInfo(ctypes.Structure):
     """Mirror of ConvPoolVariantInfo in kernels/conv_relu_maxpool.h (a registry row)."""
     _fields_ = [("name", ctypes.c_char_p), ("family", ctypes.c_char_p), ("math", ctypes.c_char_p),
-                ("source", ctypes.c_char_p), ("elements", ctypes.c_uint), ("arch", ctypes.c_int)]
+                ("source", ctypes.c_char_p), ("elements", ctypes.c_uint), ("arch", ctypes.c_int),
+                ("name_16bit", ctypes.c_char_p), ("math_16bit", ctypes.c_char_p),
+                ("source_16bit", ctypes.c_char_p)]
 
 
 class ConvPoolPlanInfo(ctypes.Structure):
@@ -82,7 +84,7 @@ def load(extension) -> ctypes.CDLL:
     lib.conv_relu_maxpool_unsupported.argtypes = [shape, ctypes.c_int,
                                                   ctypes.POINTER(ConvPoolDevice)]
     lib.conv_relu_maxpool_variant_name.restype = ctypes.c_char_p
-    lib.conv_relu_maxpool_variant_name.argtypes = [ctypes.c_int]
+    lib.conv_relu_maxpool_variant_name.argtypes = [ctypes.c_int, ctypes.c_int]
     lib.conv_relu_maxpool_takes_packed_weight.restype = ctypes.c_bool
     lib.conv_relu_maxpool_takes_packed_weight.argtypes = [shape, ctypes.c_int]
     lib.conv_relu_maxpool_writes_strided_output.restype = ctypes.c_bool
@@ -126,11 +128,18 @@ def shape_of(case: ConvPoolCase, element: int = FLOAT32) -> ConvPoolShape:
         *case.pool_kernel, *pool_stride, *case.pool_padding, out_h, out_w, case.bias, element)
 
 
+def variant_name(lib: ctypes.CDLL, variant: int, element: int = FLOAT32) -> Optional[str]:
+    """The name of `variant` for inputs of `element` (its member's: direct_16bit for float16),
+    None when `variant` is out of range."""
+    found = lib.conv_relu_maxpool_variant_name(variant, element)
+    return None if found is None else found.decode()
+
+
 def variant_id(lib: ctypes.CDLL, name: str) -> int:
-    """The config id of the variant called `name`."""
+    """The config id of the variant with a member called `name` (dtype twins share one)."""
     variant = 0
-    while (found := lib.conv_relu_maxpool_variant_name(variant)) is not None:
-        if found.decode() == name:
+    while (found := variant_name(lib, variant)) is not None:
+        if name in (found, variant_name(lib, variant, FLOAT16)):
             return variant
         variant += 1
     raise KeyError(name)
@@ -154,8 +163,9 @@ def wgmma_geometry(case: ConvPoolCase) -> bool:
 
 
 def wgmma_variant(lib: ctypes.CDLL, element: int) -> int:
-    """The config id of the wgmma variant for inputs of `element`."""
-    return variant_id(lib, "tiled_tf32_wgmma" if element == FLOAT32 else "tiled_16bit_wgmma")
+    """The config id of the 3 x 3 wgmma variant (tiled_tf32_wgmma / tiled_16bit_wgmma, one id
+    for every element type)."""
+    return variant_id(lib, "tiled_tf32_wgmma")
 
 
 def variant_plan(lib: ctypes.CDLL, case: ConvPoolCase, variant, element: int = FLOAT32,
@@ -276,17 +286,23 @@ def general_plan(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
 
 
 def variant_table(lib: ctypes.CDLL) -> list[dict]:
-    """The registry's rows (conv_relu_maxpool_variant_info) in id order: id, name, family, math,
-    source, elements (ConvPoolElement values), arch."""
+    """The registry's rows (conv_relu_maxpool_variant_info) in id order: id, name (the float32
+    member's), family, math, source, elements (ConvPoolElement values), arch, and name_16bit,
+    math_16bit, source_16bit (the 16-bit member's, None where it has none)."""
     rows, variant = [], 0
     while True:
         info = ConvPoolVariantInfo()
         if not lib.conv_relu_maxpool_variant_info(variant, ctypes.byref(info)):
             return rows
+        def text(value: Optional[bytes]) -> Optional[str]:
+            return None if value is None else value.decode()
+
         rows.append(dict(id=variant, name=info.name.decode(), family=info.family.decode(),
                          math=info.math.decode(), source=info.source.decode(),
                          elements=[e for e in (FLOAT32, FLOAT16, BFLOAT16)
-                                   if info.elements >> e & 1], arch=info.arch))
+                                   if info.elements >> e & 1], arch=info.arch,
+                         name_16bit=text(info.name_16bit), math_16bit=text(info.math_16bit),
+                         source_16bit=text(info.source_16bit)))
         variant += 1
 
 

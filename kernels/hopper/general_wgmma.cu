@@ -145,6 +145,13 @@ bool persistent_allowed() {
   return value != nullptr && std::strcmp(value, "1") == 0;
 }
 
+// Blocks a tile's reduction is split over, named by $CONV_POOL_GENERAL_SPLIT (1..kMaxSplit), or
+// 0: a tuning hook, as the tile's below.
+int forced_split() {
+  const char* value = std::getenv("CONV_POOL_GENERAL_SPLIT");
+  return value == nullptr ? 0 : std::max(0, std::atoi(value));
+}
+
 // The plan of tile `tile_id` with `images` images side by side for `s` (why_not set where it
 // cannot run it).
 Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int tile_id,
@@ -295,6 +302,15 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
     if (split == 1 || cost < c.cost) {
       c.cost = cost;
       p.split = split;
+      p.split_steps = split_steps;
+    }
+  }
+  // The tuning hook $CONV_POOL_GENERAL_SPLIT: that many blocks a tile wherever the steps divide
+  // into them and the grid stays resident, whatever the cost says.
+  if (const int want = forced_split(); want > 0 && want <= kMaxSplit && want <= p.steps) {
+    const int split_steps = int(ceil_div(p.steps, want));
+    if (ceil_div(p.steps, split_steps) == want && p.tiles * want <= slots) {
+      p.split = want;
       p.split_steps = split_steps;
     }
   }
