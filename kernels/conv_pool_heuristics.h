@@ -47,6 +47,12 @@ constexpr double kSharedSmFixed = 0.6;
 constexpr int kMaxSplit = 16;
 constexpr int kMinSplitSteps = 4;
 constexpr double kPartialBytesPerCycle = 64.0;
+// ... and, float32 (TF32), at least this many blocks a tile where they stay resident and the
+// steps divide into them: a step of a block alone on its SM took ~2 us on layers of few
+// tiles, about 10x its wgmmas, and such layers ran nearly 1/split faster up to 8 (the float32
+// zoo 1.05x in geometric mean, up to 1.31x; in float16 layers of 32 images lost up to 21%,
+// so 16-bit keeps the cost's split; docs/PERF.md).
+constexpr int kFillSplit = 8;
 
 // float32 inputs without contiguous channels (NCHW): the general kernel reads them from an NHWC
 // copy (one pass over x before the launch) where out_channels x taps, the multiply-adds each
