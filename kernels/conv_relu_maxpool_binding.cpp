@@ -340,7 +340,8 @@ int resolve_variant(const ConvPoolShape& shape, int64_t config, const ConvPoolDe
   const int variant = conv_relu_maxpool_choose(&shape, int(config), tf32_allowed(), &device);
   const char* why_not = conv_relu_maxpool_unsupported(&shape, variant, &device);
   TORCH_CHECK(why_not == nullptr,
-              message("config ", config, " (", conv_relu_maxpool_variant_name(variant, shape.element),
+              message("config ", config, " (",
+                      conv_relu_maxpool_variant_name(variant, shape.element),
                       ") cannot run this shape: ", why_not));
   return variant;
 }

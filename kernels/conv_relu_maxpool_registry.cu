@@ -1,7 +1,8 @@
 // The variant registry: one row per kernel variant (the `config` ids of conv_relu_maxpool.h),
 // with what the launcher, the choice, the binding and the tests ask of it: its members' names,
-// math and sources per element type, its algorithm family, element types and architecture, why it cannot run a shape, its workspace,
-// whether it reads weights packed ahead of time, and its launch. The C functions of
+// math and sources per element type, its algorithm family, element types and architecture, why
+// it cannot run a shape, its workspace, whether it reads weights packed ahead of time, and its
+// launch. The C functions of
 // conv_relu_maxpool.h that answer per variant read this table and nothing else.
 #include <cuda_runtime.h>
 
@@ -31,7 +32,7 @@ using Launch = cudaError_t (*)(const ConvPoolOperands&, const ConvPoolShape&, in
 
 struct Variant {
   ConvPoolVariant id;
-  ConvPoolVariantInfo info;    // name, family, math, source, elements, arch
+  ConvPoolVariantInfo info;    // members' names, math, sources; family, elements, arch
   Unsupported unsupported;     // beyond the element type; nullptr: every shape
   Workspace workspace;         // nullptr: none
   TakesPacked takes_packed;    // nullptr: never
@@ -44,7 +45,6 @@ struct Variant {
 // in conv_relu_maxpool_half.cu) picks the file's function by the shape's element type.
 bool sixteen_bit(const ConvPoolShape& s) { return s.element != kElementFloat32; }
 
-const char* no_limit(const ConvPoolShape&, int, const ConvPoolDevice&) { return nullptr; }
 const char* tiled_limits(const ConvPoolShape& s, int v, const ConvPoolDevice& d) {
   return tiled_conv_pool_unsupported(s, v, d);
 }
@@ -52,7 +52,8 @@ const char* direct_limits(const ConvPoolShape& s, int v, const ConvPoolDevice& d
   return sixteen_bit(s) ? half_conv_pool_unsupported(s, v, d) : nullptr;
 }
 const char* mma_limits(const ConvPoolShape& s, int v, const ConvPoolDevice& d) {
-  return sixteen_bit(s) ? half_conv_pool_unsupported(s, v, d) : tiled_conv_pool_unsupported(s, v, d);
+  return sixteen_bit(s) ? half_conv_pool_unsupported(s, v, d)
+                        : tiled_conv_pool_unsupported(s, v, d);
 }
 const char* wgmma_limits(const ConvPoolShape& s, int v, const ConvPoolDevice& d) {
   return wgmma_conv_pool_unsupported(s, d, v == kVariantTiled3xTf32Wgmma);
@@ -137,7 +138,8 @@ constexpr ConvPoolVariantInfo with_16bit(const char* name, const char* family, c
 // The registry. Row i is variant id i (checked below). arch: the lowest compute capability the
 // kernel is built for (90: sm_90a's wgmma); the variant's own check refuses older devices.
 constexpr Variant kVariants[] = {
-    {kVariantDirect, with_16bit("direct", "direct", "fp32", kSm80, 0, "direct_16bit", "fp32", kHalf),
+    {kVariantDirect,
+     with_16bit("direct", "direct", "fp32", kSm80, 0, "direct_16bit", "fp32", kHalf),
      direct_limits, half_workspace, nullptr, nullptr, direct_launch},
     {kVariantTiledFp32, float32_only("tiled_fp32", "tiled", "fp32", kSm80, 80),
      tiled_limits, nullptr, nullptr, nullptr, tiled_launch},
@@ -223,7 +225,7 @@ extern "C" const char* conv_relu_maxpool_unsupported(const ConvPoolShape* s, int
   if (v == nullptr) return "unknown variant";
   if (!runs_element(*v, s->element))
     return "needs float32 input";  // every variant has a float32 member
-  return v->unsupported(*s, variant, *device);
+  return v->unsupported ? v->unsupported(*s, variant, *device) : nullptr;
 }
 
 extern "C" int64_t conv_relu_maxpool_workspace_bytes(const ConvPoolShape* s, int variant,
