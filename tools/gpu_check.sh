@@ -54,7 +54,16 @@ run_stage() {  # name, seconds (0 = no cap), command...
   local rc=$?
   tail -n 25 "$OUT/$name.log"
   summary+=("$(printf '%-13s rc=%-3s %4ss  %s' "$name" "$rc" "$((SECONDS - start))" "$(tail -n 1 "$OUT/$name.log" | cut -c1-100)")")
+  archive
   return $rc
+}
+
+# The device tool brings back only a few files (the first by name): everything else travels as
+# one archive, refreshed after every stage so that a call cut off by its time limit still
+# carries the stages it finished.
+archive() {
+  tar -czf "$OUT/logs.tgz.part" -C "$OUT" --exclude 'logs.tgz*' . 2>/dev/null &&
+    mv "$OUT/logs.tgz.part" "$OUT/logs.tgz"
 }
 
 breakdown() {  # the zoo's slowest classes kernel by kernel, and the stem kernel on few tiles
@@ -319,5 +328,4 @@ done
 echo
 echo "=== summary"
 printf '%s\n' "${summary[@]}"
-# The device tool brings back only a few files: everything else travels as one archive.
-tar -czf "$OUT/logs.tgz" -C "$OUT" --exclude logs.tgz . 2>/dev/null || true
+archive || true
