@@ -155,7 +155,7 @@ int forced_split() {
 // The plan of tile `tile_id` with `images` images side by side for `s` (why_not set where it
 // cannot run it).
 Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int tile_id,
-                    int images, bool split, bool allow_tma) {
+                    int images, bool split, bool allow_tma, int want_split) {
   Candidate c;
   const TileSpec& t = kTileSpecs[tile_id];
   Plan& p = c.plan;
@@ -288,11 +288,14 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   p.split = 1;
   p.split_steps = p.steps;
   const bool fill_split = s.element == kElementFloat32 && !p.split_operands;
+  int forced_steps = 0;  // the tuning hook's split, where it runs
   for (int split = 1; split <= kMaxSplit && split <= p.steps; ++split) {
     const int split_steps = int(ceil_div(p.steps, split));
-    if (split > 1 && (ceil_div(p.steps, split_steps) != split || split_steps < kMinSplitSteps ||
-                      p.tiles * split > slots))
-      continue;
+    // A split runs where the steps divide into it and its blocks are all resident; the tuning
+    // hook $CONV_POOL_GENERAL_SPLIT (want_split) takes it then, whatever the cost says.
+    const bool runs = ceil_div(p.steps, split_steps) == split && p.tiles * split <= slots;
+    if (split == want_split && runs) forced_steps = split_steps;
+    if (split > 1 && (!runs || split_steps < kMinSplitSteps)) continue;
     // The busiest SM's blocks run one after another on its tensor cores (two at a time share
     // them); their fixed work overlaps where two are resident.
     const double k_steps = double(p.chunks) * s.taps() / split;
@@ -315,14 +318,9 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
       p.split_steps = split_steps;
     }
   }
-  // The tuning hook $CONV_POOL_GENERAL_SPLIT: that many blocks a tile wherever the steps divide
-  // into them and the grid stays resident, whatever the cost says.
-  if (const int want = forced_split(); want > 0 && want <= kMaxSplit && want <= p.steps) {
-    const int split_steps = int(ceil_div(p.steps, want));
-    if (ceil_div(p.steps, split_steps) == want && p.tiles * want <= slots) {
-      p.split = want;
-      p.split_steps = split_steps;
-    }
+  if (forced_steps > 0) {
+    p.split = want_split;
+    p.split_steps = forced_steps;
   }
   p.partial_bytes =
       p.split > 1 ? int64_t(p.tiles) * p.split * int64_t(tile_bytes) + 4 * p.tiles : 0;
@@ -357,10 +355,11 @@ Candidate best_plan(const ConvPoolShape& s, const ConvPoolDevice& device, bool s
   Candidate best, forced;
   best.why_not = forced.why_not = "no tile";
   const int want_tile = forced_tile(), want_images = forced_images();
+  const int want_split = forced_split();
   for (int tile = 0; tile < kTileCount; ++tile)
     for (int images = 1; images <= kTileSpecs[tile].square_cols; images *= 2) {
       if (images > 1 && images > s.batch) break;
-      Candidate c = plan_tile(s, device, tile, images, split, allow_tma);
+      Candidate c = plan_tile(s, device, tile, images, split, allow_tma, want_split);
       if (c.why_not != nullptr) {
         if (best.why_not != nullptr) best.why_not = c.why_not;
         continue;
