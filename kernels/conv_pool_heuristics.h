@@ -53,6 +53,11 @@ constexpr double kPartialBytesPerCycle = 64.0;
 // zoo 1.05x in geometric mean, up to 1.31x; in float16 layers of 32 images lost up to 21%,
 // so 16-bit keeps the cost's split; docs/PERF.md).
 constexpr int kFillSplit = 8;
+// The warp-specialized kernel sums a split tile's partials through its cluster's shared memory
+// (one block an SM, the split a power of two) on layers of at most this many tiles; more tiles
+// keep the partial sums through L2, whose blocks may run two an SM. H200 zoo: layers of 2-10
+// tiles 1.2-1.8x faster with the cluster, layers of 32-64 tiles 0.80-1.23x (docs/PERF.md).
+constexpr int kClusterSplitMaxTiles = 16;
 
 // float32 inputs without contiguous channels (NCHW): the general kernel reads them from an NHWC
 // copy (one pass over x before the launch) where out_channels x taps, the multiply-adds each
@@ -68,8 +73,13 @@ constexpr int64_t kNhwcCopyMinWork = 2048;
 // slice-planar copy where x's channels are not contiguous. For float32 NCHW inputs whose
 // out_channels x taps is below this, the cp.async loaders' element-by-element reads (no copy)
 // stay: H200, both forms in one process, 1 x 1 layers of 256 and 512 (0.80-0.96x with the copy)
-// against 3 x 3 and 7 x 1 ones of 1152-1728 (1.08-1.59x) (docs/PERF.md).
+// against 3 x 3 and 7 x 1 ones of 1152-1728 (1.08-1.59x) (docs/PERF.md). Small inputs take the
+// copy whatever the work (kTmaCopyMaxSmallInput elements of x at most): there the copy rides in
+// the launch that packs the weights, and the copy engine's kernel measured 1.10-1.36x on 1 x 1
+// layers of 128-512 output channels over 7 x 7 and 14 x 14 images (batch 1 and 32, x up to
+// 0.8 M elements, docs/PERF.md).
 constexpr int64_t kTmaCopyMinWork = 1024;
+constexpr int64_t kTmaCopyMaxSmallInput = int64_t(1) << 20;
 
 // Taps x chunks a step should hold at least: 12 wgmma K steps per square (a 3 x 3 chunk is 9)
 // keep the tensor cores busy long enough to hide the loads issued two steps ahead.

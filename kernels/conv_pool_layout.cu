@@ -5,6 +5,8 @@
 // To slice-planar from contiguous channel planes (NCHW), a transpose in registers instead.
 #include "conv_pool_layout.h"
 
+#include "conv_pool_layout.cuh"
+
 #include <algorithm>
 
 namespace {
@@ -76,64 +78,21 @@ __global__ void to_slices_kernel(const Raw* src, int64_t s0, int64_t s1, int64_t
   }
 }
 
-// Slice-planar from an input whose channel planes are contiguous (NCHW-like: unit column
-// stride, rows width apart): no shared memory. A thread takes kSlice consecutive pixels of one
-// (image, slice): kSlice loads of kSlice pixels (one channel each, 16 bytes where `vector`
-// allows), a transpose in registers, and kSlice 16-byte stores, one pixel's slice each
-// (kSlice x 16 contiguous bytes). Consecutive threads take consecutive pixel groups, so both
-// the loads of a channel and the stores are contiguous across a warp.
+// Slice-planar from an input whose channel planes are contiguous (NCHW-like): no shared memory,
+// a transpose in registers (conv_pool_layout.cuh), one item a thread.
 template <class Raw>
-__global__ void planes_to_slices_kernel(const Raw* src, int64_t s0, int64_t s1, int64_t plane,
-                                        int64_t groups, int64_t batch, int channels, int slices,
-                                        bool vector, Raw* dst) {
-  constexpr int kSlice = 16 / int(sizeof(Raw));
-  const int64_t index = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t group = index % groups, rest = index / groups;
-  const int slice = int(rest % slices);
-  const int64_t image = rest / slices;
-  if (image >= batch) return;
-  const int64_t pixel0 = group * kSlice;
-  union Vector {
-    Raw raw[kSlice];
-    uint4 bits;
-  };
-  Vector by_channel[kSlice];  // [channel][pixel]
-#pragma unroll
-  for (int c = 0; c < kSlice; ++c) {
-    const int channel = slice * kSlice + c;
-    const Raw* row = src + image * s0 + int64_t(channel) * s1 + pixel0;
-    if (channel >= channels) {
-      by_channel[c].bits = make_uint4(0, 0, 0, 0);
-    } else if (vector && pixel0 + kSlice <= plane) {
-      by_channel[c].bits = *reinterpret_cast<const uint4*>(row);
-    } else {
-#pragma unroll
-      for (int e = 0; e < kSlice; ++e) by_channel[c].raw[e] = pixel0 + e < plane ? row[e] : Raw(0);
-    }
-  }
-  uint4* out = reinterpret_cast<uint4*>(dst) + (image * slices + slice) * plane + pixel0;
-#pragma unroll
-  for (int e = 0; e < kSlice; ++e) {
-    if (pixel0 + e >= plane) break;
-    Vector by_pixel;
-#pragma unroll
-    for (int c = 0; c < kSlice; ++c) by_pixel.raw[c] = by_channel[c].raw[e];
-    out[e] = by_pixel.bits;
-  }
+__global__ void planes_to_slices_kernel(const PlanesToSlices<Raw> job) {
+  planes_to_slices_item(job, int64_t(blockIdx.x) * blockDim.x + threadIdx.x);
 }
 
 template <class Raw>
 cudaError_t planes_to_slices(const void* src, const int64_t* stride, int64_t batch, int channels,
                              int64_t plane, int slices, void* dst, cudaStream_t stream) {
-  constexpr int kSlice = 16 / int(sizeof(Raw));
-  const bool vector = plane % kSlice == 0 && stride[1] % kSlice == 0 && stride[0] % kSlice == 0 &&
-                      reinterpret_cast<uintptr_t>(src) % 16 == 0;
-  const int64_t groups = (plane + kSlice - 1) / kSlice;
-  const int64_t threads = batch * slices * groups;
+  const PlanesToSlices<Raw> job =
+      planes_to_slices_job<Raw>(src, stride, batch, channels, plane, slices, dst);
   constexpr int kBlock = 256;
-  planes_to_slices_kernel<Raw><<<unsigned((threads + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
-      static_cast<const Raw*>(src), stride[0], stride[1], plane, groups, batch, channels, slices,
-      vector, static_cast<Raw*>(dst));
+  planes_to_slices_kernel<Raw><<<unsigned((job.items() + kBlock - 1) / kBlock), kBlock, 0,
+                                 stream>>>(job);
   return cudaGetLastError();
 }
 

@@ -34,11 +34,14 @@ TOLERANCE = {torch.float32: 1e-2, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 
 # Every form of the kernel, every test in each (while they all exist): the warp-specialized one
 # fed by the tensor copy engine (general_ws_kernel.cuh, the plan's input "tma", the default where
-# it runs: one tile a block, merged box rows where they apply), the same with one 16-byte slice a
-# box row ($CONV_POOL_GENERAL_TMA_MERGED=0), persistent ($CONV_POOL_GENERAL_PERSISTENT=1), and
-# the one whose warps copy with cp.async (general_kernel.cuh; $CONV_POOL_GENERAL_TMA=0). The
-# 3xTF32 form is the last kind either way.
+# it runs: one tile a block, merged box rows where they apply, split reductions through the
+# cluster's shared memory), the same with one 16-byte slice a box row
+# ($CONV_POOL_GENERAL_TMA_MERGED=0), with split reductions through global memory
+# ($CONV_POOL_GENERAL_CLUSTER=0), persistent ($CONV_POOL_GENERAL_PERSISTENT=1), and the one whose
+# warps copy with cp.async (general_kernel.cuh; $CONV_POOL_GENERAL_TMA=0). The 3xTF32 form is
+# the last kind either way.
 PATH_HOOKS = {"tma": {}, "tma_slices": {"CONV_POOL_GENERAL_TMA_MERGED": "0"},
+              "tma_global_split": {"CONV_POOL_GENERAL_CLUSTER": "0"},
               "tma_persistent": {"CONV_POOL_GENERAL_PERSISTENT": "1"},
               "cpasync": {"CONV_POOL_GENERAL_TMA": "0"}}
 
@@ -140,6 +143,37 @@ def test_every_tile_matches_float64(ext, lib, device, seed, tile, dtype, monkeyp
         for layout in LAYOUTS:
             check(ext, case, with_layout(x, layout), w, b, dtype, f"{tile} {case.name} {layout}")
     assert splits == {False, True}
+
+
+# Split reductions of 2, 4 and 8 blocks a tile, forced through the host's hook
+# $CONV_POOL_GENERAL_SPLIT on both tile widths (N = 64 and 128) and both epilogue layouts: in the
+# warp-specialized kernel's default form each block of a tile's cluster sums and pools its share
+# of the channels (1 / split of them, down to 8), elsewhere one block sums them all from global
+# memory. Padded overlapping pools, tails in every dimension, channels past the last block; the
+# channel counts let every form split 8 ways (the steps divide into 8 shares).
+SPLIT_CASES = [
+    ConvPoolCase("split_odd", 1, 120, 72, 13, 19, (3, 3), padding=(1, 1), pool_kernel=(3, 3),
+                 pool_stride=(2, 2), pool_padding=(1, 1), ceil_mode=True),
+    ConvPoolCase("split_pointwise", 2, 680, 136, 7, 9, (1, 1)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("tile", ["wide_n64", "square_n128"])
+@pytest.mark.parametrize("split", [2, 4, 8])
+def test_split_reductions_match_float64(ext, lib, device, seed, tile, split, dtype, path,
+                                        monkeypatch):
+    monkeypatch.setenv("CONV_POOL_GENERAL_TILE", tile)
+    monkeypatch.setenv("CONV_POOL_GENERAL_SPLIT", str(split))
+    for case in SPLIT_CASES:
+        plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
+        assert plan["tile"] == tile and plan["split"] == split, plan
+        in_cluster = path in ("tma", "tma_slices") and plan["input"] == "tma"
+        assert plan["cluster"] == int(in_cluster), plan
+        x, w, b = operands(case, seed, dtype)
+        for layout in LAYOUTS:
+            check(ext, case, with_layout(x, layout), w, b, dtype,
+                  f"{tile} split {split} {case.name} {layout} {plan}")
 
 
 # Tiles of several small images side by side (plan.images, forced by the host's hook

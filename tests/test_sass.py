@@ -96,7 +96,8 @@ def is_stem_kernel(name: str) -> bool:
 
 def is_packing_kernel(name: str) -> bool:
     return ("pack_input_kernel" in name or "pack_weights_kernel" in name
-            or "to_channels_last_kernel" in name or "to_slices_kernel" in name)  # copies only
+            or "to_channels_last_kernel" in name or "to_slices_kernel" in name
+            or "prepare_kernel" in name)  # copies only
 
 
 def is_general_kernel(name: str) -> bool:
@@ -404,18 +405,20 @@ def test_general_kernel_instances_issue_wgmma_of_their_type_from_shared_memory(s
 
 
 def test_warp_specialized_general_kernel_roles(sass):
-    """general_ws_kernel (general_ws_kernel.cuh), one instance per element type and tile: the
-    consumers issue wgmmas of their type with both operands from shared memory, keep a step in
-    flight (one wait with two groups pending, one full wait after the loop) and take 232
-    registers (104 in the N = 64 tiles that run two blocks per SM); the producer gives its
-    warpgroup's back down to 40 (24) and issues the halo as 5-D tensor copies and the weights
-    as a bulk copy; the consumers' own barrier is hardware barrier 1 over their 256 threads."""
+    """general_ws_kernel (general_ws_kernel.cuh), two instances per element type and tile (split
+    reductions in a cluster or not): the consumers issue wgmmas of their type with both operands
+    from shared memory, keep a step in flight (one wait with two groups pending, one full wait
+    after the loop) and take 232 registers (104 in the N = 64 tiles that run two blocks per SM,
+    but in their cluster instances, one block an SM); the producer gives its warpgroup's back
+    down to 40 (24) and issues the halo as 5-D tensor copies and the weights as a bulk copy;
+    the consumers' own barrier is hardware barrier 1 over their 256 threads; the cluster
+    instances meet at the cluster's barrier twice and read each other's shared memory."""
     instances = set()
     for name, code in sass.items():
         if not is_general_ws_kernel(name):
             continue
-        element, tile = re.search(r"kernelI(\d\w+?)Li(\d)EE", name).groups()
-        instances.add((element, int(tile)))
+        element, tile, cluster = re.search(r"kernelI(\d\w+?)Li(\d)ELb([01])EE", name).groups()
+        instances.add((element, int(tile), int(cluster)))
         n = GENERAL_TILE_N[int(tile)]
         ours = re.findall(GENERAL_HGMMA[element].format(n=n) + r".*", code)
         assert ours and all(re.search(r" R\d+, gdesc\[UR\d+\], (R\d+|RZ, !UPT)", line)
@@ -425,14 +428,21 @@ def test_warp_specialized_general_kernel_roles(sass):
         assert all(re.match(EMPTY_HGMMA, line) for line in others), (name, others)
         waits = re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", code)
         assert waits.count("0x2") == 1 and waits.count("0x0") == 1, (name, waits)
-        producer, consumer = ("0x18", "0x68") if int(tile) in (2, 3) else ("0x28", "0xe8")
+        two_blocks = int(tile) in (2, 3) and cluster == "0"
+        producer, consumer = ("0x18", "0x68") if two_blocks else ("0x28", "0xe8")
+        if cluster == "1":
+            assert code.count("UCGABAR_ARV") == 2 and code.count("UCGABAR_WAIT") == 2, name
+            assert re.search(r"\bLD\.E\.128\b|\bLDS\.128\b|\bLD\.\S*128", code), name
+        else:
+            assert "UCGABAR_ARV" not in code, name
         assert re.search(rf"USETMAXREG\.DEALLOC\.CTAPOOL {producer}\b", code), name
         assert re.search(rf"USETMAXREG\.TRY_ALLOC\.CTAPOOL \w+, {consumer}\b", code), name
         assert "UTMALDG.5D" in code and "UBLKCP.S.G" in code, name
         assert re.search(r"BAR\.SYNC\S* 0x1, 0x100\b", code), name
         # No copy from the consumers' side: cp.async (LDGSTS) is the other kernel's loader.
         assert "LDGSTS" not in code, name
-    expected = {(e, t) for e in ("7Float32", "7Float16", "8BFloat16") for t in range(5)}
+    expected = {(e, t, c) for e in ("7Float32", "7Float16", "8BFloat16") for t in range(5)
+                for c in (0, 1)}
     assert instances == expected, sorted(instances ^ expected)
 
 

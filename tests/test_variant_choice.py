@@ -691,16 +691,21 @@ def test_general_kernel_puts_small_images_side_by_side(library, element, seed, m
 def test_general_kernel_copies_float32_nchw_inputs_where_they_feed_enough_work(library,
                                                                               monkeypatch):
     """NCHW inputs: the warp-specialized form reads a slice-planar copy, except float32 ones
-    whose out_channels x taps is below 1024 (kTmaCopyMinWork), which the cp.async loaders read
-    element by element; with those loaders forced ($CONV_POOL_GENERAL_TMA=0) an NHWC copy of
-    float32 ones where out_channels x taps >= 2048 (kNhwcCopyMinWork), else element-by-element
-    loads, and 16-bit ones always copied."""
+    of more than 2^20 elements (kTmaCopyMaxSmallInput) whose out_channels x taps is below 1024
+    (kTmaCopyMinWork), which the cp.async loaders read element by element; with those loaders
+    forced ($CONV_POOL_GENERAL_TMA=0) an NHWC copy of float32 ones where out_channels x taps
+    >= 2048 (kNhwcCopyMinWork), else element-by-element loads, and 16-bit ones always
+    copied."""
     for out_channels, kernel in ((1024, 1), (114, 3)):
-        case = ConvPoolCase("few", 4, 64, out_channels - 1, 20, 20, (kernel, kernel),
+        # 64 x 64 x 20 x 20 = 1,638,400 elements of x: above the small inputs' bound.
+        case = ConvPoolCase("few", 64, 64, out_channels - 1, 20, 20, (kernel, kernel),
                             padding=(kernel // 2, kernel // 2))
         plan = general_plan(library, case, FLOAT32)
         assert plan["input"] == "planar" and plan["nhwc_copy"] == 0, (case, plan)
         assert general_plan(library, case, FLOAT16)["input"] == "tma", case
+        # 40 images: 1,024,000 elements, a small input: the copy whatever the work.
+        assert general_plan(library, replace(case, batch=40), FLOAT32)["input"] == "tma", case
+        assert general_plan(library, replace(case, batch=41), FLOAT32)["input"] == "planar"
         case = replace(case, out_channels=out_channels)
         assert general_plan(library, case, FLOAT32)["input"] == "tma", case
     for out_channels, kernel, copied in ((228, 3, True), (227, 3, False), (2048, 1, True),

@@ -66,12 +66,32 @@ cudaError_t launch_element(const ConvPoolOperands& ops, const ConvPoolShape& s, 
 template <class E, int kTileId>
 cudaError_t launch_ws_instance(const ConvPoolOperands& ops, const ConvPoolShape& s, const Plan& p,
                                const CUtensorMap& x_map, cudaStream_t stream) {
-  auto kernel = general_ws_kernel<E, kTileId>;
-  if (cudaError_t error = allow_shared_bytes<E, kTileId, kTmaInput, false>(kernel, p.smem_bytes);
+  if (!p.cluster_split) {
+    auto kernel = general_ws_kernel<E, kTileId, false>;
+    if (cudaError_t error =
+            allow_shared_bytes<E, kTileId, kTmaInput, false>(kernel, p.smem_bytes);
+        error != cudaSuccess)
+      return error;
+    kernel<<<unsigned(p.grid), kWsThreads, p.smem_bytes, stream>>>(ops, s, p, x_map);
+    return cudaGetLastError();
+  }
+  auto kernel = general_ws_kernel<E, kTileId, true>;  // (its record: kTmaInput with kSplit)
+  if (cudaError_t error = allow_shared_bytes<E, kTileId, kTmaInput, true>(kernel, p.smem_bytes);
       error != cudaSuccess)
     return error;
-  kernel<<<unsigned(p.grid), kWsThreads, p.smem_bytes, stream>>>(ops, s, p, x_map);
-  return cudaGetLastError();
+  // A tile's p.split blocks (consecutive in the grid) as one cluster.
+  cudaLaunchAttribute cluster;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = unsigned(p.split);
+  cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(p.grid));
+  config.blockDim = dim3(kWsThreads);
+  config.dynamicSmemBytes = size_t(p.smem_bytes);
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, ops, s, p, x_map);
 }
 
 template <class E>

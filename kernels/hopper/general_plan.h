@@ -107,8 +107,13 @@ struct Plan {
   // rectangle is the image's): tiles = ceil(batch / images) x channel_blocks.
   int images;
   // Split reductions: `split` blocks a tile (1: none), each split_steps of its steps (the last
-  // fewer); grid = tiles x split, the split index fastest.
+  // fewer); grid = tiles x split, the split index fastest. cluster_split (kTmaInput, not
+  // persistent, one epilogue pass; split a power of two up to kConvPoolMaxCluster): a tile's
+  // blocks are launched as one cluster, each stages its partial conv tile, and each sums the
+  // tiles' rows of 1 / split of the channels through the others' shared memory and pools them
+  // (no workspace); else through the workspace's partial sums and a counter a tile.
   int split, split_steps;
+  bool cluster_split;
   // Reduction: chunks of input channels, chunks per step (the last step may have fewer),
   // chunk_steps = ceil(chunks / step_chunks), kernel rows per step (group_rows; the last group
   // may have fewer), groups, steps = chunk_steps x groups (chunk step outer).
@@ -165,8 +170,8 @@ struct Plan {
   // (one step's weights contiguous: one bulk copy; a short last run padded with zeros), then
   // (staged_copy) x as NHWC with staged_channels (in_channels rounded up to the chunk), or for
   // kTmaInput slice-planar with in_channels rounded up to the slice, then
-  // (split > 1) the partial sums, tiles x split x 256 threads x the accumulators, and a
-  // counter per tile (zeroed by the launch).
+  // (split > 1 but not cluster_split) the partial sums, tiles x split x 256 threads x the
+  // accumulators, and a counter per tile (zeroed by the launch's preparation).
   int staged_channels;
   int64_t packed_bytes;
   int64_t staged_input_bytes;

@@ -19,6 +19,7 @@
 #include "../conv_pool_device.cuh"
 #include "../conv_pool_heuristics.h"
 #include "../conv_pool_layout.h"
+#include "../conv_pool_layout.cuh"
 #include "../conv_pool_operands.h"
 #include "../conv_relu_maxpool_wgmma.h"
 #include "general_wgmma.h"
@@ -143,6 +144,13 @@ bool tma_allowed() {
 bool persistent_allowed() {
   const char* value = std::getenv("CONV_POOL_GENERAL_PERSISTENT");
   return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
+// Whether split reductions may go through the cluster's shared memory: not with
+// $CONV_POOL_GENERAL_CLUSTER=0 (a measurement hook: the partial sums through global memory).
+bool cluster_allowed() {
+  const char* value = std::getenv("CONV_POOL_GENERAL_CLUSTER");
+  return value == nullptr || std::strcmp(value, "0") != 0;
 }
 
 // Blocks a tile's reduction is split over, named by $CONV_POOL_GENERAL_SPLIT (1..kMaxSplit), or
@@ -287,20 +295,34 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   const double tile_bytes = 4.0 * 64 * t.square_rows * t.square_cols * t.n;
   p.split = 1;
   p.split_steps = p.steps;
+  // Split reductions through the cluster's shared memory where the warp-specialized kernel runs
+  // one tile a block, the whole conv tile fits its stages (one epilogue pass) and the layer has
+  // few tiles (kClusterSplitMaxTiles).
+  const bool cluster = tma && !p.persistent && cluster_allowed() && p.epilogue_passes == 1 &&
+                       p.tiles <= kClusterSplitMaxTiles;
   const bool fill_split = s.element == kElementFloat32 && !p.split_operands;
   int forced_steps = 0;  // the tuning hook's split, where it runs
   for (int split = 1; split <= kMaxSplit && split <= p.steps; ++split) {
     const int split_steps = int(ceil_div(p.steps, split));
     // A split runs where the steps divide into it and its blocks are all resident; the tuning
     // hook $CONV_POOL_GENERAL_SPLIT (want_split) takes it then, whatever the cost says.
-    const bool runs = ceil_div(p.steps, split_steps) == split && p.tiles * split <= slots;
+    // Cluster splits: a power of two up to the portable cluster, and one block an SM (their
+    // kernel instance's registers), all resident at once.
+    const bool cluster_runs = !cluster || split == 1 ||
+                              ((split & (split - 1)) == 0 && split <= kConvPoolMaxCluster &&
+                               device.max_clusters[split] >= 1 &&
+                               p.tiles * split <= device.sm_count);
+    const bool runs =
+        ceil_div(p.steps, split_steps) == split && p.tiles * split <= slots && cluster_runs;
     if (split == want_split && runs) forced_steps = split_steps;
     if (split > 1 && (!runs || split_steps < kMinSplitSteps)) continue;
     // The busiest SM's blocks run one after another on its tensor cores (two at a time share
     // them); their fixed work overlaps where two are resident.
     const double k_steps = double(p.chunks) * s.taps() / split;
     const double blocks = double(ceil_div(p.tiles * split, device.sm_count));
-    const double reduce = split > 1 ? (split + 1) * tile_bytes / kPartialBytesPerCycle : 0.0;
+    // Partials through the cluster: each block stages its tile and reads its share of all.
+    const double reduce =
+        split > 1 ? (cluster ? 2.0 : split + 1.0) * tile_bytes / kPartialBytesPerCycle : 0.0;
     const double overlap = p.blocks_per_sm == 2 && blocks >= 2 ? kSharedSmFixed : 1.0;
     const double cost = blocks * (k_steps * k_step_cycles(t) + overlap * fixed_cycles) + reduce;
     if (split == 1 || cost < c.cost) {
@@ -322,8 +344,11 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
     p.split = want_split;
     p.split_steps = forced_steps;
   }
-  p.partial_bytes =
-      p.split > 1 ? int64_t(p.tiles) * p.split * int64_t(tile_bytes) + 4 * p.tiles : 0;
+  p.cluster_split = cluster && p.split > 1;
+  if (p.cluster_split) p.blocks_per_sm = 1;
+  p.partial_bytes = p.split > 1 && !p.cluster_split
+                        ? int64_t(p.tiles) * p.split * int64_t(tile_bytes) + 4 * p.tiles
+                        : 0;
   // Blocks of the launch: one a (tile, split share), or as many as are resident at once.
   p.grid = p.persistent ? std::min<int64_t>(p.tiles * p.split, slots) : p.tiles * p.split;
   return c;
@@ -396,14 +421,23 @@ bool pixel_slices(const ConvPoolShape& s, const ConvPoolOperands* ops) {
          ops->x_stride[3] % per_slice == 0 && aligned16(input_data(s, *ops));
 }
 
+// $CONV_POOL_GENERAL_TMA_COPY=1: the warp-specialized kernel always reads x from the launch's
+// slice-planar copy, float32 NCHW layers of little work included (a tuning and test hook).
+bool tma_copy_forced() {
+  const char* value = std::getenv("CONV_POOL_GENERAL_TMA_COPY");
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
 // Whether the warp-specialized kernel may take `s` read from `ops`: not the 3xTF32 form, not
-// with the hook that keeps the cp.async loaders, and not a float32 x without contiguous
+// with the hook that keeps the cp.async loaders, and not a large float32 x without contiguous
 // channels (NCHW) whose elements feed few multiply-adds (kTmaCopyMinWork): those the cp.async
 // loaders read in place, element by element, where the copy engine needs a copy of x first.
 bool tma_for(const ConvPoolShape& s, const ConvPoolOperands* ops, bool split) {
   if (split || !tma_allowed()) return false;
+  const int64_t x_elements = int64_t(s.batch) * s.in_channels * s.in_height * s.in_width;
   return s.element != kElementFloat32 || pixel_slices(s, ops) ||
-         int64_t(s.out_channels) * s.taps() >= kTmaCopyMinWork;
+         int64_t(s.out_channels) * s.taps() >= kTmaCopyMinWork ||
+         x_elements <= kTmaCopyMaxSmallInput || tma_copy_forced();
 }
 
 // How the kernel reads x. kTmaInput: in place where the channels are contiguous and every
@@ -421,8 +455,7 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops, Plan& p) 
     // In place only with strides the copy engine takes (positive: not an expanded x).
     const bool in_place = slices && ops->x_stride[0] > 0 && ops->x_stride[2] > 0 &&
                           ops->x_stride[3] > 0;
-    const char* copy = std::getenv("CONV_POOL_GENERAL_TMA_COPY");
-    p.staged_copy = !in_place || (copy != nullptr && std::strcmp(copy, "1") == 0);
+    p.staged_copy = !in_place || tma_copy_forced();
     const char* merge = std::getenv("CONV_POOL_GENERAL_TMA_MERGED");
     p.merged_cols = p.staged_copy && s.stride_w == 1 &&
                     per_slice * p.phase_cols <= kMaxTmaBox &&
@@ -515,13 +548,25 @@ cudaError_t encode_x_map(const ConvPoolShape& s, const ConvPoolOperands& ops, co
 // zeros past the channels (and for a short last run's missing chunks): one thread per 16 bytes.
 // 3xTF32 (p.split_operands, Raw = float): packed chunk j holds chunk j / 3 of the weight, its
 // big parts (j % 3 = 0, 1) or small parts (2).
+template <class Raw>
+struct PackJob {
+  const Raw* weight;
+  int64_t ws0, ws1, ws2, ws3;
+  int n;  // the tile's output channels
+  Raw* packed;
+};
+
+// Block `block` of `blocks` packing blocks (256 threads), grid-stride over the 16-byte units.
 template <class Raw, int kSliceChannels>
-__global__ void pack_weights_kernel(const Raw* weight, int64_t ws0, int64_t ws1, int64_t ws2,
-                                    int64_t ws3, ConvPoolShape s, Plan p, int n, Raw* packed) {
+__device__ __forceinline__ void pack_weights(const PackJob<Raw>& job, const ConvPoolShape& s,
+                                             const Plan& p, int64_t block, int64_t blocks) {
+  const Raw* weight = job.weight;
+  const int64_t ws0 = job.ws0, ws1 = job.ws1, ws2 = job.ws2, ws3 = job.ws3;
+  const int n = job.n;
+  Raw* packed = job.packed;
   const int64_t units = int64_t(p.channel_blocks) * n * p.chunk_steps * p.step_chunks *
                         s.taps() * 2;
-  for (int64_t u = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; u < units;
-       u += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t u = block * blockDim.x + threadIdx.x; u < units; u += blocks * blockDim.x) {
     int64_t rest = u;
     const int k_in_block = int(rest % n);
     rest /= n;
@@ -560,6 +605,25 @@ __global__ void pack_weights_kernel(const Raw* weight, int64_t ws0, int64_t ws1,
   }
 }
 
+// The launch's preparation, one grid of independent jobs: blocks [0, pack_blocks) zero the split
+// reduction's tile counters and pack the weights; the blocks after them (if any) make the
+// slice-planar copy of x, one item a thread. One launch where there were up to three: on layers
+// of a few tiles each launch costs microseconds of latency (docs/PERF.md).
+template <class Raw, int kSliceChannels>
+__global__ void __launch_bounds__(256)
+    prepare_kernel(const PackJob<Raw> pack, const ConvPoolShape s, const Plan p,
+                   int64_t pack_blocks, const PlanesToSlices<Raw> copy, uint32_t* counters,
+                   int counter_words) {
+  if (blockIdx.x < pack_blocks) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < counter_words;
+         i += pack_blocks * blockDim.x)
+      counters[i] = 0;
+    pack_weights<Raw, kSliceChannels>(pack, s, p, blockIdx.x, pack_blocks);
+    return;
+  }
+  planes_to_slices_item(copy, (blockIdx.x - pack_blocks) * int64_t(blockDim.x) + threadIdx.x);
+}
+
 // 3xTF32: x as NHWC with staged_channels a pixel, staged chunk j holding chunk j / 3 of x (8
 // channels), its big parts (j % 3 = 0, 2) or small parts (1); zeros past the channels. One
 // thread per staged element.
@@ -582,6 +646,49 @@ __global__ void split_to_channels_last_kernel(const float* x, int64_t xs0, int64
     split_tf32_operand(value, big, small);
     staged[u] = part == 1 ? small : big;
   }
+}
+
+// $CONV_POOL_GENERAL_SEPARATE_PREP=1: the preparation as separate launches (a memset of the
+// counters, the packing, the copy of x), a measurement hook.
+bool separate_preparation() {
+  const char* value = std::getenv("CONV_POOL_GENERAL_SEPARATE_PREP");
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
+// The preparation launch (prepare_kernel): the split counters zeroed (a memset instead where
+// `separate`), the weights packed, and with copy_x the slice-planar copy of x.
+template <class Raw, int kSliceChannels>
+cudaError_t prepare(const Raw* weight, const ConvPoolOperands& ops, const ConvPoolShape& s,
+                    const Plan& p, bool copy_x, bool separate, cudaStream_t stream) {
+  const PackJob<Raw> pack{weight,
+                          ops.weight_stride[0],
+                          ops.weight_stride[1],
+                          ops.weight_stride[2],
+                          ops.weight_stride[3],
+                          kTileSpecs[p.tile].n,
+                          static_cast<Raw*>(const_cast<void*>(p.packed))};
+  const int64_t units = p.packed_bytes / kSliceBytes;
+  const int64_t pack_blocks = std::clamp<int64_t>(ceil_div(units, 256), 1, 4 * 1024);
+  uint32_t* counters = static_cast<uint32_t*>(const_cast<void*>(p.counters));
+  int counter_words = p.split > 1 && !p.cluster_split ? int(p.tiles) : 0;
+  if (separate && counter_words > 0) {
+    if (cudaError_t error = cudaMemsetAsync(counters, 0, size_t(4) * counter_words, stream);
+        error != cudaSuccess)
+      return error;
+    counter_words = 0;
+  }
+  PlanesToSlices<Raw> copy{};
+  int64_t copy_blocks = 0;
+  if (copy_x) {
+    copy = planes_to_slices_job<Raw>(input_data(s, ops), ops.x_stride, s.batch, s.in_channels,
+                                     int64_t(s.in_height) * s.in_width,
+                                     p.staged_channels / kSliceChannels,
+                                     const_cast<void*>(p.staged_input));
+    copy_blocks = ceil_div(copy.items(), 256);
+  }
+  prepare_kernel<Raw, kSliceChannels><<<unsigned(pack_blocks + copy_blocks), 256, 0, stream>>>(
+      pack, s, p, pack_blocks, copy, counters, counter_words);
+  return cudaGetLastError();
 }
 
 }  // namespace
@@ -633,25 +740,17 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
                             region_bytes(p.staged_input_bytes);
   p.partials = partials;
   p.counters = partials + (p.partial_bytes - 4 * p.tiles);
-  if (p.split > 1) {
-    if (cudaError_t error =
-            cudaMemsetAsync(const_cast<void*>(p.counters), 0, size_t(4 * p.tiles), stream);
-        error != cudaSuccess)
-      return error;
-  }
-  const int n = kTileSpecs[p.tile].n;
-  const int64_t units = p.packed_bytes / kSliceBytes;
-  const unsigned pack_blocks = unsigned(std::min<int64_t>(ceil_div(units, 256), 4 * 1024));
-  if (s.element == kElementFloat32) {
-    pack_weights_kernel<float, 4><<<pack_blocks, 256, 0, stream>>>(
-        ops.weight, ops.weight_stride[0], ops.weight_stride[1], ops.weight_stride[2],
-        ops.weight_stride[3], s, p, n, static_cast<float*>(const_cast<void*>(p.packed)));
-  } else {
-    pack_weights_kernel<uint16_t, 8><<<pack_blocks, 256, 0, stream>>>(
-        ops.weight16, ops.weight_stride[0], ops.weight_stride[1], ops.weight_stride[2],
-        ops.weight_stride[3], s, p, n, static_cast<uint16_t*>(const_cast<void*>(p.packed)));
-  }
-  if (cudaError_t error = cudaGetLastError(); error != cudaSuccess) return error;
+  // The slice-planar copy of an NCHW x rides in the preparation launch where its channel planes
+  // are contiguous; other strides take conv_pool_to_slices' own launch.
+  const bool separate = separate_preparation();
+  const bool copy_in_preparation = p.input == kTmaInput && p.staged_copy && !separate &&
+                                   ops.x_stride[3] == 1 && ops.x_stride[2] == s.in_width;
+  cudaError_t prepared =
+      s.element == kElementFloat32
+          ? prepare<float, 4>(ops.weight, ops, s, p, copy_in_preparation, separate, stream)
+          : prepare<uint16_t, 8>(ops.weight16, ops, s, p, copy_in_preparation, separate,
+                                 stream);
+  if (prepared != cudaSuccess) return prepared;
   if (p.split_operands) {
     const int64_t elements = int64_t(s.batch) * s.in_height * s.in_width * p.staged_channels;
     const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(elements, 256), 16 * 1024));
@@ -662,7 +761,7 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
     return general_wgmma_launch_float32_3xtf32(ops, s, p, stream);
   }
   if (p.input == kTmaInput) {
-    if (p.staged_copy) {
+    if (p.staged_copy && !copy_in_preparation) {
       if (cudaError_t error = conv_pool_to_slices(
               input_data(s, ops), ops.x_stride, element_bytes(s), s.batch, s.in_channels,
               s.in_height, s.in_width, p.staged_channels / slice_channels(s.element),

@@ -14,8 +14,11 @@
 //     full[stage], issue the step's wgmmas (mma_step), then wait for the previous step's wgmmas
 //     and free that step's stage (one arrival per warpgroup on empty[stage]), so that a step's
 //     wgmmas are always queued behind the running ones. After the last step they run the
-//     epilogue (general_epilogue.cuh) and the split reductions as the other kernel does,
-//     synchronizing on a barrier of their own 256 threads.
+//     epilogue (general_epilogue.cuh), synchronizing on a barrier of their own 256 threads.
+//     Split reductions: a tile's blocks form a cluster and sum their partials through each
+//     other's shared memory, each block then pooling its share of the channels
+//     (Plan::cluster_split); persistent plans sum them through global memory as the other
+//     kernel does.
 // Persistent plans (Plan::persistent, on request only): a block runs work items blockIdx.x,
 // + gridDim.x, ... and both roles carry their stage and phase from one item to the next, so the
 // producer loads the next tile's first steps while the consumers pool this one (the epilogue
@@ -58,6 +61,45 @@ __device__ __forceinline__ int tma_column_slot(const ConvPoolShape& s, const Pla
   const int phase = j % s.stride_w;
   const int planes_before = __popc(p.phase_mask & ((1u << phase) - 1u));
   return planes_before * (p.plane_bytes / kSliceBytes) + j / s.stride_w;
+}
+
+// The same shared-window address (shared_address) in the memory of the cluster's block `rank`.
+__device__ __forceinline__ uint32_t cluster_shared_rank_address(uint32_t local, int rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+
+// Split reductions in a cluster (Plan::cluster_split): a tile's p.split blocks (a power of two)
+// are one cluster and each has staged its whole partial conv tile ([channel][pixel], `floats` a
+// block's share of channels) in its own shared memory; block `rank` then adds the p.split
+// tiles' rows of its share of the channels (`own`, in its own tile), in rank order, so that
+// every run adds in the same order. The blocks read each other's tiles only in rows that their
+// owners do not write. kThreads threads (the consumers).
+__device__ __forceinline__ void sum_cluster_tiles(float* own, int floats, int split) {
+  constexpr int kRanksInFlight = 4;  // loads in flight a thread (registers allowing)
+  const uint32_t local = shared_address(own);
+  for (int i = int(threadIdx.x); i < floats / 4; i += kThreads) {
+    const uint32_t offset = local + uint32_t(i * sizeof(float4));
+    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 1
+    for (int q0 = 0; q0 < split; q0 += kRanksInFlight) {
+      float4 v[kRanksInFlight];
+#pragma unroll
+      for (int q = 0; q < kRanksInFlight; ++q)
+        if (q0 + q < split)
+          v[q] = load_cluster_shared(cluster_shared_rank_address(offset, q0 + q));
+#pragma unroll
+      for (int q = 0; q < kRanksInFlight; ++q) {
+        if (q0 + q >= split) break;
+        sum.x += v[q].x;
+        sum.y += v[q].y;
+        sum.z += v[q].z;
+        sum.w += v[q].w;
+      }
+    }
+    reinterpret_cast<float4*>(own)[i] = sum;
+  }
 }
 
 // Work item w of the launch (a block's blockIdx.x, + gridDim.x, ...): its tile and, for split
@@ -130,13 +172,17 @@ __device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
   }
 }
 
-template <class E, int kTileId>
-__global__ void __launch_bounds__(kWsThreads, Tile<kTileId>::kMinBlocks)
+// kCluster: the instance for Plan::cluster_split (split reductions in the cluster), one block an
+// SM whatever the tile (its split layers have few tiles; the registers of two blocks an SM do
+// not hold its epilogue); the other runs every other plan.
+template <class E, int kTileId, bool kCluster>
+__global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMinBlocks)
     general_ws_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const Plan p,
                       const __grid_constant__ CUtensorMap x_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = Tile<kTileId>;
   using X = Element<E>;  // the element type's operations
+  constexpr int kBlocksPerSm = kCluster ? 1 : T::kMinBlocks;
   extern __shared__ __align__(128) unsigned char smem[];
   float* bias = reinterpret_cast<float*>(smem + p.bias_offset);
   int* kstep_table = reinterpret_cast<int*>(smem + p.kstep_table_offset);
@@ -154,11 +200,11 @@ __global__ void __launch_bounds__(kWsThreads, Tile<kTileId>::kMinBlocks)
   __syncthreads();  // the barriers, before the roles split
 
   if (threadIdx.x >= kThreads) {  // the producer warpgroup
-    set_max_registers_dec<RoleRegisters<T::kMinBlocks>::kProducer>();
+    set_max_registers_dec<RoleRegisters<kBlocksPerSm>::kProducer>();
     if (threadIdx.x == kThreads) produce<kTileId>(s, p, &x_map, smem, full, empty);
     return;
   }
-  set_max_registers_inc<RoleRegisters<T::kMinBlocks>::kConsumer>();
+  set_max_registers_inc<RoleRegisters<kBlocksPerSm>::kConsumer>();
   // The K-step table, written while the first copies are under way.
   fill_kstep_table(s, p, kstep_table, kThreads, [&](int j) { return tma_column_slot(s, p, j); });
   consumer_sync();
@@ -171,13 +217,11 @@ __global__ void __launch_bounds__(kWsThreads, Tile<kTileId>::kMinBlocks)
   const uint32_t a_leading = uint32_t(p.slice_plane * kSliceBytes);
   const uint32_t a_stride = uint32_t(row_rate * p.row_pitch * kSliceBytes);
   float* conv_tile = reinterpret_cast<float*>(smem + p.epilogue_offset);
-  const int pass_channels = T::kN / p.epilogue_passes;
 
   int stage = 0;
   uint32_t full_parity = 0;
   for (int64_t w = blockIdx.x; w < p.tiles * p.split; w += gridDim.x) {
     const Work k = work_item(p, w);
-    const TileOrigin o = tile_origin<kTileId>(s, p, k.tile);
     float acc[T::kSquaresPerGroup][T::kAccs];  // written by the first wgmma (accumulate = false)
     int held = -1;  // the stage of the previous step, until its wgmmas finish
     for (int step = k.first_step; step < k.end_step; ++step) {
@@ -199,15 +243,33 @@ __global__ void __launch_bounds__(kWsThreads, Tile<kTileId>::kMinBlocks)
 #pragma unroll
     for (int m = 0; m < T::kSquaresPerGroup; ++m) fence_registers(acc[m]);
     if (threadIdx.x % 128 == 0) mbarrier_arrive(empty + held);  // the producer's next tile
+    const TileOrigin o = tile_origin<kTileId>(s, p, k.tile);  // (not live across the steps)
     load_bias<X, kTileId>(s, ops, o, bias);
     // The bias is written; no wgmma reads the stages any more (where the epilogue tile lies in
     // them: one tile a block, every copy into them landed).
     consumer_sync();
-    if (p.split > 1 &&
-        !reduce_split<kTileId, kConsumerBarrier>(acc, p, k.tile, k.rank, flag))
-      continue;
-    pool_accumulators<X, kTileId>(s, p, ops, o, acc, conv_tile, bias, pass_channels,
-                                  [] { consumer_sync(); });
+    if constexpr (kCluster) {
+      // The whole conv tile staged (one pass), the cluster's tiles summed in the rows of this
+      // block's share of the channels, and that share pooled; no block leaves while another
+      // may still read its tile.
+      const int rank = int(blockIdx.x % unsigned(p.split));
+      const int share = T::kN / p.split;
+      float* own = conv_tile + rank * share * p.tile_pitch;
+      stage_accumulators<kTileId>(acc, conv_tile, p.tile_pitch, 0, T::kN);
+      cluster_arrive();
+      cluster_wait();
+      sum_cluster_tiles(own, share * p.tile_pitch, p.split);
+      consumer_sync();
+      pool_tile<X, kTileId>(s, p, ops, o, own, bias, rank, share);
+      cluster_arrive();
+      cluster_wait();
+    } else {
+      if (p.split > 1 &&
+          !reduce_split<kTileId, kConsumerBarrier>(acc, p, k.tile, k.rank, flag))
+        continue;
+      pool_accumulators<X, kTileId>(s, p, ops, o, acc, conv_tile, bias,
+                                    T::kN / p.epilogue_passes, [] { consumer_sync(); });
+    }
     consumer_sync();  // the pooling read the tile and the bias before the next tile writes them
   }
 #endif
