@@ -103,7 +103,7 @@ cudaError_t conv_pool_to_slices(const void* src, const int64_t* stride, int elem
                                 void* dst, cudaStream_t stream) {
   const int64_t pixels = batch * height * width;
   if (pixels == 0 || slices == 0) return cudaSuccess;
-  if (stride[3] == 1 && stride[2] == width) {  // contiguous channel planes
+  if (conv_pool_planes_contiguous(stride, width)) {
     const int64_t plane = int64_t(height) * width;
     if (element_bytes == 4)
       return planes_to_slices<float>(src, stride, batch, channels, plane, slices, dst, stream);

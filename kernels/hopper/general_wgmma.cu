@@ -744,7 +744,7 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
   // are contiguous; other strides take conv_pool_to_slices' own launch.
   const bool separate = separate_preparation();
   const bool copy_in_preparation = p.input == kTmaInput && p.staged_copy && !separate &&
-                                   ops.x_stride[3] == 1 && ops.x_stride[2] == s.in_width;
+                                   conv_pool_planes_contiguous(ops.x_stride, s.in_width);
   cudaError_t prepared =
       s.element == kElementFloat32
           ? prepare<float, 4>(ops.weight, ops, s, p, copy_in_preparation, separate, stream)
