@@ -113,8 +113,8 @@ struct ConvPoolOperands {
 };
 
 // Bytes of device scratch `variant` needs for `shape` on `device` (0 for all but the wgmma
-// variants and tiled_16bit_mma); `operands` (may be null: taken as NCHW inputs) tells the
-// general kernel whether a 16-bit input needs its NHWC copy.
+// variants and tiled_16bit_mma); `operands` (may be null: taken as NCHW inputs and weights)
+// tells the general kernel whether x needs a copy and whether it can read the weight in place.
 int64_t conv_relu_maxpool_workspace_bytes(const ConvPoolShape* shape, int variant,
                                           const ConvPoolDevice* device,
                                           const ConvPoolOperands* operands);
@@ -165,7 +165,8 @@ struct ConvPoolPlanInfo {
   // ("tile=wide_n128 images=1 pooled=4x16 tiles=... split=... steps=...": tile, images side by
   // side, pooled outputs per tile, tiles, split, reduction steps, chunks a step, kernel rows a
   // step, row mode, halo rows x columns, column phases, stage bytes, epilogue passes, shared
-  // memory, blocks per SM, NHWC copy, channel chunks); "" elsewhere.
+  // memory, blocks per SM, NHWC copy, channel chunks, ..., weights read in place or packed);
+  // "" elsewhere.
   char general[320];
 };
 

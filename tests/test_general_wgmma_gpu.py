@@ -306,6 +306,49 @@ def test_tma_reads_channels_last_in_place_or_from_the_copy(ext, lib, device, see
     assert ran >= 6, ran
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("weights", ["in_place", "packed"])
+def test_weights_read_in_place_or_packed_match_float64(ext, lib, device, seed, dtype, weights,
+                                                       monkeypatch):
+    """The warp-specialized form reads weights whose channels are whole 16-byte slices in place
+    (1 x 1 weights, channels-last ones of any kernel, a channel slice of a wider weight), and
+    packs the rest (NCHW weights of larger kernels, a weight one element off 16-byte alignment),
+    or every weight with $CONV_POOL_GENERAL_PACK=1; random geometries, NCHW and channels-last
+    x, every weight layout."""
+    monkeypatch.delenv("CONV_POOL_GENERAL_TMA", raising=False)
+    if weights == "packed":
+        monkeypatch.setenv("CONV_POOL_GENERAL_PACK", "1")
+    per_slice = 4 if dtype == torch.float32 else 8
+    rng = random.Random(seed)
+    ran = 0
+    for i in range(10):
+        case = fuzz_case(rng, f"fuzz_{i}")
+        if i % 3 == 0:  # pointwise layers, the in-place form's commonest
+            case = replace(case, kernel_size=(1, 1), dilation=(1, 1), padding=(0, 0))
+            if case.pooled_out()[0] < 1 or case.pooled_out()[1] < 1:
+                continue
+        case = replace(case, in_channels=max(per_slice, case.in_channels // per_slice * per_slice))
+        plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
+        if plan is None or plan["input"] != "tma":
+            continue
+        x, w, b = operands(case, rng.randrange(2**31), dtype)
+        wide = torch.zeros(case.out_channels, case.in_channels + 2 * per_slice,
+                           *case.kernel_size, device=w.device, dtype=dtype).contiguous(
+                               memory_format=torch.channels_last)
+        wide[:, per_slice:per_slice + case.in_channels] = w
+        flat = torch.zeros(w.numel() + 1, device=w.device, dtype=dtype)
+        misaligned = flat[1:].view_as(w).copy_(w)
+        for name, w_in in (("nchw", w), ("channels_last", w.contiguous(
+                memory_format=torch.channels_last)),
+                           ("slice", wide[:, per_slice:per_slice + case.in_channels]),
+                           ("misaligned", misaligned)):
+            layout = LAYOUTS[(i + len(name)) % len(LAYOUTS)]
+            check(ext, case, with_layout(x, layout), w_in, b, dtype,
+                  f"{case} {weights} {name} weight, {layout} x, {plan}")
+        ran += 1
+    assert ran >= 5, ran
+
+
 # The 3xTF32 form (general_3xtf32_wgmma): float32 operands split into big and small TF32
 # parts, 3xTF32 products, each step's sum added in fp32. Judged as fp32: the relative L2 error
 # against float64 at most 1e-5 (cuDNN's fp32 is ~1e-6 there; TF32 ~1e-3), or, where the products

@@ -16,7 +16,7 @@ import pytest
 
 from utils import kernel_choice
 from utils.kernel_choice import (A100_LIKE, BFLOAT16, FLOAT16, FLOAT32, H200, ConvPoolDevice,
-                                 ConvPoolShape, clusters, flat_tiling, general_plan, load,
+                                 ConvPoolOperands, ConvPoolShape, clusters, flat_tiling, general_plan, load,
                                  packs_weight_apart, shape_of, takes_packed_weight,
                                  tiled_out_block, wgmma_split, wgmma_tile, wgmma_tile_origins)
 from utils.suite import FLAT_TILING_CASES, GRID, SUITE, ConvPoolCase, find_case, fuzz_case
@@ -720,6 +720,84 @@ def test_general_kernel_copies_float32_nchw_inputs_where_they_feed_enough_work(l
         assert general_plan(library, case, FLOAT32)["nhwc_copy"] == int(copied), case
         assert general_plan(library, case, FLOAT16)["nhwc_copy"] == 1, case
         monkeypatch.delenv("CONV_POOL_GENERAL_TMA")
+
+
+def general_workspace(library, variant, case, element, weight_stride, weight_address=1 << 20):
+    """conv_relu_maxpool_workspace_bytes of the general kernel for a channels-last x read in
+    place (16-byte aligned, whole slices: no copy of x) and a weight of these strides at this
+    address (addresses are never read)."""
+    ops = ConvPoolOperands()
+    c, h, w = case.in_channels, case.height, case.width
+    ops.x = 1 << 24
+    ops.x_stride[:] = [c * h * w, 1, w * c, c]
+    ops.weight = weight_address
+    ops.weight_stride[:] = list(weight_stride)
+    library.conv_relu_maxpool_workspace_bytes.restype = ctypes.c_int64
+    library.conv_relu_maxpool_workspace_bytes.argtypes = [
+        ctypes.POINTER(ConvPoolShape), ctypes.c_int, ctypes.POINTER(ConvPoolDevice),
+        ctypes.c_void_p]
+    return library.conv_relu_maxpool_workspace_bytes(
+        ctypes.byref(shape_of(case, element)), variant, ctypes.byref(H200), ctypes.byref(ops))
+
+
+@pytest.mark.parametrize("element", [FLOAT32, FLOAT16, BFLOAT16],
+                         ids=["float32", "float16", "bfloat16"])
+def test_general_kernel_reads_whole_slice_weights_in_place(library, variant_names, element, seed,
+                                                           monkeypatch):
+    """The warp-specialized form reads the weight itself, one box a step, where its channels
+    are contiguous in whole 16-byte slices and its strides and address are multiples of 16
+    bytes: 1 x 1 weights and channels-last ones of any kernel (also a channel slice of a wider
+    weight). Then nothing is packed: with x read in place too, no workspace at all. NCHW
+    weights of larger kernels, channel counts that are not whole slices, misaligned weights,
+    the cp.async loaders ($CONV_POOL_GENERAL_TMA=0), the 3xTF32 form and
+    $CONV_POOL_GENERAL_PACK=1 keep the packing."""
+    variant = variant_names_to_ids(variant_names)["general_wgmma"]
+    per_slice = 4 if element == FLOAT32 else 8
+    element_bytes = 4 if element == FLOAT32 else 2
+    pointwise = ConvPoolCase("1x1", 4, 256, 96, 14, 14, (1, 1))
+    assert general_plan(library, pointwise, element)["weights"] == "in_place"
+    odd = replace(pointwise, in_channels=256 + per_slice // 2)
+    assert general_plan(library, odd, element)["weights"] == "packed"
+    k3 = ConvPoolCase("3x3", 4, 64, 96, 14, 14, (3, 3), padding=(1, 1))
+    assert general_plan(library, k3, element)["weights"] == "packed"  # NCHW weight, 9 taps
+    rng = random.Random(seed)
+    checked = 0
+    for i in range(200):
+        case = fuzz_case(rng, f"fuzz_{i}")
+        case = replace(case, in_channels=max(per_slice, case.in_channels // per_slice * per_slice))
+        plan = general_plan(library, case, element)
+        if plan is None or plan["input"] != "tma":
+            continue
+        c, taps = case.in_channels, case.kernel_size[0] * case.kernel_size[1]
+        kw = case.kernel_size[1]
+        n = 128 if plan["tile"].endswith("n128") else 64
+        chunk = 2 * per_slice
+        runs = -(-(-(-c // chunk)) // plan["step_chunks"])
+        packed = -(-(-(-case.out_channels // n) * n * runs * plan["step_chunks"] * taps * 32)
+                   // 256) * 256
+        channels_last = (c * taps, 1, kw * c, c)
+        wider = ((c + 2 * per_slice) * taps, 1, kw * (c + 2 * per_slice), c + 2 * per_slice)
+        nchw = (c * taps, taps, kw, 1)
+        in_place = general_workspace(library, variant, case, element, channels_last)
+        assert general_workspace(library, variant, case, element, wider) == in_place, case
+        # What packing adds: the packed weights' region (the rest, split partial sums, alike).
+        misaligned = general_workspace(library, variant, case, element, channels_last,
+                                       (1 << 20) + element_bytes)
+        assert misaligned - in_place == packed, (case, plan)
+        if taps > 1:
+            assert general_workspace(library, variant, case, element, nchw) - in_place == packed
+        assert plan["weights"] == ("in_place" if taps == 1 else "packed"), (case, plan)
+        monkeypatch.setenv("CONV_POOL_GENERAL_PACK", "1")
+        assert general_workspace(library, variant, case, element, channels_last) == misaligned
+        assert general_plan(library, case, element)["weights"] == "packed"
+        monkeypatch.delenv("CONV_POOL_GENERAL_PACK")
+        checked += 1
+    assert checked >= 50, checked
+    monkeypatch.setenv("CONV_POOL_GENERAL_TMA", "0")
+    assert general_plan(library, pointwise, element)["weights"] == "packed"
+    if element == FLOAT32:
+        monkeypatch.delenv("CONV_POOL_GENERAL_TMA")
+        assert general_plan(library, pointwise, element, split=True)["weights"] == "packed"
 
 
 def test_general_kernel_merges_box_columns_where_a_halo_row_is_one_run(library, seed,

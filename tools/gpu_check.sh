@@ -91,6 +91,9 @@ sanitize() {
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
 memcheck  general_pointwise general_wgmma float16
+memcheck  general_split_channels_last general_wgmma
+racecheck general_large_kernel_channels_last general_wgmma float16
+memcheck  general_pointwise general_wgmma bfloat16
 memcheck  general_large_kernel general_wgmma
 racecheck general_large_kernel general_wgmma
 memcheck  general_large_kernel general_wgmma float16

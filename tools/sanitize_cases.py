@@ -168,8 +168,9 @@ CASES = {
     # The general kernel (general_wgmma): a 5 x 5 kernel over 256 channels (steps of kernel-row
     # groups, the last short) under AlexNet's 3 x 3 / 2 pool; a strided 3 x 3 (gathered rows,
     # two column phases) with an overlapping padded ceil-mode pool; a dilated 3 x 3 with
-    # channel tails; 1 x 1 steps of several chunks; a layer of few tiles (split reduction
-    # through the workspace); each also channels-last.
+    # channel tails; 1 x 1 steps of several chunks (weights read in place); a layer of few
+    # tiles (split reduction through the cluster); each also channels-last (weights read in
+    # place).
     "general_large_kernel": ConvPoolCase("general_large_kernel", 2, 256, 136, 27, 27, (5, 5),
                                          padding=(2, 2), pool_kernel=(3, 3),
                                          pool_stride=(2, 2)),
@@ -194,7 +195,8 @@ CASES = {
         "general_split_channels_last", 1, 384, 136, 13, 13, (3, 3), padding=(1, 1),
         pool_kernel=(3, 3), pool_stride=(2, 2)),
 }
-# Cases whose input is made channels-last (same values).
+# Cases whose input and weight are made channels-last (same values), as in a channels-last
+# model (the general kernel then reads such weights in place).
 CHANNELS_LAST = {"unpooled_strips_channels_last", "general_large_kernel_channels_last",
                  "general_strided_channels_last", "general_split_channels_last",
                  "channels_last_tails", "narrow_channels_last", "strip_tiles_channels_last",
@@ -212,6 +214,8 @@ def main(name: str, variants: str = "all", dtype_name: str = "float32",
     if name in CHANNELS_LAST:
         x = x.contiguous(memory_format=torch.channels_last)
     w = (torch.randn(case.weight_shape(), device="cuda") * 0.1).to(dtype)
+    if name in CHANNELS_LAST:
+        w = w.contiguous(memory_format=torch.channels_last)
     b = torch.randn(case.out_channels, device="cuda").to(dtype)
     if weights not in ("", "prepacked"):
         raise SystemExit(f"the fourth argument is 'prepacked' or nothing, got {weights!r}")

@@ -34,6 +34,17 @@ class ConvPoolShape(ctypes.Structure):
 MAX_CLUSTER = 8  # kConvPoolMaxCluster
 
 
+class ConvPoolOperands(ctypes.Structure):
+    """Mirror of ConvPoolOperands in kernels/conv_relu_maxpool.h (each union one pointer), for
+    asking the host's rules about operands of given strides and addresses (e.g. the workspace
+    that conv_relu_maxpool_workspace_bytes wants for them); the pointers are never read."""
+    _fields_ = [("x", ctypes.c_void_p), ("x_stride", ctypes.c_int64 * 4),
+                ("weight", ctypes.c_void_p), ("weight_stride", ctypes.c_int64 * 4),
+                ("bias", ctypes.c_void_p), ("bias_stride", ctypes.c_int64),
+                ("out", ctypes.c_void_p), ("workspace", ctypes.c_void_p),
+                ("packed_weight", ctypes.c_void_p)]
+
+
 class ConvPoolVariantInfo(ctypes.Structure):
     """Mirror of ConvPoolVariantInfo in kernels/conv_relu_maxpool.h (a registry row)."""
     _fields_ = [("name", ctypes.c_char_p), ("family", ctypes.c_char_p), ("math", ctypes.c_char_p),

@@ -65,14 +65,16 @@ cudaError_t launch_element(const ConvPoolOperands& ops, const ConvPoolShape& s, 
 // The warp-specialized instance of plan.tile for element type E (kTmaInput).
 template <class E, int kTileId>
 cudaError_t launch_ws_instance(const ConvPoolOperands& ops, const ConvPoolShape& s, const Plan& p,
-                               const CUtensorMap& x_map, cudaStream_t stream) {
+                               const CUtensorMap& x_map, const CUtensorMap& weight_map,
+                               cudaStream_t stream) {
   if (!p.cluster_split) {
     auto kernel = general_ws_kernel<E, kTileId, false>;
     if (cudaError_t error =
             allow_shared_bytes<E, kTileId, kTmaInput, false>(kernel, p.smem_bytes);
         error != cudaSuccess)
       return error;
-    kernel<<<unsigned(p.grid), kWsThreads, p.smem_bytes, stream>>>(ops, s, p, x_map);
+    kernel<<<unsigned(p.grid), kWsThreads, p.smem_bytes, stream>>>(ops, s, p, x_map,
+                                                                   weight_map);
     return cudaGetLastError();
   }
   auto kernel = general_ws_kernel<E, kTileId, true>;  // (its record: kTmaInput with kSplit)
@@ -91,19 +93,22 @@ cudaError_t launch_ws_instance(const ConvPoolOperands& ops, const ConvPoolShape&
   config.stream = stream;
   config.attrs = &cluster;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, ops, s, p, x_map);
+  return cudaLaunchKernelEx(&config, kernel, ops, s, p, x_map, weight_map);
 }
 
 template <class E>
 cudaError_t launch_ws_element(const ConvPoolOperands& ops, const ConvPoolShape& s, const Plan& p,
-                              const CUtensorMap& x_map, cudaStream_t stream) {
+                              const CUtensorMap& x_map, const CUtensorMap& weight_map,
+                              cudaStream_t stream) {
   if (p.input != kTmaInput) return cudaErrorInvalidValue;
   switch (p.tile) {
-    case kWide128: return launch_ws_instance<E, kWide128>(ops, s, p, x_map, stream);
-    case kSquare128: return launch_ws_instance<E, kSquare128>(ops, s, p, x_map, stream);
-    case kWide64: return launch_ws_instance<E, kWide64>(ops, s, p, x_map, stream);
-    case kSquare64: return launch_ws_instance<E, kSquare64>(ops, s, p, x_map, stream);
-    case kTall64: return launch_ws_instance<E, kTall64>(ops, s, p, x_map, stream);
+    case kWide128: return launch_ws_instance<E, kWide128>(ops, s, p, x_map, weight_map, stream);
+    case kSquare128:
+      return launch_ws_instance<E, kSquare128>(ops, s, p, x_map, weight_map, stream);
+    case kWide64: return launch_ws_instance<E, kWide64>(ops, s, p, x_map, weight_map, stream);
+    case kSquare64:
+      return launch_ws_instance<E, kSquare64>(ops, s, p, x_map, weight_map, stream);
+    case kTall64: return launch_ws_instance<E, kTall64>(ops, s, p, x_map, weight_map, stream);
     default: return cudaErrorInvalidValue;
   }
 }

@@ -172,6 +172,12 @@ struct Plan {
   // kTmaInput slice-planar with in_channels rounded up to the slice, then
   // (split > 1 but not cluster_split) the partial sums, tiles x split x 256 threads x the
   // accumulators, and a counter per tile (zeroed by the launch's preparation).
+  // weights_in_place (kTmaInput; 1 x 1 weights, and channels-last ones of any kernel, whose 16-byte
+  // channel slices are already whole and 16-byte aligned): the producer brings a step's weights
+  // from the weight tensor itself, one box of a 5-D view of it (w_map: [channel in a slice]
+  // [output channel][slice][tap]) that lands in the staged layout, zeros past the channels and
+  // taps; nothing is packed and packed_bytes is 0.
+  bool weights_in_place;
   int staged_channels;
   int64_t packed_bytes;
   int64_t staged_input_bytes;

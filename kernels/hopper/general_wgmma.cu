@@ -440,6 +440,48 @@ bool tma_for(const ConvPoolShape& s, const ConvPoolOperands* ops, bool split) {
          x_elements <= kTmaCopyMaxSmallInput || tma_copy_forced();
 }
 
+// The weight's data, whatever its element type, and the elements from one tap to the next
+// (along the kernel's columns, or its rows where it has one column).
+const void* weight_data(const ConvPoolShape& s, const ConvPoolOperands& ops) {
+  return s.element == kElementFloat32 ? static_cast<const void*>(ops.weight)
+                                      : static_cast<const void*>(ops.weight16);
+}
+int64_t weight_tap_stride(const ConvPoolShape& s, const int64_t* stride) {
+  return s.kernel_w > 1 ? stride[3] : stride[2];
+}
+
+// $CONV_POOL_GENERAL_PACK=1: the warp-specialized kernel packs the weights into the workspace
+// even where it could read them in place (a tuning and test hook).
+bool weights_packed_forced() {
+  const char* value = std::getenv("CONV_POOL_GENERAL_PACK");
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
+// Whether the producer can bring each step's weights straight from the weight tensor
+// (Plan::weights_in_place): channels contiguous in whole 16-byte slices, every stride positive
+// and a multiple of 16 bytes, the address 16-byte aligned, and the kernel's taps one run of
+// equal strides (1 x 1, or channels-last weights); ops == nullptr stands for a contiguous
+// (NCHW) weight. The box (a step's channel slices of n output channels over a group's taps)
+// must fit the copy engine's 256 elements a dimension.
+bool weights_in_place(const ConvPoolShape& s, const ConvPoolOperands* ops, const Plan& p) {
+  if (p.input != kTmaInput || p.split_operands || weights_packed_forced()) return false;
+  const int per_slice = slice_channels(s.element);
+  const int box_taps = p.group_rows * s.kernel_w;
+  if (s.in_channels % per_slice != 0 || 2 * p.step_chunks > kMaxTmaBox || box_taps > kMaxTmaBox)
+    return false;
+  int64_t stride[4] = {int64_t(s.in_channels) * s.taps(), 1, int64_t(s.kernel_w), 1};
+  if (ops != nullptr) {
+    for (int d = 0; d < 4; ++d) stride[d] = ops->weight_stride[d];
+    if (!aligned16(weight_data(s, *ops))) return false;
+  }
+  if (stride[1] != 1 || stride[0] <= 0 || stride[0] % per_slice != 0) return false;
+  if (s.taps() == 1) return true;
+  // Tap (r, q) r x kernel_w + q tap strides on: rows kernel_w tap strides apart.
+  const int64_t tap = weight_tap_stride(s, stride);
+  return tap > 0 && tap % per_slice == 0 &&
+         (s.kernel_h == 1 || stride[2] == int64_t(s.kernel_w) * tap);
+}
+
 // How the kernel reads x. kTmaInput: in place where the channels are contiguous and every
 // stride (positive) and the address are whole 16-byte slices (channels-last), else from the
 // launch's slice-planar copy ($CONV_POOL_GENERAL_TMA_COPY=1 copies always: a tuning and test
@@ -464,6 +506,8 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops, Plan& p) 
     p.staged_input_bytes = p.staged_copy ? int64_t(s.batch) * s.in_height * s.in_width *
                                                p.staged_channels * element_bytes(s)
                                          : 0;
+    p.weights_in_place = weights_in_place(s, ops, p);
+    if (p.weights_in_place) p.packed_bytes = 0;
     return;
   }
   p.staged_copy = !slices || p.split_operands;
@@ -539,6 +583,34 @@ cudaError_t encode_x_map(const ConvPoolShape& s, const ConvPoolOperands& ops, co
   const CUresult result =
       encode(map, bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32 : CU_TENSOR_MAP_DATA_TYPE_UINT16,
              5, const_cast<void*>(address), dims, strides, box, element_strides,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+// Plan::weights_in_place: the 5-D view of the weight the producer's weight boxes come from,
+// innermost first: (channel in a slice, output channel, slice, tap, -). A box, a step's weights:
+// its 2 x step_chunks slices of n output channels over group_rows x kernel_w taps, landing as
+// [tap][slice][n][16 bytes] (the packed layout's step); out of bounds (channels past the
+// weight's, a short last run's chunks, a short last group's taps): zeros.
+cudaError_t encode_weight_map(const ConvPoolShape& s, const ConvPoolOperands& ops, const Plan& p,
+                              CUtensorMap* map) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) return cudaErrorNotSupported;
+  const int bytes = element_bytes(s);
+  const int per_slice = slice_channels(s.element);
+  const int64_t tap_stride = s.taps() == 1 ? per_slice : weight_tap_stride(s, ops.weight_stride);
+  const cuuint64_t dims[5] = {cuuint64_t(per_slice), cuuint64_t(s.out_channels),
+                              cuuint64_t(s.in_channels / per_slice), cuuint64_t(s.taps()), 1};
+  const cuuint64_t strides[4] = {cuuint64_t(ops.weight_stride[0] * bytes), kSliceBytes,
+                                 cuuint64_t(tap_stride * bytes), kSliceBytes};
+  const cuuint32_t box[5] = {cuuint32_t(per_slice), cuuint32_t(kTileSpecs[p.tile].n),
+                             cuuint32_t(2 * p.step_chunks),
+                             cuuint32_t(p.group_rows * s.kernel_w), 1};
+  const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
+  const CUresult result =
+      encode(map, bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32 : CU_TENSOR_MAP_DATA_TYPE_UINT16,
+             5, const_cast<void*>(weight_data(s, ops)), dims, strides, box, element_strides,
              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
              CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
@@ -668,7 +740,8 @@ cudaError_t prepare(const Raw* weight, const ConvPoolOperands& ops, const ConvPo
                           kTileSpecs[p.tile].n,
                           static_cast<Raw*>(const_cast<void*>(p.packed))};
   const int64_t units = p.packed_bytes / kSliceBytes;
-  const int64_t pack_blocks = std::clamp<int64_t>(ceil_div(units, 256), 1, 4 * 1024);
+  const int64_t pack_blocks = std::clamp<int64_t>(ceil_div(units, 256), 1, 4 * 1024);  // >= 1:
+  // they zero the counters
   uint32_t* counters = static_cast<uint32_t*>(const_cast<void*>(p.counters));
   int counter_words = p.split > 1 && !p.cluster_split ? int(p.tiles) : 0;
   if (separate && counter_words > 0) {
@@ -686,6 +759,7 @@ cudaError_t prepare(const Raw* weight, const ConvPoolOperands& ops, const ConvPo
                                      const_cast<void*>(p.staged_input));
     copy_blocks = ceil_div(copy.items(), 256);
   }
+  if (units == 0 && counter_words == 0 && copy_blocks == 0) return cudaSuccess;  // nothing to do
   prepare_kernel<Raw, kSliceChannels><<<unsigned(pack_blocks + copy_blocks), 256, 0, stream>>>(
       pack, s, p, pack_blocks, copy, counters, counter_words);
   return cudaGetLastError();
@@ -769,15 +843,19 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
           error != cudaSuccess)
         return error;
     }
-    CUtensorMap x_map;
+    CUtensorMap x_map, weight_map{};
     if (cudaError_t error = encode_x_map(s, ops, p, &x_map); error != cudaSuccess) return error;
+    if (p.weights_in_place) {
+      if (cudaError_t error = encode_weight_map(s, ops, p, &weight_map); error != cudaSuccess)
+        return error;
+    }
     switch (s.element) {
       case kElementFloat32:
-        return general_wgmma_launch_ws_float32(ops, s, p, x_map, stream);
+        return general_wgmma_launch_ws_float32(ops, s, p, x_map, weight_map, stream);
       case kElementFloat16:
-        return general_wgmma_launch_ws_float16(ops, s, p, x_map, stream);
+        return general_wgmma_launch_ws_float16(ops, s, p, x_map, weight_map, stream);
       default:
-        return general_wgmma_launch_ws_bfloat16(ops, s, p, x_map, stream);
+        return general_wgmma_launch_ws_bfloat16(ops, s, p, x_map, weight_map, stream);
     }
   }
   if (p.staged_copy) {

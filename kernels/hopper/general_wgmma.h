@@ -53,17 +53,21 @@ cudaError_t general_wgmma_launch_bfloat16(const ConvPoolOperands& operands,
                                           const ConvPoolShape& shape,
                                           const general_wgmma::Plan& plan, cudaStream_t stream);
 
-// The warp-specialized instances (plan.input == kTmaInput, general_ws_<type>.cu); x_map: the
-// 5-D view of x that the launch encoded (general_wgmma.cu, encode_x_map).
+// The warp-specialized instances (plan.input == kTmaInput, general_ws_<type>.cu); x_map and
+// weight_map: the 5-D views of x and (plan.weights_in_place) of the weight that the launch
+// encoded (general_wgmma.cu, encode_x_map and encode_weight_map).
 cudaError_t general_wgmma_launch_ws_float32(const ConvPoolOperands& operands,
                                             const ConvPoolShape& shape,
                                             const general_wgmma::Plan& plan,
-                                            const CUtensorMap& x_map, cudaStream_t stream);
+                                            const CUtensorMap& x_map,
+                                            const CUtensorMap& weight_map, cudaStream_t stream);
 cudaError_t general_wgmma_launch_ws_float16(const ConvPoolOperands& operands,
                                             const ConvPoolShape& shape,
                                             const general_wgmma::Plan& plan,
-                                            const CUtensorMap& x_map, cudaStream_t stream);
+                                            const CUtensorMap& x_map,
+                                            const CUtensorMap& weight_map, cudaStream_t stream);
 cudaError_t general_wgmma_launch_ws_bfloat16(const ConvPoolOperands& operands,
                                              const ConvPoolShape& shape,
                                              const general_wgmma::Plan& plan,
-                                             const CUtensorMap& x_map, cudaStream_t stream);
+                                             const CUtensorMap& x_map,
+                                             const CUtensorMap& weight_map, cudaStream_t stream);

@@ -5,6 +5,8 @@
 cudaError_t general_wgmma_launch_ws_bfloat16(const ConvPoolOperands& operands,
                                        const ConvPoolShape& shape,
                                        const general_wgmma::Plan& plan,
-                                       const CUtensorMap& x_map, cudaStream_t stream) {
-  return general_wgmma::launch_ws_element<BFloat16>(operands, shape, plan, x_map, stream);
+                                       const CUtensorMap& x_map,
+                                       const CUtensorMap& weight_map, cudaStream_t stream) {
+  return general_wgmma::launch_ws_element<BFloat16>(operands, shape, plan, x_map, weight_map,
+                                                   stream);
 }

@@ -8,8 +8,9 @@
 //     (empty[stage]), then has the tensor copy engine bring the step's halo, one box per
 //     (image, column phase, slice) of a 5-D view of x (x_map: [image][slice][row][column][16
 //     bytes] from the launch's slice-planar copy, or x itself where its channels are
-//     contiguous), and the bulk copy engine the step's weights, all completing full[stage] by
-//     their byte count;
+//     contiguous), and the step's weights: one box of a 5-D view of the weight itself where its
+//     channel slices are whole (Plan::weights_in_place), else one bulk copy of the launch's
+//     packing; all completing full[stage] by their byte count;
 //   * two consumers (warpgroups 0 and 1; 232 registers, or 104): for each step they wait for
 //     full[stage], issue the step's wgmmas (mma_step), then wait for the previous step's wgmmas
 //     and free that step's stage (one arrival per warpgroup on empty[stage]), so that a step's
@@ -26,8 +27,8 @@
 // the epilogue tile reuses the stages.
 // The stages hold [image][phase][slice][halo row][column][16 bytes] boxes (each slice padded to
 // 128 bytes, where the copy engine wants a box to land), then the weights
-// [tap][chunk][slice][n][16 bytes]; a tap of a square is still a constant offset of the
-// square's descriptor (the K-step table), now across phase planes.
+// [tap][chunk][slice][n][16 bytes] (a whole group's taps where read in place); a tap of a square
+// is still a constant offset of the square's descriptor (the K-step table), across phase planes.
 #pragma once
 
 #include <cuda.h>
@@ -124,8 +125,8 @@ __device__ __forceinline__ Work work_item(const Plan& p, int64_t w) {
 // each once its stage is free. One thread.
 template <int kTileId>
 __device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
-                                        const CUtensorMap* x_map, unsigned char* smem,
-                                        uint64_t* full, uint64_t* empty) {
+                                        const CUtensorMap* x_map, const CUtensorMap* weight_map,
+                                        unsigned char* smem, uint64_t* full, uint64_t* empty) {
   const int slice_elements = slice_channels(s.element);
   // In place (channels-last): the slice is an element offset along dimension 0; from the
   // slice-planar copy: a coordinate of dimension 3.
@@ -138,6 +139,7 @@ __device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
   const uint32_t box_bytes = uint32_t(kSliceBytes * p.phase_cols * p.halo_rows);
   const uint32_t halo_tx = uint32_t(p.images * p.phases * slices) * box_bytes;
   const int slice_bytes = p.slice_plane * kSliceBytes;
+  const int box_taps = p.group_rows * s.kernel_w;  // in place: a whole group's, zeros past
   int stage = 0;
   uint32_t empty_parity = 1;  // a fresh barrier's previous phase counts as completed
   for (int64_t w = blockIdx.x; w < p.tiles * p.split; w += gridDim.x) {
@@ -146,7 +148,9 @@ __device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
     for (int step = k.first_step; step < k.end_step; ++step) {
       mbarrier_wait(empty + stage, empty_parity);
       const Step st = make_step(s, p, o, step);
-      const WeightSpan weights = step_weight_span<kTileId>(s, p, o, st);
+      const WeightSpan weights =
+          p.weights_in_place ? WeightSpan{0, uint32_t(p.weight_stage_bytes)}
+                             : step_weight_span<kTileId>(s, p, o, st);
       mbarrier_arrive_expect_tx(full + stage, halo_tx + weights.bytes);
       unsigned char* box = smem + stage * p.stage_bytes;
       for (int image = 0; image < p.images; ++image) {
@@ -161,9 +165,14 @@ __device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
           }
         }
       }
-      bulk_copy_to_shared(smem + stage * p.stage_bytes + p.halo_bytes,
-                          static_cast<const unsigned char*>(p.packed) + weights.offset,
-                          weights.bytes, full + stage);
+      unsigned char* staged_weights = smem + stage * p.stage_bytes + p.halo_bytes;
+      if (p.weights_in_place)
+        tma_load_5d(staged_weights, weight_map, 0, o.channel0, 2 * st.chunk0,
+                    st.kernel_row0 * s.kernel_w, 0, full + stage);
+      else
+        bulk_copy_to_shared(staged_weights,
+                            static_cast<const unsigned char*>(p.packed) + weights.offset,
+                            weights.bytes, full + stage);
       if (++stage == p.stages) {
         stage = 0;
         empty_parity ^= 1u;
@@ -178,7 +187,8 @@ __device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
 template <class E, int kTileId, bool kCluster>
 __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMinBlocks)
     general_ws_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const Plan p,
-                      const __grid_constant__ CUtensorMap x_map) {
+                      const __grid_constant__ CUtensorMap x_map,
+                      const __grid_constant__ CUtensorMap weight_map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = Tile<kTileId>;
   using X = Element<E>;  // the element type's operations
@@ -196,12 +206,13 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
     }
     fence_mbarrier_init();
     prefetch_tensor_map(&x_map);
+    if (p.weights_in_place) prefetch_tensor_map(&weight_map);
   }
   __syncthreads();  // the barriers, before the roles split
 
   if (threadIdx.x >= kThreads) {  // the producer warpgroup
     set_max_registers_dec<RoleRegisters<kBlocksPerSm>::kProducer>();
-    if (threadIdx.x == kThreads) produce<kTileId>(s, p, &x_map, smem, full, empty);
+    if (threadIdx.x == kThreads) produce<kTileId>(s, p, &x_map, &weight_map, smem, full, empty);
     return;
   }
   set_max_registers_inc<RoleRegisters<kBlocksPerSm>::kConsumer>();
