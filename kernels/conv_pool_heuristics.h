@@ -81,6 +81,15 @@ constexpr int64_t kNhwcCopyMinWork = 2048;
 constexpr int64_t kTmaCopyMinWork = 1024;
 constexpr int64_t kTmaCopyMaxSmallInput = int64_t(1) << 20;
 
+// The warp-specialized general kernel reads weights whose channels are whole 16-byte slices in
+// place (one box of 16-byte rows a step) only where its blocks fit in one round on the GPU
+// (grid <= SMs x blocks a SM, times this): there the packing launch it saves is latency, not
+// amortized over rounds of tiles. With many rounds the boxes' 16-byte rows cost more than the
+// packing: H200, 128 x 1024 -> 1024 at 14^2 (1 x 1, 1024 tiles of 11 steps) float16, the kernel
+// 183 -> 218 us read in place, against batch-1 1 x 1 layers whose kernel did not change
+// (docs/PERF.md).
+constexpr int kInPlaceWeightsMaxRounds = 1;
+
 // Taps x chunks a step should hold at least: 12 wgmma K steps per square (a 3 x 3 chunk is 9)
 // keep the tensor cores busy long enough to hide the loads issued two steps ahead.
 constexpr int kMinStepKSteps = 12;

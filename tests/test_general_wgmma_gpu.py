@@ -310,19 +310,20 @@ def test_tma_reads_channels_last_in_place_or_from_the_copy(ext, lib, device, see
 @pytest.mark.parametrize("weights", ["in_place", "packed"])
 def test_weights_read_in_place_or_packed_match_float64(ext, lib, device, seed, dtype, weights,
                                                        monkeypatch):
-    """The warp-specialized form reads weights whose channels are whole 16-byte slices in place
-    (1 x 1 weights, channels-last ones of any kernel, a channel slice of a wider weight), and
-    packs the rest (NCHW weights of larger kernels, a weight one element off 16-byte alignment),
-    or every weight with $CONV_POOL_GENERAL_PACK=1; random geometries, NCHW and channels-last
+    """On layers of one round of blocks, the warp-specialized form reads weights whose channels
+    are whole 16-byte slices in place (1 x 1 weights, channels-last ones of any kernel, a
+    channel slice of a wider weight), and packs the rest (NCHW weights of larger kernels, a
+    weight one element off 16-byte alignment), or every weight with
+    $CONV_POOL_GENERAL_PACK=1; random geometries of one or two images, NCHW and channels-last
     x, every weight layout."""
     monkeypatch.delenv("CONV_POOL_GENERAL_TMA", raising=False)
     if weights == "packed":
         monkeypatch.setenv("CONV_POOL_GENERAL_PACK", "1")
     per_slice = 4 if dtype == torch.float32 else 8
     rng = random.Random(seed)
-    ran = 0
+    ran = in_place = 0
     for i in range(10):
-        case = fuzz_case(rng, f"fuzz_{i}")
+        case = replace(fuzz_case(rng, f"fuzz_{i}"), batch=1 + i % 2)
         if i % 3 == 0:  # pointwise layers, the in-place form's commonest
             case = replace(case, kernel_size=(1, 1), dilation=(1, 1), padding=(0, 0))
             if case.pooled_out()[0] < 1 or case.pooled_out()[1] < 1:
@@ -346,7 +347,9 @@ def test_weights_read_in_place_or_packed_match_float64(ext, lib, device, seed, d
             check(ext, case, with_layout(x, layout), w_in, b, dtype,
                   f"{case} {weights} {name} weight, {layout} x, {plan}")
         ran += 1
+        in_place += plan["weights"] == "in_place"  # (the plan of NCHW weights: 1 x 1 only)
     assert ran >= 5, ran
+    assert in_place >= 1 if weights == "in_place" else in_place == 0, in_place
 
 
 # The 3xTF32 form (general_3xtf32_wgmma): float32 operands split into big and small TF32

@@ -458,13 +458,18 @@ bool weights_packed_forced() {
 }
 
 // Whether the producer can bring each step's weights straight from the weight tensor
-// (Plan::weights_in_place): channels contiguous in whole 16-byte slices, every stride positive
+// (Plan::weights_in_place): blocks of at most kInPlaceWeightsMaxRounds rounds on the device,
+// channels contiguous in whole 16-byte slices, every stride positive
 // and a multiple of 16 bytes, the address 16-byte aligned, and the kernel's taps one run of
 // equal strides (1 x 1, or channels-last weights); ops == nullptr stands for a contiguous
 // (NCHW) weight. The box (a step's channel slices of n output channels over a group's taps)
 // must fit the copy engine's 256 elements a dimension.
-bool weights_in_place(const ConvPoolShape& s, const ConvPoolOperands* ops, const Plan& p) {
+bool weights_in_place(const ConvPoolShape& s, const ConvPoolOperands* ops, const Plan& p,
+                      const ConvPoolDevice& device) {
   if (p.input != kTmaInput || p.split_operands || weights_packed_forced()) return false;
+  if (p.tiles * p.split >
+      int64_t(kInPlaceWeightsMaxRounds) * device.sm_count * p.blocks_per_sm)
+    return false;
   const int per_slice = slice_channels(s.element);
   const int box_taps = p.group_rows * s.kernel_w;
   if (s.in_channels % per_slice != 0 || 2 * p.step_chunks > kMaxTmaBox || box_taps > kMaxTmaBox)
@@ -490,7 +495,8 @@ bool weights_in_place(const ConvPoolShape& s, const ConvPoolOperands* ops, const
 // first; other float32 inputs too where each input element feeds enough work
 // (kNhwcCopyMinWork), else they are read element by element (4-byte copies, the transpose on
 // the way in).
-void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops, Plan& p) {
+void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops,
+                  const ConvPoolDevice& device, Plan& p) {
   const int per_slice = slice_channels(s.element);
   const bool slices = pixel_slices(s, ops);
   if (p.input == kTmaInput) {
@@ -506,7 +512,7 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops, Plan& p) 
     p.staged_input_bytes = p.staged_copy ? int64_t(s.batch) * s.in_height * s.in_width *
                                                p.staged_channels * element_bytes(s)
                                          : 0;
-    p.weights_in_place = weights_in_place(s, ops, p);
+    p.weights_in_place = weights_in_place(s, ops, p, device);
     if (p.weights_in_place) p.packed_bytes = 0;
     return;
   }
@@ -626,6 +632,7 @@ struct PackJob {
   int64_t ws0, ws1, ws2, ws3;
   int n;  // the tile's output channels
   Raw* packed;
+  int64_t units;  // 16-byte units of the packed weights (0: read in place, nothing to pack)
 };
 
 // Block `block` of `blocks` packing blocks (256 threads), grid-stride over the 16-byte units.
@@ -636,9 +643,7 @@ __device__ __forceinline__ void pack_weights(const PackJob<Raw>& job, const Conv
   const int64_t ws0 = job.ws0, ws1 = job.ws1, ws2 = job.ws2, ws3 = job.ws3;
   const int n = job.n;
   Raw* packed = job.packed;
-  const int64_t units = int64_t(p.channel_blocks) * n * p.chunk_steps * p.step_chunks *
-                        s.taps() * 2;
-  for (int64_t u = block * blockDim.x + threadIdx.x; u < units; u += blocks * blockDim.x) {
+  for (int64_t u = block * blockDim.x + threadIdx.x; u < job.units; u += blocks * blockDim.x) {
     int64_t rest = u;
     const int k_in_block = int(rest % n);
     rest /= n;
@@ -738,8 +743,9 @@ cudaError_t prepare(const Raw* weight, const ConvPoolOperands& ops, const ConvPo
                           ops.weight_stride[2],
                           ops.weight_stride[3],
                           kTileSpecs[p.tile].n,
-                          static_cast<Raw*>(const_cast<void*>(p.packed))};
-  const int64_t units = p.packed_bytes / kSliceBytes;
+                          static_cast<Raw*>(const_cast<void*>(p.packed)),
+                          p.packed_bytes / kSliceBytes};
+  const int64_t units = pack.units;
   const int64_t pack_blocks = std::clamp<int64_t>(ceil_div(units, 256), 1, 4 * 1024);  // >= 1:
   // they zero the counters
   uint32_t* counters = static_cast<uint32_t*>(const_cast<void*>(p.counters));
@@ -783,7 +789,7 @@ const char* general_wgmma_unsupported(const ConvPoolShape& s, const ConvPoolDevi
 Plan general_wgmma_plan(const ConvPoolShape& s, const ConvPoolDevice& device,
                         const ConvPoolOperands* ops, bool split) {
   Plan p = general_wgmma::best_plan(s, device, split, general_wgmma::tma_for(s, ops, split)).plan;
-  general_wgmma::choose_input(s, ops, p);
+  general_wgmma::choose_input(s, ops, device, p);
   return p;
 }
 
