@@ -83,12 +83,16 @@ constexpr int64_t kTmaCopyMaxSmallInput = int64_t(1) << 20;
 
 // The warp-specialized general kernel reads weights whose channels are whole 16-byte slices in
 // place (one box of 16-byte rows a step) only where its blocks fit in one round on the GPU
-// (grid <= SMs x blocks a SM, times this): there the packing launch it saves is latency, not
-// amortized over rounds of tiles. With many rounds the boxes' 16-byte rows cost more than the
-// packing: H200, 128 x 1024 -> 1024 at 14^2 (1 x 1, 1024 tiles of 11 steps) float16, the kernel
-// 183 -> 218 us read in place, against batch-1 1 x 1 layers whose kernel did not change
-// (docs/PERF.md).
+// (grid <= SMs x blocks a SM, times kInPlaceWeightsMaxRounds) and the weight has at least
+// kInPlaceWeightsMinElements elements: there the packing it saves is latency, not amortized
+// over rounds of tiles, and large enough to show beside the launch's copy of x. H200, batch-1
+// 1 x 1 layers: 2048 x 512 weights 23.1 -> 17.6 us (float32) and 21.1 -> 16.9 (float16), 1152 x
+// 320 15.9 -> 14.4, 512 x 144 and 896 x 128 within 2%, but 104 x 208 13.3 -> 14.7 (its packing
+// was free beside the copy, the boxes cost the kernel 1.4 us); with many rounds the boxes'
+// 16-byte rows cost more than the packing (128 x 1024 -> 1024 at 14^2 float16: 183 -> 218 us
+// of kernel) (docs/PERF.md).
 constexpr int kInPlaceWeightsMaxRounds = 1;
+constexpr int64_t kInPlaceWeightsMinElements = 65536;
 
 // Taps x chunks a step should hold at least: 12 wgmma K steps per square (a 3 x 3 chunk is 9)
 // keep the tensor cores busy long enough to hide the loads issued two steps ahead.

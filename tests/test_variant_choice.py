@@ -745,18 +745,22 @@ def general_workspace(library, variant, case, element, weight_stride, weight_add
 def test_general_kernel_reads_whole_slice_weights_in_place(library, variant_names, element, seed,
                                                            monkeypatch):
     """The warp-specialized form reads the weight itself, one box a step, where its blocks fit
-    in one round on the GPU (kInPlaceWeightsMaxRounds) and the weight's channels are contiguous
+    in one round on the GPU (kInPlaceWeightsMaxRounds), the weight has at least 65536 elements
+    (kInPlaceWeightsMinElements) and its channels are contiguous
     in whole 16-byte slices with strides and address multiples of 16 bytes: 1 x 1 weights and
     channels-last ones of any kernel (also a channel slice of a wider weight). Then nothing is
-    packed: with x read in place too, no workspace at all. Layers of more rounds, NCHW weights
+    packed: with x read in place too, no workspace at all. Layers of more rounds, smaller
+    weights, NCHW weights
     of larger kernels, channel counts that are not whole slices, misaligned weights, the
     cp.async loaders ($CONV_POOL_GENERAL_TMA=0), the 3xTF32 form and
     $CONV_POOL_GENERAL_PACK=1 keep the packing."""
     variant = variant_names_to_ids(variant_names)["general_wgmma"]
     per_slice = 4 if element == FLOAT32 else 8
     element_bytes = 4 if element == FLOAT32 else 2
-    pointwise = ConvPoolCase("1x1", 4, 256, 96, 14, 14, (1, 1))
+    pointwise = ConvPoolCase("1x1", 4, 256, 256, 14, 14, (1, 1))
     assert general_plan(library, pointwise, element)["weights"] == "in_place"
+    small = replace(pointwise, out_channels=255)  # 65280 weights
+    assert general_plan(library, small, element)["weights"] == "packed"
     odd = replace(pointwise, in_channels=256 + per_slice // 2)
     assert general_plan(library, odd, element)["weights"] == "packed"
     k3 = ConvPoolCase("3x3", 4, 64, 96, 14, 14, (3, 3), padding=(1, 1))
@@ -770,7 +774,8 @@ def test_general_kernel_reads_whole_slice_weights_in_place(library, variant_name
     for i in range(200):
         case = fuzz_case(rng, f"fuzz_{i}")
         case = replace(case, in_channels=max(per_slice, case.in_channels // per_slice * per_slice),
-                       batch=case.batch * (64 if i % 4 == 0 else 1))
+                       batch=case.batch * (64 if i % 4 == 0 else 1),
+                       out_channels=case.out_channels * (8 if i % 2 else 1))
         plan = general_plan(library, case, element)
         if plan is None or plan["input"] != "tma":
             continue
@@ -784,7 +789,8 @@ def test_general_kernel_reads_whole_slice_weights_in_place(library, variant_name
         channels_last = (c * taps, 1, kw * c, c)
         wider = ((c + 2 * per_slice) * taps, 1, kw * (c + 2 * per_slice), c + 2 * per_slice)
         nchw = (c * taps, taps, kw, 1)
-        one_round = plan["tiles"] * plan["split"] <= 132 * plan["blocks_per_sm"]
+        one_round = (plan["tiles"] * plan["split"] <= 132 * plan["blocks_per_sm"] and
+                     case.out_channels * c * taps >= 65536)  # (and large enough)
         in_place = general_workspace(library, variant, case, element, channels_last)
         assert general_workspace(library, variant, case, element, wider) == in_place, case
         # What packing adds: the packed weights' region (the rest, split partial sums, alike).
@@ -795,13 +801,13 @@ def test_general_kernel_reads_whole_slice_weights_in_place(library, variant_name
             assert general_workspace(library, variant, case, element, nchw) == misaligned
         expected = "in_place" if taps == 1 and one_round else "packed"
         assert plan["weights"] == expected, (case, plan)
-        rounds += not one_round
+        rounds += not one_round  # (more rounds or fewer weights)
         monkeypatch.setenv("CONV_POOL_GENERAL_PACK", "1")
         assert general_workspace(library, variant, case, element, channels_last) == misaligned
         assert general_plan(library, case, element)["weights"] == "packed"
         monkeypatch.delenv("CONV_POOL_GENERAL_PACK")
         checked += 1
-    print(f"{checked} random geometries, {rounds} of them of more than one round of blocks")
+    print(f"{checked} random geometries, {rounds} of them of more rounds or fewer weights")
     assert checked >= 50 and rounds >= 5, (checked, rounds)
     monkeypatch.setenv("CONV_POOL_GENERAL_TMA", "0")
     assert general_plan(library, pointwise, element)["weights"] == "packed"

@@ -458,8 +458,8 @@ bool weights_packed_forced() {
 }
 
 // Whether the producer can bring each step's weights straight from the weight tensor
-// (Plan::weights_in_place): blocks of at most kInPlaceWeightsMaxRounds rounds on the device,
-// channels contiguous in whole 16-byte slices, every stride positive
+// (Plan::weights_in_place): blocks of at most kInPlaceWeightsMaxRounds rounds on the device, at
+// least kInPlaceWeightsMinElements weights, channels contiguous in whole 16-byte slices, every stride positive
 // and a multiple of 16 bytes, the address 16-byte aligned, and the kernel's taps one run of
 // equal strides (1 x 1, or channels-last weights); ops == nullptr stands for a contiguous
 // (NCHW) weight. The box (a step's channel slices of n output channels over a group's taps)
@@ -468,7 +468,8 @@ bool weights_in_place(const ConvPoolShape& s, const ConvPoolOperands* ops, const
                       const ConvPoolDevice& device) {
   if (p.input != kTmaInput || p.split_operands || weights_packed_forced()) return false;
   if (p.tiles * p.split >
-      int64_t(kInPlaceWeightsMaxRounds) * device.sm_count * p.blocks_per_sm)
+          int64_t(kInPlaceWeightsMaxRounds) * device.sm_count * p.blocks_per_sm ||
+      int64_t(s.out_channels) * s.in_channels * s.taps() < kInPlaceWeightsMinElements)
     return false;
   const int per_slice = slice_channels(s.element);
   const int box_taps = p.group_rows * s.kernel_w;
