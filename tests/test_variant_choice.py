@@ -16,9 +16,10 @@ import pytest
 
 from utils import kernel_choice
 from utils.kernel_choice import (A100_LIKE, BFLOAT16, FLOAT16, FLOAT32, H200, ConvPoolDevice,
-                                 ConvPoolOperands, ConvPoolShape, clusters, flat_tiling, general_plan, load,
-                                 packs_weight_apart, shape_of, takes_packed_weight,
-                                 tiled_out_block, wgmma_split, wgmma_tile, wgmma_tile_origins)
+                                 ConvPoolOperands, ConvPoolShape, clusters, flat_tiling,
+                                 general_plan, load, packs_weight_apart, shape_of,
+                                 takes_packed_weight, tiled_out_block, wgmma_split, wgmma_tile,
+                                 wgmma_tile_origins)
 from utils.suite import FLAT_TILING_CASES, GRID, SUITE, ConvPoolCase, find_case, fuzz_case
 
 AUTO = -1

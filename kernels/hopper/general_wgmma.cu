@@ -459,11 +459,11 @@ bool weights_packed_forced() {
 
 // Whether the producer can bring each step's weights straight from the weight tensor
 // (Plan::weights_in_place): blocks of at most kInPlaceWeightsMaxRounds rounds on the device, at
-// least kInPlaceWeightsMinElements weights, channels contiguous in whole 16-byte slices, every stride positive
-// and a multiple of 16 bytes, the address 16-byte aligned, and the kernel's taps one run of
-// equal strides (1 x 1, or channels-last weights); ops == nullptr stands for a contiguous
-// (NCHW) weight. The box (a step's channel slices of n output channels over a group's taps)
-// must fit the copy engine's 256 elements a dimension.
+// least kInPlaceWeightsMinElements weights, channels contiguous in whole 16-byte slices, every
+// stride positive and a multiple of 16 bytes, the address 16-byte aligned, and the kernel's
+// taps one run of equal strides (1 x 1, or channels-last weights); ops == nullptr stands for a
+// contiguous (NCHW) weight. The box (a step's channel slices of n output channels over a
+// group's taps) must fit the copy engine's 256 elements a dimension.
 bool weights_in_place(const ConvPoolShape& s, const ConvPoolOperands* ops, const Plan& p,
                       const ConvPoolDevice& device) {
   if (p.input != kTmaInput || p.split_operands || weights_packed_forced()) return false;
@@ -747,8 +747,8 @@ cudaError_t prepare(const Raw* weight, const ConvPoolOperands& ops, const ConvPo
                           static_cast<Raw*>(const_cast<void*>(p.packed)),
                           p.packed_bytes / kSliceBytes};
   const int64_t units = pack.units;
-  const int64_t pack_blocks = std::clamp<int64_t>(ceil_div(units, 256), 1, 4 * 1024);  // >= 1:
-  // they zero the counters
+  // At least one block: the packing blocks also zero the counters.
+  const int64_t pack_blocks = std::clamp<int64_t>(ceil_div(units, 256), 1, 4 * 1024);
   uint32_t* counters = static_cast<uint32_t*>(const_cast<void*>(p.counters));
   int counter_words = p.split > 1 && !p.cluster_split ? int(p.tiles) : 0;
   if (separate && counter_words > 0) {
