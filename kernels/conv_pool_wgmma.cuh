@@ -327,12 +327,15 @@ __device__ __forceinline__ void cluster_arrive() {
 __device__ __forceinline__ void cluster_wait() {
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ uint32_t cluster_shared_address(const void* p, int rank) {
+// A shared-window address (shared_address) of this block mapped to the same place in the shared
+// memory of the cluster's block `rank`.
+__device__ __forceinline__ uint32_t cluster_shared_address(uint32_t local, int rank) {
   uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n"
-               : "=r"(remote)
-               : "r"(shared_address(p)), "r"(rank));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
   return remote;
+}
+__device__ __forceinline__ uint32_t cluster_shared_address(const void* p, int rank) {
+  return cluster_shared_address(shared_address(p), rank);
 }
 // (Volatile, so that it stays between the cluster barriers; no memory clobber, so that the
 // compiler may keep several in flight.)

@@ -64,13 +64,6 @@ __device__ __forceinline__ int tma_column_slot(const ConvPoolShape& s, const Pla
   return planes_before * (p.plane_bytes / kSliceBytes) + j / s.stride_w;
 }
 
-// The same shared-window address (shared_address) in the memory of the cluster's block `rank`.
-__device__ __forceinline__ uint32_t cluster_shared_rank_address(uint32_t local, int rank) {
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
-  return remote;
-}
-
 // Split reductions in a cluster (Plan::cluster_split): a tile's p.split blocks (a power of two)
 // are one cluster and each has staged its whole partial conv tile ([channel][pixel], `floats` a
 // block's share of channels) in its own shared memory; block `rank` then adds the p.split
@@ -89,7 +82,7 @@ __device__ __forceinline__ void sum_cluster_tiles(float* own, int floats, int sp
 #pragma unroll
       for (int q = 0; q < kRanksInFlight; ++q)
         if (q0 + q < split)
-          v[q] = load_cluster_shared(cluster_shared_rank_address(offset, q0 + q));
+          v[q] = load_cluster_shared(cluster_shared_address(offset, q0 + q));
 #pragma unroll
       for (int q = 0; q < kRanksInFlight; ++q) {
         if (q0 + q >= split) break;
