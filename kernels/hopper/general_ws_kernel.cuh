@@ -132,7 +132,6 @@ __device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
   const uint32_t box_bytes = uint32_t(kSliceBytes * p.phase_cols * p.halo_rows);
   const uint32_t halo_tx = uint32_t(p.images * p.phases * slices) * box_bytes;
   const int slice_bytes = p.slice_plane * kSliceBytes;
-  const int box_taps = p.group_rows * s.kernel_w;  // in place: a whole group's, zeros past
   int stage = 0;
   uint32_t empty_parity = 1;  // a fresh barrier's previous phase counts as completed
   for (int64_t w = blockIdx.x; w < p.tiles * p.split; w += gridDim.x) {
