@@ -172,11 +172,12 @@ struct Plan {
   // kTmaInput slice-planar with in_channels rounded up to the slice, then
   // (split > 1 but not cluster_split) the partial sums, tiles x split x 256 threads x the
   // accumulators, and a counter per tile (zeroed by the launch's preparation).
-  // weights_in_place (kTmaInput; 1 x 1 weights, and channels-last ones of any kernel, whose 16-byte
-  // channel slices are already whole and 16-byte aligned): the producer brings a step's weights
-  // from the weight tensor itself, one box of a 5-D view of it (w_map: [channel in a slice]
-  // [output channel][slice][tap]) that lands in the staged layout, zeros past the channels and
-  // taps; nothing is packed and packed_bytes is 0.
+  // weights_in_place (kTmaInput; weights whose 16-byte channel slices are whole and aligned: 1 x 1
+  // ones, channels-last ones of any kernel; on layers of one round of blocks and at least
+  // kInPlaceWeightsMinElements weights): the producer brings a step's weights from the weight
+  // tensor itself, one box of a 5-D view of it (weight_map: [channel in a slice][output
+  // channel][slice][tap]) that lands in the staged layout, zeros past the channels and taps;
+  // nothing is packed and packed_bytes is 0.
   bool weights_in_place;
   int staged_channels;
   int64_t packed_bytes;
