@@ -122,6 +122,9 @@ def main(argv=None) -> int:
                         help="a case by its numbers (repeatable)")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="float32",
                         help="dtype of --spec cases (JSON cases keep their own)")
+    parser.add_argument("--channels-last", action="store_true",
+                        help="run every case on a channels-last input (JSON cases keep theirs "
+                             "otherwise)")
     parser.add_argument("--configs", default="auto",
                         help="comma-separated: auto and/or variant names (default auto)")
     args = parser.parse_args(argv)
@@ -142,9 +145,9 @@ def main(argv=None) -> int:
             entry = by_name[name]
             dtype = entry.get("dtype") or record["settings"].get("dtype", "float32")
             work.append((case_from_dict(entry["case"]), DTYPES[dtype],
-                         bool(entry.get("channels_last"))))
+                         bool(entry.get("channels_last")) or args.channels_last))
     for spec in args.spec:
-        work.append((case_from_spec(spec), DTYPES[args.dtype], False))
+        work.append((case_from_spec(spec), DTYPES[args.dtype], args.channels_last))
     if not work:
         parser.error("name at least one case (names with --json, or --spec)")
     with torch.no_grad():
