@@ -2,7 +2,8 @@
 // 32 channels a block, read along the pixels (one channel plane's consecutive pixels per warp)
 // and written along the channels: to channels-last one pixel's consecutive channels per warp;
 // to slice-planar one 16-byte slice of 32 consecutive pixels per warp (512 contiguous bytes).
-// To slice-planar from contiguous channel planes (NCHW), a transpose in registers instead.
+// To slice-planar from contiguous channel planes (NCHW), each pixel's slice gathered in registers
+// instead.
 #include "conv_pool_layout.h"
 
 #include "conv_pool_layout.cuh"
@@ -79,7 +80,7 @@ __global__ void to_slices_kernel(const Raw* src, int64_t s0, int64_t s1, int64_t
 }
 
 // Slice-planar from an input whose channel planes are contiguous (NCHW-like): no shared memory,
-// a transpose in registers (conv_pool_layout.cuh), one item a thread.
+// one pixel's slice gathered in registers (conv_pool_layout.cuh), one item a thread.
 template <class Raw>
 __global__ void planes_to_slices_kernel(const PlanesToSlices<Raw> job) {
   planes_to_slices_item(job, int64_t(blockIdx.x) * blockDim.x + threadIdx.x);
@@ -90,7 +91,7 @@ cudaError_t planes_to_slices(const void* src, const int64_t* stride, int64_t bat
                              int64_t plane, int slices, void* dst, cudaStream_t stream) {
   const PlanesToSlices<Raw> job =
       planes_to_slices_job<Raw>(src, stride, batch, channels, plane, slices, dst);
-  constexpr int kBlock = 256;
+  constexpr int kBlock = PlanesToSlices<Raw>::kSegmentThreads;
   planes_to_slices_kernel<Raw><<<unsigned((job.items() + kBlock - 1) / kBlock), kBlock, 0,
                                  stream>>>(job);
   return cudaGetLastError();

@@ -14,82 +14,80 @@
 template <class Raw>
 struct PlanesToSlices {
   static constexpr int kSlice = 16 / int(sizeof(Raw));
+  // A segment: kSegmentThreads consecutive threads (one block of the launch), each taking
+  // kPixelsPerThread pixels kSegmentThreads apart.
+  static constexpr int kSegmentThreads = 256;
+  static constexpr int kPixelsPerThread = 2;
+  static constexpr int kSegmentPixels = kSegmentThreads * kPixelsPerThread;
   const Raw* src;
   int64_t image_stride, channel_stride;  // elements
   int64_t plane;                         // pixels of one image
-  int64_t groups;                        // kSlice-pixel groups of a plane
+  int64_t segments;                      // segments of a plane
   int64_t batch;
   int channels, slices;
-  bool vector;  // 16-byte loads: the plane, the strides and the address whole slices
   Raw* dst;
 
-  // Threads the job takes: one per (image, slice, pixel group).
-  CONV_POOL_HD int64_t items() const { return batch * slices * groups; }
+  // Threads the job takes: a segment's per (image, slice, segment of the plane).
+  CONV_POOL_HD int64_t items() const { return batch * slices * segments * kSegmentThreads; }
 };
 
 template <class Raw>
 PlanesToSlices<Raw> planes_to_slices_job(const void* src, const int64_t* stride, int64_t batch,
                                          int channels, int64_t plane, int slices, void* dst) {
-  constexpr int kSlice = PlanesToSlices<Raw>::kSlice;
-  PlanesToSlices<Raw> job;
+  using Job = PlanesToSlices<Raw>;
+  Job job;
   job.src = static_cast<const Raw*>(src);
   job.image_stride = stride[0];
   job.channel_stride = stride[1];
   job.plane = plane;
-  job.groups = (plane + kSlice - 1) / kSlice;
+  job.segments = (plane + Job::kSegmentPixels - 1) / Job::kSegmentPixels;
   job.batch = batch;
   job.channels = channels;
   job.slices = slices;
-  job.vector = plane % kSlice == 0 && stride[1] % kSlice == 0 && stride[0] % kSlice == 0 &&
-               reinterpret_cast<uintptr_t>(src) % 16 == 0;
   job.dst = static_cast<Raw*>(dst);
   return job;
 }
 
 #if defined(__CUDACC__)
-// Item `index` of the job: kSlice consecutive pixels of one (image, slice): kSlice loads of
-// kSlice pixels (one channel each, 16 bytes where `vector` allows), a transpose in registers,
-// and kSlice 16-byte stores, one pixel's slice each (kSlice x 16 contiguous bytes). Consecutive
-// items take consecutive pixel groups, so both the loads of a channel and the stores are
-// contiguous across a warp.
+// Item `index` of the job: kPixelsPerThread pixels of one (image, slice), each kSlice element
+// loads (one a channel) and one 16-byte store of the pixel's slice. A warp's loads of one channel
+// are 32 consecutive elements and its stores 512 contiguous bytes, whatever the plane's size
+// or alignment; all of a thread's loads are issued before its stores.
 template <class Raw>
 __device__ __forceinline__ void planes_to_slices_item(const PlanesToSlices<Raw>& job,
                                                       int64_t index) {
-  constexpr int kSlice = PlanesToSlices<Raw>::kSlice;
-  const int64_t group = index % job.groups, rest = index / job.groups;
+  using Job = PlanesToSlices<Raw>;
+  constexpr int kSlice = Job::kSlice;
+  const int lane = int(index % Job::kSegmentThreads);
+  int64_t rest = index / Job::kSegmentThreads;
+  const int64_t segment = rest % job.segments;
+  rest /= job.segments;
   const int slice = int(rest % job.slices);
   const int64_t image = rest / job.slices;
   if (image >= job.batch) return;
-  const int64_t pixel0 = group * kSlice;
+  const int64_t pixel0 = segment * Job::kSegmentPixels + lane;
+  const Raw* planes = job.src + image * job.image_stride +
+                      int64_t(slice * kSlice) * job.channel_stride;
+  const int live = min(kSlice, job.channels - slice * kSlice);  // channels past these are 0
   union Vector {
     Raw raw[kSlice];
     uint4 bits;
   };
-  Vector by_channel[kSlice];  // [channel][pixel]
+  Vector by_pixel[Job::kPixelsPerThread];
 #pragma unroll
-  for (int c = 0; c < kSlice; ++c) {
-    const int channel = slice * kSlice + c;
-    const Raw* row = job.src + image * job.image_stride + int64_t(channel) * job.channel_stride +
-                     pixel0;
-    if (channel >= job.channels) {
-      by_channel[c].bits = make_uint4(0, 0, 0, 0);
-    } else if (job.vector && pixel0 + kSlice <= job.plane) {
-      by_channel[c].bits = *reinterpret_cast<const uint4*>(row);
-    } else {
+  for (int i = 0; i < Job::kPixelsPerThread; ++i) {
+    const int64_t pixel = pixel0 + i * Job::kSegmentThreads;
 #pragma unroll
-      for (int e = 0; e < kSlice; ++e)
-        by_channel[c].raw[e] = pixel0 + e < job.plane ? row[e] : Raw(0);
-    }
+    for (int c = 0; c < kSlice; ++c)
+      by_pixel[i].raw[c] = c < live && pixel < job.plane
+                               ? planes[int64_t(c) * job.channel_stride + pixel]
+                               : Raw(0);
   }
-  uint4* out = reinterpret_cast<uint4*>(job.dst) + (image * job.slices + slice) * job.plane +
-               pixel0;
+  uint4* out = reinterpret_cast<uint4*>(job.dst) + (image * job.slices + slice) * job.plane;
 #pragma unroll
-  for (int e = 0; e < kSlice; ++e) {
-    if (pixel0 + e >= job.plane) break;
-    Vector by_pixel;
-#pragma unroll
-    for (int c = 0; c < kSlice; ++c) by_pixel.raw[c] = by_channel[c].raw[e];
-    out[e] = by_pixel.bits;
+  for (int i = 0; i < Job::kPixelsPerThread; ++i) {
+    const int64_t pixel = pixel0 + i * Job::kSegmentThreads;
+    if (pixel < job.plane) out[pixel] = by_pixel[i].bits;
   }
 }
 #endif

@@ -307,6 +307,31 @@ def test_tma_reads_channels_last_in_place_or_from_the_copy(ext, lib, device, see
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+def test_nchw_copy_of_any_plane_and_offset_matches_float64(ext, lib, device, seed, dtype,
+                                                          monkeypatch):
+    """The launch's slice-planar copy of an NCHW x (one pixel's slice a thread, 512-pixel
+    segments of a plane): planes below, at and past a segment, odd ones, channel counts that do
+    not fill their last slice, and x a channel slice of a wider tensor that starts one element
+    off 16-byte alignment ($CONV_POOL_GENERAL_TMA_COPY=1: float32 layers take the copy too)."""
+    monkeypatch.delenv("CONV_POOL_GENERAL_TMA", raising=False)
+    monkeypatch.setenv("CONV_POOL_GENERAL_TMA_COPY", "1")
+    rng = random.Random(seed)
+    for height, width in [(7, 7), (16, 32), (1, 512), (19, 27), (23, 45)]:
+        in_channels = rng.choice([3, 13, 24, 37])
+        case = ConvPoolCase(f"copy_{height}x{width}", rng.choice([1, 3]), in_channels,
+                            rng.choice([16, 72]), height, width, (1, 1), (1, 1), (0, 0),
+                            pool_kernel=(1, 2), pool_stride=(1, 2))
+        plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
+        assert plan["input"] == "tma", plan
+        x, w, b = operands(case, rng.randrange(2**31), dtype)
+        wide = torch.zeros(case.batch, in_channels + 2, height, width, device=x.device,
+                           dtype=dtype)
+        wide[:, 1:1 + in_channels] = x
+        for x_in in (x, wide[:, 1:1 + in_channels]):
+            check(ext, case, x_in, w, b, dtype, f"{case} {plan} offset={x_in.storage_offset()}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("weights", ["in_place", "packed"])
 def test_weights_read_in_place_or_packed_match_float64(ext, lib, device, seed, dtype, weights,
                                                        monkeypatch):

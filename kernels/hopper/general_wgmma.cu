@@ -764,6 +764,7 @@ cudaError_t prepare(const Raw* weight, const ConvPoolOperands& ops, const ConvPo
                                      int64_t(s.in_height) * s.in_width,
                                      p.staged_channels / kSliceChannels,
                                      const_cast<void*>(p.staged_input));
+    static_assert(PlanesToSlices<Raw>::kSegmentThreads == 256, "a copy segment is one block");
     copy_blocks = ceil_div(copy.items(), 256);
   }
   if (units == 0 && counter_words == 0 && copy_blocks == 0) return cudaSuccess;  // nothing to do
