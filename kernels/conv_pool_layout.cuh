@@ -14,34 +14,35 @@
 template <class Raw>
 struct PlanesToSlices {
   static constexpr int kSlice = 16 / int(sizeof(Raw));
-  // A segment: kSegmentThreads consecutive threads (one block of the launch), each taking
-  // kPixelsPerThread pixels kSegmentThreads apart.
+  // The copy's positions (image, slice, pixel), pixel fastest, are one sequence in dst's order;
+  // a segment of it is kSegmentThreads consecutive threads (one block of the launch), each
+  // taking kPixelsPerThread positions kSegmentThreads apart, so that small planes fill blocks
+  // as large ones do.
   static constexpr int kSegmentThreads = 256;
   static constexpr int kPixelsPerThread = 2;
   static constexpr int kSegmentPixels = kSegmentThreads * kPixelsPerThread;
   const Raw* src;
   int64_t image_stride, channel_stride;  // elements
   int64_t plane;                         // pixels of one image
-  int64_t segments;                      // segments of a plane
-  int64_t batch;
+  int64_t positions;                     // batch x slices x plane
   int channels, slices;
   Raw* dst;
 
-  // Threads the job takes: a segment's per (image, slice, segment of the plane).
-  CONV_POOL_HD int64_t items() const { return batch * slices * segments * kSegmentThreads; }
+  // Threads the job takes: whole segments over the positions.
+  CONV_POOL_HD int64_t items() const {
+    return (positions + kSegmentPixels - 1) / kSegmentPixels * kSegmentThreads;
+  }
 };
 
 template <class Raw>
 PlanesToSlices<Raw> planes_to_slices_job(const void* src, const int64_t* stride, int64_t batch,
                                          int channels, int64_t plane, int slices, void* dst) {
-  using Job = PlanesToSlices<Raw>;
-  Job job;
+  PlanesToSlices<Raw> job;
   job.src = static_cast<const Raw*>(src);
   job.image_stride = stride[0];
   job.channel_stride = stride[1];
   job.plane = plane;
-  job.segments = (plane + Job::kSegmentPixels - 1) / Job::kSegmentPixels;
-  job.batch = batch;
+  job.positions = batch * slices * plane;
   job.channels = channels;
   job.slices = slices;
   job.dst = static_cast<Raw*>(dst);
@@ -49,26 +50,17 @@ PlanesToSlices<Raw> planes_to_slices_job(const void* src, const int64_t* stride,
 }
 
 #if defined(__CUDACC__)
-// Item `index` of the job: kPixelsPerThread pixels of one (image, slice), each kSlice element
-// loads (one a channel) and one 16-byte store of the pixel's slice. A warp's loads of one channel
-// are 32 consecutive elements and its stores 512 contiguous bytes, whatever the plane's size
-// or alignment; all of a thread's loads are issued before its stores.
+// Item `index` of the job: kPixelsPerThread positions, each kSlice element loads (one a channel)
+// and one 16-byte store of the pixel's slice. A warp's loads of one channel are consecutive
+// elements (within a plane) and its stores 512 contiguous bytes, whatever the plane's size or
+// alignment; all of a thread's loads are issued before its stores.
 template <class Raw>
 __device__ __forceinline__ void planes_to_slices_item(const PlanesToSlices<Raw>& job,
                                                       int64_t index) {
   using Job = PlanesToSlices<Raw>;
   constexpr int kSlice = Job::kSlice;
-  const int lane = int(index % Job::kSegmentThreads);
-  int64_t rest = index / Job::kSegmentThreads;
-  const int64_t segment = rest % job.segments;
-  rest /= job.segments;
-  const int slice = int(rest % job.slices);
-  const int64_t image = rest / job.slices;
-  if (image >= job.batch) return;
-  const int64_t pixel0 = segment * Job::kSegmentPixels + lane;
-  const Raw* planes = job.src + image * job.image_stride +
-                      int64_t(slice * kSlice) * job.channel_stride;
-  const int live = min(kSlice, job.channels - slice * kSlice);  // channels past these are 0
+  const int64_t first = index / Job::kSegmentThreads * Job::kSegmentPixels +
+                        index % Job::kSegmentThreads;
   union Vector {
     Raw raw[kSlice];
     uint4 bits;
@@ -76,18 +68,22 @@ __device__ __forceinline__ void planes_to_slices_item(const PlanesToSlices<Raw>&
   Vector by_pixel[Job::kPixelsPerThread];
 #pragma unroll
   for (int i = 0; i < Job::kPixelsPerThread; ++i) {
-    const int64_t pixel = pixel0 + i * Job::kSegmentThreads;
+    const int64_t position = first + i * Job::kSegmentThreads;
+    const int64_t row = position / job.plane, pixel = position - row * job.plane;
+    const int slice = int(row % job.slices);
+    const int64_t image = row / job.slices;
+    const Raw* planes = job.src + image * job.image_stride +
+                        int64_t(slice * kSlice) * job.channel_stride + pixel;
+    const int live = position < job.positions ? job.channels - slice * kSlice : 0;
 #pragma unroll
     for (int c = 0; c < kSlice; ++c)
-      by_pixel[i].raw[c] = c < live && pixel < job.plane
-                               ? planes[int64_t(c) * job.channel_stride + pixel]
-                               : Raw(0);
+      by_pixel[i].raw[c] = c < live ? planes[int64_t(c) * job.channel_stride] : Raw(0);
   }
-  uint4* out = reinterpret_cast<uint4*>(job.dst) + (image * job.slices + slice) * job.plane;
+  uint4* out = reinterpret_cast<uint4*>(job.dst);
 #pragma unroll
   for (int i = 0; i < Job::kPixelsPerThread; ++i) {
-    const int64_t pixel = pixel0 + i * Job::kSegmentThreads;
-    if (pixel < job.plane) out[pixel] = by_pixel[i].bits;
+    const int64_t position = first + i * Job::kSegmentThreads;
+    if (position < job.positions) out[position] = by_pixel[i].bits;
   }
 }
 #endif

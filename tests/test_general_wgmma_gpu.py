@@ -309,8 +309,9 @@ def test_tma_reads_channels_last_in_place_or_from_the_copy(ext, lib, device, see
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 def test_nchw_copy_of_any_plane_and_offset_matches_float64(ext, lib, device, seed, dtype,
                                                           monkeypatch):
-    """The launch's slice-planar copy of an NCHW x (one pixel's slice a thread, 512-pixel
-    segments of a plane): planes below, at and past a segment, odd ones, channel counts that do
+    """The launch's slice-planar copy of an NCHW x (one pixel's slice a thread; the positions of
+    every image's planes in segments of 512): planes below, at and past a segment, odd ones
+    (segments then cross planes and images), channel counts that do
     not fill their last slice, and x a channel slice of a wider tensor that starts one element
     off 16-byte alignment ($CONV_POOL_GENERAL_TMA_COPY=1: float32 layers take the copy too)."""
     monkeypatch.delenv("CONV_POOL_GENERAL_TMA", raising=False)
