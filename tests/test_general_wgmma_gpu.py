@@ -196,7 +196,9 @@ def test_images_side_by_side_match_float64(ext, lib, device, seed, images, dtype
     monkeypatch.setenv("CONV_POOL_GENERAL_IMAGES", str(images))
     rng = random.Random(seed)
     ran = 0
-    for i in range(40):
+    for i in range(400):  # random draws until 15 of them take `images` images a tile
+        if ran == 15:
+            break
         case = fuzz_case(rng, f"small_{i}", max_size=16, batch=rng.randint(2, 9))
         plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
         if plan is None or plan["images"] != images:  # that many images do not fit a tile
