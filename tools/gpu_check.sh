@@ -14,7 +14,8 @@
 # zoo / zoo16: ZOO_LIMIT (default 40) layers of the zoo in float32 / float16; fuzz: the
 # 150-geometry performance fuzz from case FUZZ_START (default 0) into $OUT/fuzz_<start>.json
 # (the JSONs are written after every case); breakdown: tools/kernel_breakdown.py on the zoo's
-# slowest classes and the stem kernel's few-tile layers. SECONDS caps one stage (timeout), so a
+# slowest classes, its large 16-bit 1 x 1 layers (NCHW and channels-last) and the stem kernel's
+# few-tile layers. SECONDS caps one stage (timeout), so a
 # long stage cannot eat the others' device time. Each stage's log lands in $OUT/<stage>.log;
 # the suite also writes $OUT/suite.json and $OUT/suite.png, suite16 (the suite in float16, then
 # bfloat16) $OUT/suite_float16.json and $OUT/suite_bfloat16.json, vgg16 $OUT/vgg16.json, notebook
@@ -72,6 +73,13 @@ breakdown() {  # the zoo's slowest classes kernel by kernel, and the stem kernel
      resnext50_32x4d_c30_p2s2 vgg16_c8_p3s2 || return
   $k --json docs/zoo_h200_float16.json shufflenet_v2_x1_0_c1_p2s2 --configs auto,general_wgmma \
      || return
+  # Large 16-bit NCHW 1 x 1 layers: the preparation launch (the slice-planar copy of x) beside
+  # the convolution, and the convolution without it (channels-last x, read in place).
+  local large="densenet121_c5_p2s2 inception_v3_c12_p2s2 inception_v3_c80_p2s2"
+  # shellcheck disable=SC2086  # $large holds several names
+  $k --json docs/zoo_h200_float16.json $large || return
+  # shellcheck disable=SC2086
+  $k --json docs/zoo_h200_float16.json $large --channels-last || return
   for spec in 1,24,58,28,28,1,1,0,2,2 8,24,58,28,28,1,1,0,2,2 1,3,64,224,224,3,1,1,2,2 \
       8,3,64,224,224,3,1,1,2,2 1,3,32,224,224,3,2,1,2,2; do
     $k --spec $spec --dtype float16 --configs auto,stem_16bit,general_wgmma || return
