@@ -83,10 +83,15 @@ inline bool conv_3x3_applies(const ConvPoolShape& s) {
   return s.kernel_h == 3 && s.kernel_w == 3 && s.stride_h == 1 && s.stride_w == 1 &&
          s.dilation_h == 1 && s.dilation_w == 1;
 }
+// A 2 x 2 / stride 2 pool whose every window lies inside the conv output (windows start at even
+// conv rows and columns and never clip).
+inline bool pool_2x2_inside(const ConvPoolShape& s) {
+  return s.pool_h == 2 && s.pool_w == 2 && s.pool_stride_h == 2 && s.pool_stride_w == 2 &&
+         s.pool_pad_h == 0 && s.pool_pad_w == 0 && 2 * s.out_height <= s.conv_height &&
+         2 * s.out_width <= s.conv_width;
+}
 inline bool fast_path_applies(const ConvPoolShape& s) {
-  return conv_3x3_applies(s) && s.pool_h == 2 && s.pool_w == 2 && s.pool_stride_h == 2 &&
-         s.pool_stride_w == 2 && s.pool_pad_h == 0 && s.pool_pad_w == 0 &&
-         2 * s.out_height <= s.conv_height && 2 * s.out_width <= s.conv_width;
+  return conv_3x3_applies(s) && pool_2x2_inside(s);
 }
 
 // A 1 x 1 / stride 1 pool without padding: no pool at all (conv -> ReLU), the output the conv

@@ -145,6 +145,46 @@ def test_every_tile_matches_float64(ext, lib, device, seed, tile, dtype, monkeyp
     assert splits == {False, True}
 
 
+# Plan::paired_pool: 2 x 2 / 2 pools whose windows never clip take their maxima in registers
+# (stage_pooled_pairs), in the warp-specialized kernel's one-block-an-SM tiles (PAIRED_TILES;
+# the other tiles stage the whole conv tile, checked here as well). Every tile, both layouts, odd conv sizes
+# (floor mode drops the last row and column), a split reduction at batch 1, channels past the
+# last block, and NaN and infinities (judged against float64 with cuDNN off).
+PAIRED_CASES = [
+    ConvPoolCase("paired_odd", 3, 40, 136, 37, 45, (3, 3), padding=(1, 1)),
+    ConvPoolCase("paired_pointwise", 2, 72, 72, 30, 62, (1, 1)),
+    ConvPoolCase("paired_split", 1, 320, 72, 15, 23, (3, 3), padding=(1, 1)),
+]
+PAIRED_TILES = {"wide_n128", "square_n128", "tall_n64"}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("tile", TILES)
+def test_paired_2x2_pools_match_float64(ext, lib, device, seed, tile, dtype, path, monkeypatch):
+    monkeypatch.setenv("CONV_POOL_GENERAL_TILE", tile)
+    paired = 0
+    for case in PAIRED_CASES:
+        plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
+        assert plan is not None and plan["tile"] == tile, plan
+        pairs = (plan["input"] == "tma" and tile in PAIRED_TILES and plan["passes"] == 1 and
+                 not plan["cluster"])
+        assert plan["paired"] == int(pairs), plan
+        paired += pairs
+        x, w, b = operands(case, seed, dtype)
+        x[0, 1, 4, 5] = float("nan")
+        x[-1, 2, 9, 10] = float("inf")
+        x[0, 3, 12, 7] = float("-inf")
+        expected = reference(case, x, w, b)
+        assert torch.isnan(expected).any() and torch.isinf(expected).any()
+        tol = TOLERANCE[dtype]
+        for layout in LAYOUTS:
+            out = run_general(ext, case, with_layout(x, layout), w, b)
+            torch.testing.assert_close(out.double(), expected, atol=tol, rtol=tol, equal_nan=True,
+                                       msg=lambda m: f"{tile} {case.name} {layout} {plan}: {m}")
+    if path in ("tma", "tma_slices") and tile in PAIRED_TILES:
+        assert paired >= 2, paired  # (the split case sums through the cluster)
+
+
 # Split reductions of 2, 4 and 8 blocks a tile, forced through the host's hook
 # $CONV_POOL_GENERAL_SPLIT on both tile widths (N = 64 and 128) and both epilogue layouts: in the
 # warp-specialized kernel's default form each block of a tile's cluster sums and pools its share

@@ -194,10 +194,16 @@ CASES = {
     "general_split_channels_last": ConvPoolCase(
         "general_split_channels_last", 1, 384, 136, 13, 13, (3, 3), padding=(1, 1),
         pool_kernel=(3, 3), pool_stride=(2, 2)),
+    # A 2 x 2 / 2 pool taken in registers (Plan::paired_pool), odd sizes (floor mode drops the
+    # last row and column), an output-channel tail; and channels-last.
+    "general_paired": ConvPoolCase("general_paired", 3, 96, 130, 29, 31, (1, 1)),
+    "general_paired_channels_last": ConvPoolCase("general_paired_channels_last", 3, 96, 130,
+                                                 29, 31, (1, 1)),
 }
 # Cases whose input and weight are made channels-last (same values), as in a channels-last
 # model (the general kernel then reads such weights in place).
 CHANNELS_LAST = {"unpooled_strips_channels_last", "general_large_kernel_channels_last",
+                 "general_paired_channels_last",
                  "general_strided_channels_last", "general_split_channels_last",
                  "channels_last_tails", "narrow_channels_last", "strip_tiles_channels_last",
                  "few_tiles_channels_last", "few_tiles_packed_apart_channels_last",

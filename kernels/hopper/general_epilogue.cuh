@@ -50,6 +50,41 @@ __device__ __forceinline__ void stage_accumulators(
   }
 }
 
+// Plan::paired_pool (one epilogue pass): the 2 x 2 maxima of the accumulators -> tile, each at
+// its window's first pixel. Values 4 j + v and 4 j + v + 2 of a thread are
+// vertical neighbours, lanes g and g ^ 1 (lane ^ 4) horizontal ones: each lane of the pair
+// keeps one channel's vertical maximum and sends the other channel's to its partner.
+template <int kTileId>
+__device__ __forceinline__ void stage_pooled_pairs(
+    const float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs], float* tile,
+    int tile_pitch) {
+  using T = Tile<kTileId>;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warpgroup = warp / 4, warp_in_group = warp % 4;
+  const int g = lane / 4, pair = lane % 4;
+  const bool odd = g & 1;
+  // This lane's channel 2 pair + odd of each group of 8 at its first square's window; a group
+  // is 8 tile_pitch floats on, a square a constant offset.
+  float* const own = tile + (2 * pair + (odd ? 1 : 0)) * tile_pitch +
+                     (warpgroup * T::kSquaresPerGroup / T::kSquareCols) * 8 * T::kCols +
+                     2 * warp_in_group * T::kCols + (g & ~1);
+#pragma unroll
+  for (int m = 0; m < T::kSquaresPerGroup; ++m) {
+    const int square = warpgroup * T::kSquaresPerGroup + m;
+    const int offset = (square / T::kSquareCols - warpgroup * T::kSquaresPerGroup /
+                        T::kSquareCols) * 8 * T::kCols + (square % T::kSquareCols) * 8;
+    float* dst = own + offset;
+#pragma unroll
+    for (int j = 0; j < T::kN / 8; ++j, dst += 8 * tile_pitch) {
+      const float even_channel = max_keeping_nan(acc[m][4 * j], acc[m][4 * j + 2]);
+      const float odd_channel = max_keeping_nan(acc[m][4 * j + 1], acc[m][4 * j + 3]);
+      const float kept = odd ? odd_channel : even_channel;
+      const float sent = odd ? even_channel : odd_channel;
+      *dst = max_keeping_nan(kept, __shfl_xor_sync(0xffffffffu, sent, 4));
+    }
+  }
+}
+
 // One pooled position of the tile (images side by side: image i's conv columns start at i x
 // kCols / images): where its window lies in the staged conv tile (the window's first pixel and
 // its rows x cols inside the conv output) and the output address of channel channel_base.
@@ -83,10 +118,16 @@ __device__ __forceinline__ bool pooled_window(const ConvPoolShape& s, const Plan
 }
 
 // The maxima over one window of kCount channel planes `step` floats apart (NaN wins, as in
-// PyTorch). The window loops run once for all of them: their loads are independent.
-template <int kCount, int kCols>
+// PyTorch). The window loops run once for all of them: their loads are independent. kPaired:
+// the windows' maxima are staged already (stage_pooled_pairs), at the first pixel.
+template <int kCount, int kCols, bool kPaired>
 __device__ __forceinline__ void window_max(const float* window, int step, int rows, int cols,
                                            float (&best)[kCount]) {
+  if constexpr (kPaired) {
+#pragma unroll
+    for (int j = 0; j < kCount; ++j) best[j] = window[j * step];
+    return;
+  }
 #pragma unroll
   for (int j = 0; j < kCount; ++j) best[j] = -INFINITY;
   for (int r = 0; r < rows; ++r)
@@ -105,7 +146,7 @@ __device__ __forceinline__ void window_max(const float* window, int step, int ro
 //     consecutive positions, so that a warp's reads of a channel plane spread over the banks;
 //   * other layouts (NCHW): a thread takes one position and channels k, k + k_stride, ...
 //     (consecutive threads on consecutive output columns), four at a time.
-template <class E, int kTileId>
+template <class E, int kTileId, bool kPaired = false>
 __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
                                           const ConvPoolOperands& ops, const TileOrigin& o,
                                           const float* tile, const float* bias, int pass,
@@ -142,7 +183,7 @@ __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
 #pragma unroll
       for (int h = 0; h < kVector; h += 2) {
         float best[2];
-        window_max<2, T::kCols>(tile + (c0 + h) * p.tile_pitch + window, p.tile_pitch, rows,
+        window_max<2, T::kCols, kPaired>(tile + (c0 + h) * p.tile_pitch + window, p.tile_pitch, rows,
                                 cols, best);
 #pragma unroll
         for (int j = 0; j < 2; ++j)
@@ -176,7 +217,7 @@ __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
     out += int64_t(k) * p.out_stride[1];
     for (; k + 3 * k_stride < channels; k += 4 * k_stride, out += 4 * channel_step) {
       float best[4];
-      window_max<4, T::kCols>(tile + k * p.tile_pitch + window, k_stride * p.tile_pitch, rows,
+      window_max<4, T::kCols, kPaired>(tile + k * p.tile_pitch + window, k_stride * p.tile_pitch, rows,
                               cols, best);
 #pragma unroll
       for (int j = 0; j < 4; ++j)
@@ -185,7 +226,7 @@ __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
     }
     for (; k < channels; k += k_stride, out += channel_step) {
       float best[1];
-      window_max<1, T::kCols>(tile + k * p.tile_pitch + window, 0, rows, cols, best);
+      window_max<1, T::kCols, kPaired>(tile + k * p.tile_pitch + window, 0, rows, cols, best);
       out[0] = E::from_float(relu_keeping_nan(best[0] + pass_bias[k]));
     }
   }
@@ -207,12 +248,20 @@ __device__ __forceinline__ void load_bias(const ConvPoolShape& s, const ConvPool
 
 // The epilogue of the kThreads threads that hold the accumulators: in epilogue_passes passes
 // of pass_channels (n / epilogue_passes) channels, the accumulators into the conv tile, then
-// bias, ReLU, max-pool and the store; sync() is their barrier.
-template <class E, int kTileId, class Sync>
+// bias, ReLU, max-pool and the store; sync() is their barrier. Plan::paired_pool (where kPairs:
+// the warp-specialized kernel's one-block instances) stages their 2 x 2 maxima in one pass
+// instead, so that the accumulators are dead while it pools.
+template <class E, int kTileId, bool kPairs, class Sync>
 __device__ __forceinline__ void pool_accumulators(
     const ConvPoolShape& s, const Plan& p, const ConvPoolOperands& ops, const TileOrigin& o,
     const float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs], float* conv_tile,
     const float* bias, int pass_channels, Sync sync) {
+  if (kPairs && p.paired_pool) {
+    stage_pooled_pairs<kTileId>(acc, conv_tile, p.tile_pitch);
+    sync();
+    pool_tile<E, kTileId, true>(s, p, ops, o, conv_tile, bias, 0, Tile<kTileId>::kN);
+    return;
+  }
   for (int pass = 0; pass < p.epilogue_passes; ++pass) {
     if (pass > 0) sync();  // the last pass's pooling read the tile
     stage_accumulators<kTileId>(acc, conv_tile, p.tile_pitch, pass, pass_channels);

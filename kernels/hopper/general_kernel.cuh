@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(kThreads, kSplit ? 1 : Tile<kTileId>::kMinBloc
   __syncthreads();  // no wgmma reads the stages any more
   if (p.split > 1 && !reduce_split<kTileId>(acc, p, tile, rank, landed + kStages)) return;
 
-  pool_accumulators<X, kTileId>(s, p, ops, o, acc, reinterpret_cast<float*>(smem), bias,
+  pool_accumulators<X, kTileId, false>(s, p, ops, o, acc, reinterpret_cast<float*>(smem), bias,
                                 T::kN / p.epilogue_passes, [] { __syncthreads(); });
 #endif
 }

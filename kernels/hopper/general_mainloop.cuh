@@ -61,14 +61,16 @@ struct TileOrigin {
 
 template <int kTileId>
 __device__ __forceinline__ TileOrigin tile_origin(const ConvPoolShape& s, const Plan& p,
-                                                  int64_t tile) {
+                                                  int64_t tile_index) {
   TileOrigin o;
-  const int channel_block = int(tile % p.channel_blocks);
+  // 32-bit arithmetic (the plan keeps tiles below 2^31; a 64-bit division is ~4x the work).
+  int tile = int(tile_index);
+  const int channel_block = tile % p.channel_blocks;
   tile /= p.channel_blocks;
-  const int tile_col = int(tile % p.tiles_w);
+  const int tile_col = tile % p.tiles_w;
   tile /= p.tiles_w;
-  const int tile_row = int(tile % p.tiles_h);
-  o.image = tile / p.tiles_h * p.images;
+  const int tile_row = tile % p.tiles_h;
+  o.image = int64_t(tile / p.tiles_h) * p.images;
   o.channel0 = channel_block * Tile<kTileId>::kN;
   o.out_row0 = tile_row * p.pooled_rows;
   o.out_col0 = tile_col * p.pooled_cols;

@@ -22,6 +22,7 @@
 #include "../conv_pool_layout.cuh"
 #include "../conv_pool_operands.h"
 #include "../conv_relu_maxpool_wgmma.h"
+#include "general_trace.cuh"
 #include "general_wgmma.h"
 
 namespace general_wgmma {
@@ -269,6 +270,7 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
       p.epilogue_passes *= 2;
     region = round_up(std::max(pipeline, (t.n / p.epilogue_passes) * p.tile_pitch * 4), 16);
   }
+  p.paired_pool = tma && pool_2x2_inside(s) && p.epilogue_passes == 1 && t.min_blocks == 1;
   p.bias_offset = region;
   p.kstep_table_offset = region + t.n * 4;
   p.col_slot_offset = round_up(p.kstep_table_offset + kstep_entries * 4, 16);
@@ -345,6 +347,7 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
     p.split_steps = forced_steps;
   }
   p.cluster_split = cluster && p.split > 1;
+  if (p.cluster_split) p.paired_pool = false;  // (the cluster sums partial tiles, then pools)
   if (p.cluster_split) p.blocks_per_sm = 1;
   p.partial_bytes = p.split > 1 && !p.cluster_split
                         ? int64_t(p.tiles) * p.split * int64_t(tile_bytes) + 4 * p.tiles
@@ -857,14 +860,16 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
       if (cudaError_t error = encode_weight_map(s, ops, p, &weight_map); error != cudaSuccess)
         return error;
     }
-    switch (s.element) {
-      case kElementFloat32:
-        return general_wgmma_launch_ws_float32(ops, s, p, x_map, weight_map, stream);
-      case kElementFloat16:
-        return general_wgmma_launch_ws_float16(ops, s, p, x_map, weight_map, stream);
-      default:
-        return general_wgmma_launch_ws_bfloat16(ops, s, p, x_map, weight_map, stream);
+    if (trace_path() != nullptr) {
+      if (cudaError_t error = trace_begin(p, stream); error != cudaSuccess) return error;
     }
+    const cudaError_t launched =
+        s.element == kElementFloat32
+            ? general_wgmma_launch_ws_float32(ops, s, p, x_map, weight_map, stream)
+        : s.element == kElementFloat16
+            ? general_wgmma_launch_ws_float16(ops, s, p, x_map, weight_map, stream)
+            : general_wgmma_launch_ws_bfloat16(ops, s, p, x_map, weight_map, stream);
+    return launched == cudaSuccess && p.trace != nullptr ? trace_end(p, stream) : launched;
   }
   if (p.staged_copy) {
     if (cudaError_t error = conv_pool_to_channels_last(

@@ -39,6 +39,7 @@
 #include "general_epilogue.cuh"
 #include "general_kernel.cuh"
 #include "general_mainloop.cuh"
+#include "general_trace.cuh"
 
 namespace general_wgmma {
 
@@ -165,9 +166,20 @@ __device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
         bulk_copy_to_shared(staged_weights,
                             static_cast<const unsigned char*>(p.packed) + weights.offset,
                             weights.bytes, full + stage);
+      if (w == blockIdx.x && step == k.first_step) trace(p, kTraceFirstIssue);
+      const bool traced_last = p.trace != nullptr && w == blockIdx.x && step == k.end_step - 1;
+      if (traced_last) trace(p, kTraceLastIssue);
+      const int issued = stage;
+      const uint32_t issued_parity = empty_parity;
       if (++stage == p.stages) {
         stage = 0;
         empty_parity ^= 1u;
+      }
+      // Traced (one item a block): the consumers' release of the last step's stage is the end
+      // of their mainloop (their own mark there would cost the accumulators' registers).
+      if (traced_last && !p.persistent) {
+        mbarrier_wait(empty + issued, issued_parity ^ 1u);
+        trace(p, kTraceMainloopDone);
       }
     }
   }
@@ -191,6 +203,11 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + p.barrier_offset);
   uint64_t* empty = full + kMaxStages;
   void* flag = empty + kMaxStages;
+  if (threadIdx.x == 0) {
+    trace(p, kTraceSm, sm_id());
+    trace(p, kTraceTimerStart, global_timer());
+    trace(p, kTraceStart);
+  }
   if (threadIdx.x == kThreads) {
     for (int stage = 0; stage < p.stages; ++stage) {
       mbarrier_init(full + stage, 1);   // the producer's arrival (and the copies' bytes)
@@ -211,6 +228,7 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
   // The K-step table, written while the first copies are under way.
   fill_kstep_table(s, p, kstep_table, kThreads, [&](int j) { return tma_column_slot(s, p, j); });
   consumer_sync();
+  if (threadIdx.x == 0) trace(p, kTraceReady);
 
   // Each square's tap-(0, 0) slot; an image's planes follow the previous image's.
   const int row_rate = p.gathered_rows ? 1 : s.stride_h;
@@ -227,6 +245,10 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
     const Work k = work_item(p, w);
     float acc[T::kSquaresPerGroup][T::kAccs];  // written by the first wgmma (accumulate = false)
     int held = -1;  // the stage of the previous step, until its wgmmas finish
+    if (p.trace != nullptr && w == blockIdx.x) {  // (the loop's first wait passes at once)
+      mbarrier_wait(full + stage, full_parity);
+      if (threadIdx.x == 0) trace(p, kTraceFirstFull);
+    }
     for (int step = k.first_step; step < k.end_step; ++step) {
       mbarrier_wait(full + stage, full_parity);
       issue_step<X, kTileId>(s, p, acc, smem_base + uint32_t(stage * p.stage_bytes),
@@ -270,10 +292,16 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
       if (p.split > 1 &&
           !reduce_split<kTileId, kConsumerBarrier>(acc, p, k.tile, k.rank, flag))
         continue;
-      pool_accumulators<X, kTileId>(s, p, ops, o, acc, conv_tile, bias,
+      pool_accumulators<X, kTileId, T::kMinBlocks == 1>(s, p, ops, o, acc, conv_tile, bias,
                                     T::kN / p.epilogue_passes, [] { consumer_sync(); });
     }
     consumer_sync();  // the pooling read the tile and the bias before the next tile writes them
+    if (threadIdx.x == 0 && w == blockIdx.x) trace(p, kTraceTileDone);
+  }
+  if (threadIdx.x == 0) {
+    trace(p, kTraceEnd);
+    trace(p, kTraceTimerEnd, global_timer());
+    trace(p, kTraceItems, (p.tiles * p.split - blockIdx.x + gridDim.x - 1) / gridDim.x);
   }
 #endif
 }
