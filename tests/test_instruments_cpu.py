@@ -591,3 +591,49 @@ def test_ncu_hotspots_sums_samples_and_instructions_per_run_of_lines(tmp_path, s
         assert re.search(rf"^\s+{first}\s+{min(first + 9, 24)}\s+{run_samples}\s", text, re.M), text
     hottest = text.split("lines with the most samples:")[1].splitlines()[1].split()
     assert hottest[:3] == ["13", "500", str(executed[13])], text
+
+
+# ---- tools/trace_tiles.py -------------------------------------------------------------------
+
+def test_trace_tiles_reads_records_and_sums_phases_per_block_and_sm(tmp_path, seed):
+    """On a synthetic trace file in general_trace.cuh's layout (two launches; the last is read):
+    each phase's median is the difference of its marks over the blocks that ran, cycles turned
+    into microseconds at the clock the blocks' cycle and timer spans give, and per SM the blocks
+    resident at once and the gap from one block's exit to the next one's entry."""
+    import numpy as np
+
+    from tools import trace_tiles
+    rng = random.Random(seed)
+    ghz, sms, rounds = 2.0, 4, 3
+    setup, wait, steps, pool = (rng.randrange(500, 8000) for _ in range(4))
+    life = setup + wait + steps + pool
+    gap = rng.randrange(100, 1000)
+    words = []
+    for block in range(sms * rounds):
+        sm, r = block % sms, block // sms
+        start = 10_000 + r * (life + gap)  # one block an SM at a time
+        timer = int(start / ghz)
+        words.append([sm, timer, start, start + setup, start + setup + wait,
+                      start + setup + wait + steps, start + life, start + life,
+                      int((start + life) / ghz), start + 300, start + 400, 1, 0, 0, 0, 0])
+    header = [0x54524143, sms * rounds, sms * rounds, sms * rounds, 1, 3, 3, 2, 2, 0, 1, 16,
+              0, 0, 0, 0]
+    stale = header[:2] + [1] + header[3:] + [0] * 16  # an earlier launch of one block
+    path = tmp_path / "trace.bin"
+    np.array(stale + header + sum(words, []), dtype=np.int64).tofile(path)
+    records = trace_tiles.read_records(path)
+    assert len(records) == 2 and records[1][1].shape == (sms * rounds, 16)
+    summary = trace_tiles.summarize(*records[-1])
+    assert summary["blocks"] == sms * rounds and summary["sms"] == sms
+    assert abs(summary["sm_clock_ghz"] - ghz) < 0.01
+    phases = summary["phases"]
+    for name, cycles in (("setup (barriers, K-step table)", setup),
+                         ("wait for the first copies", wait),
+                         ("steps (wgmmas and later copies)", steps),
+                         ("bias, pooling and stores", pool)):
+        assert phases[name]["median_us"] == pytest.approx(cycles / ghz / 1000, abs=0.01), name
+    assert summary["block_lifetime_us"]["median"] == pytest.approx(life / ghz / 1000, abs=0.01)
+    # (over each SM's span from its first entry to its last exit: `rounds` lives, gaps between)
+    resident = rounds * life / (rounds * life + (rounds - 1) * gap)
+    assert summary["mean_resident_blocks"] == pytest.approx(resident, abs=0.006)
+    assert summary["entry_after_exit_us"]["median"] == pytest.approx(gap / ghz / 1000, abs=0.01)

@@ -33,19 +33,26 @@ def main() -> int:
     case = case_from_spec(args.case) if "," in args.case else find_case(args.case)
     if args.batch:
         case = replace(case, batch=args.batch)
-    config = -1 if args.variant == "auto" else cuda_extension.conv2d_relu_maxpool_variants()[args.variant]
-    torch.manual_seed(0)
-    dtype = getattr(torch, args.dtype)
-    x = torch.randn(case.input_shape(), device="cuda").to(dtype)
-    if args.channels_last:
-        x = x.contiguous(memory_format=torch.channels_last)
-    w = (torch.randn(case.weight_shape(), device="cuda") * 0.05).to(dtype)
-    b = torch.randn(case.out_channels, device="cuda").to(dtype)
-    for _ in range(args.calls):
-        cuda_extension.conv2d_relu_maxpool_forward(x, w, b, *case.op_args(), config)
-    torch.cuda.synchronize()
+    run_calls(case, args.variant, args.calls, args.dtype, args.channels_last)
     print("ran", case.label(), args.variant, args.dtype)
     return 0
+
+
+def run_calls(case, variant: str, calls: int, dtype: str = "float32",
+              channels_last: bool = False) -> None:
+    """`calls` calls of the op on `case` through `variant` ("auto": the automatic choice), on
+    random operands (seed 0), then a device synchronization."""
+    config = -1 if variant == "auto" else cuda_extension.conv2d_relu_maxpool_variants()[variant]
+    torch.manual_seed(0)
+    element = getattr(torch, dtype)
+    x = torch.randn(case.input_shape(), device="cuda").to(element)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = (torch.randn(case.weight_shape(), device="cuda") * 0.05).to(element)
+    b = torch.randn(case.out_channels, device="cuda").to(element)
+    for _ in range(calls):
+        cuda_extension.conv2d_relu_maxpool_forward(x, w, b, *case.op_args(), config)
+    torch.cuda.synchronize()
 
 
 if __name__ == "__main__":

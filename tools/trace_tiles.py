@@ -53,8 +53,10 @@ def summarize(header: dict, blocks: np.ndarray) -> dict:
     m = {k: v[ran] for k, v in m.items()}
     lifetime_cycles = m["end"] - m["start"]
     lifetime_ns = m["timer_end"] - m["timer_start"]
-    ghz = float(np.median(lifetime_cycles[lifetime_ns > 2000] / lifetime_ns[lifetime_ns > 2000])) \
-        if np.any(lifetime_ns > 2000) else 1.98
+    # The SM clock from the blocks' cycle and timer spans (those over 2 µs where there are any:
+    # the global timer ticks coarser than the cycle counter).
+    long = lifetime_ns > 2000 if np.any(lifetime_ns > 2000) else lifetime_ns > 0
+    ghz = float(np.median(lifetime_cycles[long] / lifetime_ns[long]))
     us = lambda cycles: float(cycles) / ghz / 1000.0  # noqa: E731
     out = {"header": header, "blocks": int(ran.sum()), "sm_clock_ghz": round(ghz, 3)}
     span_ns = float(m["timer_end"].max() - m["timer_start"].min())
@@ -114,24 +116,12 @@ def main() -> int:
     else:
         path = Path(tempfile.mkdtemp()) / "trace.bin"
         os.environ["CONV_POOL_GENERAL_TRACE"] = str(path)
-        import torch
-
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        import cuda_extension
         from tools.kernel_breakdown import case_from_spec
+        from tools.run_case import run_calls
 
-        case = case_from_spec(args.case)
-        config = cuda_extension.conv2d_relu_maxpool_variants()["general_wgmma"]
-        torch.manual_seed(0)
-        dtype = getattr(torch, args.dtype)
-        x = torch.randn(case.input_shape(), device="cuda").to(dtype)
-        if args.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        w = (torch.randn(case.weight_shape(), device="cuda") * 0.05).to(dtype)
-        b = torch.randn(case.out_channels, device="cuda").to(dtype)
-        for _ in range(args.calls):
-            cuda_extension.conv2d_relu_maxpool_forward(x, w, b, *case.op_args(), config)
-        torch.cuda.synchronize()
+        run_calls(case_from_spec(args.case), "general_wgmma", args.calls, args.dtype,
+                  args.channels_last)
     records = read_records(path)
     if not records:
         print("no traced launch (not the warp-specialized kernel?)")
