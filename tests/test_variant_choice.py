@@ -826,7 +826,8 @@ def test_general_kernel_pairs_2x2_pools_whose_windows_never_clip(library, elemen
     window inside the conv output (floor mode; ceil mode where it adds no partial window), with
     one epilogue pass. Other pools, the two-block tiles, the cluster split (which sums partial
     tiles before it pools), the cp.async loaders
-    ($CONV_POOL_GENERAL_TMA=0) and the 3xTF32 form stage the whole conv tile."""
+    ($CONV_POOL_GENERAL_TMA=0), the 3xTF32 form and $CONV_POOL_GENERAL_PAIRED=0 stage the whole
+    conv tile."""
     paired_tiles = {"wide_n128", "square_n128", "tall_n64"}
     base = ConvPoolCase("pairs", 16, 256, 256, 30, 30, (3, 3), padding=(1, 1))
     odd = replace(base, height=31, width=29)  # floor mode drops the last row and column
@@ -843,6 +844,9 @@ def test_general_kernel_pairs_2x2_pools_whose_windows_never_clip(library, elemen
     monkeypatch.setenv("CONV_POOL_GENERAL_TMA", "0")
     assert general_plan(library, base, element)["paired"] == 0
     monkeypatch.delenv("CONV_POOL_GENERAL_TMA")
+    monkeypatch.setenv("CONV_POOL_GENERAL_PAIRED", "0")  # (the measurement hook)
+    assert general_plan(library, base, element)["paired"] == 0
+    monkeypatch.delenv("CONV_POOL_GENERAL_PAIRED")
     if element == FLOAT32:
         assert general_plan(library, base, element, split=True)["paired"] == 0
     monkeypatch.setenv("CONV_POOL_GENERAL_TILE", "wide_n64")

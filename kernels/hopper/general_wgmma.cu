@@ -147,6 +147,13 @@ bool persistent_allowed() {
   return value != nullptr && std::strcmp(value, "1") == 0;
 }
 
+// Whether 2 x 2 pools may be taken in registers (Plan::paired_pool): not with
+// $CONV_POOL_GENERAL_PAIRED=0 (a measurement hook: the whole conv tile staged).
+bool pairing_allowed() {
+  const char* value = std::getenv("CONV_POOL_GENERAL_PAIRED");
+  return !(value != nullptr && std::strcmp(value, "0") == 0);
+}
+
 // Whether split reductions may go through the cluster's shared memory: not with
 // $CONV_POOL_GENERAL_CLUSTER=0 (a measurement hook: the partial sums through global memory).
 bool cluster_allowed() {
@@ -270,7 +277,8 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
       p.epilogue_passes *= 2;
     region = round_up(std::max(pipeline, (t.n / p.epilogue_passes) * p.tile_pitch * 4), 16);
   }
-  p.paired_pool = tma && pool_2x2_inside(s) && p.epilogue_passes == 1 && t.min_blocks == 1;
+  p.paired_pool = tma && pool_2x2_inside(s) && p.epilogue_passes == 1 && t.min_blocks == 1 &&
+                  pairing_allowed();
   p.bias_offset = region;
   p.kstep_table_offset = region + t.n * 4;
   p.col_slot_offset = round_up(p.kstep_table_offset + kstep_entries * 4, 16);
