@@ -355,8 +355,10 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
     p.split_steps = forced_steps;
   }
   p.cluster_split = cluster && p.split > 1;
-  if (p.cluster_split) p.paired_pool = false;  // (the cluster sums partial tiles, then pools)
-  if (p.cluster_split) p.blocks_per_sm = 1;
+  if (p.cluster_split) {
+    p.blocks_per_sm = 1;
+    p.paired_pool = false;  // (the cluster sums partial tiles, then pools)
+  }
   p.partial_bytes = p.split > 1 && !p.cluster_split
                         ? int64_t(p.tiles) * p.split * int64_t(tile_bytes) + 4 * p.tiles
                         : 0;
