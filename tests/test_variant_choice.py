@@ -821,14 +821,12 @@ def test_general_kernel_reads_whole_slice_weights_in_place(library, variant_name
                          ids=["float32", "float16", "bfloat16"])
 def test_general_kernel_pairs_2x2_pools_whose_windows_never_clip(library, element, seed,
                                                                  monkeypatch):
-    """The warp-specialized form's one-block-an-SM tiles take the maxima of 2 x 2 / 2 pools in
-    registers (Plan::paired_pool) exactly where no window clips: no pool padding, and every
-    window inside the conv output (floor mode; ceil mode where it adds no partial window), with
-    one epilogue pass. Other pools, the two-block tiles, the cluster split (which sums partial
-    tiles before it pools), the cp.async loaders
-    ($CONV_POOL_GENERAL_TMA=0), the 3xTF32 form and $CONV_POOL_GENERAL_PAIRED=0 stage the whole
-    conv tile."""
-    paired_tiles = {"wide_n128", "square_n128", "tall_n64"}
+    """Every tile of the warp-specialized form takes the maxima of 2 x 2 / 2 pools in registers
+    (Plan::paired_pool) exactly where no window clips: no pool padding, and every window inside
+    the conv output (floor mode; ceil mode where it adds no partial window), with one epilogue
+    pass. Other pools, the cluster split (which sums partial tiles before it pools), the
+    cp.async loaders ($CONV_POOL_GENERAL_TMA=0), the 3xTF32 form and
+    $CONV_POOL_GENERAL_PAIRED=0 stage the whole conv tile."""
     base = ConvPoolCase("pairs", 16, 256, 256, 30, 30, (3, 3), padding=(1, 1))
     odd = replace(base, height=31, width=29)  # floor mode drops the last row and column
     monkeypatch.setenv("CONV_POOL_GENERAL_TILE", "wide_n128")
@@ -849,8 +847,9 @@ def test_general_kernel_pairs_2x2_pools_whose_windows_never_clip(library, elemen
     monkeypatch.delenv("CONV_POOL_GENERAL_PAIRED")
     if element == FLOAT32:
         assert general_plan(library, base, element, split=True)["paired"] == 0
-    monkeypatch.setenv("CONV_POOL_GENERAL_TILE", "wide_n64")
-    assert general_plan(library, base, element)["paired"] == 0
+    for tile in ("wide_n64", "square_n64", "tall_n64", "square_n128"):
+        monkeypatch.setenv("CONV_POOL_GENERAL_TILE", tile)
+        assert general_plan(library, base, element)["paired"] == 1, tile
     monkeypatch.delenv("CONV_POOL_GENERAL_TILE")
     rng = random.Random(seed)
     paired = 0
@@ -861,7 +860,8 @@ def test_general_kernel_pairs_2x2_pools_whose_windows_never_clip(library, elemen
                            pool_padding=(0, 0), ceil_mode=bool(i % 4 == 1))
         if not case.is_valid():
             continue
-        forced = ("wide_n128", "square_n128", "tall_n64", None)[i // 2 % 4]  # (or the choice)
+        forced = ("wide_n128", "square_n128", "wide_n64", "square_n64", "tall_n64",
+                  None)[i // 2 % 6]  # (or the choice)
         if forced is None:
             monkeypatch.delenv("CONV_POOL_GENERAL_TILE", raising=False)
         else:
@@ -873,8 +873,8 @@ def test_general_kernel_pairs_2x2_pools_whose_windows_never_clip(library, elemen
         out_h, out_w = case.pooled_out()
         inside = (case.pool_kernel == (2, 2) and case.effective_pool_stride == (2, 2) and
                   case.pool_padding == (0, 0) and 2 * out_h <= conv_h and 2 * out_w <= conv_w)
-        expected = (inside and plan["input"] == "tma" and plan["tile"] in paired_tiles and
-                    plan["passes"] == 1 and not plan["cluster"])
+        expected = (inside and plan["input"] == "tma" and plan["passes"] == 1 and
+                    not plan["cluster"])
         assert plan["paired"] == int(expected), (case, plan)
         paired += plan["paired"]
     print(f"{paired} of 300 random geometries paired")

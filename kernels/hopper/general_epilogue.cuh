@@ -126,16 +126,16 @@ __device__ __forceinline__ void window_max(const float* window, int step, int ro
   if constexpr (kPaired) {
 #pragma unroll
     for (int j = 0; j < kCount; ++j) best[j] = window[j * step];
-    return;
+  } else {
+#pragma unroll
+    for (int j = 0; j < kCount; ++j) best[j] = -INFINITY;
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) {
+        const float* pixel = window + r * kCols + c;
+#pragma unroll
+        for (int j = 0; j < kCount; ++j) best[j] = max_keeping_nan(best[j], pixel[j * step]);
+      }
   }
-#pragma unroll
-  for (int j = 0; j < kCount; ++j) best[j] = -INFINITY;
-  for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < cols; ++c) {
-      const float* pixel = window + r * kCols + c;
-#pragma unroll
-      for (int j = 0; j < kCount; ++j) best[j] = max_keeping_nan(best[j], pixel[j * step]);
-    }
 }
 
 // Pooled outputs of channels [pass x pass_channels, + pass_channels) of the tile from the
@@ -249,7 +249,7 @@ __device__ __forceinline__ void load_bias(const ConvPoolShape& s, const ConvPool
 // The epilogue of the kThreads threads that hold the accumulators: in epilogue_passes passes
 // of pass_channels (n / epilogue_passes) channels, the accumulators into the conv tile, then
 // bias, ReLU, max-pool and the store; sync() is their barrier. Plan::paired_pool (where kPairs:
-// the warp-specialized kernel's one-block instances) stages their 2 x 2 maxima in one pass
+// the warp-specialized kernel) stages their 2 x 2 maxima in one pass
 // instead, so that the accumulators are dead while it pools.
 template <class E, int kTileId, bool kPairs, class Sync>
 __device__ __forceinline__ void pool_accumulators(

@@ -116,15 +116,21 @@ __device__ __forceinline__ void square_slots(const ConvPoolShape& s, const Plan&
                                              int image_slots,
                                              uint32_t (&slot)[Tile<kTileId>::kSquaresPerGroup]) {
   using T = Tile<kTileId>;
-  const int warpgroup = threadIdx.x / 128;
+  static_assert((T::kSquareCols & (T::kSquareCols - 1)) == 0, "square columns: a power of two");
+  // (Opaque to the compiler, so that a caller that rebuilds the slots at every step, to keep
+  // them out of registers across the steps, gets them rebuilt and not hoisted.)
+  int warpgroup = int(threadIdx.x / 128);
+  asm volatile("" : "+r"(warpgroup));
   const int row_rate = p.gathered_rows ? 1 : s.stride_h;
-  const int share = T::kSquareCols / p.images;
+  // images (1, 2 or 4) divides the square columns: an image's share is a power of two.
+  const int share_bits = (__ffs(T::kSquareCols) - 1) - (__ffs(p.images) - 1);
 #pragma unroll
   for (int m = 0; m < T::kSquaresPerGroup; ++m) {
     const int square = warpgroup * T::kSquaresPerGroup + m;
     const int square_col = square % T::kSquareCols;
     slot[m] = uint32_t((square / T::kSquareCols) * 8 * row_rate * p.row_pitch +
-                       (square_col / share) * image_slots + (square_col % share) * 8);
+                       (square_col >> share_bits) * image_slots +
+                       (square_col & ((1 << share_bits) - 1)) * 8);
   }
 }
 

@@ -155,9 +155,8 @@ struct Plan {
   // pool_2x2_inside layers: each 2 x 2 window's maximum is taken in registers (a thread holds
   // its window's two rows, its neighbour lane the other column) and staged alone, at the
   // window's first pixel; the pooling then reads one pixel a window (a quarter of the
-  // epilogue's shared-memory traffic). The warp-specialized kernel's one-block-an-SM tiles
-  // only (kTmaInput; in the 104-register instances the second epilogue costs a spill), with
-  // one epilogue pass, and not in the cluster split, which sums partial tiles before pooling.
+  // epilogue's shared-memory traffic). The warp-specialized kernel only (kTmaInput), with one
+  // epilogue pass, and not in the cluster split, which sums partial tiles before pooling.
   bool paired_pool;
   // kTmaInput, persistent (on request only: $CONV_POOL_GENERAL_PERSISTENT=1): each block runs
   // tiles (tile x split shares) blockIdx.x, + grid, ... in turn, its producer loading the next

@@ -277,8 +277,7 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
       p.epilogue_passes *= 2;
     region = round_up(std::max(pipeline, (t.n / p.epilogue_passes) * p.tile_pitch * 4), 16);
   }
-  p.paired_pool = tma && pool_2x2_inside(s) && p.epilogue_passes == 1 && t.min_blocks == 1 &&
-                  pairing_allowed();
+  p.paired_pool = tma && pool_2x2_inside(s) && p.epilogue_passes == 1 && pairing_allowed();
   p.bias_offset = region;
   p.kstep_table_offset = region + t.n * 4;
   p.col_slot_offset = round_up(p.kstep_table_offset + kstep_entries * 4, 16);

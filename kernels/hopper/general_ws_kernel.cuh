@@ -230,13 +230,7 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
   consumer_sync();
   if (threadIdx.x == 0) trace(p, kTraceReady);
 
-  // Each square's tap-(0, 0) slot; an image's planes follow the previous image's.
-  const int row_rate = p.gathered_rows ? 1 : s.stride_h;
   const uint32_t smem_base = shared_address(smem);
-  uint32_t square_slot[T::kSquaresPerGroup];
-  square_slots<kTileId>(s, p, p.phases * (p.plane_bytes / kSliceBytes), square_slot);
-  const uint32_t a_leading = uint32_t(p.slice_plane * kSliceBytes);
-  const uint32_t a_stride = uint32_t(row_rate * p.row_pitch * kSliceBytes);
   float* conv_tile = reinterpret_cast<float*>(smem + p.epilogue_offset);
 
   int stage = 0;
@@ -251,8 +245,15 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
     }
     for (int step = k.first_step; step < k.end_step; ++step) {
       mbarrier_wait(full + stage, full_parity);
+      // Each square's tap-(0, 0) slot (an image's planes follow the previous image's) and the
+      // descriptors' strides, rebuilt at every step: a few integer operations that keep them
+      // out of the registers the paired epilogue needs in the two-block instances.
+      uint32_t square_slot[T::kSquaresPerGroup];
+      square_slots<kTileId>(s, p, p.phases * (p.plane_bytes / kSliceBytes), square_slot);
+      const int row_rate = p.gathered_rows ? 1 : s.stride_h;
       issue_step<X, kTileId>(s, p, acc, smem_base + uint32_t(stage * p.stage_bytes),
-                             square_slot, a_leading, a_stride, kstep_table, step,
+                             square_slot, uint32_t(p.slice_plane * kSliceBytes),
+                             uint32_t(row_rate * p.row_pitch * kSliceBytes), kstep_table, step,
                              step == k.first_step);
       // As in the other kernel: this step's wgmmas are the last two groups or more, so waiting
       // with two pending completes every earlier step's, and the previous stage is free.
@@ -292,8 +293,9 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
       if (p.split > 1 &&
           !reduce_split<kTileId, kConsumerBarrier>(acc, p, k.tile, k.rank, flag))
         continue;
-      pool_accumulators<X, kTileId, T::kMinBlocks == 1>(s, p, ops, o, acc, conv_tile, bias,
-                                    T::kN / p.epilogue_passes, [] { consumer_sync(); });
+      pool_accumulators<X, kTileId, true>(s, p, ops, o, acc, conv_tile, bias,
+                                              T::kN / p.epilogue_passes,
+                                              [] { consumer_sync(); });
     }
     consumer_sync();  // the pooling read the tile and the bias before the next tile writes them
     if (threadIdx.x == 0 && w == blockIdx.x) trace(p, kTraceTileDone);
