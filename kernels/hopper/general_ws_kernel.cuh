@@ -231,6 +231,13 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
   if (threadIdx.x == 0) trace(p, kTraceReady);
 
   const uint32_t smem_base = shared_address(smem);
+  // Each square's tap-(0, 0) slot (an image's planes follow the previous image's): set once,
+  // or in the two-block instances rebuilt at every step, a few integer operations that keep
+  // the slots out of the 104 registers the paired epilogue needs (set once, they spill there).
+  constexpr bool kRebuildSlots = kBlocksPerSm > 1;
+  uint32_t set_slot[T::kSquaresPerGroup];
+  if constexpr (!kRebuildSlots)
+    square_slots<kTileId>(s, p, p.phases * (p.plane_bytes / kSliceBytes), set_slot);
   float* conv_tile = reinterpret_cast<float*>(smem + p.epilogue_offset);
 
   int stage = 0;
@@ -245,11 +252,10 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
     }
     for (int step = k.first_step; step < k.end_step; ++step) {
       mbarrier_wait(full + stage, full_parity);
-      // Each square's tap-(0, 0) slot (an image's planes follow the previous image's) and the
-      // descriptors' strides, rebuilt at every step: a few integer operations that keep them
-      // out of the registers the paired epilogue needs in the two-block instances.
-      uint32_t square_slot[T::kSquaresPerGroup];
-      square_slots<kTileId>(s, p, p.phases * (p.plane_bytes / kSliceBytes), square_slot);
+      uint32_t rebuilt_slot[T::kSquaresPerGroup];
+      if constexpr (kRebuildSlots)
+        square_slots<kTileId>(s, p, p.phases * (p.plane_bytes / kSliceBytes), rebuilt_slot);
+      const uint32_t(&square_slot)[T::kSquaresPerGroup] = kRebuildSlots ? rebuilt_slot : set_slot;
       const int row_rate = p.gathered_rows ? 1 : s.stride_h;
       issue_step<X, kTileId>(s, p, acc, smem_base + uint32_t(stage * p.stage_bytes),
                              square_slot, uint32_t(p.slice_plane * kSliceBytes),
