@@ -4,6 +4,7 @@ utils/profiling.py. No GPU needed (CI runs them); the GPU side is tests/test_ins
     python -m pytest -q tests/test_instruments_cpu.py
 """
 import json
+import math
 import os
 import random
 import re
@@ -637,3 +638,68 @@ def test_trace_tiles_reads_records_and_sums_phases_per_block_and_sm(tmp_path, se
     resident = rounds * life / (rounds * life + (rounds - 1) * gap)
     assert summary["mean_resident_blocks"] == pytest.approx(resident, abs=0.006)
     assert summary["entry_after_exit_us"]["median"] == pytest.approx(gap / ghz / 1000, abs=0.01)
+
+
+# ---- tools/ratio_table.py -------------------------------------------------------------------
+
+def _profiling_record(cases, dtype="float32"):
+    """A utils.profiling JSON record holding `cases`: (name, label, kernel, stride, conv_out,
+    channels_last, variant, {target: kernel µs})."""
+    out = []
+    for name, label, kernel, stride, conv_out, channels_last, variant, times in cases:
+        out.append({
+            "name": name, "variant": variant, "channels_last": channels_last, "dtype": dtype,
+            "case": {"label": label, "kernel_size": kernel, "stride": stride,
+                     "conv_out": conv_out, "flops": 1e9},
+            "targets": {t: {"profiler_kernel_us": us, "median_us": 2 * us}
+                        for t, us in times.items()}})
+    return {"settings": {"dtype": dtype}, "cases": out}
+
+
+def test_ratio_table_classes_and_the_comparison_with_older_records(tmp_path, seed):
+    """--classes puts each case in one class of each rule (kernel and kind, conv output size,
+    dtype and layout) and gives the geometric mean over torch.compile there; --against matches
+    the cases of two runs by name, geometry, dtype and layout, and gives the op's and each
+    peer's time then / now, and the rows that moved."""
+    from tools import ratio_table
+    rng = random.Random(seed)
+    compile_us = [rng.uniform(10, 100) for _ in range(4)]
+    new_us = [rng.uniform(10, 100) for _ in range(4)]
+    specs = [("a", "1x1", [1, 1], [1, 1], [8, 8], False, "general_wgmma"),
+             ("b", "3x3s2", [3, 3], [2, 2], [40, 40], True, "general_wgmma"),
+             ("c", "3x3s4", [3, 3], [4, 3], [20, 20], False, "general_wgmma"),
+             ("d", "stem", [7, 7], [2, 2], [112, 112], False, "stem_tf32")]
+    now = _profiling_record([s + ({"new": n, "eager": 50.0, "compile": c},)
+                             for s, n, c in zip(specs, new_us, compile_us)])
+    cases = now["cases"]
+    for case in cases:
+        case.setdefault("dtype", "float32")
+    text = ratio_table.classes(cases, "kernel")
+    ratio = [c / n for c, n in zip(compile_us, new_us)]
+    expected = {"general, 1 x 1": [ratio[0]], "general, stride 2": [ratio[1]],
+                "general, strides 3 and more": [ratio[2]],
+                "other kernels than general_wgmma": [ratio[3]],
+                "conv output at most 16 x 16": [ratio[0]],
+                "conv output larger": ratio[1:],
+                "float32 NCHW": [ratio[0], ratio[2], ratio[3]],
+                "float32 channels-last": [ratio[1]]}
+    for name, values in expected.items():
+        mean = math.exp(sum(math.log(v) for v in values) / len(values))
+        assert f"| {name} | {len(values)} | {mean:.2f}x |" in text, (name, text)
+    # Older records: case b's op 1.5x slower then, the peers unchanged; case c absent; case d
+    # under another geometry (not matched).
+    then = _profiling_record(
+        [specs[0] + ({"new": new_us[0], "eager": 50.0, "compile": compile_us[0]},),
+         specs[1] + ({"new": 1.5 * new_us[1], "eager": 50.0, "compile": compile_us[1]},),
+         specs[3][:1] + ("other",) + specs[3][2:]
+         + ({"new": 1.0, "eager": 50.0, "compile": compile_us[3]},)])
+    for path, record in (("now.json", now), ("then.json", then)):
+        (tmp_path / path).write_text(json.dumps(record))
+    old = ratio_table.load([tmp_path / "then.json"])
+    text = ratio_table.against(ratio_table.load([tmp_path / "now.json"]), old, "kernel")
+    assert text.startswith("2 cases in both"), text
+    assert f"| op | {math.sqrt(1.5):.3f}x | 1.00x | 1.50x |" in text, text
+    assert "| compile | 1.000x |" in text and "| eager | 1.000x |" in text, text
+    moved = text.split("moved by more than 3%")[1]
+    assert "  b (float32, general_wgmma):" in moved and "(1.50x; eager 1.00x, compile 1.00x)" \
+        in moved and "  a (" not in moved, text

@@ -2,12 +2,17 @@
 performance fuzz, the suite): one row per case and a summary of the distribution.
 
     python tools/ratio_table.py docs/zoo_h200_float32.json [more.json ...] [--by kernel|event]
-        [--rows] [--min-gflop G]
+        [--rows] [--min-gflop G] [--classes] [--against OLD.json [OLD.json ...]]
 
 Ratios are peer time / op time (> 1: the op is faster), by the profiler's kernel time
 (default) or by the event median. The summary gives, per peer, the geometric mean, the
 median, the minimum, and how many cases fall under 0.8x and under 1.0x; then, for cases of at
 least --min-gflop GFLOP (default 20), the op's TFLOP/s per dtype.
+
+--classes: the ratio over torch.compile by class of geometry (CLASSES: the kernel and the
+convolution's kind, the conv output's size, the dtype and layout). --against: the same cases
+in older records (matched by name, geometry, dtype and layout), the op's time then and now and
+each peer's drift, so that a change between two runs reads apart from the machine's.
 """
 import argparse
 import json
@@ -54,8 +59,7 @@ def summary(cases, by: str, min_gflop: float) -> str:
         values = [r for r, _ in ratios(cases, peer, by)]
         if not values:
             continue
-        geomean = math.exp(sum(math.log(v) for v in values) / len(values))
-        lines.append(f"| {peer} | {geomean:.2f}x | {statistics.median(values):.2f}x | "
+        lines.append(f"| {peer} | {geomean(values):.2f}x | {statistics.median(values):.2f}x | "
                      f"{min(values):.2f}x | {sum(v < 0.8 for v in values)} | "
                      f"{sum(v < 1.0 for v in values)} |")
     big = [c for c in cases if c["case"]["flops"] >= min_gflop * 1e9]
@@ -69,6 +73,80 @@ def summary(cases, by: str, min_gflop: float) -> str:
         variants[case["variant"]] = variants.get(case["variant"], 0) + 1
     lines.append("\nvariants: " + ", ".join(f"{v} {n}" for v, n in sorted(
         variants.items(), key=lambda item: -item[1])))
+    return "\n".join(lines)
+
+
+def geomean(values) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _kind(case: dict) -> str:
+    geometry = case["case"]
+    if case["variant"] != "general_wgmma":
+        return "other kernels than general_wgmma"
+    if list(geometry["kernel_size"]) == [1, 1]:
+        return "general, 1 x 1"
+    stride = max(geometry["stride"])
+    return ("general, stride 1, larger kernels" if stride == 1 else
+            "general, stride 2" if stride == 2 else "general, strides 3 and more")
+
+
+# Each case falls in one class of each rule, in this order of rules.
+CLASSES = (
+    ("kind", _kind),
+    ("output", lambda c: "conv output at most 16 x 16"
+     if c["case"]["conv_out"][0] * c["case"]["conv_out"][1] <= 256 else "conv output larger"),
+    ("dtype and layout", lambda c: f"{c['dtype']} "
+     f"{'channels-last' if c.get('channels_last') else 'NCHW'}"),
+)
+
+
+def classes(cases, by: str, peer: str = "compile") -> str:
+    lines = [f"{peer} / op by class ({'kernel time' if by == 'kernel' else 'event median'})",
+             "| class | cases | geomean | median | min |", "|---|---:|---:|---:|---:|"]
+    for _, rule in CLASSES:
+        groups = {}
+        for ratio, case in ratios(cases, peer, by):
+            groups.setdefault(rule(case), []).append(ratio)
+        for name in sorted(groups):
+            values = groups[name]
+            lines.append(f"| {name} | {len(values)} | {geomean(values):.2f}x | "
+                         f"{statistics.median(values):.2f}x | {min(values):.2f}x |")
+    return "\n".join(lines)
+
+
+def _key(case: dict):
+    return (case["name"], case["case"]["label"], case["dtype"], bool(case.get("channels_last")))
+
+
+def against(cases, old_cases, by: str, moved: float = 0.03) -> str:
+    """The op's time now against then on the cases both hold, and the rows that moved by more
+    than `moved` (either way) with each peer's ratio beside them."""
+    old = {_key(c): c for c in old_cases}
+    pairs = [(old[_key(c)], c) for c in cases if _key(c) in old]
+    lines = [f"{len(pairs)} cases in both; then / now by "
+             f"{'kernel time' if by == 'kernel' else 'event median'} (> 1: faster now)"]
+    if not pairs:
+        return lines[0]
+    targets = ("new",) + PEERS
+    lines.append("| target | geomean | min | max |")
+    lines.append("|---|---:|---:|---:|")
+    for target in targets:
+        values = [case_time(a, target, by) / case_time(b, target, by) for a, b in pairs
+                  if case_time(a, target, by) and case_time(b, target, by)]
+        if values:
+            lines.append(f"| {'op' if target == 'new' else target} | {geomean(values):.3f}x | "
+                         f"{min(values):.2f}x | {max(values):.2f}x |")
+    lines.append(f"\nrows whose op time moved by more than {moved:.0%} (µs then -> now; peers "
+                 "then / now)")
+    for a, b in sorted(pairs, key=lambda p: case_time(p[0], "new", by) / case_time(p[1], "new", by)):
+        change = case_time(a, "new", by) / case_time(b, "new", by)
+        if abs(change - 1) <= moved:
+            continue
+        peers = ", ".join(f"{p} {case_time(a, p, by) / case_time(b, p, by):.2f}x" for p in PEERS
+                          if case_time(a, p, by) and case_time(b, p, by))
+        lines.append(f"  {b['name']} ({b['dtype']}, {b['variant']}): {case_time(a, 'new', by):.1f}"
+                     f" -> {case_time(b, 'new', by):.1f} ({change:.2f}x; {peers})")
     return "\n".join(lines)
 
 
@@ -94,9 +172,19 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", action="store_true", help="also print one row per case")
     parser.add_argument("--min-gflop", type=float, default=20.0,
                         help="the TFLOP/s line covers cases of at least this many GFLOP")
+    parser.add_argument("--classes", action="store_true",
+                        help="also print the ratio over torch.compile by class of geometry")
+    parser.add_argument("--against", nargs="+", metavar="OLD",
+                        help="older records of the same cases: the op's time then and now")
     args = parser.parse_args(argv)
     cases = load(args.paths)
     print(summary(cases, args.by, args.min_gflop))
+    if args.classes:
+        print()
+        print(classes(cases, args.by))
+    if args.against:
+        print()
+        print(against(cases, load(args.against), args.by))
     if args.rows:
         print()
         print(rows(cases, args.by))
