@@ -12,8 +12,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "../conv_pool_device.cuh"
@@ -22,6 +20,7 @@
 #include "../conv_pool_layout.cuh"
 #include "../conv_pool_operands.h"
 #include "../conv_relu_maxpool_wgmma.h"
+#include "general_hooks.h"
 #include "general_trace.cuh"
 #include "general_wgmma.h"
 
@@ -29,6 +28,7 @@ namespace general_wgmma {
 namespace {
 
 using namespace conv_pool_heuristics;
+using namespace hooks;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int round_up(int value, int multiple) { return int(ceil_div(value, multiple) * multiple); }
@@ -129,43 +129,6 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
     }
   }
   return found;
-}
-
-// Whether the warp-specialized kernel (kTmaInput) may take a plan: not with
-// $CONV_POOL_GENERAL_TMA=0 (a tuning and test hook that keeps the cp.async loaders).
-bool tma_allowed() {
-  const char* value = std::getenv("CONV_POOL_GENERAL_TMA");
-  return value == nullptr || std::strcmp(value, "0") != 0;
-}
-
-// Whether its plans may be persistent: only with $CONV_POOL_GENERAL_PERSISTENT=1 (the same kind
-// of hook). On the H200 the persistent form measured 0.71-1.02x of one tile a block (fewer
-// stages and two epilogue passes beside its own epilogue tile, a static schedule;
-// docs/PERF.md), so the plans take one tile a block.
-bool persistent_allowed() {
-  const char* value = std::getenv("CONV_POOL_GENERAL_PERSISTENT");
-  return value != nullptr && std::strcmp(value, "1") == 0;
-}
-
-// Whether 2 x 2 pools may be taken in registers (Plan::paired_pool): not with
-// $CONV_POOL_GENERAL_PAIRED=0 (a measurement hook: the whole conv tile staged).
-bool pairing_allowed() {
-  const char* value = std::getenv("CONV_POOL_GENERAL_PAIRED");
-  return !(value != nullptr && std::strcmp(value, "0") == 0);
-}
-
-// Whether split reductions may go through the cluster's shared memory: not with
-// $CONV_POOL_GENERAL_CLUSTER=0 (a measurement hook: the partial sums through global memory).
-bool cluster_allowed() {
-  const char* value = std::getenv("CONV_POOL_GENERAL_CLUSTER");
-  return value == nullptr || std::strcmp(value, "0") != 0;
-}
-
-// Blocks a tile's reduction is split over, named by $CONV_POOL_GENERAL_SPLIT (1..kMaxSplit), or
-// 0: a tuning hook, as the tile's below.
-int forced_split() {
-  const char* value = std::getenv("CONV_POOL_GENERAL_SPLIT");
-  return value == nullptr ? 0 : std::max(0, std::atoi(value));
 }
 
 // The plan of tile `tile_id` with `images` images side by side for `s` (why_not set where it
@@ -366,27 +329,9 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   return c;
 }
 
-// A tile named by $CONV_POOL_GENERAL_TILE ("wide_n128", ...), or -1: a tuning and test hook
-// that overrides the cost model's choice wherever that tile runs the shape.
-int forced_tile() {
-  const char* name = std::getenv("CONV_POOL_GENERAL_TILE");
-  if (name == nullptr) return -1;
-  for (int tile = 0; tile < kTileCount; ++tile)
-    if (std::strcmp(name, kTileSpecs[tile].name) == 0) return tile;
-  return -1;
-}
-
-// Images side by side named by $CONV_POOL_GENERAL_IMAGES (1, 2 or 4), or 0: the same kind of
-// hook, for the tests.
-int forced_images() {
-  const char* value = std::getenv("CONV_POOL_GENERAL_IMAGES");
-  if (value == nullptr) return 0;
-  const int images = std::atoi(value);
-  return images == 1 || images == 2 || images == 4 ? images : 0;
-}
-
 // The cheapest (tile, images) that runs `s`, fewer images on a tie; why_not of the last one
-// tried when none does. The hooks above restrict the candidates where that leaves one.
+// tried when none does. The hooks (general_hooks.h) restrict the candidates where that
+// leaves one.
 Candidate best_plan(const ConvPoolShape& s, const ConvPoolDevice& device, bool split,
                     bool allow_tma) {
   Candidate best, forced;
@@ -409,14 +354,6 @@ Candidate best_plan(const ConvPoolShape& s, const ConvPoolDevice& device, bool s
   return (want_tile >= 0 || want_images > 0) && forced.why_not == nullptr ? forced : best;
 }
 
-// $CONV_POOL_GENERAL_NHWC = 0 / 1: float32 inputs without contiguous channels read element by
-// element / from an NHWC copy, whatever kNhwcCopyMinWork says (a tuning and test hook).
-int forced_nhwc() {
-  const char* value = std::getenv("CONV_POOL_GENERAL_NHWC");
-  if (value == nullptr || (value[0] != '0' && value[0] != '1') || value[1] != '\0') return -1;
-  return value[0] - '0';
-}
-
 // x's data and the bytes of one of its elements, whatever its element type.
 const void* input_data(const ConvPoolShape& s, const ConvPoolOperands& ops) {
   return s.element == kElementFloat32 ? static_cast<const void*>(ops.x)
@@ -431,13 +368,6 @@ bool pixel_slices(const ConvPoolShape& s, const ConvPoolOperands* ops) {
   return ops != nullptr && ops->x_stride[1] == 1 && s.in_channels % per_slice == 0 &&
          ops->x_stride[0] % per_slice == 0 && ops->x_stride[2] % per_slice == 0 &&
          ops->x_stride[3] % per_slice == 0 && aligned16(input_data(s, *ops));
-}
-
-// $CONV_POOL_GENERAL_TMA_COPY=1: the warp-specialized kernel always reads x from the launch's
-// slice-planar copy, float32 NCHW layers of little work included (a tuning and test hook).
-bool tma_copy_forced() {
-  const char* value = std::getenv("CONV_POOL_GENERAL_TMA_COPY");
-  return value != nullptr && std::strcmp(value, "1") == 0;
 }
 
 // Whether the warp-specialized kernel may take `s` read from `ops`: not the 3xTF32 form, not
@@ -460,13 +390,6 @@ const void* weight_data(const ConvPoolShape& s, const ConvPoolOperands& ops) {
 }
 int64_t weight_tap_stride(const ConvPoolShape& s, const int64_t* stride) {
   return s.kernel_w > 1 ? stride[3] : stride[2];
-}
-
-// $CONV_POOL_GENERAL_PACK=1: the warp-specialized kernel packs the weights into the workspace
-// even where it could read them in place (a tuning and test hook).
-bool weights_packed_forced() {
-  const char* value = std::getenv("CONV_POOL_GENERAL_PACK");
-  return value != nullptr && std::strcmp(value, "1") == 0;
 }
 
 // Whether the producer can bring each step's weights straight from the weight tensor
@@ -517,10 +440,8 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops,
     const bool in_place = slices && ops->x_stride[0] > 0 && ops->x_stride[2] > 0 &&
                           ops->x_stride[3] > 0;
     p.staged_copy = !in_place || tma_copy_forced();
-    const char* merge = std::getenv("CONV_POOL_GENERAL_TMA_MERGED");
     p.merged_cols = p.staged_copy && s.stride_w == 1 &&
-                    per_slice * p.phase_cols <= kMaxTmaBox &&
-                    !(merge != nullptr && std::strcmp(merge, "0") == 0);
+                    per_slice * p.phase_cols <= kMaxTmaBox && hooks::merged_allowed();
     p.staged_channels = round_up(s.in_channels, per_slice);
     p.staged_input_bytes = p.staged_copy ? int64_t(s.batch) * s.in_height * s.in_width *
                                                p.staged_channels * element_bytes(s)
@@ -736,13 +657,6 @@ __global__ void split_to_channels_last_kernel(const float* x, int64_t xs0, int64
     split_tf32_operand(value, big, small);
     staged[u] = part == 1 ? small : big;
   }
-}
-
-// $CONV_POOL_GENERAL_SEPARATE_PREP=1: the preparation as separate launches (a memset of the
-// counters, the packing, the copy of x), a measurement hook.
-bool separate_preparation() {
-  const char* value = std::getenv("CONV_POOL_GENERAL_SEPARATE_PREP");
-  return value != nullptr && std::strcmp(value, "1") == 0;
 }
 
 // The preparation launch (prepare_kernel): the split counters zeroed (a memset instead where

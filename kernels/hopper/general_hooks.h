@@ -1,0 +1,86 @@
+// The general kernel's hooks: environment variables that override one choice of the host's
+// plan, for tuning, tests and A/B measurements. Unset, the plans are the cost model's and the
+// rules' own; each hook below says what it changes. Host code only, read at every plan (so a
+// test or a tool may set and clear one between calls). $CONV_POOL_GENERAL_TRACE, the
+// per-block timestamps, lives with its kernel side in general_trace.cuh.
+#pragma once
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "general_plan.h"
+
+namespace general_wgmma {
+namespace hooks {
+
+// Whether $name is set to exactly `value`.
+inline bool is(const char* name, const char* value) {
+  const char* set = std::getenv(name);
+  return set != nullptr && std::strcmp(set, value) == 0;
+}
+
+// $CONV_POOL_GENERAL_TMA=0: the cp.async loaders instead of the warp-specialized kernel.
+inline bool tma_allowed() { return !is("CONV_POOL_GENERAL_TMA", "0"); }
+
+// $CONV_POOL_GENERAL_PERSISTENT=1: persistent plans. On the H200 the persistent form measured
+// 0.71-1.02x of one tile a block (fewer stages and two epilogue passes beside its own
+// epilogue tile, a static schedule; docs/PERF.md), so the plans take one tile a block.
+inline bool persistent_allowed() { return is("CONV_POOL_GENERAL_PERSISTENT", "1"); }
+
+// $CONV_POOL_GENERAL_PAIRED=0: 2 x 2 pools staged as the whole conv tile instead of their
+// maxima taken in registers (Plan::paired_pool).
+inline bool pairing_allowed() { return !is("CONV_POOL_GENERAL_PAIRED", "0"); }
+
+// $CONV_POOL_GENERAL_CLUSTER=0: split reductions summed through global memory instead of the
+// cluster's shared memory.
+inline bool cluster_allowed() { return !is("CONV_POOL_GENERAL_CLUSTER", "0"); }
+
+// $CONV_POOL_GENERAL_TMA_MERGED=0: one box a column instead of merged box rows.
+inline bool merged_allowed() { return !is("CONV_POOL_GENERAL_TMA_MERGED", "0"); }
+
+// $CONV_POOL_GENERAL_TMA_COPY=1: the warp-specialized kernel always reads x from the launch's
+// slice-planar copy, float32 NCHW layers of little work included.
+inline bool tma_copy_forced() { return is("CONV_POOL_GENERAL_TMA_COPY", "1"); }
+
+// $CONV_POOL_GENERAL_PACK=1: the weights packed into the workspace even where the producer
+// could read them in place.
+inline bool weights_packed_forced() { return is("CONV_POOL_GENERAL_PACK", "1"); }
+
+// $CONV_POOL_GENERAL_SEPARATE_PREP=1: the preparation as separate launches (a memset of the
+// counters, the packing, the copy of x).
+inline bool separate_preparation() { return is("CONV_POOL_GENERAL_SEPARATE_PREP", "1"); }
+
+// $CONV_POOL_GENERAL_SPLIT=k: blocks a tile's reduction is split over (1..kMaxSplit), or 0.
+inline int forced_split() {
+  const char* value = std::getenv("CONV_POOL_GENERAL_SPLIT");
+  return value == nullptr ? 0 : std::max(0, std::atoi(value));
+}
+
+// $CONV_POOL_GENERAL_TILE=name ("wide_n128", ...): that tile wherever it runs the shape, or -1.
+inline int forced_tile() {
+  const char* name = std::getenv("CONV_POOL_GENERAL_TILE");
+  if (name == nullptr) return -1;
+  for (int tile = 0; tile < kTileCount; ++tile)
+    if (std::strcmp(name, kTileSpecs[tile].name) == 0) return tile;
+  return -1;
+}
+
+// $CONV_POOL_GENERAL_IMAGES=1, 2 or 4: that many images side by side in a tile, or 0.
+inline int forced_images() {
+  const char* value = std::getenv("CONV_POOL_GENERAL_IMAGES");
+  if (value == nullptr) return 0;
+  const int images = std::atoi(value);
+  return images == 1 || images == 2 || images == 4 ? images : 0;
+}
+
+// $CONV_POOL_GENERAL_NHWC=0 / 1: float32 inputs without contiguous channels read element by
+// element / from an NHWC copy on the cp.async loaders, whatever kNhwcCopyMinWork says; or -1.
+inline int forced_nhwc() {
+  const char* value = std::getenv("CONV_POOL_GENERAL_NHWC");
+  if (value == nullptr || (value[0] != '0' && value[0] != '1') || value[1] != '\0') return -1;
+  return value[0] - '0';
+}
+
+}  // namespace hooks
+}  // namespace general_wgmma
