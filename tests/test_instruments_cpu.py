@@ -703,3 +703,30 @@ def test_ratio_table_classes_and_the_comparison_with_older_records(tmp_path, see
     moved = text.split("moved by more than 3%")[1]
     assert "  b (float32, general_wgmma):" in moved and "(1.50x; eager 1.00x, compile 1.00x)" \
         in moved and "  a (" not in moved, text
+
+
+def test_sanitize_cases_takes_hook_settings_anywhere_among_its_arguments():
+    """tools/sanitize_cases.py: NAME=VALUE arguments are environment settings (the general
+    kernel's hooks), the rest main's positional arguments, and a wrong count is refused."""
+    from tools import sanitize_cases
+    positional, settings = sanitize_cases.split_arguments(
+        ["general_paired", "CONV_POOL_GENERAL_TILE=wide_n64", "general_wgmma", "float16",
+         "CONV_POOL_GENERAL_PAIRED=0"])
+    assert positional == ["general_paired", "general_wgmma", "float16"]
+    assert settings == {"CONV_POOL_GENERAL_TILE": "wide_n64", "CONV_POOL_GENERAL_PAIRED": "0"}
+    assert sanitize_cases.split_arguments(["padded_odd"]) == (["padded_odd"], {})
+    for wrong in ([], ["CONV_POOL_GENERAL_TILE=wide_n64"], ["a", "b", "c", "d", "e"]):
+        with pytest.raises(SystemExit, match="expected: case"):
+            sanitize_cases.split_arguments(wrong)
+    # Every line of gpu_check.sh's sanitizer list parses, and its settings name known hooks.
+    script = (REPO / "tools" / "gpu_check.sh").read_text()
+    runs = script.split("<<'RUNS'\n")[1].split("\nRUNS\n")[0].splitlines()
+    hooks = (REPO / "kernels" / "hopper" / "general_hooks.h").read_text()
+    assert len(runs) > 100
+    for line in runs:
+        tool, *arguments = line.split()
+        assert tool in ("memcheck", "racecheck"), line
+        positional, settings = sanitize_cases.split_arguments(arguments)
+        assert positional[0] in sanitize_cases.CASES, line
+        for name in settings:
+            assert f'"{name}"' in hooks, line

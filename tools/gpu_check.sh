@@ -91,8 +91,9 @@ sanitize() {
   local cs=compute-sanitizer
   command -v $cs >/dev/null || cs=/usr/local/cuda/bin/compute-sanitizer
   # One run per line: tool, then tools/sanitize_cases.py's arguments (case [variants [dtype
-  # [prepacked]]]). The kernels changed last first, so that a time cap cuts the ones checked
-  # before; the first failure stops the list.
+  # [prepacked]]] [NAME=VALUE ...], the last setting a hook of the general kernel). The kernels
+  # changed last first, so that a time cap cuts the ones checked before; the first failure
+  # stops the list.
   local tool args
   while read -r tool args; do
     # shellcheck disable=SC2086  # args holds several words
@@ -101,6 +102,8 @@ sanitize() {
 memcheck  general_paired general_wgmma float16
 racecheck general_paired_channels_last general_wgmma float16
 memcheck  general_paired_channels_last general_wgmma
+memcheck  general_paired general_wgmma float16 CONV_POOL_GENERAL_TILE=wide_n64
+racecheck general_paired_channels_last general_wgmma float16 CONV_POOL_GENERAL_TILE=square_n64
 memcheck  general_pointwise general_wgmma float16
 memcheck  general_split_channels_last general_wgmma
 racecheck general_large_kernel_channels_last general_wgmma float16

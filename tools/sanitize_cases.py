@@ -10,7 +10,13 @@ comma-separated variants of the second argument; "all" = every one), in float32 
 of the third argument, and checks the result against PyTorch so a clean report also means a
 right answer. A fourth argument "prepacked" packs the weight first
 (conv2d_relu_maxpool_pack_weight, itself under the tool) and passes it to every call.
+Arguments of the form NAME=VALUE set that environment variable first, e.g. one of the general
+kernel's hooks (kernels/hopper/general_hooks.h) to run a tile the choice would not take:
+
+    compute-sanitizer --tool memcheck python tools/sanitize_cases.py general_paired \
+        general_wgmma float16 CONV_POOL_GENERAL_TILE=wide_n64
 """
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -263,5 +269,17 @@ def main(name: str, variants: str = "all", dtype_name: str = "float32",
     return 0
 
 
+def split_arguments(argv: list[str]) -> tuple[list[str], dict[str, str]]:
+    """main's arguments (at most four) and the NAME=VALUE settings, wherever they stand."""
+    settings = dict(arg.split("=", 1) for arg in argv if "=" in arg)
+    positional = [arg for arg in argv if "=" not in arg]
+    if not 1 <= len(positional) <= 4:
+        raise SystemExit(f"expected: case [variants [dtype [prepacked]]] [NAME=VALUE ...], "
+                         f"got {' '.join(argv)!r}")
+    return positional, settings
+
+
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:5]))
+    arguments, environment = split_arguments(sys.argv[1:])
+    os.environ.update(environment)
+    sys.exit(main(*arguments))
