@@ -4,8 +4,8 @@
 #   bash tools/gpu_check.sh [STAGE[:SECONDS] ...]
 #
 # Stages: env build test verify profile suite suite16 layouts bench host vgg16 distributed
-# notebook sanitize general zoo zoo16 fuzz breakdown networks gtest ncu trace (default: env build test
-# verify profile). networks: tools/bench_networks.py (issue 32's models; NETWORKS_ARGS picks a
+# notebook sanitize general zoo zoo16 zooab fuzz breakdown networks netbreak gtest ncu trace
+# (default: env build test verify profile). networks: tools/bench_networks.py (issue 32's models; NETWORKS_ARGS picks a
 # slice, NETWORKS_RESUME=docs/networks_h200.json keeps that file's rows and runs the rest, and
 # a cap over 120 s stops it cleanly a minute early) into $OUT/networks.json; gtest: the general kernel's GPU tests only. TEST_ARGS (default
 # tests) gives the test stage other pytest arguments, e.g. only the files that use the GPU.
@@ -342,6 +342,13 @@ for entry in "${stages[@]}"; do
       run_stage networks "$seconds" python3 tools/bench_networks.py ${NETWORKS_ARGS:-} \
         "${resume[@]}" "${limit[@]}" --json "$OUT/networks.json" ;;
     gtest) run_stage gtest "$seconds" python3 -m pytest -q -p no:cacheprovider tests/test_general_wgmma_gpu.py ;;
+    # netbreak: tools/network_breakdown.py's kernels of eager and fused (with --cpu: the host's
+    # busiest operators) for each NETBREAK_CASES model:dtype[:batch[:layout]].
+    netbreak) run_stage netbreak "$seconds" bash -c 'for spec in ${NETBREAK_CASES:-resnet50:float32 googlenet:float16}; do IFS=: read -r model dtype batch layout <<< "$spec"; python3 tools/network_breakdown.py "$model" --dtype "${dtype:-float32}" --batch "${batch:-32}" --layout "${layout:-nchw}" --targets eager,fused --cpu || exit; done' ;;
+    # zooab: the zoo (ZOOAB_DTYPE, default float16) again with the environment settings of
+    # ZOOAB_ENV (e.g. CONV_POOL_GENERAL_PAIRED=0) into $OUT/zoo_<dtype>_ab.json, then
+    # tools/ratio_table.py of the zoo stage's JSON against it (run zoo16 / zoo first).
+    zooab) run_stage zooab "$seconds" bash -c 'd=${ZOOAB_DTYPE:-float16}; env ${ZOOAB_ENV:?ZOOAB_ENV names the settings} python3 -m utils.profiling --zoo --zoo-limit "${ZOO_LIMIT:-40}" --iters 50 --dtype "$d" --json "$0/zoo_${d}_ab.json" || exit; if [ -f "$0/zoo_$d.json" ]; then python3 tools/ratio_table.py "$0/zoo_$d.json" --against "$0/zoo_${d}_ab.json"; fi' "$OUT" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
