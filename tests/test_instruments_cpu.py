@@ -607,6 +607,7 @@ def test_trace_tiles_reads_records_and_sums_phases_per_block_and_sm(tmp_path, se
     rng = random.Random(seed)
     ghz, sms, rounds = 2.0, 4, 3
     setup, wait, steps, pool = (rng.randrange(500, 8000) for _ in range(4))
+    staged, joined, summed = sorted(rng.sample(range(1, pool), 3))  # cluster marks within pool
     life = setup + wait + steps + pool
     gap = rng.randrange(100, 1000)
     words = []
@@ -614,9 +615,10 @@ def test_trace_tiles_reads_records_and_sums_phases_per_block_and_sm(tmp_path, se
         sm, r = block % sms, block // sms
         start = 10_000 + r * (life + gap)  # one block an SM at a time
         timer = int(start / ghz)
-        words.append([sm, timer, start, start + setup, start + setup + wait,
-                      start + setup + wait + steps, start + life, start + life,
-                      int((start + life) / ghz), start + 300, start + 400, 1, 0, 0, 0, 0])
+        done = start + setup + wait + steps
+        words.append([sm, timer, start, start + setup, start + setup + wait, done,
+                      start + life, start + life, int((start + life) / ghz), start + 300,
+                      start + 400, 1, done + staged, done + joined, done + summed, 0])
     header = [0x54524143, sms * rounds, sms * rounds, sms * rounds, 1, 3, 3, 2, 2, 0, 1, 16,
               0, 0, 0, 0]
     stale = header[:2] + [1] + header[3:] + [0] * 16  # an earlier launch of one block
@@ -631,13 +633,22 @@ def test_trace_tiles_reads_records_and_sums_phases_per_block_and_sm(tmp_path, se
     for name, cycles in (("setup (barriers, K-step table)", setup),
                          ("wait for the first copies", wait),
                          ("steps (wgmmas and later copies)", steps),
-                         ("bias, pooling and stores", pool)):
+                         ("bias, pooling and stores", pool),
+                         ("cluster: stage the partial tile", staged),
+                         ("cluster: wait for every block's tile", joined - staged),
+                         ("cluster: sum this block's channels", summed - joined),
+                         ("cluster: pool and store them", pool - summed)):
         assert phases[name]["median_us"] == pytest.approx(cycles / ghz / 1000, abs=0.01), name
     assert summary["block_lifetime_us"]["median"] == pytest.approx(life / ghz / 1000, abs=0.01)
     # (over each SM's span from its first entry to its last exit: `rounds` lives, gaps between)
     resident = rounds * life / (rounds * life + (rounds - 1) * gap)
     assert summary["mean_resident_blocks"] == pytest.approx(resident, abs=0.006)
     assert summary["entry_after_exit_us"]["median"] == pytest.approx(gap / ghz / 1000, abs=0.01)
+    # Without a cluster (those words zero) the cluster's phases are left out.
+    plain = records[-1][1].copy()
+    plain[:, 12:15] = 0
+    assert not any(name.startswith("cluster") for name in
+                   trace_tiles.summarize(records[-1][0], plain)["phases"])
 
 
 # ---- tools/ratio_table.py -------------------------------------------------------------------

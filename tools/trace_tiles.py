@@ -6,8 +6,10 @@
 The case is N,C,K,H,W,kernel,stride,padding,pool kernel,pool stride (tools/run_case.py's
 spec). It runs the op --calls times with the hook on and reads the last launch's record: per
 block, the cycles from entry to the consumers' readiness, to the first step's copies, through
-the steps, the pooling and stores, and the producer's issue times; per SM, how many blocks were
-resident at once and the gaps between one block's exit and the next one's entry.
+the steps, the pooling and stores (split over a cluster: its staging, the wait for the other
+blocks, the sum and the pooling of the block's share), and the producer's issue times; per SM,
+how many blocks were resident at once and the gaps between one block's exit and the next one's
+entry.
 """
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-MARKS = ("sm", "timer_start", "start", "ready", "first_full", "mainloop_done", "tile_done", "end", "timer_end", "first_issue", "last_issue", "items")
+MARKS = ("sm", "timer_start", "start", "ready", "first_full", "mainloop_done", "tile_done", "end",
+         "timer_end", "first_issue", "last_issue", "items", "cluster_staged", "cluster_joined",
+         "cluster_summed")
 HEADER = ("tag", "grid", "traced", "tiles", "split", "steps", "stages", "tile", "blocks_per_sm",
           "persistent", "images", "words")
 PHASES = (  # (name, from mark, to mark): consecutive phases of a block's first work item
@@ -29,6 +33,11 @@ PHASES = (  # (name, from mark, to mark): consecutive phases of a block's first 
     ("steps (wgmmas and later copies)", "first_full", "mainloop_done"),
     ("bias, pooling and stores", "mainloop_done", "tile_done"),
     ("rest of the block's items", "tile_done", "end"),
+    # The cluster split's epilogue, inside "bias, pooling and stores" (cluster plans only):
+    ("cluster: stage the partial tile", "mainloop_done", "cluster_staged"),
+    ("cluster: wait for every block's tile", "cluster_staged", "cluster_joined"),
+    ("cluster: sum this block's channels", "cluster_joined", "cluster_summed"),
+    ("cluster: pool and store them", "cluster_summed", "tile_done"),
 )
 
 

@@ -32,6 +32,10 @@ enum TraceMark : int {
   kTraceFirstIssue,     // producer: the first step's copies issued
   kTraceLastIssue,      // producer: the first work item's last step issued
   kTraceItems,          // work items the block ran
+  // The cluster split's epilogue (Plan::cluster_split; consumers, first item):
+  kTraceClusterStaged,  // this block's partial conv tile staged (thread 0's part)
+  kTraceClusterJoined,  // every block of the cluster has staged its own
+  kTraceClusterSummed,  // this block's share of the channels summed over the cluster
   kTraceWords = 16
 };
 

@@ -441,7 +441,7 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops,
                           ops->x_stride[3] > 0;
     p.staged_copy = !in_place || tma_copy_forced();
     p.merged_cols = p.staged_copy && s.stride_w == 1 &&
-                    per_slice * p.phase_cols <= kMaxTmaBox && hooks::merged_allowed();
+                    per_slice * p.phase_cols <= kMaxTmaBox && merged_allowed();
     p.staged_channels = round_up(s.in_channels, per_slice);
     p.staged_input_bytes = p.staged_copy ? int64_t(s.batch) * s.in_height * s.in_width *
                                                p.staged_channels * element_bytes(s)

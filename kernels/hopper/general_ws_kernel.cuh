@@ -287,11 +287,15 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
       const int rank = int(blockIdx.x % unsigned(p.split));
       const int share = T::kN / p.split;
       float* own = conv_tile + rank * share * p.tile_pitch;
+      const bool traced = threadIdx.x == 0 && w == blockIdx.x;
       stage_accumulators<kTileId>(acc, conv_tile, p.tile_pitch, 0, T::kN);
+      if (traced) trace(p, kTraceClusterStaged);
       cluster_arrive();
       cluster_wait();
+      if (traced) trace(p, kTraceClusterJoined);
       sum_cluster_tiles(own, share * p.tile_pitch, p.split);
       consumer_sync();
+      if (traced) trace(p, kTraceClusterSummed);
       pool_tile<X, kTileId>(s, p, ops, o, own, bias, rank, share);
       cluster_arrive();
       cluster_wait();
