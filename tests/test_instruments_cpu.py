@@ -670,8 +670,8 @@ def _profiling_record(cases, dtype="float32"):
 def test_ratio_table_classes_and_the_comparison_with_older_records(tmp_path, seed):
     """--classes puts each case in one class of each rule (kernel and kind, conv output size,
     dtype and layout) and gives the geometric mean over torch.compile there; --against matches
-    the cases of two runs by name, geometry, dtype and layout, and gives the op's and each
-    peer's time then / now, and the rows that moved."""
+    the cases of two runs by geometry, dtype and layout (not by name), and gives the op's and
+    each peer's time then / now, and the rows that moved."""
     from tools import ratio_table
     rng = random.Random(seed)
     compile_us = [rng.uniform(10, 100) for _ in range(4)]
@@ -700,7 +700,8 @@ def test_ratio_table_classes_and_the_comparison_with_older_records(tmp_path, see
     # Older records: case b's op 1.5x slower then, the peers unchanged; case c absent; case d
     # under another geometry (not matched).
     then = _profiling_record(
-        [specs[0] + ({"new": new_us[0], "eager": 50.0, "compile": compile_us[0]},),
+        [("a_renamed",) + specs[0][1:] + ({"new": new_us[0], "eager": 50.0,
+                                          "compile": compile_us[0]},),
          specs[1] + ({"new": 1.5 * new_us[1], "eager": 50.0, "compile": compile_us[1]},),
          specs[3][:1] + ("other",) + specs[3][2:]
          + ({"new": 1.0, "eager": 50.0, "compile": compile_us[3]},)])

@@ -37,6 +37,10 @@ def test_zoo_cases_are_valid_deduplicated_and_within_memory():
     cases = zoo.zoo_cases(["vgg16", "vgg19"], batches=(1, 32))
     keys = [zoo.geometry_key(case) for case in cases]
     assert len(keys) == len(set(keys))
+    # One name a geometry: the batch is part of it (a layer appears at every batch that fits).
+    assert len({case.name for case in cases}) == len(cases)
+    assert all(case.name.endswith(f"_b{case.batch}") for case in cases)
+    assert {case.batch for case in cases} == {1, 32}
     assert all(case.is_valid() for case in cases)
     assert all(4 * (case.input_elements() + case.output_elements()) <= zoo.MAX_BYTES
                for case in cases)

@@ -69,13 +69,13 @@ archive() {
 
 breakdown() {  # the zoo's slowest classes kernel by kernel, and the stem kernel on few tiles
   local k="python3 tools/kernel_breakdown.py"
-  $k --json docs/zoo_h200_float32.json densenet121_c112_p2s2 inception_v3_c80_p2s2 \
-     resnext50_32x4d_c30_p2s2 vgg16_c8_p3s2 || return
-  $k --json docs/zoo_h200_float16.json shufflenet_v2_x1_0_c1_p2s2 --configs auto,general_wgmma \
+  $k --json docs/zoo_h200_float32.json densenet121_c112_p2s2_b1 inception_v3_c80_p2s2_b128 \
+     resnext50_32x4d_c30_p2s2_b128 vgg16_c8_p3s2_b128 || return
+  $k --json docs/zoo_h200_float16.json shufflenet_v2_x1_0_c1_p2s2_b1 --configs auto,general_wgmma \
      || return
   # Large 16-bit NCHW 1 x 1 layers: the preparation launch (the slice-planar copy of x) beside
   # the convolution, and the convolution without it (channels-last x, read in place).
-  local large="densenet121_c5_p2s2 inception_v3_c12_p2s2 inception_v3_c80_p2s2"
+  local large="densenet121_c5_p2s2_b128 inception_v3_c12_p2s2_b128 inception_v3_c80_p2s2_b128"
   # shellcheck disable=SC2086  # $large holds several names
   $k --json docs/zoo_h200_float16.json $large || return
   # shellcheck disable=SC2086

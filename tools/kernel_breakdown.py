@@ -2,7 +2,7 @@
 one or more forced variants, beside cuDNN (eager), on cases taken from a profiling JSON by
 name or given by their numbers.
 
-    python tools/kernel_breakdown.py --json docs/zoo_h200_float32.json resnext50_32x4d_c30_p2s2 \
+    python tools/kernel_breakdown.py --json docs/zoo_h200_float32.json resnext50_32x4d_c30_p2s2_b128 \
         [more names ...] [--configs auto,general_wgmma]
     python tools/kernel_breakdown.py --spec 1,24,58,28,28,1,1,0,2,2 --dtype float16 \
         --configs auto,stem_16bit,general_wgmma
@@ -138,11 +138,16 @@ def main(argv=None) -> int:
         if args.json is None:
             parser.error("case names need --json")
         record = json.loads(args.json.read_text())
-        by_name = {entry["name"]: entry for entry in record["cases"]}
+        by_name = {}
+        for entry in record["cases"]:
+            by_name.setdefault(entry["name"], []).append(entry)
         for name in args.names:
             if name not in by_name:
                 parser.error(f"{name} is not in {args.json}")
-            entry = by_name[name]
+            if len(by_name[name]) > 1:
+                parser.error(f"{name} names {len(by_name[name])} cases in {args.json}: "
+                             + ", ".join(e["case"]["label"] for e in by_name[name]))
+            entry = by_name[name][0]
             dtype = entry.get("dtype") or record["settings"].get("dtype", "float32")
             work.append((case_from_dict(entry["case"]), DTYPES[dtype],
                          bool(entry.get("channels_last")) or args.channels_last))

@@ -11,7 +11,7 @@ least --min-gflop GFLOP (default 20), the op's TFLOP/s per dtype.
 
 --classes: the ratio over torch.compile by class of geometry (CLASSES: the kernel and the
 convolution's kind, the conv output's size, the dtype and layout). --against: the same cases
-in older records (matched by name, geometry, dtype and layout), the op's time then and now and
+in older records (matched by geometry, dtype and layout), the op's time then and now and
 each peer's drift, so that a change between two runs reads apart from the machine's.
 """
 import argparse
@@ -116,7 +116,9 @@ def classes(cases, by: str, peer: str = "compile") -> str:
 
 
 def _key(case: dict):
-    return (case["name"], case["case"]["label"], case["dtype"], bool(case.get("channels_last")))
+    """A case's identity across runs: its geometry (the label), dtype and layout; not its name,
+    which tools may change."""
+    return (case["case"]["label"], case["dtype"], bool(case.get("channels_last")))
 
 
 def against(cases, old_cases, by: str, moved: float = 0.03) -> str:

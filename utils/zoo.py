@@ -112,17 +112,18 @@ def model_layers(name: str) -> list[ZooLayer]:
 
 
 def layer_cases(layer: ZooLayer, batch: int) -> list[ConvPoolCase]:
-    """`layer` as ConvPoolCase(s) at `batch`: with its own pool, else under ZOO_POOLS."""
+    """`layer` as ConvPoolCase(s) at `batch`: with its own pool, else under ZOO_POOLS. Names
+    are model_c<index>[_p<window>s<stride>]_b<batch>, one per geometry of the zoo."""
     base = ConvPoolCase(
         f"{layer.model}_c{layer.index}", batch, layer.in_channels, layer.out_channels,
         layer.height, layer.width, layer.kernel_size, layer.stride, layer.padding,
         layer.dilation, bias=layer.bias)
     if layer.pool is not None:
         kernel, stride, padding, ceil_mode = layer.pool
-        candidates = [replace(base, pool_kernel=kernel, pool_stride=stride, pool_padding=padding,
-                              ceil_mode=ceil_mode)]
+        candidates = [replace(base, name=f"{base.name}_b{batch}", pool_kernel=kernel,
+                              pool_stride=stride, pool_padding=padding, ceil_mode=ceil_mode)]
     else:
-        candidates = [replace(base, name=f"{base.name}_p{window}s{stride}",
+        candidates = [replace(base, name=f"{base.name}_p{window}s{stride}_b{batch}",
                               pool_kernel=(window, window), pool_stride=(stride, stride))
                       for window, stride in ZOO_POOLS]
     return [case for case in candidates if case.is_valid()]
