@@ -86,3 +86,30 @@ def test_zoo_and_fuzz_flags_select_their_cases():
     assert [d for _, d, _ in profiling.requested_cases(args)] == list(profiling.FUZZ_DTYPES) * 2
     with pytest.raises(SystemExit):
         profiling.build_parser().parse_args(["--zoo", "--suite"])
+
+
+def test_a_zoo_row_runs_again_by_its_name():
+    """`python -m utils.profiling --case NAME` takes the zoo JSONs' row names too: the case is
+    rebuilt from its model at its batch, with the geometry the zoo gave it; a name whose layer
+    or pool the zoo does not have is refused with both lists' rules."""
+    for name in ("densenet121_c5_p2s2_b128", "alexnet_c1_b32", "googlenet_c2_b1"):
+        case = zoo.find_zoo_case(name)
+        assert case.name == name
+        model = name.rsplit("_c", 1)[0]
+        batch = int(name.rsplit("_b", 1)[1])
+        expected = next(c for c in zoo.zoo_cases([model], [batch]) if c.name == name)
+        assert zoo.geometry_key(case) == zoo.geometry_key(expected) and case.batch == batch
+    alexnet_c1 = zoo.find_zoo_case("alexnet_c1_b32")
+    assert (alexnet_c1.in_channels, alexnet_c1.kernel_size, alexnet_c1.pool_kernel) == (
+        64, (5, 5), (3, 3))
+    args = profiling.build_parser().parse_args(["--case", "densenet121_c5_p2s2_b128",
+                                                "--case", "default"])
+    picked = [case for case, _, _ in profiling.requested_cases(args)]
+    assert [case.name for case in picked] == ["densenet121_c5_p2s2_b128", "default"]
+    # Any batch: the layer at that batch (the zoo's own are 1, 32 and 128).
+    assert zoo.find_zoo_case("densenet121_c5_p2s2_b7").batch == 7
+    for wrong in ("densenet121_c5_p7s7_b1", "nosuchnet_c1_b1", "densenet121_c9999_b1"):
+        with pytest.raises(KeyError, match="no zoo case named"):
+            profiling.find_any_case(wrong)
+    with pytest.raises(KeyError, match="no case named 'nosuchcase'"):
+        profiling.find_any_case("nosuchcase")

@@ -43,6 +43,7 @@ import json
 import math
 import os
 import platform
+import re
 import subprocess
 import sys
 import threading
@@ -586,7 +587,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run the public suite (utils/suite.py SUITE) instead of the "
                             "default problem")
     which.add_argument("--case", action="append", metavar="NAME",
-                       help="run this SUITE or GRID case (repeatable)")
+                       help="run this SUITE or GRID case, or a zoo case by the name the "
+                            "zoo JSONs give it, e.g. densenet121_c5_p2s2_b128 (repeatable)")
     which.add_argument("--zoo", action="store_true",
                        help="run the layer zoo: convolutions of torchvision's models under "
                             "their pools or 2x2/2 and 3x3/2 ones (utils/zoo.py)")
@@ -686,12 +688,26 @@ def fuzz_cases(count: int, seed: int) -> list[tuple[ConvPoolCase, str, bool]]:
     return drawn
 
 
+def find_any_case(name: str) -> ConvPoolCase:
+    """A SUITE or GRID case, or a zoo case (utils/zoo.py: the zoo JSONs' row names)."""
+    try:
+        return find_case(name)
+    except KeyError as not_listed:
+        if re.fullmatch(r".+_b\d+", name) is None:
+            raise
+        from utils import zoo
+        try:
+            return zoo.find_zoo_case(name)
+        except KeyError as not_in_zoo:
+            raise KeyError(f"{not_listed.args[0]}; {not_in_zoo.args[0]}") from None
+
+
 def requested_cases(args: argparse.Namespace) -> list[tuple[ConvPoolCase, Optional[str], bool]]:
     """(case, dtype or None for --dtype, channels-last input) to run."""
     if args.suite:
         cases = list(SUITE)
     elif args.case:
-        cases = [find_case(name) for name in args.case]
+        cases = [find_any_case(name) for name in args.case]
     elif args.zoo:
         from utils import zoo
         cases = zoo.zoo_cases(args.zoo_models or zoo.DEFAULT_MODELS,

@@ -14,6 +14,7 @@ batch 1, 32 and 128 where input and output fit in `max_bytes`.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from dataclasses import dataclass, replace
 from typing import Iterable, Optional, Sequence
@@ -155,6 +156,22 @@ def zoo_cases(models: Sequence[str] = DEFAULT_MODELS, batches: Iterable[int] = B
                     seen.add(key)
                     cases.append(case)
     return cases
+
+
+def find_zoo_case(name: str) -> ConvPoolCase:
+    """The zoo case called `name` (model_c<index>[_p<window>s<stride>]_b<batch>, as the zoo
+    JSONs name their rows), rebuilt from that model's definition at that batch (any batch)."""
+    match = re.fullmatch(r"(.+)_c\d+(?:_p\d+s\d+)?_b(\d+)", name)
+    if match is not None:
+        try:
+            cases = zoo_cases([match.group(1)], [int(match.group(2))])
+        except ValueError:  # torchvision has no such model
+            cases = []
+        for case in cases:
+            if case.name == name:
+                return case
+    raise KeyError(f"no zoo case named {name!r} (names: model_c<index>[_p<window>s<stride>]"
+                   f"_b<batch>, e.g. densenet121_c5_p2s2_b128)")
 
 
 def main(argv: Optional[list[str]] = None) -> int:
