@@ -50,7 +50,8 @@ def test_defaults_are_issue_32s_runs():
 
 
 @pytest.mark.parametrize("bad", [["--models", "vgg17"], ["--batches", "0"],
-                                 ["--dtypes", "float64"], ["--targets", ""]])
+                                 ["--dtypes", "float64"], ["--targets", ""],
+                                 ["--rounds", "0"], ["--rounds", "2,3"]])
 def test_bad_arguments_are_refused(bad):
     with pytest.raises(SystemExit):
         bench_networks.build_parser().parse_args(bad)
@@ -212,3 +213,27 @@ def test_table_prints_a_results_file_without_a_gpu(tmp_path, capsys):
     assert "MISS fused eager never slower than eager: 1 of 2 rows" in out
     assert bench_networks.main(["--table", "--json", str(tmp_path / "missing.json")]) == 2
     assert "needs --json" in capsys.readouterr().err
+
+
+def test_eager_and_fused_take_turns_in_rounds(monkeypatch):
+    """time_interleaved: each module's first call apart, then --rounds rounds in which every
+    module takes its share of --iters timed calls in turn (warm-up calls before the first
+    round's, one before each later one); each module's samples are its own."""
+    import utils.profiling
+    calls = []
+
+    def fake_time_calls(fn, inputs, iters, warmup, flush):
+        name = fn(inputs[0])
+        calls.append((name, iters, warmup))
+        return [{"eager": 1000.0, "fused": 500.0}[name]] * iters
+
+    monkeypatch.setattr(utils.profiling, "time_calls", fake_time_calls)
+    monkeypatch.setattr(bench_networks.torch.cuda, "synchronize", lambda: None)
+    args = bench_networks.build_parser().parse_args(["--iters", "22", "--rounds", "4"])
+    results = bench_networks.time_interleaved(
+        {"eager": lambda x: "eager", "fused": lambda x: "fused"}, "x", None, args)
+    assert calls == [("eager", 6, 3), ("fused", 6, 3), ("eager", 6, 1), ("fused", 6, 1),
+                     ("eager", 5, 1), ("fused", 5, 1), ("eager", 5, 1), ("fused", 5, 1)]
+    assert results["eager"]["median_ms"] == 1.0 and results["fused"]["median_ms"] == 0.5
+    assert results["eager"]["samples"] == results["fused"]["samples"] == 22
+    assert results["fused"]["out"] == "fused" and results["fused"]["rounds"] == 4

@@ -663,10 +663,11 @@ def test_general_kernel_puts_small_images_side_by_side(library, element, seed, m
         plan = general_plan(library, case, element)
         assert plan["images"] == 4 and plan["tile"] == "wide_n128", plan
         assert plan["tiles"] == case.batch // 4 * -(-case.out_channels // 128), plan
-    # Four images of 8 conv columns: 17 input columns each at stride 2, rounded up to 18; the
-    # warp-specialized form stages the 8 rows its conv rows read (gathered), the cp.async
-    # loaders the dense span of 17.
-    assert general_plan(library, resnet, element)["halo"] == "8x72"
+    # Four images of 8 conv columns: 17 input columns each at stride 2, rounded up to 18; both
+    # forms stage the dense span of 17 rows that the 3 x 3 taps read (the warp-specialized
+    # form's three stages of it fit beside the weights: 231 KB).
+    plan = general_plan(library, resnet, element)
+    assert (plan["halo"], plan["gathered"], plan["input"]) == ("17x72", 0, "tma"), plan
     monkeypatch.setenv("CONV_POOL_GENERAL_TMA", "0")
     assert general_plan(library, resnet, element)["halo"] == "17x72"
     monkeypatch.delenv("CONV_POOL_GENERAL_TMA")
@@ -687,6 +688,58 @@ def test_general_kernel_puts_small_images_side_by_side(library, element, seed, m
         assert plan["tiles"] == -(-case.batch // images) * blocks, (case, plan)
     print(f"{side_by_side} of 400 random small-image geometries ran images side by side")
     assert side_by_side > 100
+
+
+TILE_PIXELS = {"wide": (8, 32), "square": (16, 16), "tall": (16, 32)}
+
+
+def read_extent(case: ConvPoolCase, plan: dict) -> tuple[int, int]:
+    """The rows and columns of a tile's conv pixels that some pooled output's window reads, the
+    greatest over the tiles (general_epilogue.cuh's pooled_window, in plain integers): images
+    side by side take the columns from image x tile columns / images."""
+    tile_rows, tile_cols = TILE_PIXELS[plan["tile"].split("_")[0]]
+    pooled_rows, pooled_cols = (int(v) for v in plan["pooled"].split("x"))
+    (conv_h, conv_w), (out_h, out_w) = case.conv_out(), case.pooled_out()
+    (pool_h, pool_w), (stride_h, stride_w) = case.pool_kernel, case.effective_pool_stride
+    pad_h, pad_w = case.pool_padding
+    images = plan["images"]
+    rows = cols = 0
+    for out_row0 in range(0, out_h, pooled_rows):
+        conv_row0 = out_row0 * stride_h - pad_h
+        for r in range(min(pooled_rows, out_h - out_row0)):
+            rows = max(rows, min(r * stride_h + pool_h, conv_h - conv_row0))
+    for out_col0 in range(0, out_w, pooled_cols):
+        conv_col0 = out_col0 * stride_w - pad_w
+        for c in range(min(pooled_cols, out_w - out_col0)):
+            cols = max(cols, min(c * stride_w + pool_w, conv_w - conv_col0))
+    assert rows <= tile_rows and cols <= tile_cols // images
+    return rows, (images - 1) * (tile_cols // images) + cols
+
+
+@pytest.mark.parametrize("element", [FLOAT32, FLOAT16], ids=["float32", "float16"])
+def test_general_kernel_sums_split_tiles_only_where_the_pooling_reads(library, element, seed,
+                                                                       monkeypatch):
+    """The cluster split sums the partial conv tiles only over Plan::read_rows x read_cols:
+    every pixel a pooled window reads lies inside (random geometries, images side by side
+    forced half the time), and on a small image it is the image's pooled span (DenseNet's
+    batch-1 7 x 7 layer under a 2 x 2 / 2 pool: 6 x 6 of the tile's 8 x 32)."""
+    densenet = ConvPoolCase("densenet_7x7", 1, 896, 128, 7, 7, (1, 1))
+    plan = general_plan(library, densenet, element)
+    assert plan["cluster"] == 1 and plan["read"] == "6x6", plan
+    rng = random.Random(seed)
+    for trial in range(300):
+        case = fuzz_case(rng, "fuzz", max_size=48, batch=rng.randint(1, 6))
+        if trial % 2:
+            monkeypatch.setenv("CONV_POOL_GENERAL_IMAGES", str(rng.choice([2, 4])))
+        else:
+            monkeypatch.delenv("CONV_POOL_GENERAL_IMAGES", raising=False)
+        plan = general_plan(library, case, element)
+        if plan is None:
+            continue
+        tile_rows, tile_cols = TILE_PIXELS[plan["tile"].split("_")[0]]
+        read_rows, read_cols = (int(v) for v in plan["read"].split("x"))
+        rows, cols = read_extent(case, plan)
+        assert rows <= read_rows <= tile_rows and cols <= read_cols <= tile_cols, (case, plan)
 
 
 def test_general_kernel_copies_float32_nchw_inputs_where_they_feed_enough_work(library,

@@ -28,7 +28,9 @@ weights) on the input in float64 (relative L2 error reported) and with eager's o
 matches where its relative L2 distance to eager's is at most --tolerance (default 2e-2 for
 float32 with TF32, 3e-2 for 16-bit dtypes: deep random-weight networks, every layer rounding). Then it is timed: after its first
 call (which compiles) and --warmup more, --iters calls each bracketed by CUDA events, the L2
-flushed (a 256 MB write) between calls, outside the events; the median is reported.
+flushed (a 256 MB write) between calls, outside the events; the median is reported. eager and
+fused are timed in turn, in --rounds rounds of about iters / rounds calls each (default 5), so
+that a drift of the machine's host (batch-1 and other host-bound rows) falls on both alike.
 
 Printed last: one row per configuration and the bars of issue 32 for the rows run (fused eager
 never slower than eager; the best of fused, fused-compile and compile-pass faster than
@@ -65,6 +67,7 @@ TOLERANCE = {"float32": 2e-2, "float16": 3e-2, "bfloat16": 3e-2}
 STRONG_BAR_MODELS = ("vgg16", "vgg16_bn", "alexnet")
 STRONG_BAR = 1.15
 MIN_ITERS = 20
+INTERLEAVED = ("eager", "fused")  # the eager-mode targets, timed in alternating rounds
 
 
 def comma_list(choices):
@@ -86,6 +89,13 @@ def positive_ints(text: str) -> List[int]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
     return values
+
+
+def positive_int(text: str) -> int:
+    values = positive_ints(text)
+    if len(values) != 1:
+        raise argparse.ArgumentTypeError(f"expected one positive integer, got {text!r}")
+    return values[0]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -110,6 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--iters", type=int, default=30,
                         help=f"timed calls per target; the median is reported (default 30, "
                              f"at least {MIN_ITERS})")
+    parser.add_argument("--rounds", type=positive_int, default=5,
+                        help="rounds in which eager and fused take turns, each with about "
+                             "iters / rounds of their timed calls (default 5; 1: one after the "
+                             "other)")
     parser.add_argument("--warmup", type=int, default=3,
                         help="untimed calls per target after its first (compiling) call")
     parser.add_argument("--tolerance", type=float, default=None,
@@ -277,17 +291,45 @@ def run_compile_pass(eager, x, flush, args, fusion: bool = True, conv_relu: bool
         inductor_config.freezing = freezing
 
 
-def time_target(module, x, flush, args) -> dict:
-    from utils.profiling import percentile, time_calls
+def first_call(module, x) -> dict:
+    """The output of the module's first call (which compiles) and its seconds."""
     started = time.perf_counter()
     out = module(x)
     torch.cuda.synchronize()
-    first_call_s = time.perf_counter() - started
-    times_us = time_calls(lambda inp: module(inp), [x], args.iters, args.warmup, flush)
-    return dict(out=out, first_call_s=first_call_s,
-                median_ms=statistics.median(times_us) / 1e3,
+    return dict(out=out, first_call_s=time.perf_counter() - started)
+
+
+def timing(times_us: List[float]) -> dict:
+    from utils.profiling import percentile
+    return dict(median_ms=statistics.median(times_us) / 1e3,
                 p10_ms=percentile(times_us, 10) / 1e3, p90_ms=percentile(times_us, 90) / 1e3,
                 samples=len(times_us))
+
+
+def time_target(module, x, flush, args) -> dict:
+    from utils.profiling import time_calls
+    result = first_call(module, x)
+    result.update(timing(time_calls(lambda inp: module(inp), [x], args.iters, args.warmup,
+                                    flush)))
+    return result
+
+
+def time_interleaved(modules: Dict[str, object], x, flush, args) -> Dict[str, dict]:
+    """time_target for several modules, their timed calls in args.rounds rounds in which each
+    module takes its turn (the first round after args.warmup untimed calls, the others after
+    one)."""
+    from utils.profiling import time_calls
+    results = {name: first_call(module, x) for name, module in modules.items()}
+    samples: Dict[str, List[float]] = {name: [] for name in modules}
+    rounds = max(1, min(args.rounds, args.iters))
+    for r in range(rounds):
+        calls = args.iters // rounds + (1 if r < args.iters % rounds else 0)
+        for name, module in modules.items():
+            samples[name] += time_calls(lambda inp: module(inp), [x], calls,
+                                        args.warmup if r == 0 else 1, flush)
+    for name, times_us in samples.items():
+        results[name].update(timing(times_us), rounds=rounds)
+    return results
 
 
 def run_configuration(config: dict, args, flush) -> dict:
@@ -305,8 +347,14 @@ def run_configuration(config: dict, args, flush) -> dict:
         # The same computation in float64: the model's own (rounded) weights and input.
         reference = copy.deepcopy(eager).double()(x.double())
         eager_out = None
-        for name in ["eager"] + [t for t in args.targets if t != "eager"]:
-            if name in ("compile-pass", "compile-frozen"):
+        names = ["eager"] + [t for t in args.targets if t != "eager"]
+        interleaved = time_interleaved(
+            {name: build_target(name, eager, row) for name in names if name in INTERLEAVED},
+            x, flush, args)
+        for name in names:
+            if name in interleaved:
+                result = interleaved.pop(name)
+            elif name in ("compile-pass", "compile-frozen"):
                 result = run_compile_pass(eager, x, flush, args, fusion=name == "compile-pass",
                                           conv_relu=bool(config.get("conv_relu")))
             else:
@@ -383,7 +431,8 @@ def run_matrix(work: List[dict], rows: List[dict], args, measure, write,
 def write_json(path: Path, environment: dict, args, rows: List[dict], complete: bool) -> None:
     settings = dict(models=args.models, batches=args.batches, dtypes=args.dtypes,
                     layouts=args.layouts, targets=args.targets, start=args.start,
-                    limit=args.limit, iters=args.iters, warmup=args.warmup, seed=args.seed,
+                    limit=args.limit, iters=args.iters, rounds=args.rounds, warmup=args.warmup,
+                    seed=args.seed,
                     conv_relu=args.conv_relu,
                     cudnn_allow_tf32=torch.backends.cudnn.allow_tf32, complete=complete)
     record = dict(benchmark="networks", environment=environment, settings=settings, rows=rows)

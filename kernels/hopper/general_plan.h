@@ -114,6 +114,9 @@ struct Plan {
   // (no workspace); else through the workspace's partial sums and a counter a tile.
   int split, split_steps;
   bool cluster_split;
+  // The conv tile's pixels that the pooling can read: rows [0, read_rows), columns [0,
+  // read_cols) (through the last image's share); the cluster split sums only those.
+  int read_rows, read_cols;
   // Reduction: chunks of input channels, chunks per step (the last step may have fewer),
   // chunk_steps = ceil(chunks / step_chunks), kernel rows per step (group_rows; the last group
   // may have fewer), groups, steps = chunk_steps x groups (chunk step outer).

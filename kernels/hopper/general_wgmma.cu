@@ -65,8 +65,8 @@ int fixed_bytes(const Plan& p, const TileSpec& t, int kstep_entries) {
 
 // kTmaInput: a halo row's 16-byte slots of one slice, one (image, column phase) box: halo_rows x
 // phase_cols slots, padded to 128 bytes (each box lands 128-byte aligned).
-int tma_slice_slots(int halo_rows, int phase_cols) {
-  return round_up(halo_rows * phase_cols, 128 / kSliceBytes);
+int tma_plane_bytes(int halo_rows, int phase_cols, int step_chunks) {
+  return round_up(2 * step_chunks * halo_rows * phase_cols * kSliceBytes, 128);
 }
 
 // The reduction's staging for a tile: kernel rows per step (group_rows), row mode and chunks per
@@ -96,8 +96,7 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
           {kMaxStepChunks, int(ceil_div(kMinStepKSteps, taps)), p.chunks});
       for (int step_chunks = wanted; step_chunks >= 1; --step_chunks) {
         const int halo_bytes =
-            tma ? p.images * p.phases * 2 * step_chunks *
-                      tma_slice_slots(halo_rows, p.phase_cols) * kSliceBytes
+            tma ? p.images * p.phases * tma_plane_bytes(halo_rows, p.phase_cols, step_chunks)
                 : round_up(2 * step_chunks * halo_rows * p.row_pitch * kSliceBytes, 128);
         const int weight_bytes = taps * 2 * step_chunks * weight_slice_bytes;
         const int stage_bytes = round_up(halo_bytes + weight_bytes, 128);
@@ -164,6 +163,13 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
     p.pooled_rows = s.out_height;
     p.pooled_cols = s.out_width;
   }
+  // A tile's windows start pool_stride apart from its first pixel, and none lies past the
+  // output.
+  p.read_rows = std::min(tile_rows, (std::min(p.pooled_rows, s.out_height) - 1) * s.pool_stride_h +
+                                        s.pool_h);
+  p.read_cols = std::min(tile_cols, (images - 1) * share_cols +
+                                        (std::min(p.pooled_cols, s.out_width) - 1) * s.pool_stride_w +
+                                        s.pool_w);
   p.channel_blocks = int(ceil_div(s.out_channels, t.n));
   p.tiles = ceil_div(s.batch, images) * p.tiles_h * p.tiles_w * p.channel_blocks;
   if (p.tiles > INT32_MAX) {
@@ -200,8 +206,8 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   }
   p.chunk_steps = int(ceil_div(p.chunks, p.step_chunks));
   p.steps = p.chunk_steps * p.groups;
-  p.slice_plane = tma ? tma_slice_slots(p.halo_rows, p.phase_cols) : p.halo_rows * p.row_pitch;
-  p.plane_bytes = tma ? 2 * p.step_chunks * p.slice_plane * kSliceBytes : 0;
+  p.slice_plane = tma ? p.halo_rows * p.phase_cols : p.halo_rows * p.row_pitch;
+  p.plane_bytes = tma ? tma_plane_bytes(p.halo_rows, p.phase_cols, p.step_chunks) : 0;
   p.box_rows = p.gathered_rows ? p.halo_rows * s.stride_h : p.halo_rows;
   const int budget = two_blocks ? two_block_budget : device.max_shared_bytes;
   const int kstep_entries = p.group_rows * s.kernel_w * p.step_chunks;
@@ -480,10 +486,10 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 }
 
 // kTmaInput: the 5-D view of x the producer's boxes come from, innermost first: (channel in a
-// slice, column, row, slice, image) on the slice-planar copy; (channel, column, row, -, image)
-// on x itself (channels-last: a slice is 16 bytes along dimension 0, dimension 3 has one
-// element). A box: one slice of phase_cols columns read every stride_w-th and halo_rows rows
-// (read every stride_h-th for gathered rows). Merged columns (p.merged_cols): (column x
+// slice, column, row, slice, image), on the slice-planar copy or on x itself (channels-last: a
+// slice 16 bytes on from the previous). A box: a step's 2 x step_chunks slices of phase_cols
+// columns read every stride_w-th and halo_rows rows (read every stride_h-th for gathered
+// rows), landing [slice][row][column][16 bytes]. Merged columns (p.merged_cols): (column x
 // channel in a slice, -, row, slice, image) on the copy, a box row one run of phase_cols
 // slices. Raw words: no conversion; out of bounds: zeros.
 cudaError_t encode_x_map(const ConvPoolShape& s, const ConvPoolOperands& ops, const Plan& p,
@@ -503,13 +509,13 @@ cudaError_t encode_x_map(const ConvPoolShape& s, const ConvPoolOperands& ops, co
     strides[1] = kSliceBytes * width;
     strides[2] = kSliceBytes * width * height;
     strides[3] = kSliceBytes * width * height * slices;
-  } else {
+  } else {  // (choose_input: in_channels a multiple of the slice's)
     address = input_data(s, ops);
-    dims[0] = cuuint64_t(s.in_channels);
-    dims[3] = 1;
+    dims[0] = cuuint64_t(slice_channels(s.element));
+    dims[3] = cuuint64_t(s.in_channels / slice_channels(s.element));
     strides[0] = cuuint64_t(ops.x_stride[3] * bytes);
     strides[1] = cuuint64_t(ops.x_stride[2] * bytes);
-    strides[2] = cuuint64_t(ops.x_stride[0] * bytes);
+    strides[2] = kSliceBytes;
     strides[3] = cuuint64_t(ops.x_stride[0] * bytes);
   }
   dims[1] = p.merged_cols ? 1 : width;
@@ -517,7 +523,8 @@ cudaError_t encode_x_map(const ConvPoolShape& s, const ConvPoolOperands& ops, co
   dims[4] = cuuint64_t(s.batch);
   const cuuint32_t box[5] = {
       cuuint32_t(slice_channels(s.element) * (p.merged_cols ? p.phase_cols : 1)),
-      cuuint32_t(p.merged_cols ? 1 : p.phase_cols * s.stride_w), cuuint32_t(p.box_rows), 1, 1};
+      cuuint32_t(p.merged_cols ? 1 : p.phase_cols * s.stride_w), cuuint32_t(p.box_rows),
+      cuuint32_t(2 * p.step_chunks), 1};
   const cuuint32_t element_strides[5] = {
       1, cuuint32_t(s.stride_w), cuuint32_t(p.gathered_rows ? s.stride_h : 1), 1, 1};
   const CUresult result =

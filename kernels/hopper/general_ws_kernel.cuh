@@ -5,10 +5,10 @@
 // A block is three warpgroups:
 //   * a producer (warpgroup 2; 40 registers a thread, 24 where two blocks share an SM; one
 //     thread works): for each step it waits until the consumers have freed a stage
-//     (empty[stage]), then has the tensor copy engine bring the step's halo, one box per
-//     (image, column phase, slice) of a 5-D view of x (x_map: [image][slice][row][column][16
-//     bytes] from the launch's slice-planar copy, or x itself where its channels are
-//     contiguous), and the step's weights: one box of a 5-D view of the weight itself where its
+//     (empty[stage]), then has the tensor copy engine bring the step's halo, one box of all
+//     the step's slices per (image, column phase) of a 5-D view of x (x_map: [image][slice]
+//     [row][column][16 bytes] from the launch's slice-planar copy, or x itself where its
+//     channels are contiguous), and the step's weights: one box of a 5-D view of the weight itself where its
 //     channel slices are whole (Plan::weights_in_place), else one bulk copy of the launch's
 //     packing; all completing full[stage] by their byte count;
 //   * two consumers (warpgroups 0 and 1; 232 registers, or 104): for each step they wait for
@@ -25,8 +25,8 @@
 // producer loads the next tile's first steps while the consumers pool this one (the epilogue
 // tile then has shared memory of its own, past the stages). Otherwise one item a block, and
 // the epilogue tile reuses the stages.
-// The stages hold [image][phase][slice][halo row][column][16 bytes] boxes (each slice padded to
-// 128 bytes, where the copy engine wants a box to land), then the weights
+// The stages hold [image][phase][slice][halo row][column][16 bytes] boxes (each (image, phase)
+// plane padded to 128 bytes, where the copy engine wants a box to land), then the weights
 // [tap][chunk][slice][n][16 bytes] (a whole group's taps where read in place); a tap of a square
 // is still a constant offset of the square's descriptor (the K-step table), across phase planes.
 #pragma once
@@ -66,34 +66,63 @@ __device__ __forceinline__ int tma_column_slot(const ConvPoolShape& s, const Pla
 }
 
 // Split reductions in a cluster (Plan::cluster_split): a tile's p.split blocks (a power of two)
-// are one cluster and each has staged its whole partial conv tile ([channel][pixel], `floats` a
-// block's share of channels) in its own shared memory; block `rank` then adds the p.split
-// tiles' rows of its share of the channels (`own`, in its own tile), in rank order, so that
-// every run adds in the same order. The blocks read each other's tiles only in rows that their
-// owners do not write. kThreads threads (the consumers).
-__device__ __forceinline__ void sum_cluster_tiles(float* own, int floats, int split) {
-  constexpr int kRanksInFlight = 4;  // loads in flight a thread (registers allowing)
+// are one cluster and each has staged its whole partial conv tile ([channel][pixel]) in its own
+// shared memory; block `rank` then adds the p.split tiles' values of its `share` channels (at
+// `own`, in its own tile), in rank order, so that every run adds in the same order. Only the
+// pixels the pooling reads (Plan::read_rows x read_cols, in float4s along a row): on small
+// images most of a tile lies past the output. The blocks read each other's tiles only in rows
+// that their owners do not write. kThreads threads (the consumers), two float4s a thread in
+// flight from each rank.
+template <int kCols>
+__device__ __forceinline__ void sum_cluster_tiles(float* own, const Plan& p, int share) {
+  constexpr int kRanksInFlight = 4;  // loads in flight a thread and item (registers allowing)
+  constexpr int kItems = 2;          // float4s a thread sums at once
   const uint32_t local = shared_address(own);
-  for (int i = int(threadIdx.x); i < floats / 4; i += kThreads) {
-    const uint32_t offset = local + uint32_t(i * sizeof(float4));
-    float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+  const int row_vectors = (p.read_cols + 3) / 4;
+  const int vectors = share * p.read_rows * row_vectors;
+  const int split = p.split;
+  for (int i0 = int(threadIdx.x); i0 < vectors; i0 += kItems * kThreads) {
+    uint32_t offset[kItems];
+    bool valid[kItems];
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) {
+      valid[j] = i0 + j * kThreads < vectors;
+      const int i = valid[j] ? i0 + j * kThreads : i0;
+      const int line = i / row_vectors;                    // (channel, row) of the share
+      const int channel = line / p.read_rows;
+      const int pixel = (line - channel * p.read_rows) * kCols + 4 * (i - line * row_vectors);
+      offset[j] = local + uint32_t((channel * p.tile_pitch + pixel) * int(sizeof(float)));
+    }
+    float4 sum[kItems];
+#pragma unroll
+    for (int j = 0; j < kItems; ++j) sum[j] = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 1
     for (int q0 = 0; q0 < split; q0 += kRanksInFlight) {
-      float4 v[kRanksInFlight];
+      float4 v[kItems][kRanksInFlight];
 #pragma unroll
       for (int q = 0; q < kRanksInFlight; ++q)
-        if (q0 + q < split)
-          v[q] = load_cluster_shared(cluster_shared_address(offset, q0 + q));
+#pragma unroll
+        for (int j = 0; j < kItems; ++j)
+          if (q0 + q < split && valid[j])
+            v[j][q] = load_cluster_shared(cluster_shared_address(offset[j], q0 + q));
 #pragma unroll
       for (int q = 0; q < kRanksInFlight; ++q) {
         if (q0 + q >= split) break;
-        sum.x += v[q].x;
-        sum.y += v[q].y;
-        sum.z += v[q].z;
-        sum.w += v[q].w;
+#pragma unroll
+        for (int j = 0; j < kItems; ++j) {
+          if (!valid[j]) continue;
+          sum[j].x += v[j][q].x;
+          sum[j].y += v[j][q].y;
+          sum[j].z += v[j][q].z;
+          sum[j].w += v[j][q].w;
+        }
       }
     }
-    reinterpret_cast<float4*>(own)[i] = sum;
+    // Every load of the item is in: the stores below may overwrite this block's own values.
+#pragma unroll
+    for (int j = 0; j < kItems; ++j)
+      if (valid[j])
+        *reinterpret_cast<float4*>(own + (offset[j] - local) / sizeof(float)) = sum[j];
   }
 }
 
@@ -121,18 +150,11 @@ template <int kTileId>
 __device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
                                         const CUtensorMap* x_map, const CUtensorMap* weight_map,
                                         unsigned char* smem, uint64_t* full, uint64_t* empty) {
-  const int slice_elements = slice_channels(s.element);
-  // In place (channels-last): the slice is an element offset along dimension 0; from the
-  // slice-planar copy: a coordinate of dimension 3.
-  const int along_elements = p.staged_copy ? 0 : slice_elements;
-  const int along_slices = p.staged_copy ? 1 : 0;
   // A column is a coordinate of dimension 1, or (merged columns) slice_elements of dimension 0.
-  const int col_elements = p.merged_cols ? slice_elements : 0;
+  const int col_elements = p.merged_cols ? slice_channels(s.element) : 0;
   const int col_unit = p.merged_cols ? 0 : 1;
-  const int slices = 2 * p.step_chunks;
-  const uint32_t box_bytes = uint32_t(kSliceBytes * p.phase_cols * p.halo_rows);
-  const uint32_t halo_tx = uint32_t(p.images * p.phases * slices) * box_bytes;
-  const int slice_bytes = p.slice_plane * kSliceBytes;
+  const uint32_t halo_tx =
+      uint32_t(p.images * p.phases * 2 * p.step_chunks * p.slice_plane * kSliceBytes);
   int stage = 0;
   uint32_t empty_parity = 1;  // a fresh barrier's previous phase counts as completed
   for (int64_t w = blockIdx.x; w < p.tiles * p.split; w += gridDim.x) {
@@ -147,15 +169,10 @@ __device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
       mbarrier_arrive_expect_tx(full + stage, halo_tx + weights.bytes);
       unsigned char* box = smem + stage * p.stage_bytes;
       for (int image = 0; image < p.images; ++image) {
-        for (uint32_t mask = p.phase_mask; mask != 0; mask &= mask - 1) {
-          const int phase = __ffs(mask) - 1;
-          for (int j = 0; j < slices; ++j, box += slice_bytes) {
-            const int slice = 2 * st.chunk0 + j;
-            const int col = o.in_col0 + phase;
-            tma_load_5d(box, x_map, slice * along_elements + col * col_elements,
-                        col * col_unit, st.row_first, slice * along_slices,
-                        int(o.image) + image, full + stage);
-          }
+        for (uint32_t mask = p.phase_mask; mask != 0; mask &= mask - 1, box += p.plane_bytes) {
+          const int col = o.in_col0 + __ffs(mask) - 1;
+          tma_load_5d(box, x_map, col * col_elements, col * col_unit, st.row_first,
+                      2 * st.chunk0, int(o.image) + image, full + stage);
         }
       }
       unsigned char* staged_weights = smem + stage * p.stage_bytes + p.halo_bytes;
@@ -293,12 +310,12 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
       cluster_arrive();
       cluster_wait();
       if (traced) trace(p, kTraceClusterJoined);
-      sum_cluster_tiles(own, share * p.tile_pitch, p.split);
+      sum_cluster_tiles<T::kCols>(own, p, share);
+      cluster_arrive();  // this block reads no other tile any more
       consumer_sync();
       if (traced) trace(p, kTraceClusterSummed);
       pool_tile<X, kTileId>(s, p, ops, o, own, bias, rank, share);
-      cluster_arrive();
-      cluster_wait();
+      cluster_wait();  // nor does any other block read this one's
     } else {
       if (p.split > 1 &&
           !reduce_split<kTileId, kConsumerBarrier>(acc, p, k.tile, k.rank, flag))
