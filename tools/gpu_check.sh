@@ -99,6 +99,10 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+racecheck general_split general_wgmma float16
+memcheck  general_split_channels_last general_wgmma float16
+memcheck  general_paired_channels_last general_wgmma float16
+racecheck general_split general_wgmma
 memcheck  general_paired general_wgmma float16
 racecheck general_paired_channels_last general_wgmma float16
 memcheck  general_paired_channels_last general_wgmma

@@ -280,6 +280,12 @@ def split_arguments(argv: list[str]) -> tuple[list[str], dict[str, str]]:
 
 
 if __name__ == "__main__":
+    if not sys.argv[1:] or sys.argv[1] in ("-h", "--help") or sys.argv[1] not in CASES:
+        print("usage: python tools/sanitize_cases.py CASE [VARIANTS [DTYPE [prepacked]]] "
+              "[NAME=VALUE ...]\n(under compute-sanitizer; VARIANTS: 'all' or names joined by "
+              "commas; NAME=VALUE: an environment setting, e.g. a general-kernel hook)\ncases: "
+              + ", ".join(sorted(CASES)), file=sys.stderr)
+        sys.exit(0 if sys.argv[1:2] in (["-h"], ["--help"]) else 2)
     arguments, environment = split_arguments(sys.argv[1:])
     os.environ.update(environment)
     sys.exit(main(*arguments))
