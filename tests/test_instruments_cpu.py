@@ -742,3 +742,40 @@ def test_sanitize_cases_takes_hook_settings_anywhere_among_its_arguments():
         assert positional[0] in sanitize_cases.CASES, line
         for name in settings:
             assert f'"{name}"' in hooks, line
+
+
+def test_sanitize_cases_lists_its_cases_on_help_or_an_unknown_name():
+    """tools/sanitize_cases.py --help prints its usage and every case name (exit 0); an
+    unknown case does the same on exit 2, where it raised a KeyError."""
+    for argv, code in ((["--help"], 0), (["no_such_case"], 2), ([], 2)):
+        run = subprocess.run([sys.executable, str(REPO / "tools" / "sanitize_cases.py"), *argv],
+                             capture_output=True, text=True, cwd=REPO, timeout=120)
+        assert run.returncode == code, (argv, run.stderr)
+        assert "usage: python tools/sanitize_cases.py CASE" in run.stderr, run.stderr
+        assert "general_split_channels_last" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_gpu_check_warns_when_source_commit_is_the_checkouts_own_stale_head(tmp_path):
+    """gpu_check.sh names SOURCE_COMMIT in the JSONs; on the device machine `git rev-parse
+    HEAD` reads the copy's stale .git, so a SOURCE_COMMIT equal to HEAD while tracked files
+    differ from it draws a warning at the top (not when the tree is that commit)."""
+    repo = tmp_path / "repo"
+    (repo / "tools").mkdir(parents=True)
+    (repo / "tools" / "gpu_check.sh").write_text((REPO / "tools" / "gpu_check.sh").read_text())
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "c"], check=True)
+    head = subprocess.run(git[:3] + ["rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+    def run():
+        return subprocess.run(["bash", "tools/gpu_check.sh", "no_such_stage"], cwd=repo,
+                              capture_output=True, text=True, timeout=60,
+                              env=dict(os.environ, SOURCE_COMMIT=head,
+                                       OUT=str(tmp_path / "out"))).stdout
+
+    assert "warning: SOURCE_COMMIT" not in run()
+    with open(repo / "tools" / "gpu_check.sh", "a") as script:
+        script.write("\n# changed\n")
+    assert f"warning: SOURCE_COMMIT={head} is this checkout's HEAD" in run()

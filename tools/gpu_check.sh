@@ -42,6 +42,13 @@ export PYTHONUNBUFFERED=1
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(env build test verify profile)
 summary=()
+# A SOURCE_COMMIT that is this checkout's own HEAD while the tree differs from it was most
+# likely read here (the header's warning): say so at the top of the output.
+if [ -n "${SOURCE_COMMIT:-}" ] && [ "$SOURCE_COMMIT" = "$(git rev-parse HEAD 2>/dev/null)" ] &&
+   [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null | head -n 1)" ]; then
+  echo "warning: SOURCE_COMMIT=$SOURCE_COMMIT is this checkout's HEAD, but its tracked files differ"
+  echo "         from it; the JSONs will name a commit the files did not come from."
+fi
 
 run_stage() {  # name, seconds (0 = no cap), command...
   local name=$1 seconds=$2; shift 2
