@@ -63,8 +63,8 @@ int fixed_bytes(const Plan& p, const TileSpec& t, int kstep_entries) {
                               : common + kMaxHaloCols * 4 + kStages * 8;
 }
 
-// kTmaInput: a halo row's 16-byte slots of one slice, one (image, column phase) box: halo_rows x
-// phase_cols slots, padded to 128 bytes (each box lands 128-byte aligned).
+// kTmaInput: the bytes of one (image, column phase) box, a step's 2 x step_chunks slices of
+// halo_rows x phase_cols 16-byte slots, padded to 128 bytes (each box lands 128-byte aligned).
 int tma_plane_bytes(int halo_rows, int phase_cols, int step_chunks) {
   return round_up(2 * step_chunks * halo_rows * phase_cols * kSliceBytes, 128);
 }
@@ -165,11 +165,11 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   }
   // A tile's windows start pool_stride apart from its first pixel, and none lies past the
   // output.
-  p.read_rows = std::min(tile_rows, (std::min(p.pooled_rows, s.out_height) - 1) * s.pool_stride_h +
-                                        s.pool_h);
-  p.read_cols = std::min(tile_cols, (images - 1) * share_cols +
-                                        (std::min(p.pooled_cols, s.out_width) - 1) * s.pool_stride_w +
-                                        s.pool_w);
+  const int windows_h = std::min(p.pooled_rows, s.out_height);
+  const int windows_w = std::min(p.pooled_cols, s.out_width);
+  p.read_rows = std::min(tile_rows, (windows_h - 1) * s.pool_stride_h + s.pool_h);
+  p.read_cols =
+      std::min(tile_cols, (images - 1) * share_cols + (windows_w - 1) * s.pool_stride_w + s.pool_w);
   p.channel_blocks = int(ceil_div(s.out_channels, t.n));
   p.tiles = ceil_div(s.batch, images) * p.tiles_h * p.tiles_w * p.channel_blocks;
   if (p.tiles > INT32_MAX) {

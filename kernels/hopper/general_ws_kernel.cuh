@@ -8,9 +8,9 @@
 //     (empty[stage]), then has the tensor copy engine bring the step's halo, one box of all
 //     the step's slices per (image, column phase) of a 5-D view of x (x_map: [image][slice]
 //     [row][column][16 bytes] from the launch's slice-planar copy, or x itself where its
-//     channels are contiguous), and the step's weights: one box of a 5-D view of the weight itself where its
-//     channel slices are whole (Plan::weights_in_place), else one bulk copy of the launch's
-//     packing; all completing full[stage] by their byte count;
+//     channels are contiguous), and the step's weights: one box of a 5-D view of the weight
+//     itself where its channel slices are whole (Plan::weights_in_place), else one bulk copy
+//     of the launch's packing; all completing full[stage] by their byte count;
 //   * two consumers (warpgroups 0 and 1; 232 registers, or 104): for each step they wait for
 //     full[stage], issue the step's wgmmas (mma_step), then wait for the previous step's wgmmas
 //     and free that step's stage (one arrival per warpgroup on empty[stage]), so that a step's
