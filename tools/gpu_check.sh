@@ -131,7 +131,6 @@ racecheck general_dilated general_wgmma
 memcheck  general_pointwise general_wgmma
 racecheck general_pointwise general_wgmma float16
 memcheck  general_split general_wgmma
-racecheck general_split general_wgmma
 memcheck  general_split_channels_last general_wgmma bfloat16
 racecheck general_split_channels_last general_wgmma float16
 memcheck  strip_tiles_channels_last tiled_tf32_wgmma
@@ -221,13 +220,11 @@ racecheck split_square tiled_tf32_wgmma
 memcheck  split_square tiled_16bit_wgmma float16
 racecheck split_square tiled_16bit_wgmma bfloat16
 memcheck  split_square_channels_last tiled_tf32_wgmma
-memcheck  split_square_channels_last tiled_16bit_wgmma bfloat16
 memcheck  narrow_squares tiled_tf32_wgmma
 racecheck narrow_squares tiled_16bit_wgmma float16
 memcheck  narrow_squares tiled_16bit_wgmma bfloat16
 racecheck narrow_squares_odd tiled_tf32_wgmma
 memcheck  narrow_squares_odd tiled_16bit_wgmma float16
-memcheck  narrow_squares_channels_last tiled_tf32_wgmma
 racecheck narrow_squares_channels_last tiled_16bit_wgmma bfloat16
 memcheck  narrow_squares_channels_last tiled_16bit_wgmma float16
 memcheck  rgb_like tiled_16bit_wgmma float16
@@ -249,7 +246,6 @@ memcheck  few_tiles_packed_apart tiled_16bit_wgmma float16
 racecheck few_tiles_packed_apart_channels_last tiled_16bit_wgmma bfloat16
 memcheck  few_tiles tiled_tf32_wgmma
 racecheck few_tiles tiled_tf32_wgmma
-memcheck  few_tiles_channels_last tiled_tf32_wgmma
 racecheck few_tiles tiled_16bit_wgmma float16
 memcheck  few_tiles_channels_last tiled_16bit_wgmma bfloat16
 memcheck  few_tiles tiled_tf32_wgmma float32 prepacked
@@ -258,11 +254,9 @@ racecheck strip_tiles tiled_tf32_wgmma float32 prepacked
 memcheck  small_images tiled_16bit_wgmma bfloat16 prepacked
 racecheck wgmma_tails tiled_16bit_wgmma float16 prepacked
 memcheck  channels_last_tails tiled_tf32_wgmma float32 prepacked
-memcheck  strip_tiles tiled_tf32_wgmma
 racecheck strip_tiles tiled_tf32_wgmma
 memcheck  strip_tiles tiled_16bit_wgmma bfloat16
 racecheck strip_tiles tiled_16bit_wgmma float16
-memcheck  strip_tiles_channels_last tiled_tf32_wgmma
 memcheck  strip_tiles_channels_last tiled_16bit_wgmma float16
 memcheck  lenet_persistent small_16bit float16
 racecheck lenet_persistent small_16bit bfloat16
@@ -273,7 +267,6 @@ memcheck  channels_last_tails tiled_tf32_wgmma
 racecheck channels_last_tails tiled_tf32_wgmma
 memcheck  channels_last_tails tiled_16bit_wgmma float16
 racecheck channels_last_tails tiled_16bit_wgmma bfloat16
-memcheck  small_images tiled_tf32_wgmma
 racecheck small_images tiled_tf32_wgmma
 memcheck  small_images tiled_16bit_wgmma bfloat16
 memcheck  wgmma_tails tiled_16bit_wgmma float16
