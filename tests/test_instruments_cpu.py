@@ -779,3 +779,35 @@ def test_gpu_check_warns_when_source_commit_is_the_checkouts_own_stale_head(tmp_
     with open(repo / "tools" / "gpu_check.sh", "a") as script:
         script.write("\n# changed\n")
     assert f"warning: SOURCE_COMMIT={head} is this checkout's HEAD" in run()
+
+
+# ---- tools/kernel_breakdown.py --------------------------------------------------------------
+
+def test_kernel_breakdown_configs_carry_hook_settings_and_restore_them(monkeypatch, capsys):
+    """tools/kernel_breakdown.py: `auto@NAME=VALUE@...` is a config with environment settings,
+    applied while it is planned and timed and restored after (a variable unset before is unset
+    again); a setting without `=` is refused; the summary prints each config's kernel time and
+    its ratio to the first config's."""
+    from tools import kernel_breakdown as kb
+    assert kb.parse_config("auto") == ("auto", {})
+    assert kb.parse_config("general_wgmma@CONV_POOL_GENERAL_TILE=wide_n64@X=1") == (
+        "general_wgmma", {"CONV_POOL_GENERAL_TILE": "wide_n64", "X": "1"})
+    for wrong in ("auto@CONV_POOL_GENERAL_TMA_COPY", "auto@=1"):
+        with pytest.raises(ValueError, match="NAME=VALUE"):
+            kb.parse_config(wrong)
+    monkeypatch.setenv("KB_TEST_SET", "before")
+    monkeypatch.delenv("KB_TEST_UNSET", raising=False)
+    with kb.environment({"KB_TEST_SET": "during", "KB_TEST_UNSET": "during"}):
+        assert os.environ["KB_TEST_SET"] == "during" and os.environ["KB_TEST_UNSET"] == "during"
+    assert os.environ["KB_TEST_SET"] == "before" and "KB_TEST_UNSET" not in os.environ
+    with pytest.raises(RuntimeError):
+        with kb.environment({"KB_TEST_SET": "during"}):
+            raise RuntimeError("a refusal inside")
+    assert os.environ["KB_TEST_SET"] == "before"
+    configs = ["auto", "auto@H=1", "general_wgmma"]
+    kb.print_summary([("a", {"eager": 9.0, "auto": 10.0, "auto@H=1": 8.0, "general_wgmma": None})],
+                     configs)
+    row = capsys.readouterr().out.strip().splitlines()[-1]
+    assert row == "| a | 9.0 | 10.0 | 8.0 | refused | 0.800 | - |", row
+    with pytest.raises(SystemExit):
+        kb.main(["--json", "x.json", "--all", "--configs", "auto@BROKEN"])

@@ -15,7 +15,8 @@
 # 150-geometry performance fuzz from case FUZZ_START (default 0) into $OUT/fuzz_<start>.json
 # (the JSONs are written after every case); breakdown: tools/kernel_breakdown.py on the zoo's
 # slowest classes, its large 16-bit 1 x 1 layers (NCHW and channels-last) and the stem kernel's
-# few-tile layers. SECONDS caps one stage (timeout), so a
+# few-tile layers, or with BREAKDOWN_ARGS set one run of the tool with those arguments (e.g.
+# "--json docs/zoo_h200_float32.json --all --configs auto,auto@HOOK=1 --summary"). SECONDS caps one stage (timeout), so a
 # long stage cannot eat the others' device time. Each stage's log lands in $OUT/<stage>.log;
 # the suite also writes $OUT/suite.json and $OUT/suite.png, suite16 (the suite in float16, then
 # bfloat16) $OUT/suite_float16.json and $OUT/suite_bfloat16.json, vgg16 $OUT/vgg16.json, notebook
@@ -76,6 +77,11 @@ archive() {
 
 breakdown() {  # the zoo's slowest classes kernel by kernel, and the stem kernel on few tiles
   local k="python3 tools/kernel_breakdown.py"
+  if [ -n "${BREAKDOWN_ARGS:-}" ]; then  # one run of the tool's own arguments instead
+    # shellcheck disable=SC2086  # several words
+    $k $BREAKDOWN_ARGS
+    return
+  fi
   $k --json docs/zoo_h200_float32.json densenet121_c112_p2s2_b1 inception_v3_c80_p2s2_b128 \
      resnext50_32x4d_c30_p2s2_b128 vgg16_c8_p3s2_b128 || return
   $k --json docs/zoo_h200_float16.json shufflenet_v2_x1_0_c1_p2s2_b1 --configs auto,general_wgmma \

@@ -6,14 +6,23 @@ name or given by their numbers.
         [more names ...] [--configs auto,general_wgmma]
     python tools/kernel_breakdown.py --spec 1,24,58,28,28,1,1,0,2,2 --dtype float16 \
         --configs auto,stem_16bit,general_wgmma
+    python tools/kernel_breakdown.py --json docs/zoo_h200_float32.json --all \
+        --configs auto,auto@CONV_POOL_GENERAL_TMA_COPY=1 --summary
+
+A config may carry environment settings after `@` (`auto@NAME=VALUE@NAME=VALUE`): the
+general kernel's hooks (kernels/hopper/general_hooks.h), set while that config is planned
+and timed and restored after, so that two forms of one variant are timed in one process.
+--summary ends with one row per case: each config's kernel time and its ratio to the first.
 
 --spec is N,C,K,H,W,kernel,stride,padding,pool kernel,pool stride (square sizes, bias on).
 Each forced variant is first checked against eager PyTorch (atol = rtol = 5e-2); a variant
 that refuses the case says why. Needs a GPU.
 """
 import argparse
+import contextlib
 import dataclasses
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -63,11 +72,39 @@ def event_median_us(fn, flush: torch.Tensor, iters: int = 30) -> float:
     return statistics.median(time_calls(lambda _: fn(), [None], iters, 3, flush))
 
 
+@contextlib.contextmanager
+def environment(settings: dict):
+    """os.environ with `settings` applied, restored on exit (the hooks are read at every plan)."""
+    saved = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def parse_config(text: str) -> tuple[str, dict]:
+    """'auto@NAME=VALUE@...' -> ('auto', {NAME: VALUE, ...})."""
+    name, *settings = text.split("@")
+    env = {}
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{text!r}: an environment setting is NAME=VALUE, not {setting!r}")
+        env[key] = value
+    return name, env
+
+
 def short(name: str, width: int = 90) -> str:
     return name if len(name) <= width else name[:width - 3] + "..."
 
 
 def breakdown(case: ConvPoolCase, dtype: torch.dtype, channels_last: bool, configs, flush):
+    """Prints each config's kernels; returns {config text: kernel µs a call} (None: refused)."""
     generator = torch.Generator(device="cpu").manual_seed(0)
     x = torch.randn(case.input_shape(), generator=generator).to("cuda", dtype)
     if channels_last:
@@ -87,30 +124,54 @@ def breakdown(case: ConvPoolCase, dtype: torch.dtype, channels_last: bool, confi
                             case.effective_pool_stride, case.pool_padding, 1, case.ceil_mode)
     expected = eager()
     variants = cuda_extension.conv2d_relu_maxpool_variants()
-    rows = [("eager (cuDNN)", eager)]
-    for name in configs:
+    rows = [("eager (cuDNN)", "eager", eager, {})]
+    totals = {}
+    for text in configs:
+        name, env = parse_config(text)
         config = -1 if name == "auto" else variants[name]
-        try:
-            chosen = cuda_extension.conv2d_relu_maxpool_choose(x, weight, bias, *args, config)
-            out = cuda_extension.conv2d_relu_maxpool_forward(x, weight, bias, *args, config)
-        except RuntimeError as error:
-            print(f"  {name}: refused: {str(error).splitlines()[0]}")
-            continue
+        with environment(env):
+            try:
+                chosen = cuda_extension.conv2d_relu_maxpool_choose(x, weight, bias, *args, config)
+                out = cuda_extension.conv2d_relu_maxpool_forward(x, weight, bias, *args, config)
+            except RuntimeError as error:
+                print(f"  {text}: refused: {str(error).splitlines()[0]}")
+                totals[text] = None
+                continue
+            general = cuda_extension.conv2d_relu_maxpool_plan(x, weight, bias, *args,
+                                                              config)["general"]
         ok = torch.allclose(out.float(), expected.float(), atol=5e-2, rtol=5e-2)
-        label = f"{name} ({chosen})" if name == "auto" else name
-        general = cuda_extension.conv2d_relu_maxpool_plan(x, weight, bias, *args, config)["general"]
+        label = f"{text} ({chosen})" if name == "auto" else text
         if general:  # the general kernel's plan: tile, tiles, split, ...
             label += f" [{general}]"
-        rows.append((label + ("" if ok else " MISMATCH"),
+        rows.append((label + ("" if ok else " MISMATCH"), text,
                      lambda config=config: cuda_extension.conv2d_relu_maxpool_forward(
-                         x, weight, bias, *args, config)))
-    for label, fn in rows:
-        kernels = kernels_per_call(fn)
-        total = sum(us for _, us in kernels)
-        print(f"  {label}: event median {event_median_us(fn, flush):.1f} us, kernels "
-              f"{total:.1f} us")
+                         x, weight, bias, *args, config), env))
+    for label, key, fn, env in rows:
+        with environment(env):
+            kernels = kernels_per_call(fn)
+            total = sum(us for _, us in kernels)
+            print(f"  {label}: event median {event_median_us(fn, flush):.1f} us, kernels "
+                  f"{total:.1f} us")
         for kernel, us in kernels:
             print(f"      {us:9.1f} us  {short(kernel)}")
+        totals[key] = total
+    return totals
+
+
+def print_summary(results, configs) -> None:
+    """One row per case: eager's and each config's kernel µs, and each config's ratio to the
+    first config's (> 1: slower than the first)."""
+    print("\n| case | eager µs | " + " | ".join(f"{c} µs" for c in configs)
+          + "".join(f" | {c} / {configs[0]}" for c in configs[1:]) + " |")
+    print("|---|---:|" + "---:|" * (2 * len(configs) - 1))
+    for name, totals in results:
+        cells = [f"{totals['eager']:.1f}"]
+        cells += ["refused" if totals.get(c) is None else f"{totals[c]:.1f}" for c in configs]
+        base = totals.get(configs[0])
+        for c in configs[1:]:
+            value = totals.get(c)
+            cells.append("-" if value is None or not base else f"{value / base:.3f}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 def main(argv=None) -> int:
@@ -118,6 +179,7 @@ def main(argv=None) -> int:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="case names in --json")
     parser.add_argument("--json", type=Path, help="a utils.profiling JSON (zoo, fuzz, suite)")
+    parser.add_argument("--all", action="store_true", help="every case of --json")
     parser.add_argument("--spec", action="append", default=[], metavar="N,C,K,H,W,k,s,p,pk,ps",
                         help="a case by its numbers (repeatable)")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="float32",
@@ -126,15 +188,27 @@ def main(argv=None) -> int:
                         help="run every case on a channels-last input (JSON cases keep theirs "
                              "otherwise)")
     parser.add_argument("--configs", default="auto",
-                        help="comma-separated: auto and/or variant names (default auto)")
+                        help="comma-separated: auto and/or variant names, each with optional "
+                             "@NAME=VALUE environment settings (default auto)")
+    parser.add_argument("--summary", action="store_true",
+                        help="end with a table of every case's kernel time per config")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("error: needs a CUDA GPU", file=sys.stderr)
-        return 2
     configs = args.configs.split(",")
-    flush = torch.empty(L2_FLUSH_BYTES // 4, device="cuda")
+    try:
+        for text in configs:
+            parse_config(text)
+    except ValueError as error:
+        parser.error(str(error))
     work = []
-    if args.names:
+    if args.all and args.json is None:
+        parser.error("--all needs --json")
+    if args.all:
+        record = json.loads(args.json.read_text())
+        for entry in record["cases"]:
+            dtype = entry.get("dtype") or record["settings"].get("dtype", "float32")
+            work.append((case_from_dict(entry["case"]), DTYPES[dtype],
+                         bool(entry.get("channels_last")) or args.channels_last))
+    elif args.names:
         if args.json is None:
             parser.error("case names need --json")
         record = json.loads(args.json.read_text())
@@ -155,9 +229,16 @@ def main(argv=None) -> int:
         work.append((case_from_spec(spec), DTYPES[args.dtype], args.channels_last))
     if not work:
         parser.error("name at least one case (names with --json, or --spec)")
+    if not torch.cuda.is_available():
+        print("error: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    flush = torch.empty(L2_FLUSH_BYTES // 4, device="cuda")
+    results = []
     with torch.no_grad():
         for case, dtype, channels_last in work:
-            breakdown(case, dtype, channels_last, configs, flush)
+            results.append((case.name, breakdown(case, dtype, channels_last, configs, flush)))
+    if args.summary:
+        print_summary(results, configs)
     return 0
 
 
