@@ -72,13 +72,15 @@ constexpr int64_t kNhwcCopyMinWork = 2048;
 // The warp-specialized general kernel reads x through the tensor copy engine, from a
 // slice-planar copy where x's channels are not contiguous. For float32 NCHW inputs whose
 // out_channels x taps is below this, the cp.async loaders' element-by-element reads (no copy)
-// stay: H200, both forms in one process, 1 x 1 layers of 256 and 512 (0.80-0.96x with the copy)
-// against 3 x 3 and 7 x 1 ones of 1152-1728 (1.08-1.59x) (docs/PERF.md). Small inputs take the
-// copy whatever the work (kTmaCopyMaxSmallInput elements of x at most): there the copy rides in
+// stay. H200, the float32 zoo's 16 NCHW layers of x above kTmaCopyMaxSmallInput timed both ways
+// in one process: at 128-448 the copy engine's kernel with the copy took 0.59-0.96x the time on
+// 11 of 12 (1 x 1 layers over 7^2-56^2 images; one 1.08x: 768 -> 128 at 17^2), at 16-104
+// 1.12-1.31x on three and 0.97x on one (64) (docs/PERF.md). Small inputs take the copy
+// whatever the work (kTmaCopyMaxSmallInput elements of x at most): there the copy rides in
 // the launch that packs the weights, and the copy engine's kernel measured 1.10-1.36x on 1 x 1
 // layers of 128-512 output channels over 7 x 7 and 14 x 14 images (batch 1 and 32, x up to
 // 0.8 M elements, docs/PERF.md).
-constexpr int64_t kTmaCopyMinWork = 1024;
+constexpr int64_t kTmaCopyMinWork = 128;
 constexpr int64_t kTmaCopyMaxSmallInput = int64_t(1) << 20;
 
 // The warp-specialized general kernel reads weights whose channels are whole 16-byte slices in

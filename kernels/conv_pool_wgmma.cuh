@@ -324,6 +324,12 @@ __device__ __forceinline__ int cluster_index() {
 __device__ __forceinline__ void cluster_arrive() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
 }
+// An arrival that orders no memory access (a release is a fence before it): for "this block
+// reads no other block's shared memory any more", once every value it loaded from them has
+// been used, so that the loads are complete.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
 __device__ __forceinline__ void cluster_wait() {
   asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }

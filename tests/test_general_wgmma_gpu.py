@@ -327,10 +327,10 @@ def test_tma_reads_channels_last_in_place_or_from_the_copy(ext, lib, device, see
     for i in range(12):
         case = fuzz_case(rng, f"fuzz_{i}")
         # Whole slices of channels, and (float32) enough output channels that NCHW inputs take
-        # the copy rather than the cp.async loaders (kTmaCopyMinWork = 1024).
+        # the copy rather than the cp.async loaders (kTmaCopyMinWork = 128).
         taps = case.kernel_size[0] * case.kernel_size[1]
         case = replace(case, in_channels=max(per_slice, case.in_channels // per_slice * per_slice),
-                       out_channels=max(case.out_channels, -(-1024 // taps)))
+                       out_channels=max(case.out_channels, -(-128 // taps)))
         plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
         if plan["input"] != "tma":
             continue

@@ -745,12 +745,12 @@ def test_general_kernel_sums_split_tiles_only_where_the_pooling_reads(library, e
 def test_general_kernel_copies_float32_nchw_inputs_where_they_feed_enough_work(library,
                                                                               monkeypatch):
     """NCHW inputs: the warp-specialized form reads a slice-planar copy, except float32 ones
-    of more than 2^20 elements (kTmaCopyMaxSmallInput) whose out_channels x taps is below 1024
+    of more than 2^20 elements (kTmaCopyMaxSmallInput) whose out_channels x taps is below 128
     (kTmaCopyMinWork), which the cp.async loaders read element by element; with those loaders
     forced ($CONV_POOL_GENERAL_TMA=0) an NHWC copy of float32 ones where out_channels x taps
     >= 2048 (kNhwcCopyMinWork), else element-by-element loads, and 16-bit ones always
     copied."""
-    for out_channels, kernel in ((1024, 1), (114, 3)):
+    for out_channels, kernel in ((128, 1), (15, 3)):
         # 64 x 64 x 20 x 20 = 1,638,400 elements of x: above the small inputs' bound.
         case = ConvPoolCase("few", 64, 64, out_channels - 1, 20, 20, (kernel, kernel),
                             padding=(kernel // 2, kernel // 2))

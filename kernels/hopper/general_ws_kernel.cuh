@@ -311,7 +311,8 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
       cluster_wait();
       if (traced) trace(p, kTraceClusterJoined);
       sum_cluster_tiles<T::kCols>(own, p, share);
-      cluster_arrive();  // this block reads no other tile any more
+      // This block reads no other tile any more: the sums it stored used every loaded value.
+      cluster_arrive_relaxed();
       consumer_sync();
       if (traced) trace(p, kTraceClusterSummed);
       pool_tile<X, kTileId>(s, p, ops, o, own, bias, rank, share);
