@@ -28,6 +28,14 @@ constexpr int kStemMaxInChannels = 4;
 constexpr int kNarrowBlockMaxChannels = 32;
 constexpr int kMidBlockMaxChannels = 64;
 
+// On the 3 x 3 / 2 x 2 path, a conv output of odd height or width (the pool drops its last row
+// or column) at a batch of at least this many images takes the general kernel: H200, both
+// forms in one process, 3 x 3 layers at batch 32 and 128, the general kernel's time over the
+// 3 x 3 kernel's: 7^2 0.38-0.42x, 13^2 0.64-0.92x, 27^2 0.64-0.88x (float16, float32); even
+// outputs kept the 3 x 3 kernel (14^2-112^2 1.05-1.43x, 14^2 at batch 1 1.9-2.1x)
+// (docs/PERF.md).
+constexpr int kFastPathOddGeneralMinBatch = 8;
+
 // ---- the general kernel (general_wgmma) -------------------------------------------------
 
 // Cost model of the tile choice (plan_tile), in SM clock cycles. A K step (32 bytes of every

@@ -38,8 +38,14 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   // says why).
   const bool stem = device->compute_capability == 90 && s->out_channels > 16 &&
                     s->in_channels <= kStemMaxInChannels;
+  // The 3 x 3 / 2 x 2 path's odd conv outputs on Hopper (kFastPathOddGeneralMinBatch).
+  const bool odd_general = device->compute_capability == 90 && fast_path_applies(*s) &&
+                           s->batch >= kFastPathOddGeneralMinBatch &&
+                           (s->conv_height % 2 != 0 || s->conv_width % 2 != 0) &&
+                           runs(kVariantGeneralWgmma);
   if (s->element != kElementFloat32) {
     if (stem && runs(kVariantStem)) return kVariantStem;
+    if (odd_general) return kVariantGeneralWgmma;
     if (runs(kVariantWgmma)) return kVariantWgmma;
     if (runs(kVariantSmall)) return kVariantSmall;
     // As for float32 below: the flat kernel, on its wgmma mainloop where that measured faster.
@@ -91,6 +97,7 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   // work per output channel block and took 10-46% longer on four layers of 24 and 32 output
   // channels (as did tiled_3xtf32 against tiled_3xtf32_wgmma, 17-31% on the
   // H200, docs/PERF.md).
+  if (odd_general) return kVariantGeneralWgmma;
   if (runs(kVariantWgmma)) return kVariantWgmma;
   // Hopper, everything else: the general wgmma kernel.
   if (runs(kVariantGeneralWgmma)) return kVariantGeneralWgmma;

@@ -141,6 +141,30 @@ def test_which_variants_write_a_channels_last_output_themselves(library):
 
 @pytest.mark.parametrize("element", [FLOAT32, FLOAT16, BFLOAT16],
                          ids=["float32", "float16", "bfloat16"])
+def test_odd_conv_outputs_on_the_3x3_path_take_the_general_kernel_from_batch_8(
+        library, variant_names, element):
+    """3 x 3 / 1 under a 2 x 2 / 2 pool on the H200: a conv output of odd height or width at
+    a batch of 8 or more takes the general kernel (kFastPathOddGeneralMinBatch); even outputs,
+    smaller batches, allow_tf32 = False and an A100-like device keep what they took."""
+    wgmma = "tiled_tf32_wgmma" if element == FLOAT32 else "tiled_16bit_wgmma"
+    for batch, height, width, padding in ((32, 13, 13, 1), (8, 7, 7, 1), (128, 27, 28, 1),
+                                          (32, 28, 15, 0), (32, 14, 14, 1), (7, 13, 13, 1),
+                                          (1, 13, 13, 1), (32, 30, 58, 0)):
+        case = ConvPoolCase("odd", batch, 192, 384, height, width, (3, 3),
+                            padding=(padding, padding))
+        conv_h, conv_w = height + 2 * padding - 2, width + 2 * padding - 2
+        odd = batch >= 8 and (conv_h % 2 == 1 or conv_w % 2 == 1)
+        assert choose(library, variant_names, case, element=element) == (
+            "general_wgmma" if odd else wgmma), case
+        assert choose(library, variant_names, case, element=element,
+                      device=A100_LIKE) != "general_wgmma", case
+        if element == FLOAT32:
+            assert choose(library, variant_names, case, allow_tf32=False) == \
+                "tiled_3xtf32_wgmma", case
+
+
+@pytest.mark.parametrize("element", [FLOAT32, FLOAT16, BFLOAT16],
+                         ids=["float32", "float16", "bfloat16"])
 def test_conv_relu_with_no_pool_takes_the_3x3_wgmma_kernels_on_hopper(library, variant_names,
                                                                       element):
     """VGG's inner layers (3 x 3 / 1, no pool) on the H200: the 3 x 3 wgmma variant of the
