@@ -53,15 +53,18 @@ __global__ void to_channels_last_kernel(const Raw* src, int64_t s0, int64_t s1, 
 
 // 32 pixels x 32 channels of src -> slice-planar dst: kSlice = 16 / sizeof(Raw) channels a slice,
 // one 16-byte vector (a pixel's slice) per thread and step.
+// Column phases (phases > 1): a row of phases x phase_width slots, column w at its phase's run.
 template <class Raw>
 __global__ void to_slices_kernel(const Raw* src, int64_t s0, int64_t s1, int64_t s2, int64_t s3,
                                  int64_t pixels, int channels, int height, int width,
-                                 int slices, Raw* dst) {
+                                 int phases, int slices, Raw* dst) {
   constexpr int kSlice = 16 / int(sizeof(Raw));
   __shared__ Raw tile[32][33];
   const int64_t pixel0 = int64_t(blockIdx.x) * 32;
   const int channel0 = blockIdx.y * 32;
   const int64_t plane = int64_t(height) * width;  // pixels of one image
+  const int phase_width = (width + phases - 1) / phases, pitch = phases * phase_width;
+  const int64_t dst_plane = int64_t(height) * pitch;
   load_tile(src, s0, s1, s2, s3, pixels, channels, height, width, pixel0, channel0, tile);
   __syncthreads();
   const int thread = threadIdx.y * 32 + threadIdx.x;
@@ -74,7 +77,9 @@ __global__ void to_slices_kernel(const Raw* src, int64_t s0, int64_t s1, int64_t
 #pragma unroll
     for (int e = 0; e < kSlice; ++e) values[e] = tile[slice_in_tile * kSlice + e][px];
     const int64_t image = pixel / plane, within = pixel - image * plane;
-    *reinterpret_cast<uint4*>(dst + ((image * slices + slice) * plane + within) * kSlice) =
+    const int h = int(within / width), w = int(within - int64_t(h) * width);
+    const int64_t slot = int64_t(h) * pitch + (w % phases) * phase_width + w / phases;
+    *reinterpret_cast<uint4*>(dst + ((image * slices + slice) * dst_plane + slot) * kSlice) =
         *reinterpret_cast<const uint4*>(values);
   }
 }
@@ -88,9 +93,10 @@ __global__ void planes_to_slices_kernel(const PlanesToSlices<Raw> job) {
 
 template <class Raw>
 cudaError_t planes_to_slices(const void* src, const int64_t* stride, int64_t batch, int channels,
-                             int64_t plane, int slices, void* dst, cudaStream_t stream) {
-  const PlanesToSlices<Raw> job =
-      planes_to_slices_job<Raw>(src, stride, batch, channels, plane, slices, dst);
+                             int height, int width, int phases, int slices, void* dst,
+                             cudaStream_t stream) {
+  const PlanesToSlices<Raw> job = planes_to_slices_job<Raw>(src, stride, batch, channels, height,
+                                                            width, phases, slices, dst);
   constexpr int kBlock = PlanesToSlices<Raw>::kSegmentThreads;
   planes_to_slices_kernel<Raw><<<unsigned((job.items() + kBlock - 1) / kBlock), kBlock, 0,
                                  stream>>>(job);
@@ -100,16 +106,25 @@ cudaError_t planes_to_slices(const void* src, const int64_t* stride, int64_t bat
 }  // namespace
 
 cudaError_t conv_pool_to_slices(const void* src, const int64_t* stride, int element_bytes,
-                                int64_t batch, int channels, int height, int width, int slices,
-                                void* dst, cudaStream_t stream) {
+                                int64_t batch, int channels, int height, int width, int phases,
+                                int slices, void* dst, cudaStream_t stream) {
   const int64_t pixels = batch * height * width;
   if (pixels == 0 || slices == 0) return cudaSuccess;
+  if (phases < 1) return cudaErrorInvalidValue;
   if (conv_pool_planes_contiguous(stride, width)) {
-    const int64_t plane = int64_t(height) * width;
     if (element_bytes == 4)
-      return planes_to_slices<float>(src, stride, batch, channels, plane, slices, dst, stream);
+      return planes_to_slices<float>(src, stride, batch, channels, height, width, phases, slices,
+                                     dst, stream);
     if (element_bytes == 2)
-      return planes_to_slices<uint16_t>(src, stride, batch, channels, plane, slices, dst, stream);
+      return planes_to_slices<uint16_t>(src, stride, batch, channels, height, width, phases,
+                                        slices, dst, stream);
+  }
+  // The tiled transpose writes the columns only: the slots no column fills are zeroed first.
+  const int phase_width = (width + phases - 1) / phases;
+  if (phases * phase_width != width) {
+    const size_t bytes = size_t(batch) * slices * height * phases * phase_width * 16;
+    if (cudaError_t error = cudaMemsetAsync(dst, 0, bytes, stream); error != cudaSuccess)
+      return error;
   }
   const int slice_channels = 16 / element_bytes;
   const dim3 grid(unsigned((pixels + 31) / 32),
@@ -117,11 +132,11 @@ cudaError_t conv_pool_to_slices(const void* src, const int64_t* stride, int elem
   if (element_bytes == 4) {
     to_slices_kernel<float><<<grid, dim3(32, 8), 0, stream>>>(
         static_cast<const float*>(src), stride[0], stride[1], stride[2], stride[3], pixels,
-        channels, height, width, slices, static_cast<float*>(dst));
+        channels, height, width, phases, slices, static_cast<float*>(dst));
   } else if (element_bytes == 2) {
     to_slices_kernel<uint16_t><<<grid, dim3(32, 8), 0, stream>>>(
         static_cast<const uint16_t*>(src), stride[0], stride[1], stride[2], stride[3], pixels,
-        channels, height, width, slices, static_cast<uint16_t*>(dst));
+        channels, height, width, phases, slices, static_cast<uint16_t*>(dst));
   } else {
     return cudaErrorInvalidValue;
   }

@@ -2,7 +2,10 @@
 // stride, rows `width` apart), as one job a launch can run alone (conv_pool_layout.cu) or beside
 // other work in the same grid (the general kernel's preparation launch, general_wgmma.cu).
 // Slice-planar: dst[((n * slices + j) * plane + pixel) * E + e] = src(n, j E + e, pixel), zeros
-// past the channels, E = 16 / sizeof(Raw) channels a 16-byte slice.
+// past the channels, E = 16 / sizeof(Raw) channels a 16-byte slice. With column phases P > 1
+// (a layer of column stride P), each row's columns are grouped by phase: column w at
+// (w % P) x ceil(width / P) + w / P of a row of P x ceil(width / P) slots, zeros in the slots
+// no column fills, so that the columns a strided box reads are one contiguous run.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,9 +26,10 @@ struct PlanesToSlices {
   static constexpr int kSegmentPixels = kSegmentThreads * kPixelsPerThread;
   const Raw* src;
   int64_t image_stride, channel_stride;  // elements
-  int64_t plane;                         // pixels of one image
+  int64_t plane;                         // dst slots of one image's slice (height x row)
   int64_t positions;                     // batch x slices x plane
   int channels, slices;
+  int width, phases, phase_width;        // phases > 1: a row of phases x phase_width slots
   Raw* dst;
 
   // Threads the job takes: whole segments over the positions.
@@ -36,13 +40,17 @@ struct PlanesToSlices {
 
 template <class Raw>
 PlanesToSlices<Raw> planes_to_slices_job(const void* src, const int64_t* stride, int64_t batch,
-                                         int channels, int64_t plane, int slices, void* dst) {
+                                         int channels, int height, int width, int phases,
+                                         int slices, void* dst) {
   PlanesToSlices<Raw> job;
   job.src = static_cast<const Raw*>(src);
   job.image_stride = stride[0];
   job.channel_stride = stride[1];
-  job.plane = plane;
-  job.positions = batch * slices * plane;
+  job.width = width;
+  job.phases = phases;
+  job.phase_width = (width + phases - 1) / phases;
+  job.plane = int64_t(height) * (phases > 1 ? phases * job.phase_width : width);
+  job.positions = batch * slices * job.plane;
   job.channels = channels;
   job.slices = slices;
   job.dst = static_cast<Raw*>(dst);
@@ -72,9 +80,19 @@ __device__ __forceinline__ void planes_to_slices_item(const PlanesToSlices<Raw>&
     const int64_t row = position / job.plane, pixel = position - row * job.plane;
     const int slice = int(row % job.slices);
     const int64_t image = row / job.slices;
+    int64_t offset = pixel;  // of the source pixel in its plane
+    bool filled = true;      // (a slot some column fills)
+    if (job.phases > 1) {
+      const int pitch = job.phases * job.phase_width;
+      const int h = int(pixel / pitch), col = int(pixel - int64_t(h) * pitch);
+      const int phase = col / job.phase_width;
+      const int w = (col - phase * job.phase_width) * job.phases + phase;
+      filled = w < job.width;
+      offset = int64_t(h) * job.width + w;
+    }
     const Raw* planes = job.src + image * job.image_stride +
-                        int64_t(slice * kSlice) * job.channel_stride + pixel;
-    const int live = position < job.positions ? job.channels - slice * kSlice : 0;
+                        int64_t(slice * kSlice) * job.channel_stride + offset;
+    const int live = position < job.positions && filled ? job.channels - slice * kSlice : 0;
 #pragma unroll
     for (int c = 0; c < kSlice; ++c)
       by_pixel[i].raw[c] = c < live ? planes[int64_t(c) * job.channel_stride] : Raw(0);

@@ -27,7 +27,9 @@ inline bool conv_pool_planes_contiguous(const int64_t* stride, int width) {
 
 // Slice-planar: dst[(((n * slices + j) * height + h) * width + w) * E + e] = src(n, j E + e, h, w)
 // for channel j E + e < channels, else 0, with E = 16 / element_bytes channels a 16-byte slice
-// (element_bytes = 2 or 4; raw words, no conversion). On `stream`.
+// (element_bytes = 2 or 4; raw words, no conversion). With phases P > 1, a row is P x
+// ceil(width / P) slots and column w lands at (w % P) x ceil(width / P) + w / P (zeros in the
+// slots no column fills; conv_pool_layout.cuh). On `stream`.
 cudaError_t conv_pool_to_slices(const void* src, const int64_t* src_stride, int element_bytes,
-                                int64_t batch, int channels, int height, int width, int slices,
-                                void* dst, cudaStream_t stream);
+                                int64_t batch, int channels, int height, int width, int phases,
+                                int slices, void* dst, cudaStream_t stream);

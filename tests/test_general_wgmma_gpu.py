@@ -372,6 +372,48 @@ def test_nchw_copy_of_any_plane_and_offset_matches_float64(ext, lib, device, see
             check(ext, case, x_in, w, b, dtype, f"{case} {plan} offset={x_in.storage_offset()}")
 
 
+# Column strides 2-4 over widths that are and are not a multiple of the stride, with padding,
+# dilation and a kernel that uses some of the column phases only (1 x 1 at stride 4).
+PHASED_CASES = [
+    ConvPoolCase("s2_odd_width", 2, 24, 40, 17, 23, (3, 3), stride=(2, 2), padding=(1, 1)),
+    ConvPoolCase("s3_dilated", 3, 13, 72, 20, 29, (3, 2), stride=(1, 3), padding=(2, 1),
+                 dilation=(2, 2), pool_kernel=(2, 3), pool_stride=(1, 2), ceil_mode=True),
+    ConvPoolCase("s4_pointwise", 1, 37, 64, 9, 30, (1, 1), stride=(4, 4), pool_kernel=(1, 2)),
+    ConvPoolCase("s2_padded", 2, 16, 32, 12, 12, (5, 5), stride=(2, 2), padding=(2, 3),
+                 pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1)),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("copy", ["preparation", "separate", "channels_last"])
+def test_column_phased_copy_of_strided_layers_matches_float64(ext, lib, device, seed, dtype,
+                                                              copy, path, monkeypatch):
+    """The slice-planar copy of x for a layer of column stride P holds each row's columns by
+    phase (column w at (w % P) x ceil(W / P) + w / P, zeros where no column is), so that a box
+    row is one run of a phase's slices: made in the preparation launch (NCHW planes), in a launch
+    of its own ($CONV_POOL_GENERAL_SEPARATE_PREP=1), or by the tiled transpose (a channels-last
+    x copied: $CONV_POOL_GENERAL_TMA_COPY=1), which zeroes the unfilled slots first."""
+    monkeypatch.delenv("CONV_POOL_GENERAL_TMA", raising=False)
+    monkeypatch.setenv("CONV_POOL_GENERAL_TMA_COPY", "1")
+    if copy == "separate":
+        monkeypatch.setenv("CONV_POOL_GENERAL_SEPARATE_PREP", "1")
+    rng = random.Random(seed)
+    per_slice = 4 if dtype == torch.float32 else 8
+    merged = 0
+    for case in PHASED_CASES:
+        plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
+        assert plan["input"] == "tma", plan
+        image_cols = int(plan["halo"].split("x")[1]) // plan["images"]
+        expected = path != "tma_slices" and -(-image_cols // case.stride[1]) * per_slice <= 256
+        assert plan["merged"] == int(expected), plan
+        merged += expected
+        x, w, b = operands(case, rng.randrange(2**31), dtype)
+        if copy == "channels_last":
+            x = x.contiguous(memory_format=torch.channels_last)
+        check(ext, case, x, w, b, dtype, f"{case} {copy} {plan}")
+    assert merged >= (0 if path == "tma_slices" else 2), merged
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("weights", ["in_place", "packed"])
 def test_weights_read_in_place_or_packed_match_float64(ext, lib, device, seed, dtype, weights,

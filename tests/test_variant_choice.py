@@ -960,30 +960,36 @@ def test_general_kernel_pairs_2x2_pools_whose_windows_never_clip(library, elemen
 
 def test_general_kernel_merges_box_columns_where_a_halo_row_is_one_run(library, seed,
                                                                         monkeypatch):
-    """From the slice-planar copy (NCHW inputs, the plan asked without operands) with a column
-    stride of 1, a box row is one run of the halo row's 16-byte slices, up to 256 elements
-    (32 columns of a 16-bit slice, 64 of a float32 one); other strides and wider halos keep one
-    slice a box row, and $CONV_POOL_GENERAL_TMA_MERGED=0 keeps it everywhere."""
+    """From the slice-planar copy (NCHW inputs, the plan asked without operands), whose rows
+    hold each column phase's columns as one run, a box row is one run of a phase's 16-byte
+    slices, up to 256 elements (32 columns of a 16-bit slice, 64 of a float32 one), at any
+    column stride; wider halos keep one slice a box row, and $CONV_POOL_GENERAL_TMA_MERGED=0
+    keeps it everywhere."""
     rng = random.Random(seed)
-    checked = 0
+    checked = strided = 0
     for i in range(400):
         case = fuzz_case(rng, f"fuzz_{i}")
         for element in (FLOAT32, FLOAT16):
             plan = general_plan(library, case, element)
             if plan is None or plan["input"] != "tma":
                 continue
-            image_cols = int(plan["halo"].split("x")[1]) // plan["images"]  # a box's columns
+            image_cols = int(plan["halo"].split("x")[1]) // plan["images"]
+            box_cols = -(-image_cols // case.stride[1])  # a box's columns: one phase's
             per_slice = 4 if element == FLOAT32 else 8
-            expected = case.stride[1] == 1 and image_cols * per_slice <= 256
+            expected = box_cols * per_slice <= 256
             assert plan["merged"] == int(expected), (case, element, plan)
             checked += expected
-    assert checked >= 20, checked
+            strided += expected and case.stride[1] > 1
+    print(f"{checked} merged plans, {strided} of them column-strided")
+    assert checked >= 20 and strided >= 10, (checked, strided)
     resnet = ConvPoolCase("1x1", 32, 64, 256, 56, 56, (1, 1))
     assert general_plan(library, resnet, FLOAT16)["merged"] == 1
     vgg = ConvPoolCase("3x3", 32, 256, 256, 56, 56, (3, 3), padding=(1, 1))
     assert general_plan(library, vgg, FLOAT16)["halo"] == "10x34"
     assert general_plan(library, vgg, FLOAT16)["merged"] == 0  # 34 x 8 > 256
     assert general_plan(library, vgg, FLOAT32)["merged"] == 1
+    downsample = ConvPoolCase("1x1/2", 32, 256, 512, 56, 56, (1, 1), stride=(2, 2))
+    assert general_plan(library, downsample, FLOAT16)["merged"] == 1
     monkeypatch.setenv("CONV_POOL_GENERAL_TMA_MERGED", "0")
     assert general_plan(library, resnet, FLOAT16)["merged"] == 0
 

@@ -142,9 +142,11 @@ struct Plan {
   // (row_pitch = phase_cols slots, slice_plane = halo_rows x phase_cols), each plane_bytes
   // (128-byte aligned), image-major; a box spans box_rows input rows (halo_rows, or with
   // gathered rows halo_rows x stride_h read every stride_h-th).
-  // merged_cols: from the slice-planar copy with stride_w = 1, a box's rows are whole runs of
-  // phase_cols x 16 bytes, so the view merges (column, channel in the slice) into its dimension
-  // 0 and a box row is one run of up to 256 elements (else a box row is one 16-byte slice).
+  // merged_cols: from the slice-planar copy, whose rows hold each column phase's columns as one
+  // run (stride_w phases: conv_pool_layout.h), a box's rows are whole runs of phase_cols x 16
+  // bytes, so the view merges (column, channel in the slice) into its dimension 0, the phase
+  // its dimension 1, and a box row is one run of up to 256 elements (else a box row is one
+  // 16-byte slice, its columns read every stride_w-th).
   int phases;
   int plane_bytes;
   int box_rows;

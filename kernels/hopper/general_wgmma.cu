@@ -429,6 +429,14 @@ bool weights_in_place(const ConvPoolShape& s, const ConvPoolOperands* ops, const
          (s.kernel_h == 1 || stride[2] == int64_t(s.kernel_w) * tap);
 }
 
+// Column phases of the slice-planar copy (conv_pool_layout.h): the column stride where the
+// producer's boxes read merged rows (a phase's columns one run), else 1; and the slots of one
+// of its rows.
+int copy_phases(const ConvPoolShape& s, const Plan& p) { return p.merged_cols ? s.stride_w : 1; }
+int64_t staged_row_slots(const ConvPoolShape& s, const Plan& p) {
+  return ceil_div(s.in_width, copy_phases(s, p)) * copy_phases(s, p);
+}
+
 // How the kernel reads x. kTmaInput: in place where the channels are contiguous and every
 // stride (positive) and the address are whole 16-byte slices (channels-last), else from the
 // launch's slice-planar copy ($CONV_POOL_GENERAL_TMA_COPY=1 copies always: a tuning and test
@@ -446,11 +454,11 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops,
     const bool in_place = slices && ops->x_stride[0] > 0 && ops->x_stride[2] > 0 &&
                           ops->x_stride[3] > 0;
     p.staged_copy = !in_place || tma_copy_forced();
-    p.merged_cols = p.staged_copy && s.stride_w == 1 &&
-                    per_slice * p.phase_cols <= kMaxTmaBox && merged_allowed();
+    p.merged_cols = p.staged_copy && per_slice * p.phase_cols <= kMaxTmaBox && merged_allowed();
     p.staged_channels = round_up(s.in_channels, per_slice);
-    p.staged_input_bytes = p.staged_copy ? int64_t(s.batch) * s.in_height * s.in_width *
-                                               p.staged_channels * element_bytes(s)
+    p.staged_input_bytes = p.staged_copy ? int64_t(s.batch) * s.in_height *
+                                               staged_row_slots(s, p) * p.staged_channels *
+                                               element_bytes(s)
                                          : 0;
     p.weights_in_place = weights_in_place(s, ops, p, device);
     if (p.weights_in_place) p.packed_bytes = 0;
@@ -489,9 +497,10 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // slice, column, row, slice, image), on the slice-planar copy or on x itself (channels-last: a
 // slice 16 bytes on from the previous). A box: a step's 2 x step_chunks slices of phase_cols
 // columns read every stride_w-th and halo_rows rows (read every stride_h-th for gathered
-// rows), landing [slice][row][column][16 bytes]. Merged columns (p.merged_cols): (column x
-// channel in a slice, -, row, slice, image) on the copy, a box row one run of phase_cols
-// slices. Raw words: no conversion; out of bounds: zeros.
+// rows), landing [slice][row][column][16 bytes]. Merged columns (p.merged_cols): (column of a
+// phase x channel in a slice, column phase, row, slice, image) on the copy, whose rows hold
+// stride_w phases of ceil(width / stride_w) columns each, a box row one run of phase_cols
+// slices of one phase. Raw words: no conversion; out of bounds: zeros.
 cudaError_t encode_x_map(const ConvPoolShape& s, const ConvPoolOperands& ops, const Plan& p,
                          CUtensorMap* map) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
@@ -500,15 +509,19 @@ cudaError_t encode_x_map(const ConvPoolShape& s, const ConvPoolOperands& ops, co
   const cuuint64_t width = cuuint64_t(s.in_width), height = cuuint64_t(s.in_height);
   cuuint64_t dims[5], strides[4];
   const void* address;
+  dims[1] = width;
   if (p.staged_copy) {
     const cuuint64_t slices = cuuint64_t(p.staged_channels / slice_channels(s.element));
+    const cuuint64_t row = cuuint64_t(staged_row_slots(s, p));  // slots of a row
+    const cuuint64_t phase_slots = row / cuuint64_t(copy_phases(s, p));
     address = p.staged_input;
-    dims[0] = cuuint64_t(slice_channels(s.element)) * (p.merged_cols ? width : 1);
+    dims[0] = cuuint64_t(slice_channels(s.element)) * (p.merged_cols ? phase_slots : 1);
+    if (p.merged_cols) dims[1] = cuuint64_t(copy_phases(s, p));
     dims[3] = slices;
-    strides[0] = p.merged_cols ? kSliceBytes * width : kSliceBytes;
-    strides[1] = kSliceBytes * width;
-    strides[2] = kSliceBytes * width * height;
-    strides[3] = kSliceBytes * width * height * slices;
+    strides[0] = p.merged_cols ? kSliceBytes * phase_slots : kSliceBytes;
+    strides[1] = kSliceBytes * row;
+    strides[2] = kSliceBytes * row * height;
+    strides[3] = kSliceBytes * row * height * slices;
   } else {  // (choose_input: in_channels a multiple of the slice's)
     address = input_data(s, ops);
     dims[0] = cuuint64_t(slice_channels(s.element));
@@ -518,15 +531,14 @@ cudaError_t encode_x_map(const ConvPoolShape& s, const ConvPoolOperands& ops, co
     strides[2] = kSliceBytes;
     strides[3] = cuuint64_t(ops.x_stride[0] * bytes);
   }
-  dims[1] = p.merged_cols ? 1 : width;
   dims[2] = height;
   dims[4] = cuuint64_t(s.batch);
   const cuuint32_t box[5] = {
       cuuint32_t(slice_channels(s.element) * (p.merged_cols ? p.phase_cols : 1)),
       cuuint32_t(p.merged_cols ? 1 : p.phase_cols * s.stride_w), cuuint32_t(p.box_rows),
       cuuint32_t(2 * p.step_chunks), 1};
-  const cuuint32_t element_strides[5] = {
-      1, cuuint32_t(s.stride_w), cuuint32_t(p.gathered_rows ? s.stride_h : 1), 1, 1};
+  const cuuint32_t element_strides[5] = {1, cuuint32_t(p.merged_cols ? 1 : s.stride_w),
+                                         cuuint32_t(p.gathered_rows ? s.stride_h : 1), 1, 1};
   const CUresult result =
       encode(map, bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32 : CU_TENSOR_MAP_DATA_TYPE_UINT16,
              5, const_cast<void*>(address), dims, strides, box, element_strides,
@@ -694,7 +706,7 @@ cudaError_t prepare(const Raw* weight, const ConvPoolOperands& ops, const ConvPo
   int64_t copy_blocks = 0;
   if (copy_x) {
     copy = planes_to_slices_job<Raw>(input_data(s, ops), ops.x_stride, s.batch, s.in_channels,
-                                     int64_t(s.in_height) * s.in_width,
+                                     s.in_height, s.in_width, copy_phases(s, p),
                                      p.staged_channels / kSliceChannels,
                                      const_cast<void*>(p.staged_input));
     static_assert(PlanesToSlices<Raw>::kSegmentThreads == 256, "a copy segment is one block");
@@ -779,7 +791,8 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
     if (p.staged_copy && !copy_in_preparation) {
       if (cudaError_t error = conv_pool_to_slices(
               input_data(s, ops), ops.x_stride, element_bytes(s), s.batch, s.in_channels,
-              s.in_height, s.in_width, p.staged_channels / slice_channels(s.element),
+              s.in_height, s.in_width, copy_phases(s, p),
+              p.staged_channels / slice_channels(s.element),
               const_cast<void*>(p.staged_input), stream);
           error != cudaSuccess)
         return error;

@@ -150,9 +150,10 @@ template <int kTileId>
 __device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
                                         const CUtensorMap* x_map, const CUtensorMap* weight_map,
                                         unsigned char* smem, uint64_t* full, uint64_t* empty) {
-  // A column is a coordinate of dimension 1, or (merged columns) slice_elements of dimension 0.
+  // A column is a coordinate of dimension 1, or (merged columns) its phase (col mod stride_w)
+  // in dimension 1 and its place in the phase's run, slice_elements a column, in dimension 0.
   const int col_elements = p.merged_cols ? slice_channels(s.element) : 0;
-  const int col_unit = p.merged_cols ? 0 : 1;
+  const int col_phases = p.merged_cols ? s.stride_w : 1;
   const uint32_t halo_tx =
       uint32_t(p.images * p.phases * 2 * p.step_chunks * p.slice_plane * kSliceBytes);
   int stage = 0;
@@ -171,8 +172,10 @@ __device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
       for (int image = 0; image < p.images; ++image) {
         for (uint32_t mask = p.phase_mask; mask != 0; mask &= mask - 1, box += p.plane_bytes) {
           const int col = o.in_col0 + __ffs(mask) - 1;
-          tma_load_5d(box, x_map, col * col_elements, col * col_unit, st.row_first,
-                      2 * st.chunk0, int(o.image) + image, full + stage);
+          const int phase = ((col % col_phases) + col_phases) % col_phases;
+          const int run_col = (col - phase) / col_phases;
+          tma_load_5d(box, x_map, run_col * col_elements, p.merged_cols ? phase : col,
+                      st.row_first, 2 * st.chunk0, int(o.image) + image, full + stage);
         }
       }
       unsigned char* staged_weights = smem + stage * p.stage_bytes + p.halo_bytes;
