@@ -227,4 +227,33 @@ CONV_POOL_HD constexpr int chunk_channels(ConvPoolElement element) {
   return 2 * slice_channels(element);
 }
 
+// A column of the slice-planar copy with column phases (Plan::merged_cols): its phase
+// (column mod phases) and its place in that phase's run (floor(column / phases)), for any
+// column, negative ones (padding) included.
+struct PhaseRun {
+  int phase, run;
+};
+CONV_POOL_HD constexpr PhaseRun phase_run(int col, int phases) {
+  const int phase = ((col % phases) + phases) % phases;
+  return {phase, (col - phase) / phases};
+}
+// The same for column first + offset (0 <= offset < phases) from first's, without a division:
+// the producer's per-box form, its divisions done once a tile.
+CONV_POOL_HD constexpr PhaseRun offset_phase_run(PhaseRun first, int offset, int phases) {
+  const int phase = first.phase + offset;
+  return phase < phases ? PhaseRun{phase, first.run} : PhaseRun{phase - phases, first.run + 1};
+}
+constexpr bool offset_phase_runs_agree() {
+  for (int phases = 1; phases <= 8; ++phases)
+    for (int col = -70; col <= 70; ++col)
+      for (int offset = 0; offset < phases; ++offset) {
+        const PhaseRun a = offset_phase_run(phase_run(col, phases), offset, phases);
+        const PhaseRun b = phase_run(col + offset, phases);
+        if (a.phase != b.phase || a.run != b.run || a.run * phases + a.phase != col + offset)
+          return false;
+      }
+  return true;
+}
+static_assert(offset_phase_runs_agree(), "offset_phase_run must equal phase_run");
+
 }  // namespace general_wgmma

@@ -152,8 +152,7 @@ __device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
                                         unsigned char* smem, uint64_t* full, uint64_t* empty) {
   // A column is a coordinate of dimension 1, or (merged columns) its phase (col mod stride_w)
   // in dimension 1 and its place in the phase's run, slice_elements a column, in dimension 0.
-  const int col_elements = p.merged_cols ? slice_channels(s.element) : 0;
-  const int col_phases = p.merged_cols ? s.stride_w : 1;
+  const int col_elements = slice_channels(s.element);
   const uint32_t halo_tx =
       uint32_t(p.images * p.phases * 2 * p.step_chunks * p.slice_plane * kSliceBytes);
   int stage = 0;
@@ -161,6 +160,8 @@ __device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
   for (int64_t w = blockIdx.x; w < p.tiles * p.split; w += gridDim.x) {
     const Work k = work_item(p, w);
     const TileOrigin o = tile_origin<kTileId>(s, p, k.tile);
+    const PhaseRun first = s.stride_w == 1 || !p.merged_cols ? PhaseRun{0, o.in_col0}
+                                                             : phase_run(o.in_col0, s.stride_w);
     for (int step = k.first_step; step < k.end_step; ++step) {
       mbarrier_wait(empty + stage, empty_parity);
       const Step st = make_step(s, p, o, step);
@@ -171,11 +172,14 @@ __device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
       unsigned char* box = smem + stage * p.stage_bytes;
       for (int image = 0; image < p.images; ++image) {
         for (uint32_t mask = p.phase_mask; mask != 0; mask &= mask - 1, box += p.plane_bytes) {
-          const int col = o.in_col0 + __ffs(mask) - 1;
-          const int phase = ((col % col_phases) + col_phases) % col_phases;
-          const int run_col = (col - phase) / col_phases;
-          tma_load_5d(box, x_map, run_col * col_elements, p.merged_cols ? phase : col,
-                      st.row_first, 2 * st.chunk0, int(o.image) + image, full + stage);
+          const int offset = __ffs(mask) - 1;
+          const PhaseRun c = offset_phase_run(first, offset, s.stride_w);
+          if (p.merged_cols)
+            tma_load_5d(box, x_map, c.run * col_elements, c.phase, st.row_first,
+                        2 * st.chunk0, int(o.image) + image, full + stage);
+          else
+            tma_load_5d(box, x_map, 0, o.in_col0 + offset, st.row_first, 2 * st.chunk0,
+                        int(o.image) + image, full + stage);
         }
       }
       unsigned char* staged_weights = smem + stage * p.stage_bytes + p.halo_bytes;
