@@ -50,6 +50,14 @@ constexpr int kFastPathOddGeneralMinBatch = 8;
 constexpr double kSharedMemoryShare = 1.15;
 constexpr double kPipelineFillCycles = 1500.0;
 constexpr double kSharedSmFixed = 0.6;
+// The copy engine's rate into one SM, bytes a cycle, for the cost's copy term (with
+// $CONV_POOL_GENERAL_COPY_COST=1 only, general_hooks.h): box rows of one 16-byte slice (x read in
+// place from channels-last, or strided boxes) ~13, whatever the tile (H200, every tile forced on
+// the fuzz's 24 slowest general-kernel layers: 10-18 bytes a cycle a SM, a step's time
+// proportional to its bytes); merged rows ~21 (strided NCHW layers from the column-phased
+// copy, about the L2's rate over 132 SMs) (docs/PERF.md, v60).
+constexpr double kCopyBytesPerCycleSlices = 13.0;
+constexpr double kCopyBytesPerCycleMerged = 21.0;
 // Split reductions: at most this many blocks a tile, each at least kMinSplitSteps steps; the
 // last block of a tile reads the partials from L2 at about this many bytes a cycle.
 constexpr int kMaxSplit = 16;

@@ -994,6 +994,22 @@ def test_general_kernel_merges_box_columns_where_a_halo_row_is_one_run(library, 
     assert general_plan(library, resnet, FLOAT16)["merged"] == 0
 
 
+def test_general_kernel_copy_term_prefers_wide_channel_tiles_on_wide_halos(library,
+                                                                         monkeypatch):
+    """$CONV_POOL_GENERAL_COPY_COST=1 adds the bytes a step's boxes bring, at the copy engine's
+    measured rate, to the tile choice's cost: a strided, dilated float32 layer whose steps bring
+    wide halos (the fuzz's `fuzz_84`: square_n128 0.57x the time of the model's square_n64 on
+    the H200, docs/PERF.md v60) then takes the N = 128 tile, which brings each halo once for
+    twice the output channels; off (the default) the cost is the wgmmas' alone."""
+    case = ConvPoolCase("fuzz_84", 32, 1024, 768, 56, 37, (3, 3), stride=(4, 4),
+                        padding=(2, 3), dilation=(3, 2), pool_kernel=(2, 3),
+                        pool_stride=(2, 1), pool_padding=(1, 1))
+    monkeypatch.delenv("CONV_POOL_GENERAL_COPY_COST", raising=False)
+    assert general_plan(library, case, FLOAT32)["tile"] == "square_n64"
+    monkeypatch.setenv("CONV_POOL_GENERAL_COPY_COST", "1")
+    assert general_plan(library, case, FLOAT32)["tile"] == "square_n128"
+
+
 def test_fp32_accurate_layers_never_fall_to_direct_on_hopper(library, variant_names, seed):
     """allow_tf32 = False: where no 3xTF32 kernel of the 3 x 3 / 2 x 2 path, the chunked or the
     flat one runs a float32 layer (large kernels, wide strides over 8 or more channels), the

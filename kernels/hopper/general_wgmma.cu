@@ -130,10 +130,16 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
   return found;
 }
 
+// Whether the copy engine's box rows are whole runs of a phase's slices (Plan::merged_cols):
+// from the slice-planar copy, up to the engine's 256 elements a box dimension.
+bool merged_rows(const ConvPoolShape& s, const Plan& p, bool staged_copy) {
+  return staged_copy && slice_channels(s.element) * p.phase_cols <= kMaxTmaBox && merged_allowed();
+}
+
 // The plan of tile `tile_id` with `images` images side by side for `s` (why_not set where it
-// cannot run it).
+// cannot run it); x_in_place: the copy engine would read x in place (no slice-planar copy).
 Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int tile_id,
-                    int images, bool split, bool allow_tma, int want_split) {
+                    int images, bool split, bool allow_tma, bool x_in_place, int want_split) {
   Candidate c;
   const TileSpec& t = kTileSpecs[tile_id];
   Plan& p = c.plan;
@@ -279,6 +285,9 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   const bool cluster = tma && !p.persistent && cluster_allowed() && p.epilogue_passes == 1 &&
                        p.tiles <= kClusterSplitMaxTiles;
   const bool fill_split = s.element == kElementFloat32 && !p.split_operands;
+  const double copy_rate = !tma || !copy_cost_allowed() ? 0.0
+                           : merged_rows(s, p, !x_in_place) ? kCopyBytesPerCycleMerged
+                                                            : kCopyBytesPerCycleSlices;
   int forced_steps = 0;  // the tuning hook's split, where it runs
   for (int split = 1; split <= kMaxSplit && split <= p.steps; ++split) {
     const int split_steps = int(ceil_div(p.steps, split));
@@ -302,7 +311,16 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
     const double reduce =
         split > 1 ? (cluster ? 2.0 : split + 1.0) * tile_bytes / kPartialBytesPerCycle : 0.0;
     const double overlap = p.blocks_per_sm == 2 && blocks >= 2 ? kSharedSmFixed : 1.0;
-    const double cost = blocks * (k_steps * k_step_cycles(t) + overlap * fixed_cycles) + reduce;
+    // With the copy term (copy_cost_allowed): a step's boxes at the copy engine's rate into
+    // the SM, which its blocks share, where that is longer than its wgmmas.
+    const double copy_cycles =
+        copy_rate > 0.0 ? double(p.steps) / split *
+                              (p.halo_bytes / copy_rate +
+                               p.weight_stage_bytes / kCopyBytesPerCycleMerged)
+                        : 0.0;
+    const double cost =
+        blocks * (std::max(k_steps * k_step_cycles(t), copy_cycles) + overlap * fixed_cycles) +
+        reduce;
     if (split == 1 || cost < c.cost) {
       c.cost = cost;
       p.split = split;
@@ -339,7 +357,7 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
 // tried when none does. The hooks (general_hooks.h) restrict the candidates where that
 // leaves one.
 Candidate best_plan(const ConvPoolShape& s, const ConvPoolDevice& device, bool split,
-                    bool allow_tma) {
+                    bool allow_tma, bool x_in_place) {
   Candidate best, forced;
   best.why_not = forced.why_not = "no tile";
   const int want_tile = forced_tile(), want_images = forced_images();
@@ -347,7 +365,7 @@ Candidate best_plan(const ConvPoolShape& s, const ConvPoolDevice& device, bool s
   for (int tile = 0; tile < kTileCount; ++tile)
     for (int images = 1; images <= kTileSpecs[tile].square_cols; images *= 2) {
       if (images > 1 && images > s.batch) break;
-      Candidate c = plan_tile(s, device, tile, images, split, allow_tma, want_split);
+      Candidate c = plan_tile(s, device, tile, images, split, allow_tma, x_in_place, want_split);
       if (c.why_not != nullptr) {
         if (best.why_not != nullptr) best.why_not = c.why_not;
         continue;
@@ -374,6 +392,14 @@ bool pixel_slices(const ConvPoolShape& s, const ConvPoolOperands* ops) {
   return ops != nullptr && ops->x_stride[1] == 1 && s.in_channels % per_slice == 0 &&
          ops->x_stride[0] % per_slice == 0 && ops->x_stride[2] % per_slice == 0 &&
          ops->x_stride[3] % per_slice == 0 && aligned16(input_data(s, *ops));
+}
+
+// Whether the copy engine reads x in place (channels-last slices, every stride positive: not an
+// expanded x) rather than from the launch's slice-planar copy ($CONV_POOL_GENERAL_TMA_COPY=1
+// copies always: a tuning and test hook); ops == nullptr stands for NCHW.
+bool x_in_place(const ConvPoolShape& s, const ConvPoolOperands* ops) {
+  return pixel_slices(s, ops) && ops->x_stride[0] > 0 && ops->x_stride[2] > 0 &&
+         ops->x_stride[3] > 0 && !tma_copy_forced();
 }
 
 // Whether the warp-specialized kernel may take `s` read from `ops`: not the 3xTF32 form, not
@@ -437,10 +463,8 @@ int64_t staged_row_slots(const ConvPoolShape& s, const Plan& p) {
   return ceil_div(s.in_width, copy_phases(s, p)) * copy_phases(s, p);
 }
 
-// How the kernel reads x. kTmaInput: in place where the channels are contiguous and every
-// stride (positive) and the address are whole 16-byte slices (channels-last), else from the
-// launch's slice-planar copy ($CONV_POOL_GENERAL_TMA_COPY=1 copies always: a tuning and test
-// hook). The cp.async loaders: by 16-byte pixel slices where the channels are contiguous and
+// How the kernel reads x. kTmaInput: in place (x_in_place) or from the launch's slice-planar
+// copy, its box rows merged where they fit (merged_rows). The cp.async loaders: by 16-byte pixel slices where the channels are contiguous and
 // 16-byte aligned (channels-last), read in place. Other 16-bit inputs are copied to NHWC
 // first; other float32 inputs too where each input element feeds enough work
 // (kNhwcCopyMinWork), else they are read element by element (4-byte copies, the transpose on
@@ -450,11 +474,8 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops,
   const int per_slice = slice_channels(s.element);
   const bool slices = pixel_slices(s, ops);
   if (p.input == kTmaInput) {
-    // In place only with strides the copy engine takes (positive: not an expanded x).
-    const bool in_place = slices && ops->x_stride[0] > 0 && ops->x_stride[2] > 0 &&
-                          ops->x_stride[3] > 0;
-    p.staged_copy = !in_place || tma_copy_forced();
-    p.merged_cols = p.staged_copy && per_slice * p.phase_cols <= kMaxTmaBox && merged_allowed();
+    p.staged_copy = !x_in_place(s, ops);
+    p.merged_cols = merged_rows(s, p, p.staged_copy);
     p.staged_channels = round_up(s.in_channels, per_slice);
     p.staged_input_bytes = p.staged_copy ? int64_t(s.batch) * s.in_height *
                                                staged_row_slots(s, p) * p.staged_channels *
@@ -729,13 +750,16 @@ const char* general_wgmma_unsupported(const ConvPoolShape& s, const ConvPoolDevi
   if (split && s.element != kElementFloat32) return "3xTF32 takes float32 operands";
   if (s.kernel_w > general_wgmma::kMaxKernelCols) return "the kernel is wider than 64 columns";
   if (s.stride_w > general_wgmma::kMaxStrideW) return "the column stride is above 32";
-  return general_wgmma::best_plan(s, device, split, general_wgmma::tma_for(s, nullptr, split))
+  return general_wgmma::best_plan(s, device, split, general_wgmma::tma_for(s, nullptr, split),
+                                  false)
       .why_not;
 }
 
 Plan general_wgmma_plan(const ConvPoolShape& s, const ConvPoolDevice& device,
                         const ConvPoolOperands* ops, bool split) {
-  Plan p = general_wgmma::best_plan(s, device, split, general_wgmma::tma_for(s, ops, split)).plan;
+  Plan p = general_wgmma::best_plan(s, device, split, general_wgmma::tma_for(s, ops, split),
+                                    general_wgmma::x_in_place(s, ops))
+               .plan;
   general_wgmma::choose_input(s, ops, device, p);
   return p;
 }
