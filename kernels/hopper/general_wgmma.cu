@@ -464,11 +464,11 @@ int64_t staged_row_slots(const ConvPoolShape& s, const Plan& p) {
 }
 
 // How the kernel reads x. kTmaInput: in place (x_in_place) or from the launch's slice-planar
-// copy, its box rows merged where they fit (merged_rows). The cp.async loaders: by 16-byte pixel slices where the channels are contiguous and
-// 16-byte aligned (channels-last), read in place. Other 16-bit inputs are copied to NHWC
-// first; other float32 inputs too where each input element feeds enough work
-// (kNhwcCopyMinWork), else they are read element by element (4-byte copies, the transpose on
-// the way in).
+// copy, its box rows merged where they fit (merged_rows). The cp.async loaders: by 16-byte
+// pixel slices where the channels are contiguous and 16-byte aligned (channels-last), read in
+// place. Other 16-bit inputs are copied to NHWC first; other float32 inputs too where each
+// input element feeds enough work (kNhwcCopyMinWork), else they are read element by element
+// (4-byte copies, the transpose on the way in).
 void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops,
                   const ConvPoolDevice& device, Plan& p) {
   const int per_slice = slice_channels(s.element);
