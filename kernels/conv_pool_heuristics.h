@@ -55,7 +55,7 @@ constexpr double kSharedSmFixed = 0.6;
 // place from channels-last, or strided boxes) ~13, whatever the tile (H200, every tile forced on
 // the fuzz's 24 slowest general-kernel layers: 10-18 bytes a cycle a SM, a step's time
 // proportional to its bytes); merged rows ~21 (strided NCHW layers from the column-phased
-// copy, about the L2's rate over 132 SMs) (docs/PERF.md, v60).
+// copy, about the L2's rate over 132 SMs) (docs/PERF.md).
 constexpr double kCopyBytesPerCycleSlices = 13.0;
 constexpr double kCopyBytesPerCycleMerged = 21.0;
 // Split reductions: at most this many blocks a tile, each at least kMinSplitSteps steps; the
