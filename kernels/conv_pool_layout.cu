@@ -63,7 +63,7 @@ __global__ void to_slices_kernel(const Raw* src, int64_t s0, int64_t s1, int64_t
   const int64_t pixel0 = int64_t(blockIdx.x) * 32;
   const int channel0 = blockIdx.y * 32;
   const int64_t plane = int64_t(height) * width;  // pixels of one image
-  const int phase_width = (width + phases - 1) / phases, pitch = phases * phase_width;
+  const int phase_width = conv_pool_phase_width(width, phases), pitch = phases * phase_width;
   const int64_t dst_plane = int64_t(height) * pitch;
   load_tile(src, s0, s1, s2, s3, pixels, channels, height, width, pixel0, channel0, tile);
   __syncthreads();
@@ -120,7 +120,7 @@ cudaError_t conv_pool_to_slices(const void* src, const int64_t* stride, int elem
                                         slices, dst, stream);
   }
   // The tiled transpose writes the columns only: the slots no column fills are zeroed first.
-  const int phase_width = (width + phases - 1) / phases;
+  const int phase_width = conv_pool_phase_width(width, phases);
   if (phases * phase_width != width) {
     const size_t bytes = size_t(batch) * slices * height * phases * phase_width * 16;
     if (cudaError_t error = cudaMemsetAsync(dst, 0, bytes, stream); error != cudaSuccess)

@@ -12,7 +12,8 @@
 
 #include <cstdint>
 
-#include "conv_pool_shape.h"  // CONV_POOL_HD
+#include "conv_pool_layout.h"  // conv_pool_phase_width
+#include "conv_pool_shape.h"   // CONV_POOL_HD
 
 template <class Raw>
 struct PlanesToSlices {
@@ -48,7 +49,7 @@ PlanesToSlices<Raw> planes_to_slices_job(const void* src, const int64_t* stride,
   job.channel_stride = stride[1];
   job.width = width;
   job.phases = phases;
-  job.phase_width = (width + phases - 1) / phases;
+  job.phase_width = conv_pool_phase_width(width, phases);
   job.plane = int64_t(height) * (phases > 1 ? phases * job.phase_width : width);
   job.positions = batch * slices * job.plane;
   job.channels = channels;

@@ -8,6 +8,14 @@
 
 #include <cstdint>
 
+#include "conv_pool_shape.h"  // CONV_POOL_HD
+
+// Columns of one phase's run in a row of the slice-planar copy with `phases` column phases
+// (conv_pool_to_slices): a row is phases x this many 16-byte slots.
+CONV_POOL_HD inline int conv_pool_phase_width(int width, int phases) {
+  return (width + phases - 1) / phases;
+}
+
 // dst[((n * height + h) * width + w) * dst_channels + c] = src(n, c, h, w) for c < channels (at
 // src + n * src_stride[0] + c * src_stride[1] + h * src_stride[2] + w * src_stride[3]), 0 for
 // channels <= c < dst_channels; elements of element_bytes = 2 or 4 bytes (raw words: no

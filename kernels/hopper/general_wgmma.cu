@@ -460,7 +460,7 @@ bool weights_in_place(const ConvPoolShape& s, const ConvPoolOperands* ops, const
 // of its rows.
 int copy_phases(const ConvPoolShape& s, const Plan& p) { return p.merged_cols ? s.stride_w : 1; }
 int64_t staged_row_slots(const ConvPoolShape& s, const Plan& p) {
-  return ceil_div(s.in_width, copy_phases(s, p)) * copy_phases(s, p);
+  return int64_t(conv_pool_phase_width(s.in_width, copy_phases(s, p))) * copy_phases(s, p);
 }
 
 // How the kernel reads x. kTmaInput: in place (x_in_place) or from the launch's slice-planar
