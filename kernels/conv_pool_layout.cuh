@@ -1,108 +1,121 @@
-// The slice-planar copy of an input whose channel planes are contiguous (NCHW-like: unit column
-// stride, rows `width` apart), as one job a launch can run alone (conv_pool_layout.cu) or beside
-// other work in the same grid (the general kernel's preparation launch, general_wgmma.cu).
-// Slice-planar: dst[((n * slices + j) * plane + pixel) * E + e] = src(n, j E + e, pixel), zeros
-// past the channels, E = 16 / sizeof(Raw) channels a 16-byte slice. With column phases P > 1
-// (a layer of column stride P), each row's columns are grouped by phase: column w at
-// (w % P) x ceil(width / P) + w / P of a row of P x ceil(width / P) slots, zeros in the slots
-// no column fills, so that the columns a strided box reads are one contiguous run.
+// The slice-planar copy of x (conv_pool_to_slices, conv_pool_layout.h) as one job a launch can
+// run alone (conv_pool_layout.cu) or beside other work in the same grid (the general kernel's
+// preparation launch, general_wgmma.cu), for an input of any strides.
+// Slice-planar: dst[((n * slices + j) * plane + slot) * E + e] = src(n, j E + e, pixel of the
+// slot), zeros past the channels, E = 16 / sizeof(Raw) channels a 16-byte slice. With column
+// phases P > 1 (a layer of column stride P), each row's columns are grouped by phase: column w
+// at (w % P) x ceil(width / P) + w / P of a row of P x ceil(width / P) slots, zeros in the slots
+// no column fills, so that the columns a strided box reads are one contiguous run; the slots of
+// phases outside phase_mask (column residues no tap reads) are not written.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 
 #include "conv_pool_layout.h"  // conv_pool_phase_width
 #include "conv_pool_shape.h"   // CONV_POOL_HD
 
 template <class Raw>
-struct PlanesToSlices {
+struct ToSlices {
   static constexpr int kSlice = 16 / int(sizeof(Raw));
-  // The copy's positions (image, slice, pixel), pixel fastest, are one sequence in dst's order;
-  // a segment of it is kSegmentThreads consecutive threads (one block of the launch), each
-  // taking kPixelsPerThread positions kSegmentThreads apart, so that small planes fill blocks
-  // as large ones do.
-  static constexpr int kSegmentThreads = 256;
-  static constexpr int kPixelsPerThread = 2;
-  static constexpr int kSegmentPixels = kSegmentThreads * kPixelsPerThread;
+  // A thread copies one slot's pixel, kGroupSlices slices of it: its loads are kGroupSlices x
+  // kSlice channels of one pixel (one contiguous run where the channels are: channels-last),
+  // and a warp's loads of one channel are consecutive pixels (along a row of an NCHW plane);
+  // each of its stores is a warp's 512 contiguous bytes (or one run a phase).
+  static constexpr int kGroupSlices = 4;
+  static constexpr int kBlockThreads = 256;
   const Raw* src;
-  int64_t image_stride, channel_stride;  // elements
-  int64_t plane;                         // dst slots of one image's slice (height x row)
-  int64_t positions;                     // batch x slices x plane
-  int channels, slices;
-  int width, phases, phase_width;        // phases > 1: a row of phases x phase_width slots
+  int64_t stride[4];  // src's (image, channel, row, column) strides, elements
+  int channels, slices, groups;  // groups: ceil(slices / kGroupSlices)
+  int width, phases, phase_width, pitch;  // a dst row: pitch = phases x phase_width slots
+  uint32_t phase_mask;                    // the phases copied (all where phases = 1)
+  int64_t plane;      // dst slots of one image's slice: height x pitch
+  int64_t positions;  // (image, slice group, slot), slot fastest: batch x groups x plane
   Raw* dst;
 
-  // Threads the job takes: whole segments over the positions.
+  // Threads the job takes: whole blocks over the positions.
   CONV_POOL_HD int64_t items() const {
-    return (positions + kSegmentPixels - 1) / kSegmentPixels * kSegmentThreads;
+    return (positions + kBlockThreads - 1) / kBlockThreads * kBlockThreads;
   }
 };
 
 template <class Raw>
-PlanesToSlices<Raw> planes_to_slices_job(const void* src, const int64_t* stride, int64_t batch,
-                                         int channels, int height, int width, int phases,
-                                         int slices, void* dst) {
-  PlanesToSlices<Raw> job;
+ToSlices<Raw> to_slices_job(const void* src, const int64_t* stride, int64_t batch, int channels,
+                            int height, int width, int phases, uint32_t phase_mask, int slices,
+                            void* dst) {
+  ToSlices<Raw> job;
   job.src = static_cast<const Raw*>(src);
-  job.image_stride = stride[0];
-  job.channel_stride = stride[1];
+  for (int d = 0; d < 4; ++d) job.stride[d] = stride[d];
+  job.channels = channels;
+  job.slices = slices;
+  job.groups = (slices + ToSlices<Raw>::kGroupSlices - 1) / ToSlices<Raw>::kGroupSlices;
   job.width = width;
   job.phases = phases;
   job.phase_width = conv_pool_phase_width(width, phases);
-  job.plane = int64_t(height) * (phases > 1 ? phases * job.phase_width : width);
-  job.positions = batch * slices * job.plane;
-  job.channels = channels;
-  job.slices = slices;
+  job.pitch = phases * job.phase_width;
+  job.phase_mask = phases > 1 ? phase_mask : 1u;
+  job.plane = int64_t(height) * job.pitch;
+  job.positions = batch * job.groups * job.plane;
   job.dst = static_cast<Raw*>(dst);
   return job;
 }
 
 #if defined(__CUDACC__)
-// Item `index` of the job: kPixelsPerThread positions, each kSlice element loads (one a channel)
-// and one 16-byte store of the pixel's slice. A warp's loads of one channel are consecutive
-// elements (within a plane) and its stores 512 contiguous bytes, whatever the plane's size or
-// alignment; all of a thread's loads are issued before its stores.
+// Position `index`'s image, slice group, slot in their plane and that slot's row; I = 32-bit
+// indices where every position fits them.
+template <class I, class Raw>
+__device__ __forceinline__ void to_slices_place(const ToSlices<Raw>& job, int64_t index,
+                                                int64_t& image, int& group, int64_t& slot,
+                                                int& h) {
+  const I row = I(index) / I(job.plane), within = I(index) - row * I(job.plane);
+  slot = int64_t(within);
+  h = int(within / I(job.pitch));
+  image = int64_t(row / I(job.groups));
+  group = int(row - I(image) * I(job.groups));
+}
+
+// Item `index` of the job: its slot's kGroupSlices x kSlice channel loads, then one 16-byte
+// store a slice. Slots past the row's columns (phases > 1) get zeros.
 template <class Raw>
-__device__ __forceinline__ void planes_to_slices_item(const PlanesToSlices<Raw>& job,
-                                                      int64_t index) {
-  using Job = PlanesToSlices<Raw>;
-  constexpr int kSlice = Job::kSlice;
-  const int64_t first = index / Job::kSegmentThreads * Job::kSegmentPixels +
-                        index % Job::kSegmentThreads;
+__device__ __forceinline__ void to_slices_item(const ToSlices<Raw>& job, int64_t index) {
+  using Job = ToSlices<Raw>;
+  constexpr int kSlice = Job::kSlice, kGroup = Job::kGroupSlices;
+  if (index >= job.positions) return;
+  int64_t image, slot;
+  int group, h;
+  if (job.positions <= INT_MAX)
+    to_slices_place<uint32_t>(job, index, image, group, slot, h);
+  else
+    to_slices_place<int64_t>(job, index, image, group, slot, h);
+  const int col = int(slot - int64_t(h) * job.pitch);
+  int w = col;
+  if (job.phases > 1) {
+    const int phase = col / job.phase_width;
+    if (!((job.phase_mask >> phase) & 1u)) return;  // a phase no tap reads
+    w = (col - phase * job.phase_width) * job.phases + phase;
+  }
+  const Raw* pixel = job.src + image * job.stride[0] + h * job.stride[2] + w * job.stride[3];
+  const int live = w < job.width ? job.channels - group * kGroup * kSlice : 0;
   union Vector {
     Raw raw[kSlice];
     uint4 bits;
   };
-  Vector by_pixel[Job::kPixelsPerThread];
+  Vector by_slice[kGroup];
 #pragma unroll
-  for (int i = 0; i < Job::kPixelsPerThread; ++i) {
-    const int64_t position = first + i * Job::kSegmentThreads;
-    const int64_t row = position / job.plane, pixel = position - row * job.plane;
-    const int slice = int(row % job.slices);
-    const int64_t image = row / job.slices;
-    int64_t offset = pixel;  // of the source pixel in its plane
-    bool filled = true;      // (a slot some column fills)
-    if (job.phases > 1) {
-      const int pitch = job.phases * job.phase_width;
-      const int h = int(pixel / pitch), col = int(pixel - int64_t(h) * pitch);
-      const int phase = col / job.phase_width;
-      const int w = (col - phase * job.phase_width) * job.phases + phase;
-      filled = w < job.width;
-      offset = int64_t(h) * job.width + w;
+  for (int g = 0; g < kGroup; ++g)
+#pragma unroll
+    for (int e = 0; e < kSlice; ++e) {
+      const int c = g * kSlice + e;  // from the group's first channel
+      by_slice[g].raw[e] =
+          c < live ? pixel[int64_t(group * kGroup * kSlice + c) * job.stride[1]] : Raw(0);
     }
-    const Raw* planes = job.src + image * job.image_stride +
-                        int64_t(slice * kSlice) * job.channel_stride + offset;
-    const int live = position < job.positions && filled ? job.channels - slice * kSlice : 0;
-#pragma unroll
-    for (int c = 0; c < kSlice; ++c)
-      by_pixel[i].raw[c] = c < live ? planes[int64_t(c) * job.channel_stride] : Raw(0);
-  }
   uint4* out = reinterpret_cast<uint4*>(job.dst);
 #pragma unroll
-  for (int i = 0; i < Job::kPixelsPerThread; ++i) {
-    const int64_t position = first + i * Job::kSegmentThreads;
-    if (position < job.positions) out[position] = by_pixel[i].bits;
+  for (int g = 0; g < kGroup; ++g) {
+    const int slice = group * kGroup + g;
+    if (slice < job.slices) out[(image * job.slices + slice) * job.plane + slot] = by_slice[g].bits;
   }
 }
 #endif

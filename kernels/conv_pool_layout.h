@@ -25,19 +25,13 @@ cudaError_t conv_pool_to_channels_last(const void* src, const int64_t* src_strid
                                        int height, int width, int dst_channels, void* dst,
                                        cudaStream_t stream);
 
-// Whether an input of these strides (n, c, h, w) and width has contiguous channel planes (unit
-// column stride, rows `width` apart): conv_pool_to_slices then copies it without shared memory
-// (PlanesToSlices, conv_pool_layout.cuh), a job the general kernel's preparation launch runs
-// beside its own.
-inline bool conv_pool_planes_contiguous(const int64_t* stride, int width) {
-  return stride[3] == 1 && stride[2] == width;
-}
-
 // Slice-planar: dst[(((n * slices + j) * height + h) * width + w) * E + e] = src(n, j E + e, h, w)
 // for channel j E + e < channels, else 0, with E = 16 / element_bytes channels a 16-byte slice
 // (element_bytes = 2 or 4; raw words, no conversion). With phases P > 1, a row is P x
 // ceil(width / P) slots and column w lands at (w % P) x ceil(width / P) + w / P (zeros in the
-// slots no column fills; conv_pool_layout.cuh). On `stream`.
+// slots no column fills; those of the phases outside phase_mask, bit r phase r, are not
+// written: conv_pool_layout.cuh). Any strides. On `stream`.
 cudaError_t conv_pool_to_slices(const void* src, const int64_t* src_stride, int element_bytes,
                                 int64_t batch, int channels, int height, int width, int phases,
-                                int slices, void* dst, cudaStream_t stream);
+                                uint32_t phase_mask, int slices, void* dst,
+                                cudaStream_t stream);

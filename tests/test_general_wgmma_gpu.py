@@ -389,10 +389,11 @@ PHASED_CASES = [
 def test_column_phased_copy_of_strided_layers_matches_float64(ext, lib, device, seed, dtype,
                                                               copy, path, monkeypatch):
     """The slice-planar copy of x for a layer of column stride P holds each row's columns by
-    phase (column w at (w % P) x ceil(W / P) + w / P, zeros where no column is), so that a box
-    row is one run of a phase's slices: made in the preparation launch (NCHW planes), in a launch
-    of its own ($CONV_POOL_GENERAL_SEPARATE_PREP=1), or by the tiled transpose (a channels-last
-    x copied: $CONV_POOL_GENERAL_TMA_COPY=1), which zeroes the unfilled slots first."""
+    phase (column w at (w % P) x ceil(W / P) + w / P, zeros where no column is; the phases no
+    tap reads are not written), so that a box row is one run of a phase's slices: made in the
+    preparation launch (NCHW planes, or a channels-last x copied:
+    $CONV_POOL_GENERAL_TMA_COPY=1) or in a launch of its own
+    ($CONV_POOL_GENERAL_SEPARATE_PREP=1)."""
     monkeypatch.delenv("CONV_POOL_GENERAL_TMA", raising=False)
     monkeypatch.setenv("CONV_POOL_GENERAL_TMA_COPY", "1")
     if copy == "separate":
@@ -412,6 +413,44 @@ def test_column_phased_copy_of_strided_layers_matches_float64(ext, lib, device, 
             x = x.contiguous(memory_format=torch.channels_last)
         check(ext, case, x, w, b, dtype, f"{case} {copy} {plan}")
     assert merged >= (0 if path == "tma_slices" else 2), merged
+
+
+def strided_input(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """x's values in storage the copy engine cannot read in place: channels-last with channels
+    that do not fill their last 16-byte slice (the caller picks such counts), every image the
+    same one expanded (batch stride 0), or rows and columns swapped in memory."""
+    if layout == "channels_last":
+        return x.contiguous(memory_format=torch.channels_last)
+    if layout == "expanded":
+        return x[:1].expand_as(x)
+    assert layout == "transposed", layout
+    return x.transpose(2, 3).contiguous().transpose(2, 3)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("layout", ["channels_last", "expanded", "transposed"])
+def test_slice_planar_copy_of_any_strides_matches_float64(ext, lib, device, seed, dtype, layout,
+                                                          monkeypatch):
+    """The launch's slice-planar copy reads x through its own strides (each thread one pixel's
+    slices): channels-last x (copied where its channels, 13 and 37 here, do not fill the last
+    16-byte slice; read in place otherwise), an expanded x and one of swapped row and column
+    strides, on the column-strided layers above (phased
+    copies, some phases unread) and on unit-stride ones, in the preparation launch and in a
+    launch of its own."""
+    monkeypatch.delenv("CONV_POOL_GENERAL_TMA", raising=False)
+    rng = random.Random(seed)
+    cases = PHASED_CASES + [
+        ConvPoolCase("s1_3x3", 3, 13, 40, 15, 21, (3, 3), padding=(1, 1)),
+        ConvPoolCase("s1_pointwise", 2, 37, 24, 8, 70, (1, 1), pool_kernel=(2, 2),
+                     pool_stride=(2, 2)),
+    ]
+    for separate in ("0", "1"):
+        monkeypatch.setenv("CONV_POOL_GENERAL_SEPARATE_PREP", separate)
+        for case in cases:
+            x, w, b = operands(case, rng.randrange(2**31), dtype)
+            x_in = strided_input(x, layout)
+            check(ext, case, x_in, w, b, dtype,
+                  f"{case} {layout} separate={separate} strides={x_in.stride()}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)

@@ -459,6 +459,17 @@ bool weights_in_place(const ConvPoolShape& s, const ConvPoolOperands* ops, const
 // producer's boxes read merged rows (a phase's columns one run), else 1; and the slots of one
 // of its rows.
 int copy_phases(const ConvPoolShape& s, const Plan& p) { return p.merged_cols ? s.stride_w : 1; }
+// The phases of the copy some box reads (bit r: columns r mod stride_w): a tile's boxes start at
+// column conv_col0 x stride_w - pad_w, so its offset r (Plan::phase_mask) is the residue
+// (r - pad_w) mod stride_w.
+uint32_t copy_phase_mask(const ConvPoolShape& s, const Plan& p) {
+  const int phases = copy_phases(s, p);
+  if (phases == 1) return 1u;
+  uint32_t mask = 0;
+  for (int r = 0; r < phases; ++r)
+    if ((p.phase_mask >> r) & 1u) mask |= 1u << ((((r - s.pad_w) % phases) + phases) % phases);
+  return mask;
+}
 int64_t staged_row_slots(const ConvPoolShape& s, const Plan& p) {
   return int64_t(conv_pool_phase_width(s.in_width, copy_phases(s, p))) * copy_phases(s, p);
 }
@@ -663,7 +674,7 @@ __device__ __forceinline__ void pack_weights(const PackJob<Raw>& job, const Conv
 template <class Raw, int kSliceChannels>
 __global__ void __launch_bounds__(256)
     prepare_kernel(const PackJob<Raw> pack, const ConvPoolShape s, const Plan p,
-                   int64_t pack_blocks, const PlanesToSlices<Raw> copy, uint32_t* counters,
+                   int64_t pack_blocks, const ToSlices<Raw> copy, uint32_t* counters,
                    int counter_words) {
   if (blockIdx.x < pack_blocks) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < counter_words;
@@ -672,7 +683,7 @@ __global__ void __launch_bounds__(256)
     pack_weights<Raw, kSliceChannels>(pack, s, p, blockIdx.x, pack_blocks);
     return;
   }
-  planes_to_slices_item(copy, (blockIdx.x - pack_blocks) * int64_t(blockDim.x) + threadIdx.x);
+  to_slices_item(copy, (blockIdx.x - pack_blocks) * int64_t(blockDim.x) + threadIdx.x);
 }
 
 // 3xTF32: x as NHWC with staged_channels a pixel, staged chunk j holding chunk j / 3 of x (8
@@ -723,14 +734,14 @@ cudaError_t prepare(const Raw* weight, const ConvPoolOperands& ops, const ConvPo
       return error;
     counter_words = 0;
   }
-  PlanesToSlices<Raw> copy{};
+  ToSlices<Raw> copy{};
   int64_t copy_blocks = 0;
   if (copy_x) {
-    copy = planes_to_slices_job<Raw>(input_data(s, ops), ops.x_stride, s.batch, s.in_channels,
-                                     s.in_height, s.in_width, copy_phases(s, p),
-                                     p.staged_channels / kSliceChannels,
-                                     const_cast<void*>(p.staged_input));
-    static_assert(PlanesToSlices<Raw>::kSegmentThreads == 256, "a copy segment is one block");
+    copy = to_slices_job<Raw>(input_data(s, ops), ops.x_stride, s.batch, s.in_channels,
+                              s.in_height, s.in_width, copy_phases(s, p), copy_phase_mask(s, p),
+                              p.staged_channels / kSliceChannels,
+                              const_cast<void*>(p.staged_input));
+    static_assert(ToSlices<Raw>::kBlockThreads == 256, "the copy's blocks are the launch's");
     copy_blocks = ceil_div(copy.items(), 256);
   }
   if (units == 0 && counter_words == 0 && copy_blocks == 0) return cudaSuccess;  // nothing to do
@@ -791,11 +802,10 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
                             region_bytes(p.staged_input_bytes);
   p.partials = partials;
   p.counters = partials + (p.partial_bytes - 4 * p.tiles);
-  // The slice-planar copy of an NCHW x rides in the preparation launch where its channel planes
-  // are contiguous; other strides take conv_pool_to_slices' own launch.
+  // The slice-planar copy of x rides in the preparation launch (with
+  // $CONV_POOL_GENERAL_SEPARATE_PREP=1: conv_pool_to_slices' own launch).
   const bool separate = separate_preparation();
-  const bool copy_in_preparation = p.input == kTmaInput && p.staged_copy && !separate &&
-                                   conv_pool_planes_contiguous(ops.x_stride, s.in_width);
+  const bool copy_in_preparation = p.input == kTmaInput && p.staged_copy && !separate;
   cudaError_t prepared =
       s.element == kElementFloat32
           ? prepare<float, 4>(ops.weight, ops, s, p, copy_in_preparation, separate, stream)
@@ -815,7 +825,7 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
     if (p.staged_copy && !copy_in_preparation) {
       if (cudaError_t error = conv_pool_to_slices(
               input_data(s, ops), ops.x_stride, element_bytes(s), s.batch, s.in_channels,
-              s.in_height, s.in_width, copy_phases(s, p),
+              s.in_height, s.in_width, copy_phases(s, p), copy_phase_mask(s, p),
               p.staged_channels / slice_channels(s.element),
               const_cast<void*>(p.staged_input), stream);
           error != cudaSuccess)
