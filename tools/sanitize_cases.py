@@ -193,6 +193,14 @@ CASES = {
     "general_large_kernel_channels_last": ConvPoolCase(
         "general_large_kernel_channels_last", 2, 256, 136, 27, 27, (5, 5), padding=(2, 2),
         pool_kernel=(3, 3), pool_stride=(2, 2)),
+    # The slice-planar copy of a channels-last x whose channels do not fill whole slices, at a
+    # column stride (phases, one of them unread), and of an NCHW x at stride 4 (one phase of
+    # four copied).
+    "general_phased_copy_channels_last": ConvPoolCase(
+        "general_phased_copy_channels_last", 2, 13, 72, 20, 29, (3, 2), stride=(1, 3),
+        padding=(2, 1), dilation=(2, 2), pool_kernel=(2, 3), pool_stride=(1, 2), ceil_mode=True),
+    "general_pointwise_phased": ConvPoolCase("general_pointwise_phased", 2, 37, 64, 9, 30,
+                                             (1, 1), stride=(4, 4), pool_kernel=(1, 2)),
     "general_strided_channels_last": ConvPoolCase(
         "general_strided_channels_last", 3, 40, 72, 45, 51, (3, 3), stride=(2, 2),
         padding=(1, 1), pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1),
@@ -209,6 +217,7 @@ CASES = {
 # Cases whose input and weight are made channels-last (same values), as in a channels-last
 # model (the general kernel then reads such weights in place).
 CHANNELS_LAST = {"unpooled_strips_channels_last", "general_large_kernel_channels_last",
+                 "general_phased_copy_channels_last",
                  "general_paired_channels_last",
                  "general_strided_channels_last", "general_split_channels_last",
                  "channels_last_tails", "narrow_channels_last", "strip_tiles_channels_last",

@@ -81,7 +81,7 @@ enum InputPath : int {
   kTmaInput = 2,     // the warp-specialized kernel: the tensor copy engine brings each (image,
                      // column phase) of a step's halo as one box of a 5-D view of x, [slice]
                      // [row][column][16 bytes], from x itself (channels-last) or from the launch's
-                     // slice-planar copy (NCHW inputs: [image][slice][row][column][16 bytes])
+                     // slice-planar copy (other inputs: [image][slice][row][column][16 bytes])
 };
 
 struct Plan {
