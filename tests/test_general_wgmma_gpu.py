@@ -420,7 +420,7 @@ def strided_input(x: torch.Tensor, layout: str) -> torch.Tensor:
     that do not fill their last 16-byte slice (the caller picks such counts), every image the
     same one expanded (batch stride 0), or rows and columns swapped in memory."""
     if layout == "channels_last":
-        return x.contiguous(memory_format=torch.channels_last)
+        return with_layout(x, layout)
     if layout == "expanded":
         return x[:1].expand_as(x)
     assert layout == "transposed", layout

@@ -460,14 +460,14 @@ bool weights_in_place(const ConvPoolShape& s, const ConvPoolOperands* ops, const
 // of its rows.
 int copy_phases(const ConvPoolShape& s, const Plan& p) { return p.merged_cols ? s.stride_w : 1; }
 // The phases of the copy some box reads (bit r: columns r mod stride_w): a tile's boxes start at
-// column conv_col0 x stride_w - pad_w, so its offset r (Plan::phase_mask) is the residue
-// (r - pad_w) mod stride_w.
+// column conv_col0 x stride_w - pad_w, so its offset r (Plan::phase_mask) is the phase of
+// column r - pad_w.
 uint32_t copy_phase_mask(const ConvPoolShape& s, const Plan& p) {
   const int phases = copy_phases(s, p);
   if (phases == 1) return 1u;
   uint32_t mask = 0;
   for (int r = 0; r < phases; ++r)
-    if ((p.phase_mask >> r) & 1u) mask |= 1u << ((((r - s.pad_w) % phases) + phases) % phases);
+    if ((p.phase_mask >> r) & 1u) mask |= 1u << phase_run(r - s.pad_w, phases).phase;
   return mask;
 }
 int64_t staged_row_slots(const ConvPoolShape& s, const Plan& p) {
