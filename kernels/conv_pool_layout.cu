@@ -57,10 +57,10 @@ __global__ void __launch_bounds__(256) to_slices_kernel(const ToSlices<Raw> job)
 
 template <class Raw>
 cudaError_t to_slices(const void* src, const int64_t* stride, int64_t batch, int channels,
-                      int height, int width, int phases, uint32_t phase_mask, int slices,
-                      void* dst, cudaStream_t stream) {
+                      int height, int width, int phases, uint32_t phase_mask, CopyRows rows,
+                      int slices, void* dst, cudaStream_t stream) {
   const ToSlices<Raw> job = to_slices_job<Raw>(src, stride, batch, channels, height, width,
-                                               phases, phase_mask, slices, dst);
+                                               phases, phase_mask, rows, slices, dst);
   constexpr int kBlock = ToSlices<Raw>::kBlockThreads;
   to_slices_kernel<Raw><<<unsigned(job.items() / kBlock), kBlock, 0, stream>>>(job);
   return cudaGetLastError();
@@ -70,16 +70,16 @@ cudaError_t to_slices(const void* src, const int64_t* stride, int64_t batch, int
 
 cudaError_t conv_pool_to_slices(const void* src, const int64_t* stride, int element_bytes,
                                 int64_t batch, int channels, int height, int width, int phases,
-                                uint32_t phase_mask, int slices, void* dst,
+                                uint32_t phase_mask, CopyRows rows, int slices, void* dst,
                                 cudaStream_t stream) {
   if (batch * height * width == 0 || slices == 0) return cudaSuccess;
-  if (phases < 1) return cudaErrorInvalidValue;
+  if (phases < 1 || rows.phases < 1 || rows.phases > 32) return cudaErrorInvalidValue;
   if (element_bytes == 4)
     return to_slices<float>(src, stride, batch, channels, height, width, phases, phase_mask,
-                            slices, dst, stream);
+                            rows, slices, dst, stream);
   if (element_bytes == 2)
     return to_slices<uint16_t>(src, stride, batch, channels, height, width, phases, phase_mask,
-                               slices, dst, stream);
+                               rows, slices, dst, stream);
   return cudaErrorInvalidValue;
 }
 

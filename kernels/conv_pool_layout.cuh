@@ -6,7 +6,8 @@
 // phases P > 1 (a layer of column stride P), each row's columns are grouped by phase: column w
 // at (w % P) x ceil(width / P) + w / P of a row of P x ceil(width / P) slots, zeros in the slots
 // no column fills, so that the columns a strided box reads are one contiguous run; the slots of
-// phases outside phase_mask (column residues no tap reads) are not written.
+// phases outside phase_mask (column residues no tap reads) are not written, nor the rows
+// outside row_mask (row residues mod row_phases no tap reads).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,6 +32,8 @@ struct ToSlices {
   int channels, slices, groups;  // groups: ceil(slices / kGroupSlices)
   int width, phases, phase_width, pitch;  // a dst row: pitch = phases x phase_width slots
   uint32_t phase_mask;                    // the phases copied (all where phases = 1)
+  int row_phases;                         // rows h copied: bit h mod row_phases of row_mask
+  uint32_t row_mask;
   int64_t plane;      // dst slots of one image's slice: height x pitch
   int64_t positions;  // (image, slice group, slot), slot fastest: batch x groups x plane
   Raw* dst;
@@ -43,8 +46,8 @@ struct ToSlices {
 
 template <class Raw>
 ToSlices<Raw> to_slices_job(const void* src, const int64_t* stride, int64_t batch, int channels,
-                            int height, int width, int phases, uint32_t phase_mask, int slices,
-                            void* dst) {
+                            int height, int width, int phases, uint32_t phase_mask,
+                            CopyRows rows, int slices, void* dst) {
   ToSlices<Raw> job;
   job.src = static_cast<const Raw*>(src);
   for (int d = 0; d < 4; ++d) job.stride[d] = stride[d];
@@ -56,6 +59,8 @@ ToSlices<Raw> to_slices_job(const void* src, const int64_t* stride, int64_t batc
   job.phase_width = conv_pool_phase_width(width, phases);
   job.pitch = phases * job.phase_width;
   job.phase_mask = phases > 1 ? phase_mask : 1u;
+  job.row_phases = rows.phases > 1 ? rows.phases : 1;
+  job.row_mask = rows.phases > 1 ? rows.mask : 1u;
   job.plane = int64_t(height) * job.pitch;
   job.positions = batch * job.groups * job.plane;
   job.dst = static_cast<Raw*>(dst);
@@ -89,6 +94,7 @@ __device__ __forceinline__ void to_slices_item(const ToSlices<Raw>& job, int64_t
     to_slices_place<uint32_t>(job, index, image, group, slot, h);
   else
     to_slices_place<int64_t>(job, index, image, group, slot, h);
+  if (job.row_phases > 1 && !((job.row_mask >> (h % job.row_phases)) & 1u)) return;  // no tap
   const int col = int(slot - int64_t(h) * job.pitch);
   int w = col;
   if (job.phases > 1) {

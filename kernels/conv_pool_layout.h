@@ -30,8 +30,13 @@ cudaError_t conv_pool_to_channels_last(const void* src, const int64_t* src_strid
 // (element_bytes = 2 or 4; raw words, no conversion). With phases P > 1, a row is P x
 // ceil(width / P) slots and column w lands at (w % P) x ceil(width / P) + w / P (zeros in the
 // slots no column fills; those of the phases outside phase_mask, bit r phase r, are not
-// written: conv_pool_layout.cuh). Any strides. On `stream`.
+// written: conv_pool_layout.cuh). Rows h whose residue h mod rows.phases is outside rows.mask
+// are not written either ({1, 1}: every row). Any strides. On `stream`.
+struct CopyRows {
+  int phases;
+  uint32_t mask;  // bit r: the rows h with h mod phases = r are copied
+};
 cudaError_t conv_pool_to_slices(const void* src, const int64_t* src_stride, int element_bytes,
                                 int64_t batch, int channels, int height, int width, int phases,
-                                uint32_t phase_mask, int slices, void* dst,
+                                uint32_t phase_mask, CopyRows rows, int slices, void* dst,
                                 cudaStream_t stream);

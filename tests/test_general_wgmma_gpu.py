@@ -381,6 +381,12 @@ PHASED_CASES = [
     ConvPoolCase("s4_pointwise", 1, 37, 64, 9, 30, (1, 1), stride=(4, 4), pool_kernel=(1, 2)),
     ConvPoolCase("s2_padded", 2, 16, 32, 12, 12, (5, 5), stride=(2, 2), padding=(2, 3),
                  pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1)),
+    # Rows no tap reads: odd rows only (3 x 3 at row stride 2, dilation 2, padding 1); rows
+    # 0 and 2 mod 3 (2 x 1 at row stride 3, padding 1).
+    ConvPoolCase("s2_odd_rows", 2, 20, 48, 21, 18, (3, 3), stride=(2, 1), padding=(1, 1),
+                 dilation=(2, 1)),
+    ConvPoolCase("s3_rows", 3, 24, 40, 26, 15, (2, 1), stride=(3, 2), padding=(1, 0),
+                 pool_kernel=(2, 1), pool_stride=(1, 1)),
 ]
 
 
@@ -389,23 +395,24 @@ PHASED_CASES = [
 def test_column_phased_copy_of_strided_layers_matches_float64(ext, lib, device, seed, dtype,
                                                               copy, path, monkeypatch):
     """The slice-planar copy of x for a layer of column stride P holds each row's columns by
-    phase (column w at (w % P) x ceil(W / P) + w / P, zeros where no column is; the phases no
-    tap reads are not written), so that a box row is one run of a phase's slices: made in the
-    preparation launch (NCHW planes, or a channels-last x copied:
+    phase (column w at (w % P) x ceil(W / P) + w / P, zeros where no column is; the phases and
+    the rows no tap reads are not written), so that a box row is one run of a phase's slices:
+    made in the preparation launch (NCHW planes, or a channels-last x copied:
     $CONV_POOL_GENERAL_TMA_COPY=1) or in a launch of its own
-    ($CONV_POOL_GENERAL_SEPARATE_PREP=1)."""
+    ($CONV_POOL_GENERAL_SEPARATE_PREP=1). The copy's memory is NaN before it
+    ($CONV_POOL_GENERAL_POISON_COPY=1), so a slot the kernel reads but the copy skipped shows."""
     monkeypatch.delenv("CONV_POOL_GENERAL_TMA", raising=False)
     monkeypatch.setenv("CONV_POOL_GENERAL_TMA_COPY", "1")
+    monkeypatch.setenv("CONV_POOL_GENERAL_POISON_COPY", "1")
     if copy == "separate":
         monkeypatch.setenv("CONV_POOL_GENERAL_SEPARATE_PREP", "1")
     rng = random.Random(seed)
-    per_slice = 4 if dtype == torch.float32 else 8
     merged = 0
     for case in PHASED_CASES:
         plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
         assert plan["input"] == "tma", plan
         image_cols = int(plan["halo"].split("x")[1]) // plan["images"]
-        expected = path != "tma_slices" and -(-image_cols // case.stride[1]) * per_slice <= 256
+        expected = path != "tma_slices" and -(-image_cols // case.stride[1]) * 2 <= 256
         assert plan["merged"] == int(expected), plan
         merged += expected
         x, w, b = operands(case, rng.randrange(2**31), dtype)
@@ -435,9 +442,10 @@ def test_slice_planar_copy_of_any_strides_matches_float64(ext, lib, device, seed
     slices): channels-last x (copied where its channels, 13 and 37 here, do not fill the last
     16-byte slice; read in place otherwise), an expanded x and one of swapped row and column
     strides, on the column-strided layers above (phased
-    copies, some phases unread) and on unit-stride ones, in the preparation launch and in a
-    launch of its own."""
+    copies, some phases and rows unread) and on unit-stride ones, in the preparation launch and
+    in a launch of its own; the copy's memory NaN before it, as in the test above."""
     monkeypatch.delenv("CONV_POOL_GENERAL_TMA", raising=False)
+    monkeypatch.setenv("CONV_POOL_GENERAL_POISON_COPY", "1")
     rng = random.Random(seed)
     cases = PHASED_CASES + [
         ConvPoolCase("s1_3x3", 3, 13, 40, 15, 21, (3, 3), padding=(1, 1)),

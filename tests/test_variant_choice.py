@@ -962,9 +962,8 @@ def test_general_kernel_merges_box_columns_where_a_halo_row_is_one_run(library, 
                                                                         monkeypatch):
     """From the slice-planar copy (NCHW inputs, the plan asked without operands), whose rows
     hold each column phase's columns as one run, a box row is one run of a phase's 16-byte
-    slices, up to 256 elements (32 columns of a 16-bit slice, 64 of a float32 one), at any
-    column stride; wider halos keep one slice a box row, and $CONV_POOL_GENERAL_TMA_MERGED=0
-    keeps it everywhere."""
+    slices, up to 256 8-byte words (128 columns, in every dtype), at any column stride; wider
+    halos keep one slice a box row, and $CONV_POOL_GENERAL_TMA_MERGED=0 keeps it everywhere."""
     rng = random.Random(seed)
     checked = strided = 0
     for i in range(400):
@@ -975,8 +974,7 @@ def test_general_kernel_merges_box_columns_where_a_halo_row_is_one_run(library, 
                 continue
             image_cols = int(plan["halo"].split("x")[1]) // plan["images"]
             box_cols = -(-image_cols // case.stride[1])  # a box's columns: one phase's
-            per_slice = 4 if element == FLOAT32 else 8
-            expected = box_cols * per_slice <= 256
+            expected = box_cols * 2 <= 256
             assert plan["merged"] == int(expected), (case, element, plan)
             checked += expected
             strided += expected and case.stride[1] > 1
@@ -986,8 +984,14 @@ def test_general_kernel_merges_box_columns_where_a_halo_row_is_one_run(library, 
     assert general_plan(library, resnet, FLOAT16)["merged"] == 1
     vgg = ConvPoolCase("3x3", 32, 256, 256, 56, 56, (3, 3), padding=(1, 1))
     assert general_plan(library, vgg, FLOAT16)["halo"] == "10x34"
-    assert general_plan(library, vgg, FLOAT16)["merged"] == 0  # 34 x 8 > 256
+    assert general_plan(library, vgg, FLOAT16)["merged"] == 1  # 34 columns of two words
     assert general_plan(library, vgg, FLOAT32)["merged"] == 1
+    # A 16-bit wide tile at column stride 4 under an 11 x 11 kernel at dilation 3: 155 halo
+    # columns, 39 a phase.
+    wide = ConvPoolCase("11x11/4", 8, 64, 64, 300, 300, (11, 11), stride=(4, 4),
+                        dilation=(3, 3))
+    assert general_plan(library, wide, FLOAT16)["merged"] == 1, general_plan(library, wide,
+                                                                             FLOAT16)
     downsample = ConvPoolCase("1x1/2", 32, 256, 512, 56, 56, (1, 1), stride=(2, 2))
     assert general_plan(library, downsample, FLOAT16)["merged"] == 1
     monkeypatch.setenv("CONV_POOL_GENERAL_TMA_MERGED", "0")

@@ -55,6 +55,11 @@ inline bool weights_packed_forced() { return is("CONV_POOL_GENERAL_PACK", "1"); 
 // counters, the packing, the copy of x).
 inline bool separate_preparation() { return is("CONV_POOL_GENERAL_SEPARATE_PREP", "1"); }
 
+// $CONV_POOL_GENERAL_POISON_COPY=1: the slice-planar copy's memory set to 0xff bytes (NaN in
+// every dtype) before the copy, so that a test sees any slot the kernel reads and the copy
+// leaves unwritten (the phases and rows no tap reads).
+inline bool copy_poisoned() { return is("CONV_POOL_GENERAL_POISON_COPY", "1"); }
+
 // $CONV_POOL_GENERAL_SPLIT=k: blocks a tile's reduction is split over (1..kMaxSplit), or 0.
 inline int forced_split() {
   const char* value = std::getenv("CONV_POOL_GENERAL_SPLIT");

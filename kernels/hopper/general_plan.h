@@ -50,6 +50,11 @@ constexpr int kMaxStrideW = 32;  // phase_mask is 32 bits
 // a traversal stride (every k-th column or row) of at most 8.
 constexpr int kMaxTmaBox = 256;
 constexpr int kMaxTmaStride = 8;
+// Merged box rows (Plan::merged_cols) count 8-byte words whatever the element type (the copy
+// engine moves raw words; zeros out of bounds): a column is two words, so a box row holds 128
+// columns where 16-bit elements would allow 32 and float32 ones 64.
+constexpr int kMergedWordBytes = 8;
+constexpr int kMergedColWords = kSliceBytes / kMergedWordBytes;
 
 // The kernel instances' tiles: the one table of them (the host's choice, the launch and the
 // tests all index it).
@@ -144,9 +149,10 @@ struct Plan {
   // gathered rows halo_rows x stride_h read every stride_h-th).
   // merged_cols: from the slice-planar copy, whose rows hold each column phase's columns as one
   // run (stride_w phases: conv_pool_layout.h), a box's rows are whole runs of phase_cols x 16
-  // bytes, so the view merges (column, channel in the slice) into its dimension 0, the phase
-  // its dimension 1, and a box row is one run of up to 256 elements (else a box row is one
-  // 16-byte slice, its columns read every stride_w-th).
+  // bytes, so the view merges (column, 8-byte half of the slice) into its dimension 0
+  // (kMergedWordBytes), the phase its dimension 1, and a box row is one run of up to 256 words, 128
+  // columns in every dtype (else a box row is one 16-byte slice, its columns read every
+  // stride_w-th).
   int phases;
   int plane_bytes;
   int box_rows;

@@ -131,9 +131,10 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
 }
 
 // Whether the copy engine's box rows are whole runs of a phase's slices (Plan::merged_cols):
-// from the slice-planar copy, up to the engine's 256 elements a box dimension.
-bool merged_rows(const ConvPoolShape& s, const Plan& p, bool staged_copy) {
-  return staged_copy && slice_channels(s.element) * p.phase_cols <= kMaxTmaBox && merged_allowed();
+// from the slice-planar copy, up to the engine's 256 elements (kMergedWordBytes words) a box
+// dimension.
+bool merged_rows(const Plan& p, bool staged_copy) {
+  return staged_copy && kMergedColWords * p.phase_cols <= kMaxTmaBox && merged_allowed();
 }
 
 // The plan of tile `tile_id` with `images` images side by side for `s` (why_not set where it
@@ -286,7 +287,7 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
                        p.tiles <= kClusterSplitMaxTiles;
   const bool fill_split = s.element == kElementFloat32 && !p.split_operands;
   const double copy_rate = !tma || !copy_cost_allowed() ? 0.0
-                           : merged_rows(s, p, !x_in_place) ? kCopyBytesPerCycleMerged
+                           : merged_rows(p, !x_in_place) ? kCopyBytesPerCycleMerged
                                                             : kCopyBytesPerCycleSlices;
   int forced_steps = 0;  // the tuning hook's split, where it runs
   for (int split = 1; split <= kMaxSplit && split <= p.steps; ++split) {
@@ -470,6 +471,18 @@ uint32_t copy_phase_mask(const ConvPoolShape& s, const Plan& p) {
     if ((p.phase_mask >> r) & 1u) mask |= 1u << phase_run(r - s.pad_w, phases).phase;
   return mask;
 }
+// The rows of the copy some box reads: a tap of kernel row r reads input rows oh x stride_h -
+// pad_h + r x dilation_h, so only the residues (r x dilation_h - pad_h) mod stride_h are read
+// (a 1 x 1 layer at stride 2 reads half the rows). {phases, mask} for conv_pool_to_slices:
+// {1, 1} where every residue is read or the stride is above the mask's 32 bits.
+CopyRows copy_rows(const ConvPoolShape& s) {
+  if (s.stride_h == 1 || s.stride_h > 32) return {1, 1u};
+  uint32_t mask = 0;
+  for (int r = 0; r < s.kernel_h; ++r)
+    mask |= 1u << phase_run(r * s.dilation_h - s.pad_h, s.stride_h).phase;
+  return mask == (s.stride_h == 32 ? ~0u : (1u << s.stride_h) - 1u) ? CopyRows{1, 1u}
+                                                                    : CopyRows{s.stride_h, mask};
+}
 int64_t staged_row_slots(const ConvPoolShape& s, const Plan& p) {
   return int64_t(conv_pool_phase_width(s.in_width, copy_phases(s, p))) * copy_phases(s, p);
 }
@@ -486,7 +499,7 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops,
   const bool slices = pixel_slices(s, ops);
   if (p.input == kTmaInput) {
     p.staged_copy = !x_in_place(s, ops);
-    p.merged_cols = merged_rows(s, p, p.staged_copy);
+    p.merged_cols = merged_rows(p, p.staged_copy);
     p.staged_channels = round_up(s.in_channels, per_slice);
     p.staged_input_bytes = p.staged_copy ? int64_t(s.batch) * s.in_height *
                                                staged_row_slots(s, p) * p.staged_channels *
@@ -530,7 +543,7 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // slice 16 bytes on from the previous). A box: a step's 2 x step_chunks slices of phase_cols
 // columns read every stride_w-th and halo_rows rows (read every stride_h-th for gathered
 // rows), landing [slice][row][column][16 bytes]. Merged columns (p.merged_cols): (column of a
-// phase x channel in a slice, column phase, row, slice, image) on the copy, whose rows hold
+// phase x 8-byte word of its slice, column phase, row, slice, image) on the copy, whose rows hold
 // stride_w phases of ceil(width / stride_w) columns each, a box row one run of phase_cols
 // slices of one phase. Raw words: no conversion; out of bounds: zeros.
 cudaError_t encode_x_map(const ConvPoolShape& s, const ConvPoolOperands& ops, const Plan& p,
@@ -547,7 +560,8 @@ cudaError_t encode_x_map(const ConvPoolShape& s, const ConvPoolOperands& ops, co
     const cuuint64_t row = cuuint64_t(staged_row_slots(s, p));  // slots of a row
     const cuuint64_t phase_slots = row / cuuint64_t(copy_phases(s, p));
     address = p.staged_input;
-    dims[0] = cuuint64_t(slice_channels(s.element)) * (p.merged_cols ? phase_slots : 1);
+    dims[0] = p.merged_cols ? cuuint64_t(kMergedColWords) * phase_slots
+                            : cuuint64_t(slice_channels(s.element));
     if (p.merged_cols) dims[1] = cuuint64_t(copy_phases(s, p));
     dims[3] = slices;
     strides[0] = p.merged_cols ? kSliceBytes * phase_slots : kSliceBytes;
@@ -566,13 +580,16 @@ cudaError_t encode_x_map(const ConvPoolShape& s, const ConvPoolOperands& ops, co
   dims[2] = height;
   dims[4] = cuuint64_t(s.batch);
   const cuuint32_t box[5] = {
-      cuuint32_t(slice_channels(s.element) * (p.merged_cols ? p.phase_cols : 1)),
+      cuuint32_t(p.merged_cols ? kMergedColWords * p.phase_cols : slice_channels(s.element)),
       cuuint32_t(p.merged_cols ? 1 : p.phase_cols * s.stride_w), cuuint32_t(p.box_rows),
       cuuint32_t(2 * p.step_chunks), 1};
   const cuuint32_t element_strides[5] = {1, cuuint32_t(p.merged_cols ? 1 : s.stride_w),
                                          cuuint32_t(p.gathered_rows ? s.stride_h : 1), 1, 1};
   const CUresult result =
-      encode(map, bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32 : CU_TENSOR_MAP_DATA_TYPE_UINT16,
+      encode(map,
+             p.merged_cols ? CU_TENSOR_MAP_DATA_TYPE_UINT64
+             : bytes == 4  ? CU_TENSOR_MAP_DATA_TYPE_UINT32
+                           : CU_TENSOR_MAP_DATA_TYPE_UINT16,
              5, const_cast<void*>(address), dims, strides, box, element_strides,
              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
              CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -600,7 +617,10 @@ cudaError_t encode_weight_map(const ConvPoolShape& s, const ConvPoolOperands& op
                              cuuint32_t(p.group_rows * s.kernel_w), 1};
   const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
   const CUresult result =
-      encode(map, bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32 : CU_TENSOR_MAP_DATA_TYPE_UINT16,
+      encode(map,
+             p.merged_cols ? CU_TENSOR_MAP_DATA_TYPE_UINT64
+             : bytes == 4  ? CU_TENSOR_MAP_DATA_TYPE_UINT32
+                           : CU_TENSOR_MAP_DATA_TYPE_UINT16,
              5, const_cast<void*>(weight_data(s, ops)), dims, strides, box, element_strides,
              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
              CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -739,7 +759,7 @@ cudaError_t prepare(const Raw* weight, const ConvPoolOperands& ops, const ConvPo
   if (copy_x) {
     copy = to_slices_job<Raw>(input_data(s, ops), ops.x_stride, s.batch, s.in_channels,
                               s.in_height, s.in_width, copy_phases(s, p), copy_phase_mask(s, p),
-                              p.staged_channels / kSliceChannels,
+                              copy_rows(s), p.staged_channels / kSliceChannels,
                               const_cast<void*>(p.staged_input));
     static_assert(ToSlices<Raw>::kBlockThreads == 256, "the copy's blocks are the launch's");
     copy_blocks = ceil_div(copy.items(), 256);
@@ -806,6 +826,12 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
   // $CONV_POOL_GENERAL_SEPARATE_PREP=1: conv_pool_to_slices' own launch).
   const bool separate = separate_preparation();
   const bool copy_in_preparation = p.input == kTmaInput && p.staged_copy && !separate;
+  if (p.input == kTmaInput && p.staged_copy && copy_poisoned()) {
+    if (cudaError_t error = cudaMemsetAsync(const_cast<void*>(p.staged_input), 0xff,
+                                            size_t(p.staged_input_bytes), stream);
+        error != cudaSuccess)
+      return error;
+  }
   cudaError_t prepared =
       s.element == kElementFloat32
           ? prepare<float, 4>(ops.weight, ops, s, p, copy_in_preparation, separate, stream)
@@ -825,7 +851,7 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
     if (p.staged_copy && !copy_in_preparation) {
       if (cudaError_t error = conv_pool_to_slices(
               input_data(s, ops), ops.x_stride, element_bytes(s), s.batch, s.in_channels,
-              s.in_height, s.in_width, copy_phases(s, p), copy_phase_mask(s, p),
+              s.in_height, s.in_width, copy_phases(s, p), copy_phase_mask(s, p), copy_rows(s),
               p.staged_channels / slice_channels(s.element),
               const_cast<void*>(p.staged_input), stream);
           error != cudaSuccess)

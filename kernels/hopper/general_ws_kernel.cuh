@@ -151,8 +151,7 @@ __device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
                                         const CUtensorMap* x_map, const CUtensorMap* weight_map,
                                         unsigned char* smem, uint64_t* full, uint64_t* empty) {
   // A column is a coordinate of dimension 1, or (merged columns) its phase (col mod stride_w)
-  // in dimension 1 and its place in the phase's run, slice_elements a column, in dimension 0.
-  const int col_elements = slice_channels(s.element);
+  // in dimension 1 and its place in the phase's run, kMergedColWords a column, in dimension 0.
   const uint32_t halo_tx =
       uint32_t(p.images * p.phases * 2 * p.step_chunks * p.slice_plane * kSliceBytes);
   int stage = 0;
@@ -175,7 +174,7 @@ __device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
           const int offset = __ffs(mask) - 1;
           const PhaseRun c = offset_phase_run(first, offset, s.stride_w);
           if (p.merged_cols)
-            tma_load_5d(box, x_map, c.run * col_elements, c.phase, st.row_first,
+            tma_load_5d(box, x_map, c.run * kMergedColWords, c.phase, st.row_first,
                         2 * st.chunk0, int(o.image) + image, full + stage);
           else
             tma_load_5d(box, x_map, 0, o.in_col0 + offset, st.row_first, 2 * st.chunk0,
