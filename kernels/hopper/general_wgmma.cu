@@ -617,10 +617,7 @@ cudaError_t encode_weight_map(const ConvPoolShape& s, const ConvPoolOperands& op
                              cuuint32_t(p.group_rows * s.kernel_w), 1};
   const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
   const CUresult result =
-      encode(map,
-             p.merged_cols ? CU_TENSOR_MAP_DATA_TYPE_UINT64
-             : bytes == 4  ? CU_TENSOR_MAP_DATA_TYPE_UINT32
-                           : CU_TENSOR_MAP_DATA_TYPE_UINT16,
+      encode(map, bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32 : CU_TENSOR_MAP_DATA_TYPE_UINT16,
              5, const_cast<void*>(weight_data(s, ops)), dims, strides, box, element_strides,
              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
              CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
