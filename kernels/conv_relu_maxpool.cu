@@ -87,6 +87,7 @@
 #include "conv_pool_device.cuh"
 #include "conv_pool_epilogue.cuh"
 #include "conv_pool_heuristics.h"
+#include "conv_pool_layout.h"
 #include "conv_pool_operands.h"
 #include "conv_pool_wgmma.cuh"
 #include "conv_relu_maxpool.h"
@@ -373,11 +374,12 @@ static const char* flat_tiling_name(const ConvPoolShape& s, int variant,
 static void general_plan_text(const ConvPoolShape& s, const ConvPoolDevice& device, bool split,
                               char* text, int capacity) {
   const general_wgmma::Plan p = general_wgmma_plan(s, device, nullptr, split);
+  const CopyRows rows = conv_pool_copy_rows(s);  // of the slice-planar copy (nhwc_copy, tma)
   snprintf(text, size_t(capacity),
            "tile=%s images=%d pooled=%dx%d tiles=%lld split=%d steps=%d step_chunks=%d "
            "group_rows=%d gathered=%d halo=%dx%d phases=%d stage_bytes=%d passes=%d smem=%d "
            "blocks_per_sm=%d nhwc_copy=%d chunks=%d input=%s stages=%d persistent=%d merged=%d "
-           "cluster=%d weights=%s paired=%d read=%dx%d",
+           "cluster=%d weights=%s paired=%d read=%dx%d copy_rows=%d:%x",
            general_wgmma::kTileSpecs[p.tile].name, p.images, p.pooled_rows, p.pooled_cols,
            static_cast<long long>(p.tiles), p.split, p.steps, p.step_chunks, p.group_rows,
            int(p.gathered_rows), p.halo_rows, p.halo_cols, __builtin_popcount(p.phase_mask),
@@ -388,7 +390,7 @@ static void general_plan_text(const ConvPoolShape& s, const ConvPoolDevice& devi
                                                      : "pixel",
            p.stages, int(p.persistent), int(p.merged_cols), int(p.cluster_split),
            p.weights_in_place ? "in_place" : "packed", int(p.paired_pool), p.read_rows,
-           p.read_cols);
+           p.read_cols, rows.phases, rows.mask);
 }
 
 extern "C" bool conv_relu_maxpool_variant_plan(const ConvPoolShape* s, int variant,

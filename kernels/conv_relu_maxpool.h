@@ -165,9 +165,9 @@ struct ConvPoolPlanInfo {
   // ("tile=wide_n128 images=1 pooled=4x16 tiles=... split=... steps=...": tile, images side by
   // side, pooled outputs per tile, tiles, split, reduction steps, chunks a step, kernel rows a
   // step, row mode, halo rows x columns, column phases, stage bytes, epilogue passes, shared
-  // memory, blocks per SM, NHWC copy, channel chunks, ..., weights read in place or packed);
-  // "" elsewhere.
-  char general[320];
+  // memory, blocks per SM, NHWC copy, channel chunks, ..., weights read in place or packed,
+  // the rows its slice-planar copy writes as copy_rows=phases:mask, hex); "" elsewhere.
+  char general[384];
 };
 
 // Fills *plan for `variant` (any id, whether or not it runs the shape); false when `variant`

@@ -407,10 +407,11 @@ def test_column_phased_copy_of_strided_layers_matches_float64(ext, lib, device, 
     if copy == "separate":
         monkeypatch.setenv("CONV_POOL_GENERAL_SEPARATE_PREP", "1")
     rng = random.Random(seed)
-    merged = 0
+    merged = rows_masked = 0
     for case in PHASED_CASES:
         plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
         assert plan["input"] == "tma", plan
+        rows_masked += plan["copy_rows"] != "1:1"
         image_cols = int(plan["halo"].split("x")[1]) // plan["images"]
         expected = path != "tma_slices" and -(-image_cols // case.stride[1]) * 2 <= 256
         assert plan["merged"] == int(expected), plan
@@ -420,6 +421,7 @@ def test_column_phased_copy_of_strided_layers_matches_float64(ext, lib, device, 
             x = x.contiguous(memory_format=torch.channels_last)
         check(ext, case, x, w, b, dtype, f"{case} {copy} {plan}")
     assert merged >= (0 if path == "tma_slices" else 2), merged
+    assert rows_masked >= 3, rows_masked  # s4_pointwise, s2_odd_rows, s3_rows
 
 
 def strided_input(x: torch.Tensor, layout: str) -> torch.Tensor:

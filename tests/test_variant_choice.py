@@ -958,6 +958,42 @@ def test_general_kernel_pairs_2x2_pools_whose_windows_never_clip(library, elemen
     assert paired >= 20, paired
 
 
+def test_general_kernel_copy_writes_every_row_a_tap_reads_and_no_other(library, seed):
+    """The slice-planar copy writes only the input rows whose residue mod the row stride some
+    kernel row reads (copy_rows=phases:mask in the plan): every row a tap of any conv row of
+    the layer reads, counted here one by one over the conv rows (and the rows past them that a
+    tile's last row of squares computes), has its residue in the mask, and each residue in it
+    is some tap's. Stride 1, or every residue read: 1:1 (all rows)."""
+    rng = random.Random(seed)
+    masked = 0
+    for i in range(400):
+        case = fuzz_case(rng, f"fuzz_{i}")
+        plan = general_plan(library, case, FLOAT16)
+        if plan is None:
+            continue
+        phases, mask = (int(v, 16) for v in plan["copy_rows"].split(":"))
+        sh, ph = case.stride[0], case.padding[0]
+        kh, dh = case.kernel_size[0], case.dilation[0]
+        taps = {(r * dh - ph) % sh for r in range(kh)}
+        if sh == 1 or len(taps) == sh:
+            assert (phases, mask) == (1, 1), (case, plan["copy_rows"])
+            continue
+        masked += 1
+        assert phases == sh and mask == sum(1 << t for t in taps), (case, plan["copy_rows"])
+        conv_rows = (case.height + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+        for oh in range(conv_rows + 16):
+            for r in range(kh):
+                row = oh * sh - ph + r * dh
+                if 0 <= row < case.height:
+                    assert (mask >> (row % sh)) & 1, (case, oh, r, row, plan["copy_rows"])
+    print(f"{masked} of 400 random geometries copy some rows only")
+    assert masked >= 40, masked
+    pointwise = ConvPoolCase("1x1/2", 8, 64, 128, 28, 28, (1, 1), stride=(2, 2), padding=(1, 1))
+    assert general_plan(library, pointwise, FLOAT16)["copy_rows"] == "2:2"  # odd rows only
+    dense = ConvPoolCase("3x3/2", 8, 64, 128, 28, 28, (3, 3), stride=(2, 2), padding=(1, 1))
+    assert general_plan(library, dense, FLOAT16)["copy_rows"] == "1:1"
+
+
 def test_general_kernel_merges_box_columns_where_a_halo_row_is_one_run(library, seed,
                                                                         monkeypatch):
     """From the slice-planar copy (NCHW inputs, the plan asked without operands), whose rows

@@ -60,7 +60,7 @@ class ConvPoolPlanInfo(ctypes.Structure):
                 ("wgmma_tile", ctypes.c_char_p), ("wgmma_tiles", ctypes.c_int64),
                 ("wgmma_split", ctypes.c_int), ("packs_weight_apart", ctypes.c_bool),
                 ("flat_tiling", ctypes.c_char_p), ("out_block", ctypes.c_int),
-                ("general", ctypes.c_char * 320)]
+                ("general", ctypes.c_char * 384)]
 
 
 class ConvPoolDevice(ctypes.Structure):

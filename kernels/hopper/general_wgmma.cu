@@ -471,18 +471,6 @@ uint32_t copy_phase_mask(const ConvPoolShape& s, const Plan& p) {
     if ((p.phase_mask >> r) & 1u) mask |= 1u << phase_run(r - s.pad_w, phases).phase;
   return mask;
 }
-// The rows of the copy some box reads: a tap of kernel row r reads input rows oh x stride_h -
-// pad_h + r x dilation_h, so only the residues (r x dilation_h - pad_h) mod stride_h are read
-// (a 1 x 1 layer at stride 2 reads half the rows). {phases, mask} for conv_pool_to_slices:
-// {1, 1} where every residue is read or the stride is above the mask's 32 bits.
-CopyRows copy_rows(const ConvPoolShape& s) {
-  if (s.stride_h == 1 || s.stride_h > 32) return {1, 1u};
-  uint32_t mask = 0;
-  for (int r = 0; r < s.kernel_h; ++r)
-    mask |= 1u << phase_run(r * s.dilation_h - s.pad_h, s.stride_h).phase;
-  return mask == (s.stride_h == 32 ? ~0u : (1u << s.stride_h) - 1u) ? CopyRows{1, 1u}
-                                                                    : CopyRows{s.stride_h, mask};
-}
 int64_t staged_row_slots(const ConvPoolShape& s, const Plan& p) {
   return int64_t(conv_pool_phase_width(s.in_width, copy_phases(s, p))) * copy_phases(s, p);
 }
@@ -756,7 +744,7 @@ cudaError_t prepare(const Raw* weight, const ConvPoolOperands& ops, const ConvPo
   if (copy_x) {
     copy = to_slices_job<Raw>(input_data(s, ops), ops.x_stride, s.batch, s.in_channels,
                               s.in_height, s.in_width, copy_phases(s, p), copy_phase_mask(s, p),
-                              copy_rows(s), p.staged_channels / kSliceChannels,
+                              conv_pool_copy_rows(s), p.staged_channels / kSliceChannels,
                               const_cast<void*>(p.staged_input));
     static_assert(ToSlices<Raw>::kBlockThreads == 256, "the copy's blocks are the launch's");
     copy_blocks = ceil_div(copy.items(), 256);
@@ -848,8 +836,8 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
     if (p.staged_copy && !copy_in_preparation) {
       if (cudaError_t error = conv_pool_to_slices(
               input_data(s, ops), ops.x_stride, element_bytes(s), s.batch, s.in_channels,
-              s.in_height, s.in_width, copy_phases(s, p), copy_phase_mask(s, p), copy_rows(s),
-              p.staged_channels / slice_channels(s.element),
+              s.in_height, s.in_width, copy_phases(s, p), copy_phase_mask(s, p),
+              conv_pool_copy_rows(s), p.staged_channels / slice_channels(s.element),
               const_cast<void*>(p.staged_input), stream);
           error != cudaSuccess)
         return error;
