@@ -370,10 +370,12 @@ static const char* flat_tiling_name(const ConvPoolShape& s, int variant,
   }
 }
 
-// The general kernel's plan (split: its 3xTF32 form) as "key=value ..." text into `text`.
-static void general_plan_text(const ConvPoolShape& s, const ConvPoolDevice& device, bool split,
-                              char* text, int capacity) {
-  const general_wgmma::Plan p = general_wgmma_plan(s, device, nullptr, split);
+// The general kernel's plan (split: its 3xTF32 form) for operands `ops` (null: NCHW) as
+// "key=value ..." text into `text`.
+static void general_plan_text(const ConvPoolShape& s, const ConvPoolDevice& device,
+                              const ConvPoolOperands* ops, bool split, char* text,
+                              int capacity) {
+  const general_wgmma::Plan p = general_wgmma_plan(s, device, ops, split);
   const CopyRows rows = conv_pool_copy_rows(s);  // of the slice-planar copy (nhwc_copy, tma)
   snprintf(text, size_t(capacity),
            "tile=%s images=%d pooled=%dx%d tiles=%lld split=%d steps=%d step_chunks=%d "
@@ -395,6 +397,7 @@ static void general_plan_text(const ConvPoolShape& s, const ConvPoolDevice& devi
 
 extern "C" bool conv_relu_maxpool_variant_plan(const ConvPoolShape* s, int variant,
                                                const ConvPoolDevice* device,
+                                               const ConvPoolOperands* ops,
                                                ConvPoolPlanInfo* plan) {
   if (conv_relu_maxpool_variant_name(variant, s->element) == nullptr) return false;
   *plan = ConvPoolPlanInfo{};
@@ -402,7 +405,7 @@ extern "C" bool conv_relu_maxpool_variant_plan(const ConvPoolShape* s, int varia
   plan->unsupported = conv_relu_maxpool_unsupported(s, variant, device);
   plan->wgmma_split = 1;
   if (plan->unsupported == nullptr) {
-    plan->workspace_bytes = conv_relu_maxpool_workspace_bytes(s, variant, device, nullptr);
+    plan->workspace_bytes = conv_relu_maxpool_workspace_bytes(s, variant, device, ops);
     plan->takes_packed_weight = conv_relu_maxpool_takes_packed_weight(s, variant);
   }
   const bool split_3x = variant == kVariantTiled3xTf32Wgmma;
@@ -419,7 +422,8 @@ extern "C" bool conv_relu_maxpool_variant_plan(const ConvPoolShape* s, int varia
   const bool general_3x = variant == kVariantGeneral3xTf32Wgmma;
   if ((variant == kVariantGeneralWgmma || general_3x) &&
       general_wgmma_unsupported(*s, *device, general_3x) == nullptr)
-    general_plan_text(*s, *device, general_3x, plan->general, int(sizeof(plan->general)));
+    general_plan_text(*s, *device, ops, general_3x, plan->general,
+                      int(sizeof(plan->general)));
   return true;
 }
 

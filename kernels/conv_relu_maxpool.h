@@ -142,7 +142,7 @@ bool conv_relu_maxpool_writes_strided_output(const ConvPoolShape* shape, int var
 struct ConvPoolPlanInfo {
   int variant;
   const char* unsupported;   // why it cannot run the shape there, or nullptr
-  int64_t workspace_bytes;   // conv_relu_maxpool_workspace_bytes for NCHW operands (when it runs)
+  int64_t workspace_bytes;   // conv_relu_maxpool_workspace_bytes for the operands (when it runs)
   bool takes_packed_weight;  // conv_relu_maxpool_takes_packed_weight (when it runs)
   // The 3 x 3 wgmma variants: the pixel tile and channel-block width ("wide_n128",
   // "square_n64", "strip_n128", ...: wide 8 x 32 conv pixels, square 16 x 16, strip four 8 x 8
@@ -170,10 +170,13 @@ struct ConvPoolPlanInfo {
   char general[384];
 };
 
-// Fills *plan for `variant` (any id, whether or not it runs the shape); false when `variant`
-// is out of range.
+// Fills *plan for `variant` (any id, whether or not it runs the shape) with operands of
+// `operands`' strides and addresses (the pointers are not read; null: NCHW inputs and weights,
+// as for conv_relu_maxpool_workspace_bytes), the ones the launch would be given; false when
+// `variant` is out of range.
 bool conv_relu_maxpool_variant_plan(const ConvPoolShape* shape, int variant,
-                                    const ConvPoolDevice* device, ConvPoolPlanInfo* plan);
+                                    const ConvPoolDevice* device,
+                                    const ConvPoolOperands* operands, ConvPoolPlanInfo* plan);
 
 // The tile scheduler of the 3 x 3 wgmma variants: the number of tiles `variant` runs `shape` in
 // (0 for the other variants and outside their geometry); for 0 <= tile < that number,

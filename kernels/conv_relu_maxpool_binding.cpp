@@ -380,6 +380,24 @@ std::pair<const torch::Tensor&, const torch::Tensor&> required_tensors(
   return {*x, *weight};
 }
 
+// x's and weight's addresses and strides, as the launch and the plans read them.
+ConvPoolOperands input_operands(const ConvPoolShape& shape, const torch::Tensor& x,
+                                const torch::Tensor& weight) {
+  ConvPoolOperands operands{};
+  if (shape.element == kElementFloat32) {
+    operands.x = x.data_ptr<float>();
+    operands.weight = weight.data_ptr<float>();
+  } else {  // float16 / bfloat16: the kernels read the 16-bit words
+    operands.x16 = static_cast<const uint16_t*>(x.data_ptr());
+    operands.weight16 = static_cast<const uint16_t*>(weight.data_ptr());
+  }
+  for (int d = 0; d < 4; ++d) {
+    operands.x_stride[d] = x.stride(d);
+    operands.weight_stride[d] = weight.stride(d);
+  }
+  return operands;
+}
+
 }  // namespace
 
 torch::Tensor conv2d_relu_maxpool_forward(const std::optional<torch::Tensor>& x_arg,
@@ -419,21 +437,13 @@ torch::Tensor conv2d_relu_maxpool_forward(const std::optional<torch::Tensor>& x_
                     : torch::empty(out_shape, x.options().memory_format(
                                                   torch::MemoryFormat::Contiguous));
 
-  ConvPoolOperands operands{};
+  ConvPoolOperands operands = input_operands(shape, x, weight);
   if (shape.element == kElementFloat32) {
-    operands.x = x.data_ptr<float>();
-    operands.weight = weight.data_ptr<float>();
     operands.bias = bias.has_value() ? bias->data_ptr<float>() : nullptr;
     operands.out = nchw.data_ptr<float>();
   } else {  // float16 / bfloat16: the kernels read the 16-bit words
-    operands.x16 = static_cast<const uint16_t*>(x.data_ptr());
-    operands.weight16 = static_cast<const uint16_t*>(weight.data_ptr());
     operands.bias16 = bias.has_value() ? static_cast<const uint16_t*>(bias->data_ptr()) : nullptr;
     operands.out16 = static_cast<uint16_t*>(nchw.data_ptr());
-  }
-  for (int d = 0; d < 4; ++d) {
-    operands.x_stride[d] = x.stride(d);
-    operands.weight_stride[d] = weight.stride(d);
   }
   operands.bias_stride = bias.has_value() ? bias->stride(0) : 0;
   // The wgmma variants read packed weights instead of packing them into their workspace.
@@ -633,8 +643,12 @@ pybind11::dict conv2d_relu_maxpool_plan(const std::optional<torch::Tensor>& x,
             : std::string(automatic ? "runs it; the choice takes " : "runs it; config ") + chosen +
                   (automatic ? " first" : " asked for");
   }
+  // The plan for these operands: x's layout decides, e.g., whether the general kernel reads
+  // it in place or copies it first.
+  const auto& [x_tensor, weight_tensor] = required_tensors(x, weight);
+  const ConvPoolOperands operands = input_operands(shape, x_tensor, weight_tensor);
   ConvPoolPlanInfo record{};
-  conv_relu_maxpool_variant_plan(&shape, variant, &info, &record);
+  conv_relu_maxpool_variant_plan(&shape, variant, &info, &operands, &record);
   pybind11::dict plan;
   plan["variant"] = chosen;
   plan["config"] = variant;

@@ -317,7 +317,8 @@ def test_tma_reads_channels_last_in_place_or_from_the_copy(ext, lib, device, see
     """The warp-specialized form reads a channels-last x whose channels fill whole 16-byte
     slices in place (its boxes step through x's own strides), or from the launch's slice-planar
     copy ($CONV_POOL_GENERAL_TMA_COPY=1 forces it), on random geometries with such channel
-    counts and on inputs in a wider tensor (x a channel slice of it)."""
+    counts and on inputs in a wider tensor (x a channel slice of it). The op's plan for those
+    tensors says which (nhwc_copy), and for the dense one it is the host's channels-last plan."""
     monkeypatch.delenv("CONV_POOL_GENERAL_TMA", raising=False)
     if copy == "copy":
         monkeypatch.setenv("CONV_POOL_GENERAL_TMA_COPY", "1")
@@ -339,9 +340,15 @@ def test_tma_reads_channels_last_in_place_or_from_the_copy(ext, lib, device, see
                            device=x.device, dtype=dtype).contiguous(
                                memory_format=torch.channels_last)
         wide[:, per_slice:per_slice + case.in_channels] = x
-        for x_in in (x.contiguous(memory_format=torch.channels_last),
-                     wide[:, per_slice:per_slice + case.in_channels]):
+        dense = x.contiguous(memory_format=torch.channels_last)
+        for x_in in (dense, wide[:, per_slice:per_slice + case.in_channels]):
             check(ext, case, x_in, w, b, dtype, f"{case} {copy} {plan}")
+            used = kernel_choice.parse_general(ext.conv2d_relu_maxpool_plan(
+                x_in, w, b, *case.op_args(), general_config(ext))["general"])
+            assert used["nhwc_copy"] == int(copy == "copy"), (case, used)
+            if x_in is dense:
+                assert used == kernel_choice.general_plan(lib, case, ELEMENT[dtype], device,
+                                                          channels_last=True), case
         ran += 1
     assert ran >= 6, ran
 

@@ -800,6 +800,34 @@ def test_general_kernel_copies_float32_nchw_inputs_where_they_feed_enough_work(l
         monkeypatch.delenv("CONV_POOL_GENERAL_TMA")
 
 
+@pytest.mark.parametrize("element", [FLOAT32, FLOAT16, BFLOAT16],
+                         ids=["float32", "float16", "bfloat16"])
+def test_general_plan_follows_the_layout_of_x(library, element):
+    """The plan is made for x's strides, as the launch makes it: a channels-last x whose
+    channels fill whole 16-byte slices is read in place (nhwc_copy=0, no copy in the workspace),
+    where the NCHW x of the same layer is copied first (nhwc_copy=1); channels that do not fill
+    their last slice are copied in either layout."""
+    per_slice = 4 if element == FLOAT32 else 8
+    for case in (ConvPoolCase("1x1", 8, 16 * per_slice, 128, 28, 28, (1, 1)),
+                 ConvPoolCase("5x5/2", 4, 12 * per_slice, 96, 33, 41, (5, 5), stride=(2, 2),
+                              padding=(2, 2), pool_kernel=(3, 3), pool_stride=(2, 2))):
+        nchw = kernel_choice.variant_plan(library, case, "general_wgmma", element)
+        last = kernel_choice.variant_plan(library, case, "general_wgmma", element,
+                                          channels_last=True)
+        nchw_general = general_plan(library, case, element)
+        last_general = general_plan(library, case, element, channels_last=True)
+        assert nchw_general["input"] == last_general["input"] == "tma", case
+        assert (nchw_general["nhwc_copy"], last_general["nhwc_copy"]) == (1, 0), case
+        copy_bytes = case.batch * case.in_channels * case.height * case.width * (
+            4 if element == FLOAT32 else 2)
+        assert last["workspace_bytes"] + copy_bytes <= nchw["workspace_bytes"], (case, nchw,
+                                                                                  last)
+        ragged = replace(case, in_channels=case.in_channels + per_slice // 2)
+        for channels_last in (False, True):
+            plan = general_plan(library, ragged, element, channels_last=channels_last)
+            assert plan["nhwc_copy"] == 1, (ragged, channels_last, plan)
+
+
 def general_workspace(library, variant, case, element, weight_stride, weight_address=1 << 20):
     """conv_relu_maxpool_workspace_bytes of the general kernel for a channels-last x read in
     place (16-byte aligned, whole slices: no copy of x) and a weight of these strides at this
@@ -996,7 +1024,7 @@ def test_general_kernel_copy_writes_every_row_a_tap_reads_and_no_other(library, 
 
 def test_general_kernel_merges_box_columns_where_a_halo_row_is_one_run(library, seed,
                                                                         monkeypatch):
-    """From the slice-planar copy (NCHW inputs, the plan asked without operands), whose rows
+    """From the slice-planar copy (NCHW inputs, the plan asked for an NCHW x), whose rows
     hold each column phase's columns as one run, a box row is one run of a phase's 16-byte
     slices, up to 256 8-byte words (128 columns, in every dtype), at any column stride; wider
     halos keep one slice a box row, and $CONV_POOL_GENERAL_TMA_MERGED=0 keeps it everywhere."""

@@ -109,13 +109,12 @@ def time_tiles(ext, lib, case, x, w, b, config) -> str:
     """Each tile of the kernel's table forced ($CONV_POOL_GENERAL_TILE), as 'tile:us'."""
     import os
     from utils import kernel_choice
-    element = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}[x.dtype]
-    device = kernel_choice.device_of(lib)
     parts = []
     for tile in TILES:
         os.environ["CONV_POOL_GENERAL_TILE"] = tile
         try:
-            plan = kernel_choice.general_plan(lib, case, element, device)
+            plan = kernel_choice.parse_general(
+                ext.conv2d_relu_maxpool_plan(x, w, b, *case.op_args(), config)["general"])
             if plan is None or plan["tile"] != tile:
                 continue
             t = bench(lambda: ext.conv2d_relu_maxpool_forward(x, w, b, *case.op_args(), config,
@@ -161,7 +160,6 @@ def forced_path(path: str):
 def perf(ext, lib, with_compile: bool, tiles: bool, layouts) -> None:
     from utils import kernel_choice
     config = ext.conv2d_relu_maxpool_variants()["general_wgmma"]
-    device = kernel_choice.device_of(lib)
     rows, records = [], []
     for layout in layouts:
         for dtype in (torch.float32, torch.float16):
@@ -182,13 +180,13 @@ def perf(ext, lib, with_compile: bool, tiles: bool, layouts) -> None:
 
                 expected = eager().float()
                 times, errors, plans = {}, {}, {}
-                element = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}[dtype]
                 for path in PATHS:
                     with forced_path(path):
                         out = general().float()
                         errors[path] = ((out - expected).norm() / expected.norm()).item()
                         times[path] = bench(general)
-                        plans[path] = kernel_choice.general_plan(lib, case, element, device)
+                        plans[path] = kernel_choice.parse_general(
+                            ext.conv2d_relu_maxpool_plan(x, w, b, *args, config)["general"])
                 t_auto = bench(lambda: ext.conv2d_relu_maxpool_forward(x, w, b, *args, -1,
                                                                        None))
                 t_eager = bench(eager)

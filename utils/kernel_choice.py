@@ -108,6 +108,7 @@ def load(extension) -> ctypes.CDLL:
     lib.conv_relu_maxpool_variant_plan.restype = ctypes.c_bool
     lib.conv_relu_maxpool_variant_plan.argtypes = [shape, ctypes.c_int,
                                                    ctypes.POINTER(ConvPoolDevice),
+                                                   ctypes.POINTER(ConvPoolOperands),
                                                    ctypes.POINTER(ConvPoolPlanInfo)]
     lib.conv_relu_maxpool_variant_info.restype = ctypes.c_bool
     lib.conv_relu_maxpool_variant_info.argtypes = [ctypes.c_int,
@@ -179,18 +180,32 @@ def wgmma_variant(lib: ctypes.CDLL, element: int) -> int:
     return variant_id(lib, "tiled_tf32_wgmma")
 
 
+def dense_operands(case: ConvPoolCase, channels_last: bool = False) -> ConvPoolOperands:
+    """Operands of `case` as dense tensors would give them: x NCHW or channels-last, the weight
+    contiguous, every address 16-byte aligned (the pointers are never read)."""
+    operands = ConvPoolOperands()
+    c, h, w = case.in_channels, case.height, case.width
+    operands.x_stride[:] = (c * h * w, 1, w * c, c) if channels_last else (c * h * w, h * w, w, 1)
+    kh, kw = case.kernel_size
+    operands.weight_stride[:] = (c * kh * kw, kh * kw, kw, 1)
+    return operands
+
+
 def variant_plan(lib: ctypes.CDLL, case: ConvPoolCase, variant, element: int = FLOAT32,
-                 device: ConvPoolDevice = H200) -> dict:
-    """What `variant` (a config id or a name) would do with `case` on `device`, as a dict of
-    ConvPoolPlanInfo's fields (conv_relu_maxpool_variant_plan): unsupported (why not, or None),
-    workspace_bytes, takes_packed_weight, wgmma_tile, wgmma_tiles, wgmma_split,
-    packs_weight_apart, flat_tiling, out_block, general (the general kernel's plan text, or
-    None). Fields that do not apply are None, 0, False (wgmma_split 1)."""
+                 device: ConvPoolDevice = H200, channels_last: bool = False) -> dict:
+    """What `variant` (a config id or a name) would do with `case` on `device` with a dense x,
+    NCHW or channels-last, as a dict of ConvPoolPlanInfo's fields
+    (conv_relu_maxpool_variant_plan): unsupported (why not, or None), workspace_bytes,
+    takes_packed_weight, wgmma_tile, wgmma_tiles, wgmma_split, packs_weight_apart, flat_tiling,
+    out_block, general (the general kernel's plan text, or None). Fields that do not apply are
+    None, 0, False (wgmma_split 1)."""
     if isinstance(variant, str):
         variant = variant_id(lib, variant)
     info = ConvPoolPlanInfo()
+    operands = dense_operands(case, channels_last)
     if not lib.conv_relu_maxpool_variant_plan(ctypes.byref(shape_of(case, element)), variant,
-                                              ctypes.byref(device), ctypes.byref(info)):
+                                              ctypes.byref(device), ctypes.byref(operands),
+                                              ctypes.byref(info)):
         raise KeyError(variant)
     def text(value: Optional[bytes]) -> Optional[str]:
         return value.decode() if value else None
@@ -281,12 +296,20 @@ def wgmma_split(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
 
 
 def general_plan(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
-                 device: ConvPoolDevice = H200, split: bool = False) -> Optional[dict]:
-    """The general wgmma kernel's plan for `case` on `device` as a dict ({"tile": "wide_n128",
-    "pooled": "4x16", "steps": 72, ...}; the plan's general text), None where that kernel does
-    not run it; split=True: its 3xTF32 form (general_3xtf32_wgmma)."""
+                 device: ConvPoolDevice = H200, split: bool = False,
+                 channels_last: bool = False) -> Optional[dict]:
+    """The general wgmma kernel's plan for `case` on `device` with a dense NCHW or
+    channels-last x as a dict ({"tile": "wide_n128", "pooled": "4x16", "steps": 72, ...}; the
+    plan's general text), None where that kernel does not run it; split=True: its 3xTF32 form
+    (general_3xtf32_wgmma)."""
     name = "general_3xtf32_wgmma" if split else "general_wgmma"
-    text = variant_plan(lib, case, name, element, device)["general"]
+    return parse_general(variant_plan(lib, case, name, element, device, channels_last)["general"])
+
+
+def parse_general(text: Optional[str]) -> Optional[dict]:
+    """The general kernel's plan text ("tile=wide_n128 pooled=4x16 steps=72 ...": a plan's
+    general field, or the op's conv2d_relu_maxpool_plan(...)["general"] for given tensors) as
+    a dict, numbers as ints; None for None."""
     if text is None:
         return None
     plan = {}
