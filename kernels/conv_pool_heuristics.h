@@ -50,14 +50,21 @@ constexpr int kFastPathOddGeneralMinBatch = 8;
 constexpr double kSharedMemoryShare = 1.15;
 constexpr double kPipelineFillCycles = 1500.0;
 constexpr double kSharedSmFixed = 0.6;
-// The copy engine's rate into one SM, bytes a cycle, for the cost's copy term (with
-// $CONV_POOL_GENERAL_COPY_COST=1 only, general_hooks.h): box rows of one 16-byte slice (x read in
-// place from channels-last, or strided boxes) ~13, whatever the tile (H200, every tile forced on
-// the fuzz's 24 slowest general-kernel layers: 10-18 bytes a cycle a SM, a step's time
-// proportional to its bytes); merged rows ~21 (strided NCHW layers from the column-phased
-// copy, about the L2's rate over 132 SMs) (docs/PERF.md).
+// The copy engine's rate into one SM, bytes a cycle, for the cost's copy term: box rows of one
+// 16-byte slice (x read in place from channels-last, or strided boxes) ~13, whatever the tile
+// (H200, every tile forced on the fuzz's 24 slowest general-kernel layers: 10-18 bytes a cycle
+// a SM, a step's time proportional to its bytes); merged rows ~21 (strided NCHW layers from
+// the column-phased copy, about the L2's rate over 132 SMs) (docs/PERF.md).
 constexpr double kCopyBytesPerCycleSlices = 13.0;
 constexpr double kCopyBytesPerCycleMerged = 21.0;
+// The plan the copy term picks is taken where it runs at least this many steps a block
+// (general_wgmma.cu's best_plan). H200, the fuzz's 150 layers, the plans with the term and
+// without it timed in one process: the term everywhere 0.981x of the kernel time without it on
+// the geometric mean (27 layers 0.61-0.97x, 23 1.03-1.46x, the slower ones mostly of 1-6
+// steps a block, the stages holding their copies); from 8 steps 0.967x; 4 0.971x, 16 0.973x.
+// The zoo's layers the term made slower (timed earlier, up to 1.14x) all take plans of fewer
+// than 8 steps a block with it (docs/PERF.md).
+constexpr int kCopyCostMinSteps = 8;
 // Split reductions: at most this many blocks a tile, each at least kMinSplitSteps steps; the
 // last block of a tile reads the partials from L2 at about this many bytes a cycle.
 constexpr int kMaxSplit = 16;

@@ -882,7 +882,8 @@ def test_general_kernel_reads_whole_slice_weights_in_place(library, variant_name
         case = replace(case, in_channels=max(per_slice, case.in_channels // per_slice * per_slice),
                        batch=case.batch * (64 if i % 4 == 0 else 1),
                        out_channels=case.out_channels * (8 if i % 2 else 1))
-        plan = general_plan(library, case, element)
+        # The plan for general_workspace's x: channels-last, read in place.
+        plan = general_plan(library, case, element, channels_last=True)
         if plan is None or plan["input"] != "tma":
             continue
         c, taps = case.in_channels, case.kernel_size[0] * case.kernel_size[1]
@@ -1064,18 +1065,26 @@ def test_general_kernel_merges_box_columns_where_a_halo_row_is_one_run(library, 
 
 def test_general_kernel_copy_term_prefers_wide_channel_tiles_on_wide_halos(library,
                                                                          monkeypatch):
-    """$CONV_POOL_GENERAL_COPY_COST=1 adds the bytes a step's boxes bring, at the copy engine's
-    measured rate, to the tile choice's cost: a strided, dilated float32 layer whose steps bring
-    wide halos (the fuzz's `fuzz_84`: square_n128 0.57x the time of the model's square_n64 on
-    the H200, docs/PERF.md v60) then takes the N = 128 tile, which brings each halo once for
-    twice the output channels; off (the default) the cost is the wgmmas' alone."""
+    """The tile choice's cost counts the bytes a step's boxes bring, at the copy engine's
+    measured rate, where the plan that picks runs at least 8 steps a block
+    (kCopyCostMinSteps): a strided, dilated float32 layer whose steps bring wide halos (the
+    fuzz's `fuzz_84`: square_n128 0.57x the time of square_n64 on the H200, docs/PERF.md v60)
+    takes the N = 128 tile, which brings each halo once for twice the output channels; without
+    the term ($CONV_POOL_GENERAL_COPY_COST=0) the cost is the wgmmas' alone. A layer whose
+    N = 128 plan would run 1 step a block (`fuzz_149`, bfloat16 channels-last: 1.46x slower
+    with it) keeps the plan without the term; both agree with the hook off."""
     case = ConvPoolCase("fuzz_84", 32, 1024, 768, 56, 37, (3, 3), stride=(4, 4),
                         padding=(2, 3), dilation=(3, 2), pool_kernel=(2, 3),
                         pool_stride=(2, 1), pool_padding=(1, 1))
     monkeypatch.delenv("CONV_POOL_GENERAL_COPY_COST", raising=False)
+    plan = general_plan(library, case, FLOAT32)
+    assert plan["tile"] == "square_n128" and plan["steps"] // plan["split"] >= 8, plan
+    short = ConvPoolCase("fuzz_149", 32, 96, 768, 65, 151, (1, 1), stride=(2, 3),
+                         pool_kernel=(3, 1), pool_stride=(1, 1), pool_padding=(1, 0))
+    assert general_plan(library, short, BFLOAT16, channels_last=True)["tile"] == "wide_n64"
+    monkeypatch.setenv("CONV_POOL_GENERAL_COPY_COST", "0")
     assert general_plan(library, case, FLOAT32)["tile"] == "square_n64"
-    monkeypatch.setenv("CONV_POOL_GENERAL_COPY_COST", "1")
-    assert general_plan(library, case, FLOAT32)["tile"] == "square_n128"
+    assert general_plan(library, short, BFLOAT16, channels_last=True)["tile"] == "wide_n64"
 
 
 def test_fp32_accurate_layers_never_fall_to_direct_on_hopper(library, variant_names, seed):

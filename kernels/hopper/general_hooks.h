@@ -39,9 +39,10 @@ inline bool cluster_allowed() { return !is("CONV_POOL_GENERAL_CLUSTER", "0"); }
 // $CONV_POOL_GENERAL_TMA_MERGED=0: one box a column instead of merged box rows.
 inline bool merged_allowed() { return !is("CONV_POOL_GENERAL_TMA_MERGED", "0"); }
 
-// $CONV_POOL_GENERAL_COPY_COST=1: the tile choice's cost counts the bytes a step's boxes bring at
-// the copy engine's measured rates (kCopyBytesPerCycle*), not yet the default: to be timed.
-inline bool copy_cost_allowed() { return is("CONV_POOL_GENERAL_COPY_COST", "1"); }
+// $CONV_POOL_GENERAL_COPY_COST=0: the tile choice's cost never counts the bytes a step's boxes
+// bring at the copy engine's measured rates (kCopyBytesPerCycle*; best_plan says where it
+// does).
+inline bool copy_cost_allowed() { return !is("CONV_POOL_GENERAL_COPY_COST", "0"); }
 
 // $CONV_POOL_GENERAL_TMA_COPY=1: the warp-specialized kernel always reads x from the launch's
 // slice-planar copy, float32 NCHW layers of little work included.

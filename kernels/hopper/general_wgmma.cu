@@ -138,9 +138,11 @@ bool merged_rows(const Plan& p, bool staged_copy) {
 }
 
 // The plan of tile `tile_id` with `images` images side by side for `s` (why_not set where it
-// cannot run it); x_in_place: the copy engine would read x in place (no slice-planar copy).
+// cannot run it); x_in_place: the copy engine would read x in place (no slice-planar copy);
+// copy_term: the cost counts a step's copies (best_plan says where).
 Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int tile_id,
-                    int images, bool split, bool allow_tma, bool x_in_place, int want_split) {
+                    int images, bool split, bool allow_tma, bool x_in_place, int want_split,
+                    bool copy_term) {
   Candidate c;
   const TileSpec& t = kTileSpecs[tile_id];
   Plan& p = c.plan;
@@ -286,7 +288,7 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   const bool cluster = tma && !p.persistent && cluster_allowed() && p.epilogue_passes == 1 &&
                        p.tiles <= kClusterSplitMaxTiles;
   const bool fill_split = s.element == kElementFloat32 && !p.split_operands;
-  const double copy_rate = !tma || !copy_cost_allowed() ? 0.0
+  const double copy_rate = !tma || !copy_term ? 0.0
                            : merged_rows(p, !x_in_place) ? kCopyBytesPerCycleMerged
                                                             : kCopyBytesPerCycleSlices;
   int forced_steps = 0;  // the tuning hook's split, where it runs
@@ -312,8 +314,8 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
     const double reduce =
         split > 1 ? (cluster ? 2.0 : split + 1.0) * tile_bytes / kPartialBytesPerCycle : 0.0;
     const double overlap = p.blocks_per_sm == 2 && blocks >= 2 ? kSharedSmFixed : 1.0;
-    // With the copy term (copy_cost_allowed): a step's boxes at the copy engine's rate into
-    // the SM, which its blocks share, where that is longer than its wgmmas.
+    // With the copy term: a step's boxes at the copy engine's rate into the SM, which its
+    // blocks share, where that is longer than its wgmmas.
     const double copy_cycles =
         copy_rate > 0.0 ? double(p.steps) / split *
                               (p.halo_bytes / copy_rate +
@@ -354,11 +356,11 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   return c;
 }
 
-// The cheapest (tile, images) that runs `s`, fewer images on a tie; why_not of the last one
-// tried when none does. The hooks (general_hooks.h) restrict the candidates where that
-// leaves one.
-Candidate best_plan(const ConvPoolShape& s, const ConvPoolDevice& device, bool split,
-                    bool allow_tma, bool x_in_place) {
+// The cheapest (tile, images) that runs `s`, fewer images on a tie, by the cost with or
+// without its copy term; why_not of the last one tried when none does. The hooks
+// (general_hooks.h) restrict the candidates where that leaves one.
+Candidate cheapest_plan(const ConvPoolShape& s, const ConvPoolDevice& device, bool split,
+                        bool allow_tma, bool x_in_place, bool copy_term) {
   Candidate best, forced;
   best.why_not = forced.why_not = "no tile";
   const int want_tile = forced_tile(), want_images = forced_images();
@@ -366,7 +368,8 @@ Candidate best_plan(const ConvPoolShape& s, const ConvPoolDevice& device, bool s
   for (int tile = 0; tile < kTileCount; ++tile)
     for (int images = 1; images <= kTileSpecs[tile].square_cols; images *= 2) {
       if (images > 1 && images > s.batch) break;
-      Candidate c = plan_tile(s, device, tile, images, split, allow_tma, x_in_place, want_split);
+      Candidate c = plan_tile(s, device, tile, images, split, allow_tma, x_in_place, want_split,
+                              copy_term);
       if (c.why_not != nullptr) {
         if (best.why_not != nullptr) best.why_not = c.why_not;
         continue;
@@ -377,6 +380,19 @@ Candidate best_plan(const ConvPoolShape& s, const ConvPoolDevice& device, bool s
         forced = c;
     }
   return (want_tile >= 0 || want_images > 0) && forced.why_not == nullptr ? forced : best;
+}
+
+// The plan: the cheapest by the cost with its copy term where the plan that picks runs at
+// least kCopyCostMinSteps steps a block (a step's copies then stream behind the stages at the
+// engine's rate, which the term models); with fewer, the stages hold most of a block's
+// copies at once and its fixed work decides, so the plan is the cheapest without the term.
+Candidate best_plan(const ConvPoolShape& s, const ConvPoolDevice& device, bool split,
+                    bool allow_tma, bool x_in_place) {
+  if (copy_cost_allowed()) {
+    const Candidate c = cheapest_plan(s, device, split, allow_tma, x_in_place, true);
+    if (c.why_not != nullptr || c.plan.split_steps >= kCopyCostMinSteps) return c;
+  }
+  return cheapest_plan(s, device, split, allow_tma, x_in_place, false);
 }
 
 // x's data and the bytes of one of its elements, whatever its element type.
