@@ -782,8 +782,9 @@ const char* general_wgmma_unsupported(const ConvPoolShape& s, const ConvPoolDevi
   if (split && s.element != kElementFloat32) return "3xTF32 takes float32 operands";
   if (s.kernel_w > general_wgmma::kMaxKernelCols) return "the kernel is wider than 64 columns";
   if (s.stride_w > general_wgmma::kMaxStrideW) return "the column stride is above 32";
-  return general_wgmma::best_plan(s, device, split, general_wgmma::tma_for(s, nullptr, split),
-                                  false)
+  // (Whether a plan exists does not depend on the cost: one pass, without the copy term.)
+  return general_wgmma::cheapest_plan(s, device, split,
+                                      general_wgmma::tma_for(s, nullptr, split), false, false)
       .why_not;
 }
 
