@@ -16,10 +16,9 @@ import pytest
 
 from utils import kernel_choice
 from utils.kernel_choice import (A100_LIKE, BFLOAT16, FLOAT16, FLOAT32, H200, ConvPoolDevice,
-                                 ConvPoolOperands, ConvPoolShape, clusters, flat_tiling,
-                                 general_plan, load, packs_weight_apart, shape_of,
-                                 takes_packed_weight, tiled_out_block, wgmma_split, wgmma_tile,
-                                 wgmma_tile_origins)
+                                 ConvPoolShape, clusters, flat_tiling, general_plan, load,
+                                 packs_weight_apart, shape_of, takes_packed_weight,
+                                 tiled_out_block, wgmma_split, wgmma_tile, wgmma_tile_origins)
 from utils.suite import FLAT_TILING_CASES, GRID, SUITE, ConvPoolCase, find_case, fuzz_case
 
 AUTO = -1
@@ -558,10 +557,6 @@ def test_variants_keep_their_ids(variant_names):
 
 
 def test_workspace_of_the_16_bit_tensor_core_kernel(library, variant_names):
-    library.conv_relu_maxpool_workspace_bytes.restype = ctypes.c_int64
-    library.conv_relu_maxpool_workspace_bytes.argtypes = [
-        ctypes.POINTER(ConvPoolShape), ctypes.c_int, ctypes.POINTER(ConvPoolDevice),
-        ctypes.c_void_p]
     ids = variant_names_to_ids(variant_names)
     case = find_case("c13_k19_unaligned")  # 13 channels -> 16, 19 output channels, 3x3
     shape = shape_of(case, FLOAT16)
@@ -832,16 +827,10 @@ def general_workspace(library, variant, case, element, weight_stride, weight_add
     """conv_relu_maxpool_workspace_bytes of the general kernel for a channels-last x read in
     place (16-byte aligned, whole slices: no copy of x) and a weight of these strides at this
     address (addresses are never read)."""
-    ops = ConvPoolOperands()
-    c, h, w = case.in_channels, case.height, case.width
+    ops = kernel_choice.dense_operands(case, channels_last=True)
     ops.x = 1 << 24
-    ops.x_stride[:] = [c * h * w, 1, w * c, c]
     ops.weight = weight_address
     ops.weight_stride[:] = list(weight_stride)
-    library.conv_relu_maxpool_workspace_bytes.restype = ctypes.c_int64
-    library.conv_relu_maxpool_workspace_bytes.argtypes = [
-        ctypes.POINTER(ConvPoolShape), ctypes.c_int, ctypes.POINTER(ConvPoolDevice),
-        ctypes.c_void_p]
     return library.conv_relu_maxpool_workspace_bytes(
         ctypes.byref(shape_of(case, element)), variant, ctypes.byref(H200), ctypes.byref(ops))
 
