@@ -279,10 +279,14 @@ def test_images_side_by_side_match_float64(ext, lib, device, seed, images, dtype
     ConvPoolCase("asymmetric_t", 2, 96, 128, 17, 17, (7, 1), padding=(3, 0), pool_kernel=(3, 2),
                  pool_stride=(1, 2)),
 ], ids=lambda c: c.name)
-def test_staging_modes_match_float64(ext, lib, device, seed, case, dtype):
+def test_staging_modes_match_float64(ext, lib, device, seed, case, dtype, monkeypatch):
+    if case.name == "row_groups":
+        # An N = 128 tile, whose stage cannot hold one chunk's weights of all 5 kernel rows in
+        # any dtype (the cost model may pick an N = 64 tile, whose stage can in float32).
+        monkeypatch.setenv("CONV_POOL_GENERAL_TILE", "square_n128")
     plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
     assert plan is not None
-    if case.name.startswith("row_groups") and dtype == torch.float32:
+    if case.name == "row_groups":
         assert plan["group_rows"] < case.kernel_size[0], plan
     if case.name == "gathered_rows":
         assert plan["gathered"] == 1 and plan["phases"] == 1, plan
