@@ -1076,6 +1076,41 @@ def test_general_kernel_copy_term_prefers_wide_channel_tiles_on_wide_halos(libra
     assert general_plan(library, short, BFLOAT16, channels_last=True)["tile"] == "wide_n64"
 
 
+def test_general_kernel_plan_cache_gives_the_searched_plan(library, seed, monkeypatch):
+    """The host keeps a thread's recent plans (general_plan_cache.h): every plan it answers
+    from there is the plan a fresh search gives ($CONV_POOL_GENERAL_PLAN_CACHE=0), over random
+    shapes, all three dtypes and both layouts, asked twice in a row and again after more
+    shapes than the cache holds (16), and a hook set or cleared between two calls changes the
+    answer at once. (The plans differ by layout: a cache blind to it would fail here.)"""
+    rng = random.Random(seed)
+    asks = []
+    for i in range(30):  # each shape in both layouts, one after the other
+        case = fuzz_case(rng, f"fuzz_{i}")
+        asks += [(case, (FLOAT32, FLOAT16, BFLOAT16)[i % 3], layout) for layout in (False, True)]
+    def plans():
+        return [general_plan(library, case, element, channels_last=layout)
+                for case, element, layout in asks]
+    monkeypatch.setenv("CONV_POOL_GENERAL_PLAN_CACHE", "0")
+    searched = plans()
+    assert sum(plan is not None for plan in searched) >= 40
+    assert sum(searched[i] != searched[i + 1] for i in range(0, len(asks), 2)) >= 10
+    monkeypatch.delenv("CONV_POOL_GENERAL_PLAN_CACHE")
+    assert plans() == searched
+    assert plans() == searched  # the last 16 from the cache, the rest searched again
+    for (case, element, layout), plan in zip(asks[-4:], searched[-4:]):
+        assert general_plan(library, case, element, channels_last=layout) == plan
+    # A hook between two calls: the forced tile, then the cost model's tile again.
+    case = ConvPoolCase("fuzz_84", 32, 1024, 768, 56, 37, (3, 3), stride=(4, 4),
+                        padding=(2, 3), dilation=(3, 2), pool_kernel=(2, 3),
+                        pool_stride=(2, 1), pool_padding=(1, 1))
+    chosen = general_plan(library, case, FLOAT32)["tile"]
+    other = "wide_n64" if chosen != "wide_n64" else "square_n64"
+    monkeypatch.setenv("CONV_POOL_GENERAL_TILE", other)
+    assert general_plan(library, case, FLOAT32)["tile"] == other
+    monkeypatch.delenv("CONV_POOL_GENERAL_TILE")
+    assert general_plan(library, case, FLOAT32)["tile"] == chosen
+
+
 def test_fp32_accurate_layers_never_fall_to_direct_on_hopper(library, variant_names, seed):
     """allow_tf32 = False: where no 3xTF32 kernel of the 3 x 3 / 2 x 2 path, the chunked or the
     flat one runs a float32 layer (large kernels, wide strides over 8 or more channels), the

@@ -13,6 +13,9 @@ table is of the function both paths end in.
 
     python tools/bench_host.py [LAYERS [CALLS [TARGETS]]]   e.g. lenet_c1,batch1 400 pybind,eager
 
+LAYERS: suite or grid case names, `tiny`, or the zoo's row names (googlenet_c34_p2s2_b1: needs
+torchvision).
+
 Targets: pybind, torch.ops, ModelNew, ModelNew+grad, ModelNew+compile (torch.compile of
 ModelNew: the op called from a compiled graph), eager, compile (default: all). For an
 A/B run against another build, put its tree first on PYTHONPATH (its model_new and module win).
@@ -28,14 +31,14 @@ sys.path.append(str(Path(__file__).resolve().parents[1]))
 import cuda_extension as ext  # noqa: E402
 from model import Model  # noqa: E402
 from model_new import ModelNew  # noqa: E402
-from utils.profiling import L2_FLUSH_BYTES, time_calls  # noqa: E402
-from utils.suite import ConvPoolCase, find_case  # noqa: E402
+from utils.profiling import L2_FLUSH_BYTES, find_any_case, time_calls  # noqa: E402
+from utils.suite import ConvPoolCase  # noqa: E402
 
 TINY = ConvPoolCase("tiny", 1, 3, 8, 16, 16, (3, 3), padding=(1, 1))
 
 
 def layer(name: str) -> ConvPoolCase:
-    return TINY if name == TINY.name else find_case(name)
+    return TINY if name == TINY.name else find_any_case(name)
 
 
 def enqueue_us(fn, x: torch.Tensor, calls: int) -> float:

@@ -61,6 +61,10 @@ inline bool separate_preparation() { return is("CONV_POOL_GENERAL_SEPARATE_PREP"
 // leaves unwritten (the phases and rows no tap reads).
 inline bool copy_poisoned() { return is("CONV_POOL_GENERAL_POISON_COPY", "1"); }
 
+// $CONV_POOL_GENERAL_PLAN_CACHE=0: every plan searched afresh (general_plan_cache.h), to
+// time the search or to rule the cache out.
+inline bool plan_cache_allowed() { return !is("CONV_POOL_GENERAL_PLAN_CACHE", "0"); }
+
 // $CONV_POOL_GENERAL_SPLIT=k: blocks a tile's reduction is split over (1..kMaxSplit), or 0.
 inline int forced_split() {
   const char* value = std::getenv("CONV_POOL_GENERAL_SPLIT");

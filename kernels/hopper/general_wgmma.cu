@@ -1,11 +1,9 @@
 // Host side of the general Hopper kernel in its two forms, the warp-specialized one fed by the
-// tensor copy engine (general_ws_kernel.cuh, kTmaInput: where the engine's limits allow, the
-// default) and the one whose warps copy with cp.async (general_kernel.cuh: 3xTF32, strides
-// above 8, float32 NCHW layers of little work): the plan (which form and tile, how the
-// reduction is staged, the shared-memory carve-up, the workspace), the shape limits, and the
-// launch with its preparation steps: the weights packed into the staged layout; a copy of x
-// where the kernel cannot read it in place (slice-planar for the copy engine, NHWC for the
-// cp.async pixel loaders; conv_pool_layout.h); the tensor map of x.
+// tensor copy engine (general_ws_kernel.cuh, kTmaInput: the default where the engine's limits
+// allow) and the one whose warps copy with cp.async (general_kernel.cuh: 3xTF32, strides above
+// 8, float32 NCHW layers of little work): the plan (form, tile, staging, shared memory,
+// workspace), the shape limits, and the launch with its preparation: the weights packed, a copy
+// of x where the kernel cannot read it in place (conv_pool_layout.h), the tensor map of x.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
@@ -21,6 +19,7 @@
 #include "../conv_pool_operands.h"
 #include "../conv_relu_maxpool_wgmma.h"
 #include "general_hooks.h"
+#include "general_plan_cache.h"
 #include "general_trace.cuh"
 #include "general_wgmma.h"
 
@@ -41,7 +40,6 @@ int sm_shared_bytes(const ConvPoolDevice& device) {
   return device.max_shared_bytes + kReservedPerBlock;
 }
 
-
 double k_step_cycles(const TileSpec& t) {
   const double squares = t.square_rows * t.square_cols;
   return squares * std::max(t.n / 2.0, kSharedMemoryShare * (64.0 + t.n) * 32.0 / 128.0);
@@ -52,7 +50,6 @@ struct Candidate {
   Plan plan{};
   double cost = 0.0;
 };
-
 
 // Shared memory beside the stages: the tile's bias, the K-step table, and (cp.async loaders) the
 // halo columns' slots and kStages mbarriers, or (kTmaInput) kMaxStages full and empty ones; a
@@ -359,8 +356,8 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
 // The cheapest (tile, images) that runs `s`, fewer images on a tie, by the cost with or
 // without its copy term; why_not of the last one tried when none does. The hooks
 // (general_hooks.h) restrict the candidates where that leaves one.
-Candidate cheapest_plan(const ConvPoolShape& s, const ConvPoolDevice& device, bool split,
-                        bool allow_tma, bool x_in_place, bool copy_term) {
+Candidate search_plan(const ConvPoolShape& s, const ConvPoolDevice& device, bool split,
+                      bool allow_tma, bool x_in_place, bool copy_term) {
   Candidate best, forced;
   best.why_not = forced.why_not = "no tile";
   const int want_tile = forced_tile(), want_images = forced_images();
@@ -380,6 +377,15 @@ Candidate cheapest_plan(const ConvPoolShape& s, const ConvPoolDevice& device, bo
         forced = c;
     }
   return (want_tile >= 0 || want_images > 0) && forced.why_not == nullptr ? forced : best;
+}
+
+// search_plan's answer, from this thread's cache where it holds it (general_plan_cache.h).
+Candidate cheapest_plan(const ConvPoolShape& s, const ConvPoolDevice& device, bool split,
+                        bool allow_tma, bool x_in_place, bool copy_term) {
+  const int flags = int(split) | int(allow_tma) << 1 | int(x_in_place) << 2 | int(copy_term) << 3;
+  return cached_plan<Candidate>(s, device, flags, [&] {
+    return search_plan(s, device, split, allow_tma, x_in_place, copy_term);
+  });
 }
 
 // The plan: the cheapest by the cost with its copy term where the plan that picks runs at
@@ -527,8 +533,7 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops,
 
 int64_t region_bytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// The driver's tensor-map encoder, through the runtime (no link against the driver library);
-// nullptr where the driver has none.
+// The driver's tensor-map encoder, through the runtime (no driver library linked), or nullptr.
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static const PFN_cuTensorMapEncodeTiled_v12000 encoder = [] {
     void* function = nullptr;
