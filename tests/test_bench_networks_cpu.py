@@ -72,6 +72,14 @@ def test_bars_pass_and_miss_on_made_up_rows():
     assert "vgg16 b32 float32 nchw 1.07x" in lines[2]
 
 
+def test_bars_name_every_row_that_misses():
+    rows = [row("vgg16", batch=b, fused=11.0, fused_compile=8.5) for b in range(1, 9)]
+    lines = bench_networks.bars(rows)
+    assert [line.split()[0] for line in lines] == ["MISS", "MISS"], lines
+    for line in lines:
+        assert all(f"vgg16 b{b} float32 nchw" in line for b in range(1, 9)), line
+
+
 def test_a_mismatched_target_is_not_the_best():
     mismatched = row(fused=5.0, fused_compile=7.0, matches=False)
     assert bench_networks.best_fused(mismatched) is None

@@ -169,7 +169,8 @@ def best_fused(row: dict) -> Optional[tuple]:
 
 
 def bars(rows: List[dict]) -> List[str]:
-    """Issue 32's speed bars over the rows run, one line each: PASS / MISS and the numbers."""
+    """Issue 32's speed bars over the rows run, one line each: PASS / MISS, the count, and every
+    row that misses with its numbers."""
     lines = []
     slower = [r for r in rows if "fused" in r["targets"]
               and r["targets"]["fused"]["median_ms"] > r["targets"]["eager"]["median_ms"]]
@@ -179,14 +180,14 @@ def bars(rows: List[dict]) -> List[str]:
                      f"{len(with_fused) - len(slower)} of {len(with_fused)} rows"
                      + "".join(f"; {label(r)} {r['targets']['fused']['median_ms']:.3f} ms "
                                f"against {r['targets']['eager']['median_ms']:.3f}"
-                               for r in slower[:5]))
+                               for r in slower))
     compared = [r for r in rows if "compile" in r["targets"] and best_fused(r)]
     losing = [r for r in compared
               if best_fused(r)[1] >= r["targets"]["compile"]["median_ms"]]
     if compared:
         lines.append(f"{'PASS' if not losing else 'MISS'} best fused target faster than "
                      f"torch.compile: {len(compared) - len(losing)} of {len(compared)} rows"
-                     + "".join(f"; {label(r)} {speedup(r):.2f}x" for r in losing[:5]))
+                     + "".join(f"; {label(r)} {speedup(r):.2f}x" for r in losing))
     frozen = [r for r in rows if "compile-frozen" in r["targets"] and best_fused(r)]
     if frozen:
         behind = [r for r in frozen
@@ -194,14 +195,14 @@ def bars(rows: List[dict]) -> List[str]:
         lines.append(f"(not a bar) best fused target faster than torch.compile with freezing: "
                      f"{len(frozen) - len(behind)} of {len(frozen)} rows"
                      + "".join(f"; {label(r)} {speedup(r, 'compile-frozen'):.2f}x"
-                               for r in behind[:5]))
+                               for r in behind))
     strong = [r for r in compared if r["model"] in STRONG_BAR_MODELS and r["batch"] == 32]
     weak = [r for r in strong if speedup(r) < STRONG_BAR]
     if strong:
         lines.append(f"{'PASS' if not weak else 'MISS'} vgg16 / vgg16_bn / alexnet at batch 32 "
                      f">= {STRONG_BAR}x torch.compile: {len(strong) - len(weak)} of "
                      f"{len(strong)} rows" + "".join(f"; {label(r)} {speedup(r):.2f}x"
-                                                    for r in weak[:6]))
+                                                    for r in weak))
     return lines
 
 
