@@ -96,5 +96,16 @@ inline int forced_nhwc() {
   return value[0] - '0';
 }
 
+// The hooks the tile search reads (general_wgmma.cu: search_plan and plan_tile), read at once
+// for the plan cache's key (general_plan_cache.h): a hook the search comes to read belongs here
+// too, or the cache would answer for its old value.
+struct SearchHooks {
+  int merged, persistent, paired, cluster, tile, images, split;
+  static SearchHooks read() {
+    return {merged_allowed(), persistent_allowed(), pairing_allowed(), cluster_allowed(),
+            forced_tile(), forced_images(), forced_split()};
+  }
+};
+
 }  // namespace hooks
 }  // namespace general_wgmma

@@ -18,7 +18,7 @@ struct PlanKey {
   ConvPoolShape shape;
   ConvPoolDevice device;
   int flags;  // the search's own flags (split, allow_tma, x_in_place, copy_term)
-  int merged, persistent, paired, cluster, tile, images, split;  // the hooks the search reads
+  hooks::SearchHooks search_hooks;
 
   static PlanKey of(const ConvPoolShape& s, const ConvPoolDevice& device, int flags) {
     PlanKey key;
@@ -26,13 +26,7 @@ struct PlanKey {
     std::memcpy(&key.shape, &s, sizeof s);
     std::memcpy(&key.device, &device, sizeof device);
     key.flags = flags;
-    key.merged = hooks::merged_allowed();
-    key.persistent = hooks::persistent_allowed();
-    key.paired = hooks::pairing_allowed();
-    key.cluster = hooks::cluster_allowed();
-    key.tile = hooks::forced_tile();
-    key.images = hooks::forced_images();
-    key.split = hooks::forced_split();
+    key.search_hooks = hooks::SearchHooks::read();
     return key;
   }
   bool operator==(const PlanKey& other) const {
