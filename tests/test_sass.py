@@ -457,3 +457,17 @@ def test_general_kernel_keeps_a_step_of_wgmmas_in_flight(sass):
             assert waits.count("0x2") == 1 and waits.count("0x0") == 2, (name, waits)
         else:
             assert waits.count("0x2") == 1 and waits.count("0x0") == 1, (name, waits)
+
+
+def test_swizzle_probe_builds_for_hopper(tmp_path):
+    """tools/swizzle_probe.cu (gpu_check.sh's `swizzle` stage runs it on the H200) compiles for
+    sm_90a, and its kernel issues the copy engine's box load and a float16 wgmma from shared
+    memory, the two instructions whose swizzles it probes."""
+    binary = tmp_path / "swizzle_probe"
+    subprocess.run(["nvcc", "-O2", "-std=c++17", "-gencode=arch=compute_90a,code=sm_90a",
+                    "-o", str(binary), str(REPO_ROOT / "tools" / "swizzle_probe.cu")],
+                   check=True, capture_output=True, text=True)
+    code = subprocess.run([str(cuobjdump()), "-sass", str(binary)], check=True,
+                          capture_output=True, text=True).stdout
+    assert "UTMALDG.5D" in code
+    assert re.search(r"HGMMA\.64x64x16\.F32 R\d+, gdesc\[UR\d+\]", code)
