@@ -332,11 +332,11 @@ for entry in "${stages[@]}"; do
     # NCU_SOURCE=1 the full set instead, its source page as $OUT/ncu_<i>.csv and
     # tools/ncu_hotspots.py's summary of it (stall samples and instructions per SASS line).
     ncu) run_stage ncu "$seconds" bash -c 'i=0; for spec in ${NCU_CASES:-32,64,256,56,56,1,1,0,2,2:float16:cl}; do IFS=: read -r shape dtype cl <<< "$spec"; run=(python3 tools/run_case.py "$shape" general_wgmma --calls 2 --dtype "${dtype:-float32}" ${cl:+--channels-last}); if [ "${NCU_SOURCE:-0}" = 1 ]; then i=$((i + 1)); ncu --clock-control none -k regex:general --launch-skip 1 --launch-count 1 --set full --import-source no -f -o "$0/ncu_$i" "${run[@]}" && ncu -i "$0/ncu_$i.ncu-rep" --page source --csv --print-source sass > "$0/ncu_$i.csv" && ncu -i "$0/ncu_$i.ncu-rep" --page details && python3 tools/ncu_hotspots.py "$0/ncu_$i.csv" || exit; else ncu --clock-control none -k regex:general --launch-skip 1 --launch-count 1 --section SpeedOfLight --section WarpStateStats --section LaunchStats --section Occupancy "${run[@]}" || exit; fi; done' "$OUT" ;;
-    # trace: tools/trace_tiles.py's phase timestamps of one general-kernel launch of each
-    # TRACE_CASES spec (ncu's N,C,K,H,W,k,s,p,pk,ps[:dtype[:cl]]) into $OUT/trace.log.
     # swizzle: tools/swizzle_probe.cu (no build of the extension needed): what TMA and wgmma do
     # with swizzled operands that start at any row of the pattern.
     swizzle) run_stage swizzle "$seconds" bash -c 'nvcc -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o /tmp/swizzle_probe tools/swizzle_probe.cu && /tmp/swizzle_probe' ;;
+    # trace: tools/trace_tiles.py's phase timestamps of one general-kernel launch of each
+    # TRACE_CASES spec (ncu's N,C,K,H,W,k,s,p,pk,ps[:dtype[:cl]]) into $OUT/trace.log.
     trace) run_stage trace "$seconds" bash -c 'for spec in ${TRACE_CASES:-32,128,128,56,56,1,1,0,2,2:float16}; do IFS=: read -r shape dtype cl <<< "$spec"; python3 tools/trace_tiles.py "$shape" --dtype "${dtype:-float32}" ${cl:+--channels-last} || exit; done' ;;
     zoo) run_stage zoo "$seconds" python3 -m utils.profiling --zoo --zoo-limit "${ZOO_LIMIT:-40}" --iters 50 --json "$OUT/zoo_float32.json" ;;
     zoo16) run_stage zoo16 "$seconds" python3 -m utils.profiling --zoo --zoo-limit "${ZOO_LIMIT:-40}" --iters 50 --dtype float16 --json "$OUT/zoo_float16.json" ;;
