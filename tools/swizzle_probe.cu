@@ -133,10 +133,11 @@ using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, 
                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
 // A's rows in global memory (row_bytes / 2 halves each) and a tensor map whose one box is all
-// kRows of them, in that swizzle.
-CUtensorMap a_map(EncodeTiled encode, uint16_t* rows, int row_bytes) {
+// kRows of them, in that swizzle; *valid: whether the driver encoded it.
+CUtensorMap a_map(EncodeTiled encode, uint16_t* rows, int row_bytes, bool* valid) {
   CUtensorMap map;
   std::memset(&map, 0, sizeof map);
+  *valid = false;
   if (row_bytes == 0) return map;
   const CUtensorMapSwizzle swizzle = row_bytes == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
                                      : row_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
@@ -151,6 +152,7 @@ CUtensorMap a_map(EncodeTiled encode, uint16_t* rows, int row_bytes) {
              CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_NONE,
              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS) std::printf("cuTensorMapEncodeTiled: error %d\n", int(result));
+  *valid = result == CUDA_SUCCESS;
   return map;
 }
 
@@ -203,7 +205,8 @@ int main() {
   CHECK(cudaMalloc(&rows_device, kAElements * 2));
 
   // The harness's check: the unswizzled layout at every start row.
-  const CUtensorMap none = a_map(encode, rows_device, 0);
+  bool valid;
+  const CUtensorMap none = a_map(encode, rows_device, 0, &valid);
   int failures = 0;
   for (int start = 0; start <= 8; ++start)
     failures += !run(none, false, 0, start, 0, 0, d_device, staged_device, {}).exact;
@@ -219,13 +222,13 @@ int main() {
         std::memcpy(&rows[r * row_bytes / 2 + k], &h, 2);
       }
     CHECK(cudaMemcpy(rows_device, rows.data(), rows.size() * 2, cudaMemcpyHostToDevice));
-    const CUtensorMap map = a_map(encode, rows_device, row_bytes);
+    const CUtensorMap map = a_map(encode, rows_device, row_bytes, &valid);
     // The threads' fill, as staged, for comparison with the box's.
     std::vector<unsigned char> thread_bytes(kRows * row_bytes);
     for (int r = 0; r < kRows; ++r)
       for (int k = 0; k < row_bytes / 2; ++k)
         std::memcpy(&thread_bytes[a_offset(r, k, row_bytes)], &rows[r * row_bytes / 2 + k], 2);
-    for (int use_tma = 0; use_tma <= 1; ++use_tma) {
+    for (int use_tma = 0; use_tma <= (valid ? 1 : 0); ++use_tma) {
       bool staged_same = true;
       std::printf("%d-byte swizzle, A staged by %s:\n", row_bytes,
                   use_tma ? "one TMA box" : "threads (chunk ^ address bits 7..)");
