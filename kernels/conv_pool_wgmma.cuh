@@ -15,13 +15,20 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// Shared-memory matrix descriptor, no swizzle: start address, leading byte offset (between
-// core matrices along K), stride byte offset (between core matrices along M or N), all in
-// 16-byte units.
+// Shared-memory matrix descriptor: start address, leading byte offset (between core matrices
+// along K), stride byte offset (between core matrices along M or N), all in 16-byte units; no
+// swizzle unless `layout` names one (swizzle_layout).
 __device__ __forceinline__ uint64_t matrix_descriptor(uint32_t address, uint32_t k_stride,
-                                                      uint32_t mn_stride) {
+                                                      uint32_t mn_stride, uint64_t layout = 0) {
   return uint64_t((address & 0x3FFFF) >> 4) | (uint64_t(k_stride >> 4) << 16) |
-         (uint64_t(mn_stride >> 4) << 32);
+         (uint64_t(mn_stride >> 4) << 32) | (layout << 62);
+}
+// A descriptor's layout field for rows of `swizzle` bytes in the copy engine's swizzle of that
+// width (0: none). wgmma applies the swizzle to the shared addresses themselves, as the copy
+// engine does, so an operand may start at any row of the 8-row pattern with base offset 0
+// (tools/swizzle_probe.cu, on the H200).
+__host__ __device__ constexpr uint64_t swizzle_layout(int swizzle) {
+  return swizzle == 128 ? 1 : swizzle == 64 ? 2 : swizzle == 32 ? 3 : 0;
 }
 
 __device__ __forceinline__ void wgmma_fence() {

@@ -315,26 +315,33 @@ def test_float32_nchw_inputs_both_ways_match_float64(ext, lib, device, seed, nhw
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
-@pytest.mark.parametrize("copy", ["in_place", "copy"])
+@pytest.mark.parametrize("copy", ["in_place", "in_place_slices", "copy"])
 def test_tma_reads_channels_last_in_place_or_from_the_copy(ext, lib, device, seed, dtype, copy,
                                                            monkeypatch):
     """The warp-specialized form reads a channels-last x whose channels fill whole 16-byte
-    slices in place (its boxes step through x's own strides), or from the launch's slice-planar
-    copy ($CONV_POOL_GENERAL_TMA_COPY=1 forces it), on random geometries with such channel
-    counts and on inputs in a wider tensor (x a channel slice of it). The op's plan for those
-    tensors says which (nhwc_copy), and for the dense one it is the host's channels-last plan."""
+    slices in place (its boxes step through x's own strides) into swizzled stages of 32-128
+    byte channel groups where the channels allow (Plan::x_swizzle), or one 16-byte slice a box
+    row ($CONV_POOL_GENERAL_SWIZZLE=0 forces it), or from the launch's slice-planar copy
+    ($CONV_POOL_GENERAL_TMA_COPY=1 forces it), on random geometries with such channel counts
+    and on inputs in a wider tensor (x a channel slice of it). The op's plan for those tensors
+    says which (nhwc_copy, swizzle), and for the dense one it is the host's channels-last
+    plan."""
     monkeypatch.delenv("CONV_POOL_GENERAL_TMA", raising=False)
     if copy == "copy":
         monkeypatch.setenv("CONV_POOL_GENERAL_TMA_COPY", "1")
+    if copy == "in_place_slices":
+        monkeypatch.setenv("CONV_POOL_GENERAL_SWIZZLE", "0")
     per_slice = 4 if dtype == torch.float32 else 8
     rng = random.Random(seed)
-    ran = 0
+    ran, swizzles = 0, set()
     for i in range(12):
         case = fuzz_case(rng, f"fuzz_{i}")
-        # Whole slices of channels, and (float32) enough output channels that NCHW inputs take
-        # the copy rather than the cp.async loaders (kTmaCopyMinWork = 128).
+        # Whole slices of channels (every third case a multiple of 128 bytes of them), and
+        # (float32) enough output channels that NCHW inputs take the copy rather than the
+        # cp.async loaders (kTmaCopyMinWork = 128).
         taps = case.kernel_size[0] * case.kernel_size[1]
-        case = replace(case, in_channels=max(per_slice, case.in_channels // per_slice * per_slice),
+        per_group = per_slice * (8 if i % 3 == 0 else 1)
+        case = replace(case, in_channels=max(per_group, case.in_channels // per_group * per_group),
                        out_channels=max(case.out_channels, -(-128 // taps)))
         plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
         if plan["input"] != "tma":
@@ -350,11 +357,16 @@ def test_tma_reads_channels_last_in_place_or_from_the_copy(ext, lib, device, see
             used = kernel_choice.parse_general(ext.conv2d_relu_maxpool_plan(
                 x_in, w, b, *case.op_args(), general_config(ext))["general"])
             assert used["nhwc_copy"] == int(copy == "copy"), (case, used)
+            if copy != "in_place":
+                assert used["swizzle"] == 0, (case, used)
+            swizzles.add(used["swizzle"])
             if x_in is dense:
                 assert used == kernel_choice.general_plan(lib, case, ELEMENT[dtype], device,
                                                           channels_last=True), case
         ran += 1
     assert ran >= 6, ran
+    if copy == "in_place":
+        assert len(swizzles - {0}) >= 1, swizzles
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)

@@ -823,6 +823,47 @@ def test_general_plan_follows_the_layout_of_x(library, element):
             assert plan["nhwc_copy"] == 1, (ragged, channels_last, plan)
 
 
+def expected_swizzle(case, element, step_chunks):
+    """Plan::x_swizzle's rule: the widest of 128, 64 and 32 bytes that divides a pixel's
+    channels and a step's run of chunks (32 bytes a chunk), else 0."""
+    channel_bytes = case.in_channels * (4 if element == FLOAT32 else 2)
+    return next((w for w in (128, 64, 32)
+                 if channel_bytes % w == 0 and 32 * step_chunks % w == 0), 0)
+
+
+@pytest.mark.parametrize("element", [FLOAT32, FLOAT16, BFLOAT16],
+                         ids=["float32", "float16", "bfloat16"])
+def test_general_kernel_swizzles_channels_last_stages_read_in_place(library, element, seed,
+                                                                    monkeypatch):
+    """A channels-last x read in place lands in swizzled stages of W-byte channel groups
+    (Plan::x_swizzle, the rule in expected_swizzle), over random shapes; never where x is
+    copied first (NCHW), and never with $CONV_POOL_GENERAL_SWIZZLE=0. A stage's bytes are a
+    multiple of its swizzle's 8 x W-byte pattern."""
+    rng = random.Random(seed)
+    per_slice = 4 if element == FLOAT32 else 8
+    widths = set()
+    cases = [replace(fuzz_case(rng, f"fuzz_{i}"),
+                     in_channels=per_slice * rng.choice([1, 2, 3, 4, 6, 8, 12, 16, 32]))
+             for i in range(40)]
+    # Steps of 2 and 6 chunks: 64-byte groups (most steps hold 1 or 3 chunks: 32 bytes).
+    cases += [ConvPoolCase("2x2", 8, 256, 128, 28, 28, (2, 2), padding=(1, 1)),
+              ConvPoolCase("1x1", 32, 256, 128, 28, 28, (1, 1))]
+    for case in cases:
+        plan = general_plan(library, case, element, channels_last=True)
+        if plan is None or plan["input"] != "tma":
+            continue
+        assert plan["nhwc_copy"] == 0, (case, plan)
+        assert plan["swizzle"] == expected_swizzle(case, element, plan["step_chunks"]), (case,
+                                                                                         plan)
+        assert plan["stage_bytes"] % max(128, 8 * plan["swizzle"]) == 0, (case, plan)
+        widths.add(plan["swizzle"])
+        assert general_plan(library, case, element)["swizzle"] == 0, case
+        monkeypatch.setenv("CONV_POOL_GENERAL_SWIZZLE", "0")
+        assert general_plan(library, case, element, channels_last=True)["swizzle"] == 0, case
+        monkeypatch.delenv("CONV_POOL_GENERAL_SWIZZLE")
+    assert {0, 32, 64} <= widths, widths
+
+
 def general_workspace(library, variant, case, element, weight_stride, weight_address=1 << 20):
     """conv_relu_maxpool_workspace_bytes of the general kernel for a channels-last x read in
     place (16-byte aligned, whole slices: no copy of x) and a weight of these strides at this

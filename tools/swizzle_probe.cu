@@ -57,11 +57,6 @@ __host__ __device__ int a_offset(int row, int k, int row_bytes) {
   return row_start + chunk * 16 + (k % 8) * 2;
 }
 
-// The swizzle bits of a descriptor (sm_90 wgmma: 1 = 128 bytes, 2 = 64, 3 = 32).
-__host__ __device__ uint64_t layout_bits(int row_bytes) {
-  return row_bytes == 128 ? 1ull : row_bytes == 64 ? 2ull : row_bytes == 32 ? 3ull : 0ull;
-}
-
 // One block of one warpgroup: A filled by the threads (tma == 0) or by one box of `map`, B by
 // the threads; D = A[start .. start + 64) x B over K step `kstep` of A's rows, stored [m][n];
 // a copy of A's bytes as staged goes to a_staged.
@@ -109,7 +104,7 @@ __global__ void probe_kernel(const __grid_constant__ CUtensorMap map, int use_tm
     const uint32_t address = shared_address(a) + start * row_bytes + kstep * 32;
     a_desc = uint64_t((address & 0x3FFFF) >> 4) | (1ull << 16) |
              (uint64_t((8 * row_bytes) >> 4) << 32) | (uint64_t(base_offset & 7) << 49) |
-             (layout_bits(row_bytes) << 62);
+             (swizzle_layout(row_bytes) << 62);
   }
   float d[32];
   for (int i = 0; i < 32; ++i) d[i] = 0.f;

@@ -44,6 +44,10 @@ inline bool merged_allowed() { return !is("CONV_POOL_GENERAL_TMA_MERGED", "0"); 
 // does).
 inline bool copy_cost_allowed() { return !is("CONV_POOL_GENERAL_COPY_COST", "0"); }
 
+// $CONV_POOL_GENERAL_SWIZZLE=0: channels-last x read in place one 16-byte slice a box row,
+// never in swizzled groups of 32-128 bytes (Plan::x_swizzle).
+inline bool swizzle_allowed() { return !is("CONV_POOL_GENERAL_SWIZZLE", "0"); }
+
 // $CONV_POOL_GENERAL_TMA_COPY=1: the warp-specialized kernel always reads x from the launch's
 // slice-planar copy, float32 NCHW layers of little work included.
 inline bool tma_copy_forced() { return is("CONV_POOL_GENERAL_TMA_COPY", "1"); }
@@ -100,10 +104,10 @@ inline int forced_nhwc() {
 // for the plan cache's key (general_plan_cache.h): a hook the search comes to read belongs here
 // too, or the cache would answer for its old value.
 struct SearchHooks {
-  int merged, persistent, paired, cluster, tile, images, split;
+  int merged, persistent, paired, cluster, swizzle, tile, images, split;
   static SearchHooks read() {
     return {merged_allowed(), persistent_allowed(), pairing_allowed(), cluster_allowed(),
-            forced_tile(), forced_images(), forced_split()};
+            swizzle_allowed(), forced_tile(), forced_images(), forced_split()};
   }
 };
 

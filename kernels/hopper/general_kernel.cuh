@@ -191,7 +191,8 @@ __global__ void __launch_bounds__(kThreads, kSplit ? 1 : Tile<kTileId>::kMinBloc
     mbarrier_wait(landed + stage, (phases >> stage) & 1u);
     phases ^= 1u << stage;
     issue_step<X, kTileId>(s, p, acc, smem_base + uint32_t(stage * p.stage_bytes), square_slot,
-                           a_leading, a_stride, kstep_table, step, kSplit || step == first_step);
+                           a_leading, a_stride, 0, kstep_table, step,
+                           kSplit || step == first_step);
     // The step's wgmmas are at least two groups, the last one empty (mma_step commits its own;
     // this commit closes nothing more): keeping two groups in flight keeps this step's running
     // and waits for every earlier one, however many groups each step's path made.

@@ -94,23 +94,27 @@ __device__ __forceinline__ int halo_column_slot(const ConvPoolShape& s, const Pl
 // of a step (tap t: kernel row t / kernel_w of its group, column t % kernel_w; chunk c of its
 // run) -> its operand's offset, in 16-byte slots, from a square's tap-(0, 0) operand of the
 // run's first chunk. column_slot(j): the slot of halo column j within a halo row (each form's
-// own layout).
+// own layout). A swizzled stage (Plan::x_swizzle) holds a pixel's W-byte group of channels as
+// pixel_slots(p) slots: rows and columns scale by it, and chunk c lies in group 2c / (W / 16),
+// 32 bytes on a chunk within it.
 template <class ColumnSlot>
 __device__ __forceinline__ void fill_kstep_table(const ConvPoolShape& s, const Plan& p,
                                                  int* table, int threads,
                                                  ColumnSlot column_slot) {
+  const int pixel = pixel_slots(p);
   for (int i = threadIdx.x; i < p.group_rows * s.kernel_w * p.step_chunks; i += threads) {
     const int t = i / p.step_chunks, chunk = i - t * p.step_chunks;
     const int row = t / s.kernel_w, col = t - row * s.kernel_w;
     const int halo_row = p.gathered_rows ? 0 : row * s.dilation_h;
-    table[i] = halo_row * p.row_pitch + column_slot(col * s.dilation_w) +
-               2 * chunk * p.slice_plane;
+    table[i] = halo_row * p.row_pitch * pixel + column_slot(col * s.dilation_w) +
+               (2 * chunk / pixel) * p.slice_plane * pixel + (2 * chunk) % pixel;
   }
 }
 
 // Square m of this thread's warpgroup: its tap-(0, 0) operand's slot in a stage's halo. With
 // images side by side, square column c is column c % share of image c / share, whose halo
-// starts image_slots slots after the previous image's (each form's own layout).
+// starts image_slots slots after the previous image's (each form's own layout); a pixel is
+// pixel_slots(p) slots.
 template <int kTileId>
 __device__ __forceinline__ void square_slots(const ConvPoolShape& s, const Plan& p,
                                              int image_slots,
@@ -128,9 +132,10 @@ __device__ __forceinline__ void square_slots(const ConvPoolShape& s, const Plan&
   for (int m = 0; m < T::kSquaresPerGroup; ++m) {
     const int square = warpgroup * T::kSquaresPerGroup + m;
     const int square_col = square % T::kSquareCols;
-    slot[m] = uint32_t((square / T::kSquareCols) * 8 * row_rate * p.row_pitch +
-                       (square_col >> share_bits) * image_slots +
-                       (square_col & ((1 << share_bits) - 1)) * 8);
+    slot[m] = uint32_t(((square / T::kSquareCols) * 8 * row_rate * p.row_pitch +
+                        (square_col & ((1 << share_bits) - 1)) * 8) *
+                           pixel_slots(p) +
+                       (square_col >> share_bits) * image_slots);
   }
 }
 
@@ -462,22 +467,24 @@ __device__ __forceinline__ void mma_step(float (&acc)[Tile<kTileId>::kSquaresPer
 
 // A step's wgmmas for this warpgroup, from the stage at shared address `halo`: each square's
 // operand descriptor (square_slot: its tap-(0, 0) slot; a_leading / a_stride: the slice plane
-// and the conv-row stride in bytes), the weights after the halo, the step's taps (its group of
-// kernel rows), then mma_step; fenced before and committed after (at least two groups: see
-// mma_step). accumulate_first = false starts the sums afresh.
+// and the conv-row stride in bytes; a_layout: the stage's swizzle, swizzle_layout), the
+// weights after the halo, the step's taps (its group of kernel rows), then mma_step; fenced
+// before and committed after (at least two groups: see mma_step). accumulate_first = false
+// starts the sums afresh.
 template <class E, int kTileId>
 __device__ __forceinline__ void issue_step(
     const ConvPoolShape& s, const Plan& p,
     float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs], uint32_t halo,
     const uint32_t (&square_slot)[Tile<kTileId>::kSquaresPerGroup], uint32_t a_leading,
-    uint32_t a_stride, const int* kstep_table, int step, bool first_step) {
+    uint32_t a_stride, uint64_t a_layout, const int* kstep_table, int step, bool first_step) {
   using T = Tile<kTileId>;
   const int group = step % p.groups;
   const int taps = min(p.group_rows, s.kernel_h - group * p.group_rows) * s.kernel_w;
   uint64_t a0[T::kSquaresPerGroup];
 #pragma unroll
   for (int m = 0; m < T::kSquaresPerGroup; ++m)
-    a0[m] = matrix_descriptor(halo + square_slot[m] * kSliceBytes, a_leading, a_stride);
+    a0[m] = matrix_descriptor(halo + square_slot[m] * kSliceBytes, a_leading, a_stride,
+                              a_layout);
   const uint64_t b0 = matrix_descriptor(halo + uint32_t(p.halo_bytes), T::kN * kSliceBytes,
                                         8 * kSliceBytes);
   wgmma_fence();

@@ -153,10 +153,17 @@ struct Plan {
   // (kMergedWordBytes), the phase its dimension 1, and a box row is one run of up to 256 words, 128
   // columns in every dtype (else a box row is one 16-byte slice, its columns read every
   // stride_w-th).
+  // x_swizzle (read in place, channels-last, where the channels and a step's run of them are
+  // whole W-byte groups, W = 32, 64 or 128): a box row is W bytes of channels a pixel instead of
+  // one 16-byte slice (whole 32-byte sectors of x), landing [group][row][column][W bytes] in the
+  // copy engine's W-byte swizzle, which the A descriptors name (wgmma and the engine swizzle on
+  // the same shared address bits); planes and stages then start on the swizzle's 8 x W-byte
+  // pattern. 0: [slice][row][column][16 bytes], no swizzle.
   int phases;
   int plane_bytes;
   int box_rows;
   bool merged_cols;
+  int x_swizzle;
   // Epilogue: the conv tile in shared memory, [channel][pixel] fp32 with tile_pitch floats per
   // channel, n / epilogue_passes channels at a time, at epilogue_offset: 0 (the pipeline's
   // bytes, reused), or (persistent) past the stages.
@@ -223,6 +230,12 @@ CONV_POOL_HD constexpr bool static_ksteps(int ksteps) {
 #define GENERAL_WGMMA_IS(K) ksteps == K ||
   return GENERAL_WGMMA_STATIC_KSTEPS(GENERAL_WGMMA_IS) false;
 #undef GENERAL_WGMMA_IS
+}
+
+// 16-byte slots of one staged pixel of a channel run: W / 16 with a swizzled stage
+// (Plan::x_swizzle), else 1 (a slice plane holds one slot a pixel).
+CONV_POOL_HD constexpr int pixel_slots(const Plan& p) {
+  return p.x_swizzle > 0 ? p.x_swizzle / kSliceBytes : 1;
 }
 
 // Element layout a step needs of the element type: channels per slice and per chunk.

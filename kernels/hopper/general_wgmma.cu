@@ -20,6 +20,7 @@
 #include "../conv_relu_maxpool_wgmma.h"
 #include "general_hooks.h"
 #include "general_plan_cache.h"
+#include "general_prepare.cuh"
 #include "general_trace.cuh"
 #include "general_wgmma.h"
 
@@ -61,16 +62,31 @@ int fixed_bytes(const Plan& p, const TileSpec& t, int kstep_entries) {
 }
 
 // kTmaInput: the bytes of one (image, column phase) box, a step's 2 x step_chunks slices of
-// halo_rows x phase_cols 16-byte slots, padded to 128 bytes (each box lands 128-byte aligned).
-int tma_plane_bytes(int halo_rows, int phase_cols, int step_chunks) {
-  return round_up(2 * step_chunks * halo_rows * phase_cols * kSliceBytes, 128);
+// halo_rows x phase_cols 16-byte slots, padded to 128 bytes (each box lands 128-byte aligned),
+// or with a swizzled stage (Plan::x_swizzle) to the swizzle's pattern of 8 x W bytes.
+int stage_alignment(int swizzle) { return std::max(128, 8 * swizzle); }
+int tma_plane_bytes(int halo_rows, int phase_cols, int step_chunks, int swizzle) {
+  return round_up(2 * step_chunks * halo_rows * phase_cols * kSliceBytes,
+                  stage_alignment(swizzle));
+}
+
+// Plan::x_swizzle for an x read in place: the widest W of 128, 64 and 32 bytes that divides a
+// pixel's channels and a step's run of chunks (32 bytes a chunk); 0 where none does (an odd
+// number of 16-byte slices).
+int x_swizzle_bytes(const ConvPoolShape& s, int step_chunks) {
+  const int channel_bytes = s.in_channels * (kSliceBytes / slice_channels(s.element));
+  for (int w = 128; w >= 32; w /= 2)
+    if (channel_bytes % w == 0 && 2 * step_chunks * kSliceBytes % w == 0) return w;
+  return 0;
 }
 
 // The reduction's staging for a tile: kernel rows per step (group_rows), row mode and chunks per
 // step, the one that moves the fewest halo bytes per chunk among those whose three stages fit
 // `budget` (each with as many chunks a step, up to kMinStepKSteps' worth, as fit). kTmaInput
-// (p.input) stages its own halo layout and keeps each box within the copy engine's limits.
-bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int budget) {
+// (p.input) stages its own halo layout and keeps each box within the copy engine's limits;
+// `swizzle`: x is read in place into swizzled stages where its channels allow.
+bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int budget,
+                     bool swizzle) {
   const bool tma = p.input == kTmaInput;
   const int tile_rows = 8 * t.square_rows;
   const int weight_slice_bytes = t.n * kSliceBytes;
@@ -92,11 +108,13 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
       const int wanted = std::min<int>(
           {kMaxStepChunks, int(ceil_div(kMinStepKSteps, taps)), p.chunks});
       for (int step_chunks = wanted; step_chunks >= 1; --step_chunks) {
+        const int x_swizzle = tma && swizzle ? x_swizzle_bytes(s, step_chunks) : 0;
         const int halo_bytes =
-            tma ? p.images * p.phases * tma_plane_bytes(halo_rows, p.phase_cols, step_chunks)
+            tma ? p.images * p.phases *
+                      tma_plane_bytes(halo_rows, p.phase_cols, step_chunks, x_swizzle)
                 : round_up(2 * step_chunks * halo_rows * p.row_pitch * kSliceBytes, 128);
         const int weight_bytes = taps * 2 * step_chunks * weight_slice_bytes;
-        const int stage_bytes = round_up(halo_bytes + weight_bytes, 128);
+        const int stage_bytes = round_up(halo_bytes + weight_bytes, stage_alignment(x_swizzle));
         const int fixed = fixed_bytes(p, t, taps * step_chunks);
         if (int64_t(kStages) * stage_bytes + fixed > budget) continue;
         const int groups = int(ceil_div(s.kernel_h, group_rows));
@@ -119,6 +137,7 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
           p.halo_bytes = halo_bytes;
           p.weight_stage_bytes = weight_bytes;
           p.stage_bytes = stage_bytes;
+          p.x_swizzle = x_swizzle;
         }
         break;
       }
@@ -205,15 +224,22 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   // Two blocks per SM where the tile is built for it and they fit; else one.
   const int two_block_budget = sm_shared_bytes(device) / 2 - kReservedPerBlock;
   const int min_blocks = split ? 1 : t.min_blocks;  // 3xTF32: 255 registers a thread
-  const bool two_blocks = min_blocks == 2 && stage_reduction(s, t, p, two_block_budget);
-  if (!two_blocks && !stage_reduction(s, t, p, device.max_shared_bytes)) {
+  // Swizzled stages where x is read in place (their padding may not fit where plain ones do).
+  const bool swizzle = tma && x_in_place && swizzle_allowed();
+  auto staged = [&](int budget) {
+    return (swizzle && stage_reduction(s, t, p, budget, true)) ||
+           stage_reduction(s, t, p, budget, false);
+  };
+  const bool two_blocks = min_blocks == 2 && staged(two_block_budget);
+  if (!two_blocks && !staged(device.max_shared_bytes)) {
     c.why_not = "one stage of the input halo and weights does not fit in shared memory";
     return c;
   }
   p.chunk_steps = int(ceil_div(p.chunks, p.step_chunks));
   p.steps = p.chunk_steps * p.groups;
   p.slice_plane = tma ? p.halo_rows * p.phase_cols : p.halo_rows * p.row_pitch;
-  p.plane_bytes = tma ? tma_plane_bytes(p.halo_rows, p.phase_cols, p.step_chunks) : 0;
+  p.plane_bytes =
+      tma ? tma_plane_bytes(p.halo_rows, p.phase_cols, p.step_chunks, p.x_swizzle) : 0;
   p.box_rows = p.gathered_rows ? p.halo_rows * s.stride_h : p.halo_rows;
   const int budget = two_blocks ? two_block_budget : device.max_shared_bytes;
   const int kstep_entries = p.group_rows * s.kernel_w * p.step_chunks;
@@ -509,6 +535,7 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops,
   const bool slices = pixel_slices(s, ops);
   if (p.input == kTmaInput) {
     p.staged_copy = !x_in_place(s, ops);
+    if (p.staged_copy) p.x_swizzle = 0;  // (the plan's search reads x_in_place the same way)
     p.merged_cols = merged_rows(p, p.staged_copy);
     p.staged_channels = round_up(s.in_channels, per_slice);
     p.staged_input_bytes = p.staged_copy ? int64_t(s.batch) * s.in_height *
@@ -551,10 +578,12 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 // slice, column, row, slice, image), on the slice-planar copy or on x itself (channels-last: a
 // slice 16 bytes on from the previous). A box: a step's 2 x step_chunks slices of phase_cols
 // columns read every stride_w-th and halo_rows rows (read every stride_h-th for gathered
-// rows), landing [slice][row][column][16 bytes]. Merged columns (p.merged_cols): (column of a
-// phase x 8-byte word of its slice, column phase, row, slice, image) on the copy, whose rows hold
-// stride_w phases of ceil(width / stride_w) columns each, a box row one run of phase_cols
-// slices of one phase. Raw words: no conversion; out of bounds: zeros.
+// rows), landing [slice][row][column][16 bytes]. A swizzled stage (p.x_swizzle = W): W-byte
+// groups of channels for slices, landing [group][row][column][W bytes] swizzled. Merged
+// columns (p.merged_cols): (column of a phase x 8-byte word of its slice, column phase, row,
+// slice, image) on the copy, whose rows hold stride_w phases of ceil(width / stride_w)
+// columns each, a box row one run of phase_cols slices of one phase. Raw words: no
+// conversion; out of bounds: zeros.
 cudaError_t encode_x_map(const ConvPoolShape& s, const ConvPoolOperands& ops, const Plan& p,
                          CUtensorMap* map) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
@@ -577,21 +606,23 @@ cudaError_t encode_x_map(const ConvPoolShape& s, const ConvPoolOperands& ops, co
     strides[1] = kSliceBytes * row;
     strides[2] = kSliceBytes * row * height;
     strides[3] = kSliceBytes * row * height * slices;
-  } else {  // (choose_input: in_channels a multiple of the slice's)
+  } else {  // (choose_input: in_channels a multiple of the slice's, or of x_swizzle bytes)
+    const int group = pixel_slots(p) * kSliceBytes;  // bytes of a box row
     address = input_data(s, ops);
-    dims[0] = cuuint64_t(slice_channels(s.element));
-    dims[3] = cuuint64_t(s.in_channels / slice_channels(s.element));
+    dims[0] = cuuint64_t(group / bytes);
+    dims[3] = cuuint64_t(s.in_channels * bytes / group);
     strides[0] = cuuint64_t(ops.x_stride[3] * bytes);
     strides[1] = cuuint64_t(ops.x_stride[2] * bytes);
-    strides[2] = kSliceBytes;
+    strides[2] = cuuint64_t(group);
     strides[3] = cuuint64_t(ops.x_stride[0] * bytes);
   }
   dims[2] = height;
   dims[4] = cuuint64_t(s.batch);
   const cuuint32_t box[5] = {
-      cuuint32_t(p.merged_cols ? kMergedColWords * p.phase_cols : slice_channels(s.element)),
+      cuuint32_t(p.merged_cols ? kMergedColWords * p.phase_cols
+                               : pixel_slots(p) * slice_channels(s.element)),
       cuuint32_t(p.merged_cols ? 1 : p.phase_cols * s.stride_w), cuuint32_t(p.box_rows),
-      cuuint32_t(2 * p.step_chunks), 1};
+      cuuint32_t(2 * p.step_chunks / pixel_slots(p)), 1};
   const cuuint32_t element_strides[5] = {1, cuuint32_t(p.merged_cols ? 1 : s.stride_w),
                                          cuuint32_t(p.gathered_rows ? s.stride_h : 1), 1, 1};
   const CUresult result =
@@ -600,7 +631,11 @@ cudaError_t encode_x_map(const ConvPoolShape& s, const ConvPoolOperands& ops, co
              : bytes == 4  ? CU_TENSOR_MAP_DATA_TYPE_UINT32
                            : CU_TENSOR_MAP_DATA_TYPE_UINT16,
              5, const_cast<void*>(address), dims, strides, box, element_strides,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+             CU_TENSOR_MAP_INTERLEAVE_NONE,
+             p.x_swizzle == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+             : p.x_swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+             : p.x_swizzle == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
+                                 : CU_TENSOR_MAP_SWIZZLE_NONE,
              CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
@@ -631,109 +666,6 @@ cudaError_t encode_weight_map(const ConvPoolShape& s, const ConvPoolOperands& op
              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
              CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return result == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
-}
-
-// The weights in the staged layout, [channel block][chunk run][tap][chunk][slice][n][16 bytes],
-// zeros past the channels (and for a short last run's missing chunks): one thread per 16 bytes.
-// 3xTF32 (p.split_operands, Raw = float): packed chunk j holds chunk j / 3 of the weight, its
-// big parts (j % 3 = 0, 1) or small parts (2).
-template <class Raw>
-struct PackJob {
-  const Raw* weight;
-  int64_t ws0, ws1, ws2, ws3;
-  int n;  // the tile's output channels
-  Raw* packed;
-  int64_t units;  // 16-byte units of the packed weights (0: read in place, nothing to pack)
-};
-
-// Block `block` of `blocks` packing blocks (256 threads), grid-stride over the 16-byte units.
-template <class Raw, int kSliceChannels>
-__device__ __forceinline__ void pack_weights(const PackJob<Raw>& job, const ConvPoolShape& s,
-                                             const Plan& p, int64_t block, int64_t blocks) {
-  const Raw* weight = job.weight;
-  const int64_t ws0 = job.ws0, ws1 = job.ws1, ws2 = job.ws2, ws3 = job.ws3;
-  const int n = job.n;
-  Raw* packed = job.packed;
-  for (int64_t u = block * blockDim.x + threadIdx.x; u < job.units; u += blocks * blockDim.x) {
-    int64_t rest = u;
-    const int k_in_block = int(rest % n);
-    rest /= n;
-    const int slice = int(rest % 2);
-    rest /= 2;
-    const int chunk_in_run = int(rest % p.step_chunks);
-    rest /= p.step_chunks;
-    const int tap = int(rest % s.taps());
-    rest /= s.taps();
-    const int run = int(rest % p.chunk_steps);
-    const int block = int(rest / p.chunk_steps);
-    const int k = block * n + k_in_block;
-    int chunk = run * p.step_chunks + chunk_in_run, part = 0;
-    if (p.split_operands) {
-      part = chunk % 3;
-      chunk /= 3;
-    }
-    const int r = tap / s.kernel_w, q = tap % s.kernel_w;
-    Raw values[kSliceChannels];
-#pragma unroll
-    for (int e = 0; e < kSliceChannels; ++e) {
-      const int c = (chunk * 2 + slice) * kSliceChannels + e;
-      values[e] = k < s.out_channels && c < s.in_channels
-                      ? weight[k * ws0 + c * ws1 + r * ws2 + q * ws3]
-                      : Raw(0);
-      if constexpr (std::is_same_v<Raw, float>) {
-        if (p.split_operands) {
-          float big, small;
-          split_tf32_operand(values[e], big, small);
-          values[e] = part == 2 ? small : big;
-        }
-      }
-    }
-    *reinterpret_cast<uint4*>(packed + u * kSliceChannels) =
-        *reinterpret_cast<const uint4*>(values);
-  }
-}
-
-// The launch's preparation, one grid of independent jobs: blocks [0, pack_blocks) zero the split
-// reduction's tile counters and pack the weights; the blocks after them (if any) make the
-// slice-planar copy of x, one item a thread. One launch where there were up to three: on layers
-// of a few tiles each launch costs microseconds of latency (docs/PERF.md).
-template <class Raw, int kSliceChannels>
-__global__ void __launch_bounds__(256)
-    prepare_kernel(const PackJob<Raw> pack, const ConvPoolShape s, const Plan p,
-                   int64_t pack_blocks, const ToSlices<Raw> copy, uint32_t* counters,
-                   int counter_words) {
-  if (blockIdx.x < pack_blocks) {
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < counter_words;
-         i += pack_blocks * blockDim.x)
-      counters[i] = 0;
-    pack_weights<Raw, kSliceChannels>(pack, s, p, blockIdx.x, pack_blocks);
-    return;
-  }
-  to_slices_item(copy, (blockIdx.x - pack_blocks) * int64_t(blockDim.x) + threadIdx.x);
-}
-
-// 3xTF32: x as NHWC with staged_channels a pixel, staged chunk j holding chunk j / 3 of x (8
-// channels), its big parts (j % 3 = 0, 2) or small parts (1); zeros past the channels. One
-// thread per staged element.
-__global__ void split_to_channels_last_kernel(const float* x, int64_t xs0, int64_t xs1,
-                                              int64_t xs2, int64_t xs3, ConvPoolShape s,
-                                              int staged_channels, float* staged) {
-  const int64_t elements =
-      int64_t(s.batch) * s.in_height * s.in_width * staged_channels;
-  for (int64_t u = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; u < elements;
-       u += int64_t(gridDim.x) * blockDim.x) {
-    const int q = int(u % staged_channels);
-    int64_t pixel = u / staged_channels;
-    const int w = int(pixel % s.in_width);
-    pixel /= s.in_width;
-    const int h = int(pixel % s.in_height);
-    const int64_t image = pixel / s.in_height;
-    const int j = q / 8, part = j % 3, c = (j / 3) * 8 + q % 8;
-    const float value = c < s.in_channels ? x[image * xs0 + c * xs1 + h * xs2 + w * xs3] : 0.f;
-    float big, small;
-    split_tf32_operand(value, big, small);
-    staged[u] = part == 1 ? small : big;
-  }
 }
 
 // The preparation launch (prepare_kernel): the split counters zeroed (a memset instead where

@@ -58,11 +58,11 @@ __device__ __forceinline__ void consumer_sync() {
 }
 
 // The slot of halo column j (of one image's columns) in a stage of kTmaInput: its phase's plane,
-// position j / stride_w.
+// position j / stride_w (pixel_slots(p) slots a position).
 __device__ __forceinline__ int tma_column_slot(const ConvPoolShape& s, const Plan& p, int j) {
   const int phase = j % s.stride_w;
   const int planes_before = __popc(p.phase_mask & ((1u << phase) - 1u));
-  return planes_before * (p.plane_bytes / kSliceBytes) + j / s.stride_w;
+  return planes_before * (p.plane_bytes / kSliceBytes) + (j / s.stride_w) * pixel_slots(p);
 }
 
 // Split reductions in a cluster (Plan::cluster_split): a tile's p.split blocks (a power of two)
@@ -154,6 +154,8 @@ __device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
   // in dimension 1 and its place in the phase's run, kMergedColWords a column, in dimension 0.
   const uint32_t halo_tx =
       uint32_t(p.images * p.phases * 2 * p.step_chunks * p.slice_plane * kSliceBytes);
+  // The box's first slice, or (swizzled stage) W-byte group, of a step's run of chunks.
+  const int group_shift = __ffs(pixel_slots(p)) - 1;
   int stage = 0;
   uint32_t empty_parity = 1;  // a fresh barrier's previous phase counts as completed
   for (int64_t w = blockIdx.x; w < p.tiles * p.split; w += gridDim.x) {
@@ -177,8 +179,8 @@ __device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
             tma_load_5d(box, x_map, c.run * kMergedColWords, c.phase, st.row_first,
                         2 * st.chunk0, int(o.image) + image, full + stage);
           else
-            tma_load_5d(box, x_map, 0, o.in_col0 + offset, st.row_first, 2 * st.chunk0,
-                        int(o.image) + image, full + stage);
+            tma_load_5d(box, x_map, 0, o.in_col0 + offset, st.row_first,
+                        (2 * st.chunk0) >> group_shift, int(o.image) + image, full + stage);
         }
       }
       unsigned char* staged_weights = smem + stage * p.stage_bytes + p.halo_bytes;
@@ -220,7 +222,7 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
   using T = Tile<kTileId>;
   using X = Element<E>;  // the element type's operations
   constexpr int kBlocksPerSm = kCluster ? 1 : T::kMinBlocks;
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(1024) unsigned char smem[];  // (a swizzled stage's pattern)
   float* bias = reinterpret_cast<float*>(smem + p.bias_offset);
   int* kstep_table = reinterpret_cast<int*>(smem + p.kstep_table_offset);
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + p.barrier_offset);
@@ -279,11 +281,16 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
       if constexpr (kRebuildSlots)
         square_slots<kTileId>(s, p, p.phases * (p.plane_bytes / kSliceBytes), rebuilt_slot);
       const uint32_t(&square_slot)[T::kSquaresPerGroup] = kRebuildSlots ? rebuilt_slot : set_slot;
+      // A's descriptors: between K core matrices a slice plane (a swizzled stage's K steps lie
+      // within its W-byte rows: 16 bytes, as the probe ran it), between a square's conv rows
+      // row_rate halo rows of pixels.
       const int row_rate = p.gathered_rows ? 1 : s.stride_h;
+      const uint32_t a_leading =
+          p.x_swizzle > 0 ? kSliceBytes : uint32_t(p.slice_plane * kSliceBytes);
+      const uint32_t a_stride = uint32_t(row_rate * p.row_pitch * pixel_slots(p) * kSliceBytes);
       issue_step<X, kTileId>(s, p, acc, smem_base + uint32_t(stage * p.stage_bytes),
-                             square_slot, uint32_t(p.slice_plane * kSliceBytes),
-                             uint32_t(row_rate * p.row_pitch * kSliceBytes), kstep_table, step,
-                             step == k.first_step);
+                             square_slot, a_leading, a_stride, swizzle_layout(p.x_swizzle),
+                             kstep_table, step, step == k.first_step);
       // As in the other kernel: this step's wgmmas are the last two groups or more, so waiting
       // with two pending completes every earlier step's, and the previous stage is free.
       wgmma_wait<2>();

@@ -1,0 +1,123 @@
+// The general kernel's preparation kernels, run in one launch before it (general_wgmma.cu,
+// prepare): the weights packed into the staged layout, the split reduction's counters zeroed,
+// the slice-planar copy of x (conv_pool_layout.cuh); and the 3xTF32 form's NHWC copy of x in
+// big and small TF32 parts.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "../conv_pool_device.cuh"
+#include "../conv_pool_layout.cuh"
+#include "general_plan.h"
+
+namespace general_wgmma {
+namespace {
+
+// The weights in the staged layout, [channel block][chunk run][tap][chunk][slice][n][16 bytes],
+// zeros past the channels (and for a short last run's missing chunks): one thread per 16 bytes.
+// 3xTF32 (p.split_operands, Raw = float): packed chunk j holds chunk j / 3 of the weight, its
+// big parts (j % 3 = 0, 1) or small parts (2).
+template <class Raw>
+struct PackJob {
+  const Raw* weight;
+  int64_t ws0, ws1, ws2, ws3;
+  int n;  // the tile's output channels
+  Raw* packed;
+  int64_t units;  // 16-byte units of the packed weights (0: read in place, nothing to pack)
+};
+
+// Block `block` of `blocks` packing blocks (256 threads), grid-stride over the 16-byte units.
+template <class Raw, int kSliceChannels>
+__device__ __forceinline__ void pack_weights(const PackJob<Raw>& job, const ConvPoolShape& s,
+                                             const Plan& p, int64_t block, int64_t blocks) {
+  const Raw* weight = job.weight;
+  const int64_t ws0 = job.ws0, ws1 = job.ws1, ws2 = job.ws2, ws3 = job.ws3;
+  const int n = job.n;
+  Raw* packed = job.packed;
+  for (int64_t u = block * blockDim.x + threadIdx.x; u < job.units; u += blocks * blockDim.x) {
+    int64_t rest = u;
+    const int k_in_block = int(rest % n);
+    rest /= n;
+    const int slice = int(rest % 2);
+    rest /= 2;
+    const int chunk_in_run = int(rest % p.step_chunks);
+    rest /= p.step_chunks;
+    const int tap = int(rest % s.taps());
+    rest /= s.taps();
+    const int run = int(rest % p.chunk_steps);
+    const int block = int(rest / p.chunk_steps);
+    const int k = block * n + k_in_block;
+    int chunk = run * p.step_chunks + chunk_in_run, part = 0;
+    if (p.split_operands) {
+      part = chunk % 3;
+      chunk /= 3;
+    }
+    const int r = tap / s.kernel_w, q = tap % s.kernel_w;
+    Raw values[kSliceChannels];
+#pragma unroll
+    for (int e = 0; e < kSliceChannels; ++e) {
+      const int c = (chunk * 2 + slice) * kSliceChannels + e;
+      values[e] = k < s.out_channels && c < s.in_channels
+                      ? weight[k * ws0 + c * ws1 + r * ws2 + q * ws3]
+                      : Raw(0);
+      if constexpr (std::is_same_v<Raw, float>) {
+        if (p.split_operands) {
+          float big, small;
+          split_tf32_operand(values[e], big, small);
+          values[e] = part == 2 ? small : big;
+        }
+      }
+    }
+    *reinterpret_cast<uint4*>(packed + u * kSliceChannels) =
+        *reinterpret_cast<const uint4*>(values);
+  }
+}
+
+// The launch's preparation, one grid of independent jobs: blocks [0, pack_blocks) zero the split
+// reduction's tile counters and pack the weights; the blocks after them (if any) make the
+// slice-planar copy of x, one item a thread. One launch where there were up to three: on layers
+// of a few tiles each launch costs microseconds of latency (docs/PERF.md).
+template <class Raw, int kSliceChannels>
+__global__ void __launch_bounds__(256)
+    prepare_kernel(const PackJob<Raw> pack, const ConvPoolShape s, const Plan p,
+                   int64_t pack_blocks, const ToSlices<Raw> copy, uint32_t* counters,
+                   int counter_words) {
+  if (blockIdx.x < pack_blocks) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < counter_words;
+         i += pack_blocks * blockDim.x)
+      counters[i] = 0;
+    pack_weights<Raw, kSliceChannels>(pack, s, p, blockIdx.x, pack_blocks);
+    return;
+  }
+  to_slices_item(copy, (blockIdx.x - pack_blocks) * int64_t(blockDim.x) + threadIdx.x);
+}
+
+// 3xTF32: x as NHWC with staged_channels a pixel, staged chunk j holding chunk j / 3 of x (8
+// channels), its big parts (j % 3 = 0, 2) or small parts (1); zeros past the channels. One
+// thread per staged element.
+__global__ void split_to_channels_last_kernel(const float* x, int64_t xs0, int64_t xs1,
+                                              int64_t xs2, int64_t xs3, ConvPoolShape s,
+                                              int staged_channels, float* staged) {
+  const int64_t elements =
+      int64_t(s.batch) * s.in_height * s.in_width * staged_channels;
+  for (int64_t u = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; u < elements;
+       u += int64_t(gridDim.x) * blockDim.x) {
+    const int q = int(u % staged_channels);
+    int64_t pixel = u / staged_channels;
+    const int w = int(pixel % s.in_width);
+    pixel /= s.in_width;
+    const int h = int(pixel % s.in_height);
+    const int64_t image = pixel / s.in_height;
+    const int j = q / 8, part = j % 3, c = (j / 3) * 8 + q % 8;
+    const float value = c < s.in_channels ? x[image * xs0 + c * xs1 + h * xs2 + w * xs3] : 0.f;
+    float big, small;
+    split_tf32_operand(value, big, small);
+    staged[u] = part == 1 ? small : big;
+  }
+}
+
+}  // namespace
+}  // namespace general_wgmma
