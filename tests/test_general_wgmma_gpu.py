@@ -315,13 +315,14 @@ def test_float32_nchw_inputs_both_ways_match_float64(ext, lib, device, seed, nhw
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
-@pytest.mark.parametrize("copy", ["in_place", "in_place_slices", "copy"])
+@pytest.mark.parametrize("copy", ["in_place", "in_place_wide", "in_place_slices", "copy"])
 def test_tma_reads_channels_last_in_place_or_from_the_copy(ext, lib, device, seed, dtype, copy,
                                                            monkeypatch):
     """The warp-specialized form reads a channels-last x whose channels fill whole 16-byte
     slices in place (its boxes step through x's own strides) into swizzled stages of 32-128
     byte channel groups where the channels allow (Plan::x_swizzle), or one 16-byte slice a box
-    row ($CONV_POOL_GENERAL_SWIZZLE=0 forces it), or from the launch's slice-planar copy
+    row ($CONV_POOL_GENERAL_SWIZZLE=0 forces it; in_place_wide: steps of up to 4 chunks,
+    $CONV_POOL_GENERAL_STEP_CHUNKS, for the 64- and 128-byte groups), or from the launch's slice-planar copy
     ($CONV_POOL_GENERAL_TMA_COPY=1 forces it), on random geometries with such channel counts
     and on inputs in a wider tensor (x a channel slice of it). The op's plan for those tensors
     says which (nhwc_copy, swizzle), and for the dense one it is the host's channels-last
@@ -331,6 +332,8 @@ def test_tma_reads_channels_last_in_place_or_from_the_copy(ext, lib, device, see
         monkeypatch.setenv("CONV_POOL_GENERAL_TMA_COPY", "1")
     if copy == "in_place_slices":
         monkeypatch.setenv("CONV_POOL_GENERAL_SWIZZLE", "0")
+    if copy == "in_place_wide":
+        monkeypatch.setenv("CONV_POOL_GENERAL_STEP_CHUNKS", "4")
     per_slice = 4 if dtype == torch.float32 else 8
     rng = random.Random(seed)
     ran, swizzles = 0, set()
@@ -357,7 +360,7 @@ def test_tma_reads_channels_last_in_place_or_from_the_copy(ext, lib, device, see
             used = kernel_choice.parse_general(ext.conv2d_relu_maxpool_plan(
                 x_in, w, b, *case.op_args(), general_config(ext))["general"])
             assert used["nhwc_copy"] == int(copy == "copy"), (case, used)
-            if copy != "in_place":
+            if copy in ("in_place_slices", "copy"):
                 assert used["swizzle"] == 0, (case, used)
             swizzles.add(used["swizzle"])
             if x_in is dense:
@@ -367,6 +370,8 @@ def test_tma_reads_channels_last_in_place_or_from_the_copy(ext, lib, device, see
     assert ran >= 6, ran
     if copy == "in_place":
         assert len(swizzles - {0}) >= 1, swizzles
+    if copy == "in_place_wide":
+        assert max(swizzles) >= 64, swizzles
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)

@@ -862,6 +862,13 @@ def test_general_kernel_swizzles_channels_last_stages_read_in_place(library, ele
         assert general_plan(library, case, element, channels_last=True)["swizzle"] == 0, case
         monkeypatch.delenv("CONV_POOL_GENERAL_SWIZZLE")
     assert {0, 32, 64} <= widths, widths
+    # Steps of up to 4 chunks forced ($CONV_POOL_GENERAL_STEP_CHUNKS, a key of the plan cache):
+    # 128-byte groups on the 1 x 1 layer, whose plan above was cached with 6 chunks a step.
+    monkeypatch.setenv("CONV_POOL_GENERAL_STEP_CHUNKS", "4")
+    plan = general_plan(library, cases[-1], element, channels_last=True)
+    assert (plan["step_chunks"], plan["swizzle"]) == (4, 128), plan
+    monkeypatch.delenv("CONV_POOL_GENERAL_STEP_CHUNKS")
+    assert general_plan(library, cases[-1], element, channels_last=True)["step_chunks"] != 4
 
 
 def general_workspace(library, variant, case, element, weight_stride, weight_address=1 << 20):

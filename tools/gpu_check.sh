@@ -112,6 +112,9 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  general_pointwise_wide_channels_last general_wgmma float16 CONV_POOL_GENERAL_TILE=wide_n128 CONV_POOL_GENERAL_STEP_CHUNKS=4
+racecheck general_pointwise_wide_channels_last general_wgmma bfloat16 CONV_POOL_GENERAL_TILE=wide_n128 CONV_POOL_GENERAL_STEP_CHUNKS=4
+memcheck  general_pointwise_wide_channels_last general_wgmma float32 CONV_POOL_GENERAL_STEP_CHUNKS=2
 memcheck  general_phased_copy_channels_last general_wgmma float16
 memcheck  general_pointwise_phased general_wgmma bfloat16
 memcheck  general_phased_copy_channels_last general_wgmma float32 CONV_POOL_GENERAL_SEPARATE_PREP=1

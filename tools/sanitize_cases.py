@@ -208,6 +208,11 @@ CASES = {
     "general_split_channels_last": ConvPoolCase(
         "general_split_channels_last", 1, 384, 136, 13, 13, (3, 3), padding=(1, 1),
         pool_kernel=(3, 3), pool_stride=(2, 2)),
+    # A channels-last 1 x 1 layer whose 512-byte pixels allow every swizzle width: with the
+    # wide_n128 tile and steps of 4 chunks ($CONV_POOL_GENERAL_STEP_CHUNKS) 128-byte groups.
+    "general_pointwise_wide_channels_last": ConvPoolCase(
+        "general_pointwise_wide_channels_last", 2, 256, 136, 20, 36, (1, 1),
+        pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1)),
     # A 2 x 2 / 2 pool taken in registers (Plan::paired_pool), odd sizes (floor mode drops the
     # last row and column), an output-channel tail; and channels-last.
     "general_paired": ConvPoolCase("general_paired", 3, 96, 130, 29, 31, (1, 1)),
@@ -218,7 +223,7 @@ CASES = {
 # model (the general kernel then reads such weights in place).
 CHANNELS_LAST = {"unpooled_strips_channels_last", "general_large_kernel_channels_last",
                  "general_phased_copy_channels_last",
-                 "general_paired_channels_last",
+                 "general_paired_channels_last", "general_pointwise_wide_channels_last",
                  "general_strided_channels_last", "general_split_channels_last",
                  "channels_last_tails", "narrow_channels_last", "strip_tiles_channels_last",
                  "few_tiles_channels_last", "few_tiles_packed_apart_channels_last",

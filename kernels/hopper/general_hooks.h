@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "../conv_pool_heuristics.h"
 #include "general_plan.h"
 
 namespace general_wgmma {
@@ -100,14 +101,23 @@ inline int forced_nhwc() {
   return value[0] - '0';
 }
 
+// $CONV_POOL_GENERAL_STEP_CHUNKS=k (1..kMaxStepChunks): steps of up to k chunks, the most that
+// fit, instead of kMinStepKSteps' worth; or 0.
+inline int forced_step_chunks() {
+  const char* value = std::getenv("CONV_POOL_GENERAL_STEP_CHUNKS");
+  if (value == nullptr) return 0;
+  return std::clamp(std::atoi(value), 0, conv_pool_heuristics::kMaxStepChunks);
+}
+
 // The hooks the tile search reads (general_wgmma.cu: search_plan and plan_tile), read at once
 // for the plan cache's key (general_plan_cache.h): a hook the search comes to read belongs here
 // too, or the cache would answer for its old value.
 struct SearchHooks {
-  int merged, persistent, paired, cluster, swizzle, tile, images, split;
+  int merged, persistent, paired, cluster, swizzle, tile, images, split, step_chunks;
   static SearchHooks read() {
     return {merged_allowed(), persistent_allowed(), pairing_allowed(), cluster_allowed(),
-            swizzle_allowed(), forced_tile(), forced_images(), forced_split()};
+            swizzle_allowed(), forced_tile(),      forced_images(),   forced_split(),
+            forced_step_chunks()};
   }
 };
 

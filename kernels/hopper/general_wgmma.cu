@@ -105,8 +105,9 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
                                      : (tile_rows - 1) * s.stride_h +
                                            (group_rows - 1) * s.dilation_h + 1;
       if (tma && (gathered ? halo_rows * s.stride_h : halo_rows) > kMaxTmaBox) continue;
+      const int forced = forced_step_chunks();
       const int wanted = std::min<int>(
-          {kMaxStepChunks, int(ceil_div(kMinStepKSteps, taps)), p.chunks});
+          {kMaxStepChunks, forced > 0 ? forced : int(ceil_div(kMinStepKSteps, taps)), p.chunks});
       for (int step_chunks = wanted; step_chunks >= 1; --step_chunks) {
         const int x_swizzle = tma && swizzle ? x_swizzle_bytes(s, step_chunks) : 0;
         const int halo_bytes =
