@@ -837,15 +837,16 @@ def test_general_kernel_swizzles_channels_last_stages_read_in_place(library, ele
                                                                     monkeypatch):
     """A channels-last x read in place lands in swizzled stages of W-byte channel groups
     (Plan::x_swizzle, the rule in expected_swizzle), over random shapes; never where x is
-    copied first (NCHW), and never with $CONV_POOL_GENERAL_SWIZZLE=0. A stage's bytes are a
-    multiple of its swizzle's 8 x W-byte pattern."""
+    copied first (NCHW), and never with $CONV_POOL_GENERAL_SWIZZLE=0; among the step sizes
+    whose stages fit, the widest swizzle, then the most chunks. A stage's bytes are a multiple
+    of its swizzle's 8 x W-byte pattern."""
     rng = random.Random(seed)
     per_slice = 4 if element == FLOAT32 else 8
     widths = set()
     cases = [replace(fuzz_case(rng, f"fuzz_{i}"),
                      in_channels=per_slice * rng.choice([1, 2, 3, 4, 6, 8, 12, 16, 32]))
              for i in range(40)]
-    # Steps of 2 and 6 chunks: 64-byte groups (most steps hold 1 or 3 chunks: 32 bytes).
+    # Steps of 2 and 4 chunks: 64- and 128-byte groups (most steps hold 1 chunk: 32 bytes).
     cases += [ConvPoolCase("2x2", 8, 256, 128, 28, 28, (2, 2), padding=(1, 1)),
               ConvPoolCase("1x1", 32, 256, 128, 28, 28, (1, 1))]
     for case in cases:
@@ -861,14 +862,18 @@ def test_general_kernel_swizzles_channels_last_stages_read_in_place(library, ele
         monkeypatch.setenv("CONV_POOL_GENERAL_SWIZZLE", "0")
         assert general_plan(library, case, element, channels_last=True)["swizzle"] == 0, case
         monkeypatch.delenv("CONV_POOL_GENERAL_SWIZZLE")
-    assert {0, 32, 64} <= widths, widths
-    # Steps of up to 4 chunks forced ($CONV_POOL_GENERAL_STEP_CHUNKS, a key of the plan cache):
-    # 128-byte groups on the 1 x 1 layer, whose plan above was cached with 6 chunks a step.
-    monkeypatch.setenv("CONV_POOL_GENERAL_STEP_CHUNKS", "4")
-    plan = general_plan(library, cases[-1], element, channels_last=True)
+    assert {0, 32, 64, 128} <= widths, widths
+    # The 1 x 1 layer's stages fit 6 chunks a step (64-byte groups) but take 4 (128-byte
+    # groups): the widest swizzle first. Steps of up to 3 chunks forced
+    # ($CONV_POOL_GENERAL_STEP_CHUNKS, a key of the plan cache) take 2 (64 bytes), not 3 (32).
+    pointwise = cases[-1]
+    plan = general_plan(library, pointwise, element, channels_last=True)
     assert (plan["step_chunks"], plan["swizzle"]) == (4, 128), plan
+    monkeypatch.setenv("CONV_POOL_GENERAL_STEP_CHUNKS", "3")
+    plan = general_plan(library, pointwise, element, channels_last=True)
+    assert (plan["step_chunks"], plan["swizzle"]) == (2, 64), plan
     monkeypatch.delenv("CONV_POOL_GENERAL_STEP_CHUNKS")
-    assert general_plan(library, cases[-1], element, channels_last=True)["step_chunks"] != 4
+    assert general_plan(library, pointwise, element, channels_last=True)["step_chunks"] == 4
 
 
 def general_workspace(library, variant, case, element, weight_stride, weight_address=1 << 20):

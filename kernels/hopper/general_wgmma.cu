@@ -82,7 +82,8 @@ int x_swizzle_bytes(const ConvPoolShape& s, int step_chunks) {
 
 // The reduction's staging for a tile: kernel rows per step (group_rows), row mode and chunks per
 // step, the one that moves the fewest halo bytes per chunk among those whose three stages fit
-// `budget` (each with as many chunks a step, up to kMinStepKSteps' worth, as fit). kTmaInput
+// `budget` (each with as many chunks a step, up to kMinStepKSteps' worth, as fit; in swizzled
+// stages, as the widest swizzle allows). kTmaInput
 // (p.input) stages its own halo layout and keeps each box within the copy engine's limits;
 // `swizzle`: x is read in place into swizzled stages where its channels allow.
 bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int budget,
@@ -108,8 +109,15 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
       const int forced = forced_step_chunks();
       const int wanted = std::min<int>(
           {kMaxStepChunks, forced > 0 ? forced : int(ceil_div(kMinStepKSteps, taps)), p.chunks});
+      // The most chunks a step that fit; with swizzled stages the widest swizzle among the
+      // step sizes that fit, then the most chunks (H200: a 64- or 128-byte swizzle of fewer
+      // chunks a step 0.81-0.95x the time of the 32- or 64-byte one of more, docs/PERF.md).
+      int pick = 0, pick_swizzle = -1, pick_halo = 0, pick_stage = 0;
+      const int groups = int(ceil_div(s.kernel_h, group_rows));
+      const int last_taps = (s.kernel_h - (groups - 1) * group_rows) * s.kernel_w;
       for (int step_chunks = wanted; step_chunks >= 1; --step_chunks) {
         const int x_swizzle = tma && swizzle ? x_swizzle_bytes(s, step_chunks) : 0;
+        if (x_swizzle <= pick_swizzle) continue;
         const int halo_bytes =
             tma ? p.images * p.phases *
                       tma_plane_bytes(halo_rows, p.phase_cols, step_chunks, x_swizzle)
@@ -118,29 +126,32 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
         const int stage_bytes = round_up(halo_bytes + weight_bytes, stage_alignment(x_swizzle));
         const int fixed = fixed_bytes(p, t, taps * step_chunks);
         if (int64_t(kStages) * stage_bytes + fixed > budget) continue;
-        const int groups = int(ceil_div(s.kernel_h, group_rows));
-        const int last_taps = (s.kernel_h - (groups - 1) * group_rows) * s.kernel_w;
         if (!any_count && !(static_ksteps(taps * step_chunks) &&
                             static_ksteps(last_taps * step_chunks)))
           continue;
-        // Halo bytes per chunk of the reduction.
-        const int64_t volume = int64_t(groups) * halo_bytes / step_chunks;
-        const int work = taps * step_chunks;
-        if (!found || volume < best_volume || (volume == best_volume && work > best_work)) {
-          found = true;
-          best_volume = volume;
-          best_work = work;
-          p.gathered_rows = gathered != 0;
-          p.group_rows = group_rows;
-          p.groups = groups;
-          p.step_chunks = step_chunks;
-          p.halo_rows = halo_rows;
-          p.halo_bytes = halo_bytes;
-          p.weight_stage_bytes = weight_bytes;
-          p.stage_bytes = stage_bytes;
-          p.x_swizzle = x_swizzle;
-        }
-        break;
+        pick = step_chunks;
+        pick_swizzle = x_swizzle;
+        pick_halo = halo_bytes;
+        pick_stage = stage_bytes;
+        if (x_swizzle == 0 || x_swizzle == 128) break;
+      }
+      if (pick == 0) continue;
+      // Halo bytes per chunk of the reduction.
+      const int64_t volume = int64_t(groups) * pick_halo / pick;
+      const int work = taps * pick;
+      if (!found || volume < best_volume || (volume == best_volume && work > best_work)) {
+        found = true;
+        best_volume = volume;
+        best_work = work;
+        p.gathered_rows = gathered != 0;
+        p.group_rows = group_rows;
+        p.groups = groups;
+        p.step_chunks = pick;
+        p.halo_rows = halo_rows;
+        p.halo_bytes = pick_halo;
+        p.weight_stage_bytes = taps * 2 * pick * weight_slice_bytes;
+        p.stage_bytes = pick_stage;
+        p.x_swizzle = pick_swizzle;
       }
     }
   }
