@@ -337,15 +337,22 @@ def test_tma_reads_channels_last_in_place_or_from_the_copy(ext, lib, device, see
     per_slice = 4 if dtype == torch.float32 else 8
     rng = random.Random(seed)
     ran, swizzles = 0, set()
+    # Whole slices of channels (every third case a multiple of 128 bytes of them), and (float32)
+    # enough output channels that NCHW inputs take the copy rather than the cp.async loaders
+    # (kTmaCopyMinWork = 128); in_place_wide also a 1 x 1 layer of 512-byte pixels, whose
+    # steps of 2 or 4 chunks fit every tile (64- or 128-byte groups).
+    cases = []
     for i in range(12):
         case = fuzz_case(rng, f"fuzz_{i}")
-        # Whole slices of channels (every third case a multiple of 128 bytes of them), and
-        # (float32) enough output channels that NCHW inputs take the copy rather than the
-        # cp.async loaders (kTmaCopyMinWork = 128).
         taps = case.kernel_size[0] * case.kernel_size[1]
         per_group = per_slice * (8 if i % 3 == 0 else 1)
-        case = replace(case, in_channels=max(per_group, case.in_channels // per_group * per_group),
-                       out_channels=max(case.out_channels, -(-128 // taps)))
+        cases.append(replace(
+            case, in_channels=max(per_group, case.in_channels // per_group * per_group),
+            out_channels=max(case.out_channels, -(-128 // taps))))
+    if copy == "in_place_wide":
+        cases.append(ConvPoolCase("pointwise_wide", 2, 32 * per_slice, 136, 20, 36, (1, 1),
+                                  pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1)))
+    for case in cases:
         plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
         if plan["input"] != "tma":
             continue

@@ -362,8 +362,9 @@ for entry in "${stages[@]}"; do
         "${resume[@]}" "${limit[@]}" --json "$OUT/networks.json" ;;
     gtest) run_stage gtest "$seconds" python3 -m pytest -q -p no:cacheprovider tests/test_general_wgmma_gpu.py ;;
     # netbreak: tools/network_breakdown.py's kernels of eager and fused (with --cpu: the host's
-    # busiest operators) for each NETBREAK_CASES model:dtype[:batch[:layout]].
-    netbreak) run_stage netbreak "$seconds" bash -c 'for spec in ${NETBREAK_CASES:-resnet50:float32 googlenet:float16}; do IFS=: read -r model dtype batch layout <<< "$spec"; python3 tools/network_breakdown.py "$model" --dtype "${dtype:-float32}" --batch "${batch:-32}" --layout "${layout:-nchw}" --targets eager,fused --cpu || exit; done' ;;
+    # busiest operators) for each NETBREAK_CASES model:dtype[:batch[:layout]]; NETBREAK_TARGETS
+    # (default eager,fused) other targets of tools/bench_networks.py.
+    netbreak) run_stage netbreak "$seconds" bash -c 'for spec in ${NETBREAK_CASES:-resnet50:float32 googlenet:float16}; do IFS=: read -r model dtype batch layout <<< "$spec"; python3 tools/network_breakdown.py "$model" --dtype "${dtype:-float32}" --batch "${batch:-32}" --layout "${layout:-nchw}" --targets "${NETBREAK_TARGETS:-eager,fused}" --cpu || exit; done' ;;
     # zooab: the zoo (ZOOAB_DTYPE, default float16) again with the environment settings of
     # ZOOAB_ENV (e.g. CONV_POOL_GENERAL_PAIRED=0) into $OUT/zoo_<dtype>_ab.json, then
     # tools/ratio_table.py of the zoo stage's JSON against it (run zoo16 / zoo first).
