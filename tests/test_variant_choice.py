@@ -874,6 +874,14 @@ def test_general_kernel_swizzles_channels_last_stages_read_in_place(library, ele
     assert (plan["step_chunks"], plan["swizzle"]) == (2, 64), plan
     monkeypatch.delenv("CONV_POOL_GENERAL_STEP_CHUNKS")
     assert general_plan(library, pointwise, element, channels_last=True)["step_chunks"] == 4
+    # $CONV_POOL_GENERAL_GROUP_ROWS (a key of the plan cache too): steps of at most that many
+    # kernel rows.
+    square = ConvPoolCase("3x3", 8, 256, 128, 28, 28, (3, 3), padding=(1, 1))
+    assert general_plan(library, square, element, channels_last=True)["group_rows"] == 3
+    monkeypatch.setenv("CONV_POOL_GENERAL_GROUP_ROWS", "1")
+    assert general_plan(library, square, element, channels_last=True)["group_rows"] == 1
+    monkeypatch.delenv("CONV_POOL_GENERAL_GROUP_ROWS")
+    assert general_plan(library, square, element, channels_last=True)["group_rows"] == 3
 
 
 def general_workspace(library, variant, case, element, weight_stride, weight_address=1 << 20):

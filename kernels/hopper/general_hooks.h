@@ -109,15 +109,23 @@ inline int forced_step_chunks() {
   return std::clamp(std::atoi(value), 0, conv_pool_heuristics::kMaxStepChunks);
 }
 
+// $CONV_POOL_GENERAL_GROUP_ROWS=k (k >= 1): steps of at most k kernel rows (a smaller halo a
+// stage, so more chunks a step and wider swizzles may fit); or 0.
+inline int forced_group_rows() {
+  const char* value = std::getenv("CONV_POOL_GENERAL_GROUP_ROWS");
+  return value == nullptr ? 0 : std::max(0, std::atoi(value));
+}
+
 // The hooks the tile search reads (general_wgmma.cu: search_plan and plan_tile), read at once
 // for the plan cache's key (general_plan_cache.h): a hook the search comes to read belongs here
 // too, or the cache would answer for its old value.
 struct SearchHooks {
-  int merged, persistent, paired, cluster, swizzle, tile, images, split, step_chunks;
+  int merged, persistent, paired, cluster, swizzle, tile, images, split, step_chunks,
+      group_rows;
   static SearchHooks read() {
     return {merged_allowed(), persistent_allowed(), pairing_allowed(), cluster_allowed(),
             swizzle_allowed(), forced_tile(),      forced_images(),   forced_split(),
-            forced_step_chunks()};
+            forced_step_chunks(), forced_group_rows()};
   }
 };
 

@@ -99,7 +99,9 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
   for (int any_count = 0; any_count < 2 && !found; ++any_count)
   for (int gathered = 0; gathered < 2; ++gathered) {
     if (tma && gathered && s.stride_h > kMaxTmaStride) continue;
-    for (int group_rows = gathered ? 1 : s.kernel_h; group_rows >= 1; --group_rows) {
+    const int most_rows = forced_group_rows() > 0 ? std::min(s.kernel_h, forced_group_rows())
+                                                  : s.kernel_h;
+    for (int group_rows = gathered ? 1 : most_rows; group_rows >= 1; --group_rows) {
       const int taps = group_rows * s.kernel_w;
       if (taps > kMaxStageTaps) continue;
       const int halo_rows = gathered ? tile_rows
