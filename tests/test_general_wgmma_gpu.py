@@ -322,8 +322,8 @@ def test_tma_reads_channels_last_in_place_or_from_the_copy(ext, lib, device, see
     slices in place (its boxes step through x's own strides) into swizzled stages of 32-128
     byte channel groups where the channels allow (Plan::x_swizzle), or one 16-byte slice a box
     row ($CONV_POOL_GENERAL_SWIZZLE=0 forces it; in_place_wide: steps of up to 4 chunks,
-    $CONV_POOL_GENERAL_STEP_CHUNKS, for the 64- and 128-byte groups), or from the launch's slice-planar copy
-    ($CONV_POOL_GENERAL_TMA_COPY=1 forces it), on random geometries with such channel counts
+    $CONV_POOL_GENERAL_STEP_CHUNKS, for the 64- and 128-byte groups), or from the launch's
+    slice-planar copy ($CONV_POOL_GENERAL_TMA_COPY=1 forces it), on random geometries with such channel counts
     and on inputs in a wider tensor (x a channel slice of it). The op's plan for those tensors
     says which (nhwc_copy, swizzle), and for the dense one it is the host's channels-last
     plan."""
