@@ -96,11 +96,11 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
   int best_work = 0;
   // First only steps whose K-step counts (a whole group's, the last group's) the kernel issues
   // unrolled; then any.
+  const int forced_rows = forced_group_rows(), forced_chunks = forced_step_chunks();
+  const int most_rows = forced_rows > 0 ? std::min(s.kernel_h, forced_rows) : s.kernel_h;
   for (int any_count = 0; any_count < 2 && !found; ++any_count)
   for (int gathered = 0; gathered < 2; ++gathered) {
     if (tma && gathered && s.stride_h > kMaxTmaStride) continue;
-    const int most_rows = forced_group_rows() > 0 ? std::min(s.kernel_h, forced_group_rows())
-                                                  : s.kernel_h;
     for (int group_rows = gathered ? 1 : most_rows; group_rows >= 1; --group_rows) {
       const int taps = group_rows * s.kernel_w;
       if (taps > kMaxStageTaps) continue;
@@ -108,9 +108,9 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
                                      : (tile_rows - 1) * s.stride_h +
                                            (group_rows - 1) * s.dilation_h + 1;
       if (tma && (gathered ? halo_rows * s.stride_h : halo_rows) > kMaxTmaBox) continue;
-      const int forced = forced_step_chunks();
       const int wanted = std::min<int>(
-          {kMaxStepChunks, forced > 0 ? forced : int(ceil_div(kMinStepKSteps, taps)), p.chunks});
+          {kMaxStepChunks, forced_chunks > 0 ? forced_chunks : int(ceil_div(kMinStepKSteps, taps)),
+           p.chunks});
       // The most chunks a step that fit; with swizzled stages the widest swizzle among the
       // step sizes that fit, then the most chunks (H200: a 64- or 128-byte swizzle of fewer
       // chunks a step 0.81-0.95x the time of the 32- or 64-byte one of more, docs/PERF.md).
