@@ -102,6 +102,22 @@ __device__ __forceinline__ void fence_proxy_async_global() {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 
+// Programmatic dependent launch (PTX 7.8+, sm_90). A kernel launched with programmatic stream
+// serialization may start before the previous kernel in its stream has finished: it waits in
+// grid_dependency_wait until that kernel has completed and its writes are visible, so every
+// global access must follow the wait. The previous kernel lets it start once each of its
+// blocks has called launch_dependents (or exited). Both are no-ops without such a launch.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 // mbarrier (shared memory, this CTA) and the 1D bulk copy engine (cp.async.bulk, PTX 8.0+).
 __device__ __forceinline__ void mbarrier_init(uint64_t* barrier, uint32_t arrivals) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(barrier)),

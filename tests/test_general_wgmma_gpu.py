@@ -37,13 +37,18 @@ TOLERANCE = {torch.float32: 1e-2, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 # it runs: one tile a block, merged box rows where they apply, split reductions through the
 # cluster's shared memory), the same with one 16-byte slice a box row
 # ($CONV_POOL_GENERAL_TMA_MERGED=0), with split reductions through global memory
-# ($CONV_POOL_GENERAL_CLUSTER=0), persistent ($CONV_POOL_GENERAL_PERSISTENT=1), and the one whose
+# ($CONV_POOL_GENERAL_CLUSTER=0), persistent ($CONV_POOL_GENERAL_PERSISTENT=1), launched as the
+# preparation launch's programmatic dependent ($CONV_POOL_GENERAL_PDL=1: the default form's
+# plans, its blocks waiting for the previous kernel before any global access), and the one whose
 # warps copy with cp.async (general_kernel.cuh; $CONV_POOL_GENERAL_TMA=0). The 3xTF32 form is
 # the last kind either way.
 PATH_HOOKS = {"tma": {}, "tma_slices": {"CONV_POOL_GENERAL_TMA_MERGED": "0"},
               "tma_global_split": {"CONV_POOL_GENERAL_CLUSTER": "0"},
               "tma_persistent": {"CONV_POOL_GENERAL_PERSISTENT": "1"},
+              "tma_pdl": {"CONV_POOL_GENERAL_PDL": "1"},
               "cpasync": {"CONV_POOL_GENERAL_TMA": "0"}}
+# The forms whose plans are the default's (split reductions through the cluster).
+CLUSTER_PATHS = ("tma", "tma_slices", "tma_pdl")
 
 
 @pytest.fixture(autouse=True, params=list(PATH_HOOKS))
@@ -179,7 +184,7 @@ def test_paired_2x2_pools_match_float64(ext, lib, device, seed, tile, dtype, pat
             out = run_general(ext, case, with_layout(x, layout), w, b)
             torch.testing.assert_close(out.double(), expected, atol=tol, rtol=tol, equal_nan=True,
                                        msg=lambda m: f"{tile} {case.name} {layout} {plan}: {m}")
-    if path in ("tma", "tma_slices"):
+    if path in CLUSTER_PATHS:
         assert paired >= 2, paired  # (the split case sums through the cluster)
 
 
@@ -206,7 +211,7 @@ def test_split_reductions_match_float64(ext, lib, device, seed, tile, split, dty
     for case in SPLIT_CASES:
         plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
         assert plan["tile"] == tile and plan["split"] == split, plan
-        in_cluster = path in ("tma", "tma_slices") and plan["input"] == "tma"
+        in_cluster = path in CLUSTER_PATHS and plan["input"] == "tma"
         assert plan["cluster"] == int(in_cluster), plan
         x, w, b = operands(case, seed, dtype)
         for layout in LAYOUTS:

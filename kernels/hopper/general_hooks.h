@@ -66,6 +66,11 @@ inline bool separate_preparation() { return is("CONV_POOL_GENERAL_SEPARATE_PREP"
 // leaves unwritten (the phases and rows no tap reads).
 inline bool copy_poisoned() { return is("CONV_POOL_GENERAL_POISON_COPY", "1"); }
 
+// $CONV_POOL_GENERAL_PDL=1: the warp-specialized kernel launched as the previous kernel's
+// programmatic dependent (its blocks' setup under the preparation launch's tail; they wait
+// for it before any global access). A launch setting, not the plan's.
+inline bool dependent_launch() { return is("CONV_POOL_GENERAL_PDL", "1"); }
+
 // $CONV_POOL_GENERAL_PLAN_CACHE=0: every plan searched afresh (general_plan_cache.h), to
 // time the search or to rule the cache out.
 inline bool plan_cache_allowed() { return !is("CONV_POOL_GENERAL_PLAN_CACHE", "0"); }

@@ -6,6 +6,7 @@
 
 #include <atomic>
 
+#include "general_hooks.h"
 #include "general_kernel.cuh"
 #include "general_wgmma.h"
 #include "general_ws_kernel.cuh"
@@ -62,37 +63,40 @@ cudaError_t launch_element(const ConvPoolOperands& ops, const ConvPoolShape& s, 
   }
 }
 
-// The warp-specialized instance of plan.tile for element type E (kTmaInput).
+// The warp-specialized instance of plan.tile for element type E (kTmaInput): a tile's p.split
+// blocks (consecutive in the grid) as one cluster where p.cluster_split; with
+// $CONV_POOL_GENERAL_PDL=1 as the previous kernel's programmatic dependent (general_hooks.h).
 template <class E, int kTileId>
 cudaError_t launch_ws_instance(const ConvPoolOperands& ops, const ConvPoolShape& s, const Plan& p,
                                const CUtensorMap& x_map, const CUtensorMap& weight_map,
                                cudaStream_t stream) {
-  if (!p.cluster_split) {
-    auto kernel = general_ws_kernel<E, kTileId, false>;
-    if (cudaError_t error =
-            allow_shared_bytes<E, kTileId, kTmaInput, false>(kernel, p.smem_bytes);
-        error != cudaSuccess)
-      return error;
-    kernel<<<unsigned(p.grid), kWsThreads, p.smem_bytes, stream>>>(ops, s, p, x_map,
-                                                                   weight_map);
-    return cudaGetLastError();
+  auto kernel = p.cluster_split ? general_ws_kernel<E, kTileId, true>
+                                : general_ws_kernel<E, kTileId, false>;
+  // (The cluster instance's record: kTmaInput with kSplit.)
+  const cudaError_t allowed =
+      p.cluster_split ? allow_shared_bytes<E, kTileId, kTmaInput, true>(kernel, p.smem_bytes)
+                      : allow_shared_bytes<E, kTileId, kTmaInput, false>(kernel, p.smem_bytes);
+  if (allowed != cudaSuccess) return allowed;
+  cudaLaunchAttribute attributes[2];
+  int count = 0;
+  if (p.cluster_split) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count].val.clusterDim.x = unsigned(p.split);
+    attributes[count].val.clusterDim.y = attributes[count].val.clusterDim.z = 1;
+    ++count;
   }
-  auto kernel = general_ws_kernel<E, kTileId, true>;  // (its record: kTmaInput with kSplit)
-  if (cudaError_t error = allow_shared_bytes<E, kTileId, kTmaInput, true>(kernel, p.smem_bytes);
-      error != cudaSuccess)
-    return error;
-  // A tile's p.split blocks (consecutive in the grid) as one cluster.
-  cudaLaunchAttribute cluster;
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = unsigned(p.split);
-  cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
+  if (hooks::dependent_launch()) {
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(unsigned(p.grid));
   config.blockDim = dim3(kWsThreads);
   config.dynamicSmemBytes = size_t(p.smem_bytes);
   config.stream = stream;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
+  config.attrs = attributes;
+  config.numAttrs = unsigned(count);
   return cudaLaunchKernelEx(&config, kernel, ops, s, p, x_map, weight_map);
 }
 

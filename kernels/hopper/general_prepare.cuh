@@ -11,6 +11,7 @@
 
 #include "../conv_pool_device.cuh"
 #include "../conv_pool_layout.cuh"
+#include "../conv_pool_wgmma.cuh"
 #include "general_plan.h"
 
 namespace general_wgmma {
@@ -85,6 +86,10 @@ __global__ void __launch_bounds__(256)
     prepare_kernel(const PackJob<Raw> pack, const ConvPoolShape s, const Plan p,
                    int64_t pack_blocks, const ToSlices<Raw> copy, uint32_t* counters,
                    int counter_words) {
+  // The general kernel, when launched as this launch's programmatic dependent
+  // ($CONV_POOL_GENERAL_PDL=1), may start its blocks' setup now: it waits for this launch's
+  // writes before reading them.
+  launch_dependents();
   if (blockIdx.x < pack_blocks) {
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < counter_words;
          i += pack_blocks * blockDim.x)

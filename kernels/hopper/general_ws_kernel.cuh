@@ -244,9 +244,15 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
   }
   __syncthreads();  // the barriers, before the roles split
 
+  // Launched as a programmatic dependent ($CONV_POOL_GENERAL_PDL=1), the block may run up to
+  // here under the previous kernel (the preparation launch, or any other); from here on it
+  // reads and writes global memory, so each role waits for that kernel first (no-ops else).
   if (threadIdx.x >= kThreads) {  // the producer warpgroup
     set_max_registers_dec<RoleRegisters<kBlocksPerSm>::kProducer>();
-    if (threadIdx.x == kThreads) produce<kTileId>(s, p, &x_map, &weight_map, smem, full, empty);
+    if (threadIdx.x == kThreads) {
+      grid_dependency_wait();
+      produce<kTileId>(s, p, &x_map, &weight_map, smem, full, empty);
+    }
     return;
   }
   set_max_registers_inc<RoleRegisters<kBlocksPerSm>::kConsumer>();
@@ -264,6 +270,7 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
   if constexpr (!kRebuildSlots)
     square_slots<kTileId>(s, p, p.phases * (p.plane_bytes / kSliceBytes), set_slot);
   float* conv_tile = reinterpret_cast<float*>(smem + p.epilogue_offset);
+  grid_dependency_wait();
 
   int stage = 0;
   uint32_t full_parity = 0;
