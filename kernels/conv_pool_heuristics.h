@@ -36,6 +36,22 @@ constexpr int kMidBlockMaxChannels = 64;
 // (docs/PERF.md).
 constexpr int kFastPathOddGeneralMinBatch = 8;
 
+// Fewer than 8 input channels off the 3 x 3 / 2 x 2 path (RGB first layers: ResNet's, GoogLeNet's
+// and DenseNet's 7 x 7 / 2 stems) take the general kernel instead of the flat ones where the
+// kernel is kFewChannelGeneralMinTaps to kFewChannelGeneralMaxTaps taps at strides of at most
+// kFewChannelGeneralMaxStride, into more than 32 channels, and the layer fills at least one
+// wave of N = 64 tiles of 256 conv pixels. The general kernel pads each tap's channels to a
+// chunk (8 TF32 or 16 16-bit channels), yet its pipeline wins there: H200, the variants forced
+// in one process, the general kernel's time over the chosen flat kernel's, NCHW | channels-last:
+// 7 x 7 / 2 3 -> 64 at 224^2 (pool 3 x 3 / 2, batch 32) 0.83 | 0.75 (float32), 0.99 | 0.78
+// (float16); 5 x 5 3 -> 64 at 224^2 (batch 32) 0.74 | 0.64, 0.78 | 0.57; 5 x 5 / 2 3 -> 96 at
+// 128^2 (batch 8) 0.89 | 0.85, 0.89 | 0.78. Outside it lost: 11 x 11 / 4 (AlexNet) 1.52 |
+// 1.33 and 1.66 | 1.31; the 7 x 7 / 2 stem at batch 1 (49 tiles) 1.30 | 1.15 in float32;
+// 3 x 3 / 2 into 32 channels 1.07 | 0.87 and 1.16 | 0.85 (docs/PERF.md).
+constexpr int kFewChannelGeneralMinTaps = 25;
+constexpr int kFewChannelGeneralMaxTaps = 49;
+constexpr int kFewChannelGeneralMaxStride = 2;
+
 // ---- the general kernel (general_wgmma) -------------------------------------------------
 
 // Cost model of the tile choice (plan_tile), in SM clock cycles. A K step (32 bytes of every

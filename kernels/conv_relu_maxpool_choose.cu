@@ -38,6 +38,18 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   // says why).
   const bool stem = device->compute_capability == 90 && s->out_channels > 16 &&
                     s->in_channels <= kStemMaxInChannels;
+  // Few-channel first layers of 5 x 5 to 7 x 7 taps on Hopper that fill the SMs
+  // (kFewChannelGeneralMinTaps): the general kernel rather than the flat ones.
+  const int64_t tile_pixels = 256, tile_channels = 64;
+  const bool few_channel_general =
+      device->compute_capability == 90 && s->in_channels < kTiledChannelChunk &&
+      !fast_path_applies(*s) && s->out_channels > kNarrowBlockMaxChannels &&
+      s->taps() >= kFewChannelGeneralMinTaps && s->taps() <= kFewChannelGeneralMaxTaps &&
+      s->stride_h <= kFewChannelGeneralMaxStride && s->stride_w <= kFewChannelGeneralMaxStride &&
+      int64_t(s->batch) * s->conv_height * s->conv_width *
+              ((s->out_channels + tile_channels - 1) / tile_channels) >=
+          tile_pixels * device->sm_count &&
+      runs(kVariantGeneralWgmma);
   // The 3 x 3 / 2 x 2 path's odd conv outputs on Hopper (kFastPathOddGeneralMinBatch).
   const bool odd_general = device->compute_capability == 90 && fast_path_applies(*s) &&
                            s->batch >= kFastPathOddGeneralMinBatch &&
@@ -48,6 +60,7 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
     if (odd_general) return kVariantGeneralWgmma;
     if (runs(kVariantWgmma)) return kVariantWgmma;
     if (runs(kVariantSmall)) return kVariantSmall;
+    if (few_channel_general) return kVariantGeneralWgmma;
     // As for float32 below: the flat kernel, on its wgmma mainloop where that measured faster.
     if (const int flat = flat_choice(kVariantFlat, kVariantFlatWgmma); flat >= 0)
       return flat;
@@ -89,6 +102,7 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   // layer 97 -> 77 us, ResNet's 7 x 7 / 2 stem 269 -> 234. Where two blocks share an SM (5 x 5
   // and 3 x 3 kernels over few channels) and for at most 32 channels (half of the wgmma's N = 64
   // would be zeros) the mma.sync one measured faster (11-54%).
+  if (few_channel_general) return kVariantGeneralWgmma;
   if (const int flat = flat_choice(kVariantFlat, kVariantFlatWgmma); flat >= 0)
     return flat;
   // Hopper: the wgmma kernel for the fast-path geometry, with blocks of 128 output channels, or

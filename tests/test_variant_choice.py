@@ -416,6 +416,7 @@ def test_16_bit_automatic_choice_is_always_a_16_bit_variant(library, variant_nam
     # On Hopper the stem kernel for 17-64 output channels from at most 4 input channels where
     # it runs; the wgmma kernel on the fast
     # path (any channel counts); else small_16bit where it runs;
+    # else on Hopper the general kernel for kernel_choice.few_channel_general's layers;
     # else tiled_16bit_flat for fewer than 8 input channels (on Hopper its wgmma mainloop where
     # blocks of 64 channels run one per SM); else the mma.sync kernel unless the pooling window
     # outgrows its 8 x 32 conv tile (on Hopper first the general kernel); else the direct one.
@@ -436,6 +437,8 @@ def test_16_bit_automatic_choice_is_always_a_16_bit_variant(library, variant_nam
                     "tiled_16bit_wgmma"
                     if kernel_choice.wgmma_geometry(case) and device is H200 else
                     "small_16bit" if small else
+                    "general_wgmma"
+                    if general and kernel_choice.few_channel_general(case, device) else
                     ("tiled_16bit_flat_wgmma" if flat_wgmma else "tiled_16bit_flat")
                     if flat and case.in_channels < 8 and not kernel_choice.fast_path(case)
                     else "general_wgmma" if general
@@ -1502,12 +1505,17 @@ FLAT_TILINGS = {
 def test_flat_layers_run_the_flat_kernels_with_their_tiling(library, variant_names, case):
     """Every layer of FLAT_TILING_CASES takes the flat kernel of its element type (AlexNet's
     first layer with 96 channels used to take `direct` in float32: no 128-channel block fit),
-    with the warp tiling listed above."""
+    with the warp tiling listed above, except the 5 x 5 and 7 x 7 ones that fill the H200's
+    SMs, which take the general kernel there (kernel_choice.few_channel_general)."""
     for element, name, tiling in ((FLOAT32, "tiled_tf32_flat", FLAT_TILINGS[case.name][0]),
                                   (FLOAT16, "tiled_16bit_flat", FLAT_TILINGS[case.name][1]),
                                   (BFLOAT16, "tiled_16bit_flat", FLAT_TILINGS[case.name][1])):
         assert flat_tiling(library, case, element) == tiling
-        if tiling == "n64_warp32x32":
+        if kernel_choice.few_channel_general(case):
+            assert choose(library, variant_names, case, element=element) == "general_wgmma"
+            assert choose(library, variant_names, case, element=element,
+                          device=A100_LIKE) == name
+        elif tiling == "n64_warp32x32":
             assert choose(library, variant_names, case, element=element) == FLAT_WGMMA[element]
             assert flat_tiling(library, case, element, name=FLAT_WGMMA[element]) == \
                 "n64_wgmma_m64"
@@ -1516,6 +1524,35 @@ def test_flat_layers_run_the_flat_kernels_with_their_tiling(library, variant_nam
         else:
             assert choose(library, variant_names, case, element=element) == name
     assert set(FLAT_TILINGS) == {c.name for c in FLAT_TILING_CASES}
+
+
+def test_few_channel_first_layers_of_5x5_to_7x7_take_the_general_kernel(library,
+                                                                       variant_names):
+    """ResNet's 7 x 7 / 2 stem at batch 32 and 5 x 5 layers of 3 channels take the general kernel
+    on Hopper (kFewChannelGeneralMinTaps); the same stem at batch 1 (49 tiles), AlexNet's
+    11 x 11 / 4 layer, 3 x 3 into 32 channels, allow_tf32 = False and sm_80 keep the flat
+    kernels."""
+    stem = ConvPoolCase("resnet_stem", 32, 3, 64, 224, 224, (7, 7), stride=(2, 2),
+                        padding=(3, 3), pool_kernel=(3, 3), pool_stride=(2, 2),
+                        pool_padding=(1, 1))
+    five = ConvPoolCase("five", 8, 3, 96, 128, 128, (5, 5), stride=(2, 2), padding=(2, 2),
+                        pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1))
+    for element in (FLOAT32, FLOAT16, BFLOAT16):
+        flat = "tiled_tf32_flat" if element == FLOAT32 else "tiled_16bit_flat"
+        for case in (stem, five, replace(stem, in_channels=7)):
+            assert kernel_choice.few_channel_general(case)
+            assert choose(library, variant_names, case, element=element) == "general_wgmma"
+            assert choose(library, variant_names, case, element=element,
+                          device=A100_LIKE) == flat
+        for case in (replace(stem, batch=1), find_case("alexnet_c1"),
+                     replace(stem, kernel_size=(3, 3), out_channels=32, padding=(1, 1)),
+                     replace(stem, kernel_size=(9, 9), padding=(4, 4)),
+                     replace(stem, stride=(3, 3))):
+            assert not kernel_choice.few_channel_general(case), case
+            assert choose(library, variant_names, case, element=element) != "general_wgmma", \
+                (case, element)
+    assert not kernel_choice.few_channel_general(replace(stem, in_channels=8))
+    assert choose(library, variant_names, stem, allow_tf32=False) == "tiled_3xtf32_flat"
 
 
 def test_stem_kernel_limits(library, variant_names):

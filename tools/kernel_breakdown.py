@@ -14,7 +14,8 @@ general kernel's hooks (kernels/hopper/general_hooks.h), set while that config i
 and timed and restored after, so that two forms of one variant are timed in one process.
 --summary ends with one row per case: each config's kernel time and its ratio to the first.
 
---spec is N,C,K,H,W,kernel,stride,padding,pool kernel,pool stride (square sizes, bias on).
+--spec is N,C,K,H,W,kernel,stride,padding,pool kernel,pool stride[,pool padding] (square sizes,
+bias on).
 Each forced variant is first checked against eager PyTorch (atol = rtol = 5e-2); a variant
 that refuses the case says why. Needs a GPU.
 """
@@ -46,9 +47,14 @@ def case_from_dict(entry: dict) -> ConvPoolCase:
 
 
 def case_from_spec(text: str) -> ConvPoolCase:
-    n, c, k, h, w, kernel, stride, pad, pool, pool_stride = (int(v) for v in text.split(","))
+    values = [int(v) for v in text.split(",")]
+    if len(values) not in (10, 11):
+        raise ValueError(f"--spec {text!r}: expected N,C,K,H,W,k,s,p,pk,ps[,pool padding]")
+    n, c, k, h, w, kernel, stride, pad, pool, pool_stride = values[:10]
+    pool_pad = values[10] if len(values) == 11 else 0
     return ConvPoolCase(f"spec_{text}", n, c, k, h, w, (kernel, kernel), (stride, stride),
-                        (pad, pad), pool_kernel=(pool, pool), pool_stride=(pool_stride,) * 2)
+                        (pad, pad), pool_kernel=(pool, pool), pool_stride=(pool_stride,) * 2,
+                        pool_padding=(pool_pad, pool_pad))
 
 
 def kernels_per_call(fn) -> list[tuple[str, float]]:
@@ -180,7 +186,8 @@ def main(argv=None) -> int:
     parser.add_argument("names", nargs="*", help="case names in --json")
     parser.add_argument("--json", type=Path, help="a utils.profiling JSON (zoo, fuzz, suite)")
     parser.add_argument("--all", action="store_true", help="every case of --json")
-    parser.add_argument("--spec", action="append", default=[], metavar="N,C,K,H,W,k,s,p,pk,ps",
+    parser.add_argument("--spec", action="append", default=[],
+                        metavar="N,C,K,H,W,k,s,p,pk,ps[,pp]",
                         help="a case by its numbers (repeatable)")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="float32",
                         help="dtype of --spec cases (JSON cases keep their own)")

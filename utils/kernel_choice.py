@@ -165,6 +165,20 @@ def fast_path(case: ConvPoolCase) -> bool:
             and case.pool_padding == (0, 0) and 2 * out_h <= conv_h and 2 * out_w <= conv_w)
 
 
+def few_channel_general(case: ConvPoolCase, device: ConvPoolDevice = H200) -> bool:
+    """Whether conv_relu_maxpool_choose gives a layer of fewer than 8 input channels the general
+    kernel rather than the flat ones (kFewChannelGeneralMinTaps in
+    kernels/conv_pool_heuristics.h), with TF32 allowed or 16 bits: Hopper, off the 3 x 3 / 2 x 2
+    path, more than 32 output channels, 25 to 49 taps, strides of at most 2, and at least one
+    wave of N = 64 tiles of 256 conv pixels. A mirror for tests, not the rule itself."""
+    taps = case.kernel_size[0] * case.kernel_size[1]
+    conv_h, conv_w = case.conv_out()
+    tile_pixels = case.batch * conv_h * conv_w * -(-case.out_channels // 64)
+    return (device.compute_capability == 90 and case.in_channels < 8 and not fast_path(case)
+            and case.out_channels > 32 and 25 <= taps <= 49 and max(case.stride) <= 2
+            and tile_pixels >= 256 * device.sm_count)
+
+
 def wgmma_geometry(case: ConvPoolCase) -> bool:
     """wgmma_3x3_applies (kernels/conv_pool_shape.h): the 3 x 3 wgmma kernels' geometry, the
     fast path's or the same convolution with no pool (1 x 1 / stride 1)."""
