@@ -787,7 +787,8 @@ def test_kernel_breakdown_configs_carry_hook_settings_and_restore_them(monkeypat
     """tools/kernel_breakdown.py: `auto@NAME=VALUE@...` is a config with environment settings,
     applied while it is planned and timed and restored after (a variable unset before is unset
     again); a setting without `=` is refused; the summary prints each config's kernel time and
-    its ratio to the first config's."""
+    its ratio to the first config's, under a title where one is given (the back-to-back
+    table); a --spec of 9 numbers is refused; one of 11 takes a pool padding."""
     from tools import kernel_breakdown as kb
     assert kb.parse_config("auto") == ("auto", {})
     assert kb.parse_config("general_wgmma@CONV_POOL_GENERAL_TILE=wide_n64@X=1") == (
@@ -809,5 +810,15 @@ def test_kernel_breakdown_configs_carry_hook_settings_and_restore_them(monkeypat
                      configs)
     row = capsys.readouterr().out.strip().splitlines()[-1]
     assert row == "| a | 9.0 | 10.0 | 8.0 | refused | 0.800 | - |", row
+    kb.print_summary([("a", {"eager": 4.0, "auto": 5.0, "auto@H=1": 6.0})], configs[:2],
+                     "back to back, 50 calls: µs a call")
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "back to back, 50 calls: µs a call", lines
+    assert lines[-1] == "| a | 4.0 | 5.0 | 6.0 | 1.200 |", lines
+    with pytest.raises(SystemExit):
+        kb.main(["--spec", "1,3,8,16,16,3,1,1,2", "--stream", "10"])
     with pytest.raises(SystemExit):
         kb.main(["--json", "x.json", "--all", "--configs", "auto@BROKEN"])
+    stem = kb.case_from_spec("32,3,64,224,224,7,2,3,3,2,1")
+    assert (stem.pool_padding, stem.pooled_out()) == ((1, 1), (56, 56)), stem
+    assert kb.case_from_spec("1,3,8,16,16,3,1,1,2,2").pool_padding == (0, 0)

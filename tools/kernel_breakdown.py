@@ -27,6 +27,7 @@ import os
 import statistics
 import sys
 from pathlib import Path
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -78,6 +79,26 @@ def event_median_us(fn, flush: torch.Tensor, iters: int = 30) -> float:
     return statistics.median(time_calls(lambda _: fn(), [None], iters, 3, flush))
 
 
+def back_to_back_us(fn, calls: int, rounds: int = 5) -> float:
+    """µs a call of `calls` calls issued back to back between two CUDA events (no flush, no
+    synchronization between them), the median of `rounds`: the stream's rate, where one call's
+    launches may overlap the previous one's tail (programmatic dependent launch) and the host
+    runs ahead of the device on layers long enough."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(rounds):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / calls)
+    return statistics.median(times)
+
+
 @contextlib.contextmanager
 def environment(settings: dict):
     """os.environ with `settings` applied, restored on exit (the hooks are read at every plan)."""
@@ -109,8 +130,10 @@ def short(name: str, width: int = 90) -> str:
     return name if len(name) <= width else name[:width - 3] + "..."
 
 
-def breakdown(case: ConvPoolCase, dtype: torch.dtype, channels_last: bool, configs, flush):
-    """Prints each config's kernels; returns {config text: kernel µs a call} (None: refused)."""
+def breakdown(case: ConvPoolCase, dtype: torch.dtype, channels_last: bool, configs, flush,
+              stream: int = 0, streams: Optional[dict] = None):
+    """Prints each config's kernels; returns {config text: kernel µs a call} (None: refused).
+    With stream > 0, also times `stream` calls back to back into `streams` (back_to_back_us)."""
     generator = torch.Generator(device="cpu").manual_seed(0)
     x = torch.randn(case.input_shape(), generator=generator).to("cuda", dtype)
     if channels_last:
@@ -156,17 +179,23 @@ def breakdown(case: ConvPoolCase, dtype: torch.dtype, channels_last: bool, confi
         with environment(env):
             kernels = kernels_per_call(fn)
             total = sum(us for _, us in kernels)
-            print(f"  {label}: event median {event_median_us(fn, flush):.1f} us, kernels "
-                  f"{total:.1f} us")
+            line = (f"  {label}: event median {event_median_us(fn, flush):.1f} us, kernels "
+                    f"{total:.1f} us")
+            if stream > 0:
+                streams[key] = back_to_back_us(fn, stream)
+                line += f", back to back {streams[key]:.1f} us a call"
+            print(line)
         for kernel, us in kernels:
             print(f"      {us:9.1f} us  {short(kernel)}")
         totals[key] = total
     return totals
 
 
-def print_summary(results, configs) -> None:
-    """One row per case: eager's and each config's kernel µs, and each config's ratio to the
-    first config's (> 1: slower than the first)."""
+def print_summary(results, configs, title: str = "") -> None:
+    """One row per case: eager's and each config's kernel µs (or what `title` names), and each
+    config's ratio to the first config's (> 1: slower than the first)."""
+    if title:
+        print(f"\n{title}")
     print("\n| case | eager µs | " + " | ".join(f"{c} µs" for c in configs)
           + "".join(f" | {c} / {configs[0]}" for c in configs[1:]) + " |")
     print("|---|---:|" + "---:|" * (2 * len(configs) - 1))
@@ -199,6 +228,10 @@ def main(argv=None) -> int:
                              "@NAME=VALUE environment settings (default auto)")
     parser.add_argument("--summary", action="store_true",
                         help="end with a table of every case's kernel time per config")
+    parser.add_argument("--stream", type=int, default=0, metavar="CALLS",
+                        help="also time CALLS calls back to back (no flush between them: the "
+                             "stream's rate, for launch overlap such as "
+                             "$CONV_POOL_GENERAL_PDL); with --summary, a second table of them")
     args = parser.parse_args(argv)
     configs = args.configs.split(",")
     try:
@@ -233,19 +266,28 @@ def main(argv=None) -> int:
             work.append((case_from_dict(entry["case"]), DTYPES[dtype],
                          bool(entry.get("channels_last")) or args.channels_last))
     for spec in args.spec:
-        work.append((case_from_spec(spec), DTYPES[args.dtype], args.channels_last))
+        try:
+            work.append((case_from_spec(spec), DTYPES[args.dtype], args.channels_last))
+        except ValueError as error:
+            parser.error(str(error))
     if not work:
         parser.error("name at least one case (names with --json, or --spec)")
     if not torch.cuda.is_available():
         print("error: needs a CUDA GPU", file=sys.stderr)
         return 2
     flush = torch.empty(L2_FLUSH_BYTES // 4, device="cuda")
-    results = []
+    results, stream_results = [], []
     with torch.no_grad():
         for case, dtype, channels_last in work:
-            results.append((case.name, breakdown(case, dtype, channels_last, configs, flush)))
+            streams = {}
+            results.append((case.name, breakdown(case, dtype, channels_last, configs, flush,
+                                                 args.stream, streams)))
+            stream_results.append((case.name, streams))
     if args.summary:
         print_summary(results, configs)
+        if args.stream > 0:
+            print_summary(stream_results, configs,
+                          f"back to back, {args.stream} calls: µs a call")
     return 0
 
 
