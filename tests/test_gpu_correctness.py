@@ -1400,6 +1400,8 @@ def test_16bit_every_variant_matches_float64_and_pytorch(ext, choice, case, dtyp
     assert chosen == ("stem_16bit" if stem else
                       "tiled_16bit_wgmma" if wgmma else
                       "small_16bit" if small else
+                      "general_wgmma"
+                      if general and kernel_choice.few_channel_general(case, device) else
                       ("tiled_16bit_flat_wgmma" if flat_wgmma else "tiled_16bit_flat")
                       if flat and case.in_channels < 8 and not kernel_choice.fast_path(case)
                       else "general_wgmma" if general
