@@ -464,6 +464,44 @@ def test_column_phased_copy_of_strided_layers_matches_float64(ext, lib, device, 
     assert rows_masked >= 3, rows_masked  # s4_pointwise, s2_odd_rows, s3_rows
 
 
+# Few-channel layers run column-folded ($CONV_POOL_GENERAL_FOLD=1, kernels/hopper/general_fold.cu):
+# kernel_w x C channels of x' and a one-column kernel; 1-7 channels, kernels of 2-11 columns,
+# column strides 1-4, dilation, padding wider than the kernel's reach on one side, a first layer
+# under an overlapping padded pool, ceil mode.
+FOLD_CASES = [
+    ConvPoolCase("stem_7x7", 2, 3, 64, 61, 67, (7, 7), stride=(2, 2), padding=(3, 3),
+                 pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1)),
+    ConvPoolCase("alexnet_like", 2, 3, 40, 67, 71, (11, 11), stride=(4, 4), padding=(2, 2),
+                 pool_kernel=(3, 3), pool_stride=(2, 2), ceil_mode=True),
+    ConvPoolCase("c1_5x3", 3, 1, 24, 30, 33, (5, 3), stride=(1, 3), padding=(2, 4),
+                 dilation=(1, 2)),
+    ConvPoolCase("c7_2x2", 2, 7, 72, 20, 26, (2, 2), padding=(1, 0), pool_kernel=(3, 1),
+                 pool_stride=(1, 1)),
+    ConvPoolCase("c5_3x9", 1, 5, 96, 40, 44, (3, 9), stride=(2, 1), padding=(1, 4),
+                 bias=False),
+]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+def test_column_folded_few_channel_layers_match_float64(ext, lib, device, seed, dtype, layout,
+                                                       monkeypatch):
+    """With $CONV_POOL_GENERAL_FOLD=1 a layer of fewer channels than a chunk runs as kernel_w x C
+    channels (padded to whole slices) and a one-column kernel over the folded copy of x: the
+    plan's chunks are the folded channels', and every output matches float64."""
+    monkeypatch.setenv("CONV_POOL_GENERAL_FOLD", "1")
+    rng = random.Random(seed)
+    slice_channels = 4 if dtype == torch.float32 else 8
+    for case in FOLD_CASES:
+        plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device,
+                                          channels_last=layout == "channels_last")
+        folded = -(-case.kernel_size[1] * case.in_channels // slice_channels) * slice_channels
+        if folded <= 64:
+            assert plan["chunks"] == -(-folded // (2 * slice_channels)), (case, plan)
+        x, w, b = operands(case, rng.randrange(2**31), dtype)
+        check(ext, case, with_layout(x, layout), w, b, dtype, f"{case} folded {plan}")
+
+
 def strided_input(x: torch.Tensor, layout: str) -> torch.Tensor:
     """x's values in storage the copy engine cannot read in place: channels-last with channels
     that do not fill their last 16-byte slice (the caller picks such counts), every image the

@@ -1555,6 +1555,46 @@ def test_few_channel_first_layers_of_5x5_to_7x7_take_the_general_kernel(library,
     assert choose(library, variant_names, stem, allow_tf32=False) == "tiled_3xtf32_flat"
 
 
+def test_column_folding_hook_plans_the_folded_layer(library, variant_names, monkeypatch):
+    """$CONV_POOL_GENERAL_FOLD=1 (kernels/hopper/general_fold.cu): a layer of fewer channels
+    than a chunk is planned as kernel_w x C channels, padded to whole 16-byte slices, with a
+    one-column kernel over a dense channels-last copy that the kernel reads in place (no
+    slice-planar copy); the workspace adds that copy and the folded weight. The 3xTF32 form
+    and layers of a chunk's channels or more are not folded."""
+    ids = variant_names_to_ids(variant_names)
+    stem = ConvPoolCase("resnet_stem", 32, 3, 64, 224, 224, (7, 7), stride=(2, 2),
+                        padding=(3, 3), pool_kernel=(3, 3), pool_stride=(2, 2),
+                        pool_padding=(1, 1))
+    wide = replace(stem, in_channels=16)
+
+    def workspace(case, element, name="general_wgmma"):
+        shape = shape_of(case, element)
+        return library.conv_relu_maxpool_workspace_bytes(ctypes.byref(shape), ids[name],
+                                                         ctypes.byref(H200), None)
+    for element, per_slice in ((FLOAT32, 4), (FLOAT16, 8), (BFLOAT16, 8)):
+        monkeypatch.delenv("CONV_POOL_GENERAL_FOLD", raising=False)
+        plain = general_plan(library, stem, element)
+        plain_bytes = workspace(stem, element)
+        wide_plan = general_plan(library, wide, element)
+        monkeypatch.setenv("CONV_POOL_GENERAL_FOLD", "1")
+        folded = general_plan(library, stem, element)
+        channels = -(-7 * 3 // per_slice) * per_slice
+        assert plain["chunks"] == 1 and folded["chunks"] == -(-channels // (2 * per_slice)), \
+            (plain, folded)
+        assert folded["nhwc_copy"] == 0 and folded["input"] == "tma", folded
+        conv_w = stem.conv_out()[1]
+        size = 4 if element == FLOAT32 else 2
+        assert workspace(stem, element) >= (32 * 224 * conv_w * channels
+                                            + 64 * channels * 7) * size, (element, plain_bytes)
+        assert general_plan(library, wide, element) == wide_plan
+        if element == FLOAT32:
+            three = kernel_choice.variant_plan(library, stem, "general_3xtf32_wgmma",
+                                               element)["general"]
+            monkeypatch.delenv("CONV_POOL_GENERAL_FOLD")
+            assert kernel_choice.variant_plan(library, stem, "general_3xtf32_wgmma",
+                                              element)["general"] == three
+
+
 def test_stem_kernel_limits(library, variant_names):
     # stem_tf32 / stem_16bit: a reduction (in_channels x taps) of at most 32, at most 64 output
     # channels, a 2x2 / stride 2 pool whose windows all lie inside the conv output.

@@ -741,6 +741,11 @@ const char* general_wgmma_unsupported(const ConvPoolShape& s, const ConvPoolDevi
 
 Plan general_wgmma_plan(const ConvPoolShape& s, const ConvPoolDevice& device,
                         const ConvPoolOperands* ops, bool split) {
+  if (general_wgmma::fold_applies(s, split)) {  // the folded layer's plan (general_fold.cu)
+    const ConvPoolShape f = general_wgmma::folded_shape(s);
+    const ConvPoolOperands folded = general_wgmma::folded_operands(f, nullptr, nullptr);
+    return general_wgmma_plan(f, device, &folded, split);
+  }
   Plan p = general_wgmma::best_plan(s, device, split, general_wgmma::tma_for(s, ops, split),
                                     general_wgmma::x_in_place(s, ops))
                .plan;
@@ -750,6 +755,12 @@ Plan general_wgmma_plan(const ConvPoolShape& s, const ConvPoolDevice& device,
 
 int64_t general_wgmma_workspace_bytes(const ConvPoolShape& s, const ConvPoolDevice& device,
                                       const ConvPoolOperands* ops, bool split) {
+  if (general_wgmma::fold_applies(s, split)) {  // the folded layer's, then x' and w'
+    const ConvPoolShape f = general_wgmma::folded_shape(s);
+    const ConvPoolOperands folded = general_wgmma::folded_operands(f, nullptr, nullptr);
+    const int64_t inner = general_wgmma_workspace_bytes(f, device, &folded, split);
+    return general_wgmma::region_bytes(inner) + general_wgmma::fold_bytes(f);
+  }
   const Plan p = general_wgmma_plan(s, device, ops, split);
   return general_wgmma::region_bytes(p.packed_bytes) +
          general_wgmma::region_bytes(p.staged_input_bytes) + p.partial_bytes;
@@ -759,6 +770,16 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
                                  const ConvPoolDevice& device, cudaStream_t stream,
                                  const int64_t* out_stride, bool split) {
   using namespace general_wgmma;
+  if (fold_applies(s, split)) {  // x' and w' after the folded layer's workspace, then its launch
+    const ConvPoolShape f = folded_shape(s);
+    const ConvPoolOperands layout = folded_operands(f, nullptr, nullptr);
+    const int64_t inner = region_bytes(general_wgmma_workspace_bytes(f, device, &layout, split));
+    unsigned char* region = reinterpret_cast<unsigned char*>(ops.workspace) + inner;
+    ConvPoolOperands folded;
+    if (cudaError_t error = fold_inputs(ops, s, f, region, stream, &folded); error != cudaSuccess)
+      return error;
+    return general_wgmma_launch(folded, f, device, stream, out_stride, split);
+  }
   Plan p = general_wgmma_plan(s, device, &ops, split);
   if (out_stride != nullptr) {
     for (int d = 0; d < 4; ++d) p.out_stride[d] = out_stride[d];

@@ -33,6 +33,20 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& operands, const ConvPoo
                                  const ConvPoolDevice& device, cudaStream_t stream,
                                  const int64_t* out_stride, bool split = false);
 
+namespace general_wgmma {
+// Column folding ($CONV_POOL_GENERAL_FOLD=1, general_fold.cu): whether `shape` runs folded; the
+// folded shape; the dense channels-last operands' strides with the given pointers; the bytes of
+// the folded x and weight; and the launch that writes them into `region` (folded: the operands
+// the general kernel then takes, with ops' bias, output and workspace).
+bool fold_applies(const ConvPoolShape& shape, bool split);
+ConvPoolShape folded_shape(const ConvPoolShape& shape);
+ConvPoolOperands folded_operands(const ConvPoolShape& folded, void* x, void* weight);
+int64_t fold_bytes(const ConvPoolShape& folded);
+cudaError_t fold_inputs(const ConvPoolOperands& operands, const ConvPoolShape& shape,
+                        const ConvPoolShape& folded_shape, void* region, cudaStream_t stream,
+                        ConvPoolOperands* folded);
+}  // namespace general_wgmma
+
 // The instance launchers, one file per element type and input path so that they compile in
 // parallel (general_wgmma_<type>[_planar].cu): plan.tile picks the kernel instance.
 cudaError_t general_wgmma_launch_float32_planar(const ConvPoolOperands& operands,
