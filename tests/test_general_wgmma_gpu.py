@@ -306,8 +306,10 @@ def test_staging_modes_match_float64(ext, lib, device, seed, case, dtype, monkey
 def test_float32_nchw_inputs_both_ways_match_float64(ext, lib, device, seed, nhwc_copy,
                                                      monkeypatch):
     """The cp.async loaders' float32 inputs without contiguous channels, read element by element
-    or from the launch's NHWC copy (forced by $CONV_POOL_GENERAL_NHWC), on random geometries."""
+    or from the launch's NHWC copy (forced by $CONV_POOL_GENERAL_NHWC), on random geometries
+    (few-channel layers unfolded: folded, they read the dense folded copy)."""
     monkeypatch.setenv("CONV_POOL_GENERAL_TMA", "0")
+    monkeypatch.setenv("CONV_POOL_GENERAL_FOLD", "0")
     monkeypatch.setenv("CONV_POOL_GENERAL_NHWC", nhwc_copy)
     rng = random.Random(seed)
     for i in range(12):
@@ -464,7 +466,8 @@ def test_column_phased_copy_of_strided_layers_matches_float64(ext, lib, device, 
     assert rows_masked >= 3, rows_masked  # s4_pointwise, s2_odd_rows, s3_rows
 
 
-# Few-channel layers run column-folded ($CONV_POOL_GENERAL_FOLD=1, kernels/hopper/general_fold.cu):
+# Few-channel layers run column-folded (kernels/hopper/general_fold.cu), or with
+# $CONV_POOL_GENERAL_FOLD=0 one tap a chunk step:
 # kernel_w x C channels of x' and a one-column kernel; 1-7 channels, kernels of 2-11 columns,
 # column strides 1-4, dilation, padding wider than the kernel's reach on one side, a first layer
 # under an overlapping padded pool, ceil mode.
@@ -482,24 +485,31 @@ FOLD_CASES = [
 ]
 
 
+@pytest.mark.parametrize("fold", ["folded", "unfolded"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 def test_column_folded_few_channel_layers_match_float64(ext, lib, device, seed, dtype, layout,
-                                                       monkeypatch):
-    """With $CONV_POOL_GENERAL_FOLD=1 a layer of fewer channels than a chunk runs as kernel_w x C
-    channels (padded to whole slices) and a one-column kernel over the folded copy of x: the
-    plan's chunks are the folded channels', and every output matches float64."""
-    monkeypatch.setenv("CONV_POOL_GENERAL_FOLD", "1")
+                                                       fold, monkeypatch):
+    """A layer of fewer channels than a chunk runs as kernel_w x C channels (padded to whole
+    slices) and a one-column kernel over the folded copy of x: the plan's chunks are the folded
+    channels', and every output matches float64; so does the unfolded form
+    ($CONV_POOL_GENERAL_FOLD=0, one chunk a tap)."""
+    if fold == "unfolded":
+        monkeypatch.setenv("CONV_POOL_GENERAL_FOLD", "0")
+    else:
+        monkeypatch.delenv("CONV_POOL_GENERAL_FOLD", raising=False)
     rng = random.Random(seed)
     slice_channels = 4 if dtype == torch.float32 else 8
     for case in FOLD_CASES:
         plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device,
                                           channels_last=layout == "channels_last")
         folded = -(-case.kernel_size[1] * case.in_channels // slice_channels) * slice_channels
-        if folded <= 64:
+        if fold == "unfolded":
+            assert plan["chunks"] == 1, (case, plan)
+        elif folded <= 64:
             assert plan["chunks"] == -(-folded // (2 * slice_channels)), (case, plan)
         x, w, b = operands(case, rng.randrange(2**31), dtype)
-        check(ext, case, with_layout(x, layout), w, b, dtype, f"{case} folded {plan}")
+        check(ext, case, with_layout(x, layout), w, b, dtype, f"{case} {fold} {plan}")
 
 
 def strided_input(x: torch.Tensor, layout: str) -> torch.Tensor:

@@ -843,6 +843,9 @@ def test_general_kernel_swizzles_channels_last_stages_read_in_place(library, ele
     copied first (NCHW), and never with $CONV_POOL_GENERAL_SWIZZLE=0; among the step sizes
     whose stages fit, the widest swizzle, then the most chunks. A stage's bytes are a multiple
     of its swizzle's 8 x W-byte pattern."""
+    # Few-channel layers unfolded: the rules below are the unfolded shape's (folding has its
+    # own test, test_column_folding_plans_the_folded_layer).
+    monkeypatch.setenv("CONV_POOL_GENERAL_FOLD", "0")
     rng = random.Random(seed)
     per_slice = 4 if element == FLOAT32 else 8
     widths = set()
@@ -913,6 +916,9 @@ def test_general_kernel_reads_whole_slice_weights_in_place(library, variant_name
     of larger kernels, channel counts that are not whole slices, misaligned weights, the
     cp.async loaders ($CONV_POOL_GENERAL_TMA=0), the 3xTF32 form and
     $CONV_POOL_GENERAL_PACK=1 keep the packing."""
+    # Few-channel layers unfolded: the rules below are the unfolded shape's (folding has its
+    # own test, test_column_folding_plans_the_folded_layer).
+    monkeypatch.setenv("CONV_POOL_GENERAL_FOLD", "0")
     variant = variant_names_to_ids(variant_names)["general_wgmma"]
     per_slice = 4 if element == FLOAT32 else 8
     element_bytes = 4 if element == FLOAT32 else 2
@@ -1082,6 +1088,9 @@ def test_general_kernel_merges_box_columns_where_a_halo_row_is_one_run(library, 
     hold each column phase's columns as one run, a box row is one run of a phase's 16-byte
     slices, up to 256 8-byte words (128 columns, in every dtype), at any column stride; wider
     halos keep one slice a box row, and $CONV_POOL_GENERAL_TMA_MERGED=0 keeps it everywhere."""
+    # Few-channel layers unfolded: the rules below are the unfolded shape's (folding has its
+    # own test, test_column_folding_plans_the_folded_layer).
+    monkeypatch.setenv("CONV_POOL_GENERAL_FOLD", "0")
     rng = random.Random(seed)
     checked = strided = 0
     for i in range(400):
@@ -1555,12 +1564,12 @@ def test_few_channel_first_layers_of_5x5_to_7x7_take_the_general_kernel(library,
     assert choose(library, variant_names, stem, allow_tf32=False) == "tiled_3xtf32_flat"
 
 
-def test_column_folding_hook_plans_the_folded_layer(library, variant_names, monkeypatch):
-    """$CONV_POOL_GENERAL_FOLD=1 (kernels/hopper/general_fold.cu): a layer of fewer channels
-    than a chunk is planned as kernel_w x C channels, padded to whole 16-byte slices, with a
-    one-column kernel over a dense channels-last copy that the kernel reads in place (no
-    slice-planar copy); the workspace adds that copy and the folded weight. The 3xTF32 form
-    and layers of a chunk's channels or more are not folded."""
+def test_column_folding_plans_the_folded_layer(library, variant_names, monkeypatch):
+    """Column folding (kernels/hopper/general_fold.cu; $CONV_POOL_GENERAL_FOLD=0 turns it off):
+    a layer of fewer channels than a chunk is planned as kernel_w x C channels, padded to whole
+    16-byte slices, with a one-column kernel over a dense channels-last copy that the kernel
+    reads in place (no slice-planar copy); the workspace adds that copy and the folded weight.
+    The 3xTF32 form and layers of a chunk's channels or more are not folded."""
     ids = variant_names_to_ids(variant_names)
     stem = ConvPoolCase("resnet_stem", 32, 3, 64, 224, 224, (7, 7), stride=(2, 2),
                         padding=(3, 3), pool_kernel=(3, 3), pool_stride=(2, 2),
@@ -1572,11 +1581,11 @@ def test_column_folding_hook_plans_the_folded_layer(library, variant_names, monk
         return library.conv_relu_maxpool_workspace_bytes(ctypes.byref(shape), ids[name],
                                                          ctypes.byref(H200), None)
     for element, per_slice in ((FLOAT32, 4), (FLOAT16, 8), (BFLOAT16, 8)):
-        monkeypatch.delenv("CONV_POOL_GENERAL_FOLD", raising=False)
+        monkeypatch.setenv("CONV_POOL_GENERAL_FOLD", "0")
         plain = general_plan(library, stem, element)
         plain_bytes = workspace(stem, element)
         wide_plan = general_plan(library, wide, element)
-        monkeypatch.setenv("CONV_POOL_GENERAL_FOLD", "1")
+        monkeypatch.delenv("CONV_POOL_GENERAL_FOLD")
         folded = general_plan(library, stem, element)
         channels = -(-7 * 3 // per_slice) * per_slice
         assert plain["chunks"] == 1 and folded["chunks"] == -(-channels // (2 * per_slice)), \
@@ -1590,7 +1599,7 @@ def test_column_folding_hook_plans_the_folded_layer(library, variant_names, monk
         if element == FLOAT32:
             three = kernel_choice.variant_plan(library, stem, "general_3xtf32_wgmma",
                                                element)["general"]
-            monkeypatch.delenv("CONV_POOL_GENERAL_FOLD")
+            monkeypatch.setenv("CONV_POOL_GENERAL_FOLD", "0")
             assert kernel_choice.variant_plan(library, stem, "general_3xtf32_wgmma",
                                               element)["general"] == three
 

@@ -112,8 +112,10 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
-memcheck  flat_k96_7x7 general_wgmma float16 CONV_POOL_GENERAL_FOLD=1
-memcheck  flat_k96_7x7 general_wgmma float32 CONV_POOL_GENERAL_FOLD=1
+memcheck  flat_k96_7x7 general_wgmma float16
+memcheck  flat_k96_7x7 general_wgmma float32
+racecheck flat_k96_7x7 general_wgmma bfloat16
+memcheck  flat_k96_7x7 general_wgmma float16 CONV_POOL_GENERAL_FOLD=0
 memcheck  general_pointwise general_wgmma float16 CONV_POOL_GENERAL_PDL=1
 memcheck  general_split general_wgmma float32 CONV_POOL_GENERAL_PDL=1 CONV_POOL_GENERAL_CLUSTER=0
 memcheck  general_pointwise_wide_channels_last general_wgmma float16 CONV_POOL_GENERAL_TILE=wide_n128 CONV_POOL_GENERAL_STEP_CHUNKS=4

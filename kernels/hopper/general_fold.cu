@@ -1,7 +1,7 @@
-// Column folding for few-channel layers ($CONV_POOL_GENERAL_FOLD=1, general_hooks.h): a layer of
-// C channels and a kernel_w-column kernel runs as one of kernel_w x C channels and a one-column
-// kernel over x', whose pixel (h, q) holds the C channels of x's kernel_w input columns under
-// conv column q:
+// Column folding for few-channel layers ($CONV_POOL_GENERAL_FOLD=0 turns it off,
+// general_hooks.h): a layer of C channels and a kernel_w-column kernel runs as one of kernel_w x
+// C channels and a one-column kernel over x', whose pixel (h, q) holds the C channels of x's
+// kernel_w input columns under conv column q:
 //   x'[n, h, q, t C + c] = x[n, c, h, q stride_w + t dilation_w - pad_w]   (0 outside x)
 //   w'[k, t C + c, r, 0] = w[k, c, r, t]
 // Both are dense channels-last copies in the launch's workspace, their channels padded with
@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 
 #include "general_hooks.h"
@@ -27,39 +28,68 @@ constexpr int kMaxFoldedChannels = 64;
 int64_t region(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 int element_size(const ConvPoolShape& s) { return s.element == kElementFloat32 ? 4 : 2; }
 
-// x' and w' of `f` (a folded shape) from x and w of `s` with their element strides.
+// Item `item` of x': one 16-byte slice of a folded pixel, so that a warp's stores are 512
+// contiguous bytes and a thread's index arithmetic is done once for its slice's channels.
+// I: 32-bit indices where every item fits them.
+template <class Raw, class I>
+__device__ __forceinline__ void fold_x_slice(const Raw* __restrict__ x, int64_t xn, int64_t xc,
+                                             int64_t xh, int64_t xw, const ConvPoolShape& s,
+                                             const ConvPoolShape& f, int64_t item,
+                                             uint4* __restrict__ folded_x) {
+  constexpr int kSlice = 16 / int(sizeof(Raw));
+  const I slices = I(f.in_channels / kSlice);
+  const I pixel = I(item) / slices, row = pixel / I(f.in_width), n = row / I(f.in_height);
+  const int slice = int(I(item) - pixel * slices);
+  const int q = int(pixel - row * I(f.in_width)), h = int(row - n * I(f.in_height));
+  const Raw* image = x + int64_t(n) * xn + int64_t(h) * xh;
+  union {
+    Raw raw[kSlice];
+    uint4 bits;
+  } v;
+  // The slice's first channel's tap and channel of x, then stepped along (no division an
+  // element: the kernel is otherwise bound by its integer arithmetic, not by memory).
+  int tap = slice * kSlice / s.in_channels, c = slice * kSlice - tap * s.in_channels;
+  int col = q * s.stride_w + tap * s.dilation_w - s.pad_w;
+#pragma unroll
+  for (int e = 0; e < kSlice; ++e) {
+    v.raw[e] = tap < s.kernel_w && col >= 0 && col < s.in_width ? image[c * xc + col * xw]
+                                                                 : Raw(0);
+    if (++c == s.in_channels) {
+      c = 0;
+      ++tap;
+      col += s.dilation_w;
+    }
+  }
+  folded_x[item] = v.bits;
+}
+
+// x' and w' of `f` (a folded shape) from x and w of `s` with their element strides: the x'
+// slices first, then w' one element a thread (a few thousand).
 template <class Raw>
 __global__ void fold_kernel(const Raw* __restrict__ x, int64_t xn, int64_t xc, int64_t xh,
                             int64_t xw, const Raw* __restrict__ w, int64_t wk, int64_t wc,
                             int64_t wr, int64_t ws, ConvPoolShape s, ConvPoolShape f,
                             Raw* __restrict__ folded_x, Raw* __restrict__ folded_w) {
-  const int64_t x_items = int64_t(f.batch) * f.in_height * f.in_width * f.in_channels;
+  constexpr int kSlice = 16 / int(sizeof(Raw));
+  const int64_t x_items = int64_t(f.batch) * f.in_height * f.in_width * (f.in_channels / kSlice);
   const int64_t w_items = int64_t(f.out_channels) * f.in_channels * f.kernel_h;
   const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  uint4* slices = reinterpret_cast<uint4*>(folded_x);
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < x_items + w_items;
        i += step) {
-    Raw value = Raw(0);
     if (i < x_items) {
-      const int channel = int(i % f.in_channels);
-      int64_t rest = i / f.in_channels;
-      const int q = int(rest % f.in_width);
-      rest /= f.in_width;
-      const int h = int(rest % f.in_height);
-      const int64_t n = rest / f.in_height;
-      const int tap = channel / s.in_channels, c = channel % s.in_channels;
-      const int col = q * s.stride_w + tap * s.dilation_w - s.pad_w;
-      if (tap < s.kernel_w && col >= 0 && col < s.in_width)
-        value = x[n * xn + c * xc + h * xh + col * xw];
-      folded_x[i] = value;
-    } else {
-      const int64_t j = i - x_items;  // (k, channel, r) of w', r fastest
-      const int r = int(j % f.kernel_h);
-      const int channel = int(j / f.kernel_h % f.in_channels);
-      const int64_t k = j / f.kernel_h / f.in_channels;
-      const int tap = channel / s.in_channels, c = channel % s.in_channels;
-      if (tap < s.kernel_w) value = w[k * wk + c * wc + r * wr + tap * ws];
-      folded_w[j] = value;
+      if (x_items <= INT_MAX)
+        fold_x_slice<Raw, uint32_t>(x, xn, xc, xh, xw, s, f, i, slices);
+      else
+        fold_x_slice<Raw, int64_t>(x, xn, xc, xh, xw, s, f, i, slices);
+      continue;
     }
+    const int64_t j = i - x_items;  // (k, channel, r) of w', r fastest
+    const int r = int(j % f.kernel_h);
+    const int channel = int(j / f.kernel_h % f.in_channels);
+    const int64_t k = j / f.kernel_h / f.in_channels;
+    const int tap = channel / s.in_channels, c = channel % s.in_channels;
+    folded_w[j] = tap < s.kernel_w ? w[k * wk + c * wc + r * wr + tap * ws] : Raw(0);
   }
 }
 
@@ -118,7 +148,8 @@ cudaError_t fold_inputs(const ConvPoolOperands& ops, const ConvPoolShape& s,
                           element_size(f);
   void* folded_x = base;
   void* folded_w = base + region(x_bytes);
-  const int64_t items = int64_t(f.batch) * f.in_height * f.in_width * f.in_channels +
+  const int64_t items = int64_t(f.batch) * f.in_height * f.in_width * f.in_channels /
+                            slice_channels(f.element) +
                         int64_t(f.out_channels) * f.in_channels * f.kernel_h;
   const unsigned blocks = unsigned(std::min<int64_t>((items + 255) / 256, 16 * 1024));
   const int64_t* xs = ops.x_stride;

@@ -71,9 +71,10 @@ inline bool copy_poisoned() { return is("CONV_POOL_GENERAL_POISON_COPY", "1"); }
 // for it before any global access). A launch setting, not the plan's.
 inline bool dependent_launch() { return is("CONV_POOL_GENERAL_PDL", "1"); }
 
-// $CONV_POOL_GENERAL_FOLD=1: layers of fewer channels than a chunk run column-folded
-// (general_fold.cu: kernel_w x C channels and a one-column kernel over a folded copy of x).
-inline bool fold_allowed() { return is("CONV_POOL_GENERAL_FOLD", "1"); }
+// $CONV_POOL_GENERAL_FOLD=0: layers of fewer channels than a chunk run unfolded, one tap a
+// chunk step, instead of column-folded (general_fold.cu: kernel_w x C channels and a
+// one-column kernel over a folded copy of x).
+inline bool fold_allowed() { return !is("CONV_POOL_GENERAL_FOLD", "0"); }
 
 // $CONV_POOL_GENERAL_PLAN_CACHE=0: every plan searched afresh (general_plan_cache.h), to
 // time the search or to rule the cache out.

@@ -34,10 +34,10 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& operands, const ConvPoo
                                  const int64_t* out_stride, bool split = false);
 
 namespace general_wgmma {
-// Column folding ($CONV_POOL_GENERAL_FOLD=1, general_fold.cu): whether `shape` runs folded; the
-// folded shape; the dense channels-last operands' strides with the given pointers; the bytes of
-// the folded x and weight; and the launch that writes them into `region` (folded: the operands
-// the general kernel then takes, with ops' bias, output and workspace).
+// Column folding (general_fold.cu; off with $CONV_POOL_GENERAL_FOLD=0): whether `shape` runs
+// folded; the folded shape; the dense channels-last operands' strides with the given pointers;
+// the bytes of the folded x and weight; and the launch that writes them into `region` (folded:
+// the operands the general kernel then takes, with ops' bias, output and workspace).
 bool fold_applies(const ConvPoolShape& shape, bool split);
 ConvPoolShape folded_shape(const ConvPoolShape& shape);
 ConvPoolOperands folded_operands(const ConvPoolShape& folded, void* x, void* weight);
