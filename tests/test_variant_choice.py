@@ -1569,12 +1569,17 @@ def test_column_folding_plans_the_folded_layer(library, variant_names, monkeypat
     a layer of fewer channels than a chunk is planned as kernel_w x C channels, padded to whole
     16-byte slices, with a one-column kernel over a dense channels-last copy that the kernel
     reads in place (no slice-planar copy); the workspace adds that copy and the folded weight.
-    The 3xTF32 form and layers of a chunk's channels or more are not folded."""
+    The 3xTF32 form, layers of a chunk's channels or more and layers whose x' would exceed 8
+    times x (kMaxFoldedGrowth: a 1-channel 1 x 64 kernel at stride 1) are not folded."""
     ids = variant_names_to_ids(variant_names)
     stem = ConvPoolCase("resnet_stem", 32, 3, 64, 224, 224, (7, 7), stride=(2, 2),
                         padding=(3, 3), pool_kernel=(3, 3), pool_stride=(2, 2),
                         pool_padding=(1, 1))
     wide = replace(stem, in_channels=16)
+    # A 1-channel 1 x 64 kernel at stride 1: x' would be 64 times x (64 channels a pixel); 1 x 16
+    # at column stride 4: 4 times x (16 channels, a quarter of the columns).
+    grown = ConvPoolCase("c1_1x64", 2, 1, 32, 16, 600, (1, 64), padding=(0, 32))
+    kept = replace(grown, kernel_size=(1, 16), stride=(1, 4), padding=(0, 8))
 
     def workspace(case, element, name="general_wgmma"):
         shape = shape_of(case, element)
@@ -1596,6 +1601,11 @@ def test_column_folding_plans_the_folded_layer(library, variant_names, monkeypat
         assert workspace(stem, element) >= (32 * 224 * conv_w * channels
                                             + 64 * channels * 7) * size, (element, plain_bytes)
         assert general_plan(library, wide, element) == wide_plan
+        monkeypatch.setenv("CONV_POOL_GENERAL_FOLD", "0")
+        unfolded = [general_plan(library, case, element) for case in (grown, kept)]
+        monkeypatch.delenv("CONV_POOL_GENERAL_FOLD")
+        assert general_plan(library, grown, element) == unfolded[0], element
+        assert general_plan(library, kept, element) != unfolded[1], element
         if element == FLOAT32:
             three = kernel_choice.variant_plan(library, stem, "general_3xtf32_wgmma",
                                                element)["general"]

@@ -21,9 +21,12 @@
 namespace general_wgmma {
 namespace {
 
-// The most channels a folded pixel holds (kernel_w x C): x' is kernel_w / stride_w times x's
-// size, so wide kernels over several channels are left unfolded.
+// The most channels a folded pixel holds (kernel_w x C), and the most x' may hold over x (its
+// elements over x's): x' is about kernel_w / stride_w times x (padded to whole slices), and
+// it lives in the workspace, so wide kernels at small strides are left unfolded (a 1-channel
+// 1 x 64 kernel at stride 1 would take 64 times x). ResNet's stem folds at 4 times x.
 constexpr int kMaxFoldedChannels = 64;
+constexpr int kMaxFoldedGrowth = 8;
 
 int64_t region(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 int element_size(const ConvPoolShape& s) { return s.element == kElementFloat32 ? 4 : 2; }
@@ -207,9 +210,13 @@ RowTiling row_tiling(const ConvPoolShape& s, const ConvPoolShape& f) {
 }  // namespace
 
 bool fold_applies(const ConvPoolShape& s, bool split) {
-  return !split && hooks::fold_allowed() && s.kernel_w > 1 &&
-         s.in_channels < chunk_channels(s.element) &&
-         s.kernel_w * s.in_channels <= kMaxFoldedChannels;
+  if (split || !hooks::fold_allowed() || s.kernel_w < 2 ||
+      s.in_channels >= chunk_channels(s.element) ||
+      s.kernel_w * s.in_channels > kMaxFoldedChannels)
+    return false;
+  const ConvPoolShape f = folded_shape(s);
+  return int64_t(f.in_width) * f.in_channels <=
+         int64_t(kMaxFoldedGrowth) * s.in_width * s.in_channels;
 }
 
 ConvPoolShape folded_shape(const ConvPoolShape& s) {
