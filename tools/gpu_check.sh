@@ -4,8 +4,8 @@
 #   bash tools/gpu_check.sh [STAGE[:SECONDS] ...]
 #
 # Stages: env build test verify profile suite suite16 layouts bench host vgg16 distributed
-# notebook sanitize general zoo zoo16 zooab fuzz breakdown networks netbreak gtest ncu trace
-# swizzle (default: env build test verify profile). networks: tools/bench_networks.py (issue 32's models; NETWORKS_ARGS picks a
+# notebook sanitize general zoo zoo16 zooab fuzz breakdown fewchannel networks netbreak gtest ncu
+# trace swizzle (default: env build test verify profile). networks: tools/bench_networks.py (issue 32's models; NETWORKS_ARGS picks a
 # slice, NETWORKS_RESUME=docs/networks_h200.json keeps that file's rows and runs the rest, and
 # a cap over 120 s stops it cleanly a minute early) into $OUT/networks.json; gtest: the general kernel's GPU tests only. TEST_ARGS (default
 # tests) gives the test stage other pytest arguments, e.g. only the files that use the GPU.
@@ -16,7 +16,10 @@
 # (the JSONs are written after every case); breakdown: tools/kernel_breakdown.py on the zoo's
 # slowest classes, its large 16-bit 1 x 1 layers (NCHW and channels-last) and the stem kernel's
 # few-tile layers, or with BREAKDOWN_ARGS set one run of the tool with those arguments (e.g.
-# "--json docs/zoo_h200_float32.json --all --configs auto,auto@HOOK=1 --summary"). SECONDS caps one stage (timeout), so a
+# "--json docs/zoo_h200_float32.json --all --configs auto,auto@HOOK=1 --summary"); fewchannel: the
+# tool on 11 first layers of 1-3 channels (stems, 11 x 11 / 4, 5 x 5, 3 x 3, batch 1-128) in
+# float16 channels-last, float32 both layouts and bfloat16, FEWCHANNEL_CONFIGS (default
+# auto,auto@CONV_POOL_GENERAL_FOLD=0) against auto. SECONDS caps one stage (timeout), so a
 # long stage cannot eat the others' device time. Each stage's log lands in $OUT/<stage>.log;
 # the suite also writes $OUT/suite.json and $OUT/suite.png, suite16 (the suite in float16, then
 # bfloat16) $OUT/suite_float16.json and $OUT/suite_bfloat16.json, vgg16 $OUT/vgg16.json, notebook
@@ -97,6 +100,22 @@ breakdown() {  # the zoo's slowest classes kernel by kernel, and the stem kernel
       8,3,64,224,224,3,1,1,2,2 1,3,32,224,224,3,2,1,2,2; do
     $k --spec $spec --dtype float16 --configs auto,stem_16bit,general_wgmma || return
     $k --spec $spec --configs auto,stem_tf32,general_wgmma || return
+  done
+}
+
+fewchannel() {  # first layers of few channels in four dtype-layouts, each config against auto
+  local spec form args=()
+  for spec in 32,3,64,224,224,7,2,3,3,2,1 8,3,64,224,224,7,2,3,3,2,1 1,3,64,224,224,7,2,3,3,2,1 \
+      128,3,64,224,224,7,2,3,3,2,1 32,3,64,224,224,11,4,2,3,2 1,3,64,224,224,11,4,2,3,2 \
+      32,3,64,224,224,5,1,2,2,2 32,3,32,224,224,3,2,1,3,2,1 32,3,64,224,224,3,1,1,2,2 \
+      32,3,96,224,224,7,2,3,2,2 32,1,32,128,128,7,2,3,2,2; do
+    args+=(--spec "$spec")
+  done
+  for form in "float16 --channels-last" float32 "float32 --channels-last" bfloat16; do
+    echo "== $form"
+    # shellcheck disable=SC2086  # $form is a dtype and maybe --channels-last
+    python3 tools/kernel_breakdown.py "${args[@]}" --dtype $form --summary \
+      --configs "${FEWCHANNEL_CONFIGS:-auto,auto@CONV_POOL_GENERAL_FOLD=0}" || return
   done
 }
 
@@ -353,6 +372,7 @@ for entry in "${stages[@]}"; do
     zoo16) run_stage zoo16 "$seconds" python3 -m utils.profiling --zoo --zoo-limit "${ZOO_LIMIT:-40}" --iters 50 --dtype float16 --json "$OUT/zoo_float16.json" ;;
     fuzz) run_stage fuzz "$seconds" python3 -m utils.profiling --fuzz 150 --start "${FUZZ_START:-0}" --iters 50 --json "$OUT/fuzz_${FUZZ_START:-0}.json" ;;
     breakdown) run_stage breakdown "$seconds" bash -c "$(declare -f breakdown); breakdown" ;;
+    fewchannel) run_stage fewchannel "$seconds" bash -c "$(declare -f fewchannel); fewchannel" ;;
     # NETWORKS_ARGS: tools/bench_networks.py's slice of issue 32's matrix, e.g.
     # "--models vgg16,alexnet --batches 32 --layouts nchw" (default: the whole matrix).
     # shellcheck disable=SC2086  # NETWORKS_ARGS holds several words
