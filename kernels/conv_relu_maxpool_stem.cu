@@ -68,6 +68,8 @@ struct StemPlan {
   int smem_bytes;
   bool vector_input;             // 16-byte halo copies (decided at launch)
   bool vector_out;               // whole rows in runs of 4 (decided at launch)
+  bool strided_out;              // the output's own strides (a channels-last output)
+  int64_t out_stride[4];         // (image, channel, row, column), with strided_out
 };
 
 int round_up(int x, int m) { return (x + m - 1) / m * m; }
@@ -359,7 +361,21 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t plane = int64_t(s.out_height) * s.out_width;
     const int64_t first = where.image * s.out_channels * plane +
                           int64_t(where.row0) * s.out_width + where.col0;
-    if (p.vector_out) {
+    if (p.strided_out) {
+      // Any output strides: consecutive threads take consecutive channels of one pooled
+      // pixel, so that a channels-last tile's stores are runs of whole pixels.
+      const int cols = min(p.pooled_cols, s.out_width - where.col0);
+      const int items = rows * cols * s.out_channels;
+      const int64_t* os = p.out_stride;
+      Raw* image_out = out + where.image * os[0];
+      for (int i = threadIdx.x; i < items; i += kThreads) {
+        const int pixel = i / s.out_channels, channel = i - pixel * s.out_channels;
+        const int r = pixel / cols, col = pixel - r * cols;
+        const float m = pooled[channel * kChannelStride + r * p.pooled_cols + col];
+        image_out[channel * os[1] + (where.row0 + r) * os[2] + (where.col0 + col) * os[3]] =
+            E::from_float(relu_keeping_nan(m + bias[channel]));
+      }
+    } else if (p.vector_out) {
       // The tile's rows of a channel are one run of `vectors` 4-element vectors (cols ==
       // out_width == pooled_cols): thread i takes vector i % vectors of channels i / vectors,
       // + per_pass, ... (a tile has at most 64 m16 tiles, so vectors <= 64 <= kThreads).
@@ -457,15 +473,18 @@ const char* stem_conv_pool_unsupported(const ConvPoolShape& s, const ConvPoolDev
 }
 
 cudaError_t stem_conv_pool_launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
-                                  const ConvPoolDevice& device, cudaStream_t stream) {
+                                  const ConvPoolDevice& device, cudaStream_t stream,
+                                  const int64_t* out_stride) {
   StemPlan p = make_plan(s);
+  p.strided_out = out_stride != nullptr;
+  for (int d = 0; d < 4; ++d) p.out_stride[d] = p.strided_out ? out_stride[d] : 0;
   if (s.element == kElementFloat32) {
     p.vector_input = vectorizable_input(ops, s);
   } else {
     p.vector_input = input_rows_in_runs_of_8_16bit(ops, s);
   }
   const uintptr_t out_align = s.element == kElementFloat32 ? 16 : 8;
-  p.vector_out = p.col_tiles == 1 && p.pooled_cols == s.out_width &&
+  p.vector_out = !p.strided_out && p.col_tiles == 1 && p.pooled_cols == s.out_width &&
                  aligned(s.element == kElementFloat32 ? static_cast<const void*>(ops.out)
                                                       : static_cast<const void*>(ops.out16),
                          out_align);

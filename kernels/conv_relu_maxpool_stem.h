@@ -11,7 +11,10 @@
 // the element type against the variant).
 const char* stem_conv_pool_unsupported(const ConvPoolShape& shape, const ConvPoolDevice& device);
 
-// Launches it for shape.element (the caller checked stem_conv_pool_unsupported first).
+// Launches it for shape.element (the caller checked stem_conv_pool_unsupported first). With
+// out_stride (the output's element strides, image, channel, row, column) it writes that layout
+// itself, else NCHW.
 cudaError_t stem_conv_pool_launch(const ConvPoolOperands& operands, const ConvPoolShape& shape,
-                                  const ConvPoolDevice& device, cudaStream_t stream);
+                                  const ConvPoolDevice& device, cudaStream_t stream,
+                                  const int64_t* out_stride = nullptr);
 

@@ -768,19 +768,31 @@ def with_layout(x: torch.Tensor, layout: str) -> torch.Tensor:
     return x
 
 
-@pytest.mark.parametrize("layout", ["dense", "channels_last", "every_other"])
+@pytest.mark.parametrize("layout", ["dense", "channels_last", "channels_last_strided_out",
+                                    "every_other"])
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS.get)
 @pytest.mark.parametrize("case", STEM_CASES, ids=lambda c: c.name)
-def test_stem_kernel_matches_reference(ext, case, dtype, layout):
+def test_stem_kernel_matches_reference(ext, case, dtype, layout, monkeypatch):
+    """Every stem case against PyTorch in each layout; channels_last_strided_out: the kernel
+    writes the channels-last output itself ($CONV_POOL_STEM_STRIDED_OUT=1), no re-layout."""
     x, weight, bias = (None if t is None else t.to(dtype)
                        for t in make_operands(case, seed=random.randrange(2**31)))
+    strided_out = layout == "channels_last_strided_out"
+    if strided_out:
+        monkeypatch.setenv("CONV_POOL_STEM_STRIDED_OUT", "1")
+        layout = "channels_last"
+    else:
+        monkeypatch.delenv("CONV_POOL_STEM_STRIDED_OUT", raising=False)
     x = with_layout(x, layout)
     name = stem_variant(dtype)
     assert variant_runs(ext, case, x, weight, bias, name)
     if on_hopper():  # where it was measured: 17..64 channels take it
         chosen = ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args())
         assert (chosen == name) == (case.out_channels > 16), chosen
-    out = run_op(ext, case, x, weight, bias, ext.conv2d_relu_maxpool_variants()[name])
+    out, kernels = run_listing_kernels(
+        lambda: run_op(ext, case, x, weight, bias, ext.conv2d_relu_maxpool_variants()[name]))
+    if strided_out:
+        check_output_layout(out, layout, kernels, case)
     if dtype == torch.float32:
         torch.testing.assert_close(out.double().cpu(), reference(case, x, weight, bias),
                                    **TF32_TOLERANCE)
