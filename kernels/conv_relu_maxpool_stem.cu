@@ -21,9 +21,10 @@
 //    memory without bank conflicts.
 //  * A block tile is a few pooled rows by up to 128 pooled columns of one image; blocks are
 //    persistent and copy the next tile's input halo (cp.async, 16-byte vectors where rows
-//    allow) while computing this one; the pooled tile leaves as coalesced rows, with the bias
-//    and the ReLU applied there (relu(max(conv) + b) == max(relu(conv + b)): rounding is
-//    monotonic), NaN kept as PyTorch keeps it.
+//    allow) while computing this one; the pooled tile leaves as coalesced NCHW rows (or, into a
+//    channels-last output, 4 channels of a pixel a thread), with the bias and the ReLU applied
+//    there (relu(max(conv) + b) == max(relu(conv + b)): rounding is monotonic), NaN kept as
+//    PyTorch keeps it.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -69,6 +70,7 @@ struct StemPlan {
   bool vector_input;             // 16-byte halo copies (decided at launch)
   bool vector_out;               // whole rows in runs of 4 (decided at launch)
   bool strided_out;              // the output's own strides (a channels-last output)
+  bool strided_vector;           // with strided_out: 4 channels a store (decided at launch)
   int64_t out_stride[4];         // (image, channel, row, column), with strided_out
 };
 
@@ -362,18 +364,34 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t first = where.image * s.out_channels * plane +
                           int64_t(where.row0) * s.out_width + where.col0;
     if (p.strided_out) {
-      // Any output strides: consecutive threads take consecutive channels of one pooled
-      // pixel, so that a channels-last tile's stores are runs of whole pixels.
+      // Any output strides. A thread takes `vec` consecutive channels of one pooled pixel (4
+      // when the layout lets them leave as one vector, else 1) and a warp 32 consecutive
+      // pixels: its pooled-tile reads are conflict-free, and the block's stores of a
+      // channels-last tile fill whole pixels.
+      const int vec = p.strided_vector ? 4 : 1;
       const int cols = min(p.pooled_cols, s.out_width - where.col0);
-      const int items = rows * cols * s.out_channels;
+      const int pixels = rows * cols;
+      const int span = (pixels + 31) / 32 * 32;
+      const int items = span * (s.out_channels / vec);
       const int64_t* os = p.out_stride;
       Raw* image_out = out + where.image * os[0];
       for (int i = threadIdx.x; i < items; i += kThreads) {
-        const int pixel = i / s.out_channels, channel = i - pixel * s.out_channels;
+        const int group = i / span, pixel = i - group * span;
+        if (pixel >= pixels) continue;
         const int r = pixel / cols, col = pixel - r * cols;
-        const float m = pooled[channel * kChannelStride + r * p.pooled_cols + col];
-        image_out[channel * os[1] + (where.row0 + r) * os[2] + (where.col0 + col) * os[3]] =
-            E::from_float(relu_keeping_nan(m + bias[channel]));
+        const int channel = group * vec;
+        const float* src = pooled + channel * kChannelStride + r * p.pooled_cols + col;
+        Raw* dst = image_out + channel * os[1] + (where.row0 + r) * os[2] +
+                   (where.col0 + col) * os[3];
+        if (vec == 4) {
+          const float4 b = *reinterpret_cast<const float4*>(bias + channel);
+          store4<E>(dst, make_float4(relu_keeping_nan(src[0] + b.x),
+                                     relu_keeping_nan(src[kChannelStride] + b.y),
+                                     relu_keeping_nan(src[2 * kChannelStride] + b.z),
+                                     relu_keeping_nan(src[3 * kChannelStride] + b.w)));
+        } else {
+          *dst = E::from_float(relu_keeping_nan(src[0] + bias[channel]));
+        }
       }
     } else if (p.vector_out) {
       // The tile's rows of a channel are one run of `vectors` 4-element vectors (cols ==
@@ -483,11 +501,16 @@ cudaError_t stem_conv_pool_launch(const ConvPoolOperands& ops, const ConvPoolSha
   } else {
     p.vector_input = input_rows_in_runs_of_8_16bit(ops, s);
   }
-  const uintptr_t out_align = s.element == kElementFloat32 ? 16 : 8;
-  p.vector_out = !p.strided_out && p.col_tiles == 1 && p.pooled_cols == s.out_width &&
-                 aligned(s.element == kElementFloat32 ? static_cast<const void*>(ops.out)
-                                                      : static_cast<const void*>(ops.out16),
-                         out_align);
+  // Stores of 4 elements (16 or 8 bytes): an aligned pointer, and for a strided output unit
+  // channel stride with the other strides and the channel count multiples of 4.
+  const void* out = s.element == kElementFloat32 ? static_cast<const void*>(ops.out)
+                                                 : static_cast<const void*>(ops.out16);
+  const bool out_aligned = aligned(out, s.element == kElementFloat32 ? 16 : 8);
+  p.strided_vector = p.strided_out && out_aligned && s.out_channels % 4 == 0 &&
+                     p.out_stride[1] == 1 && p.out_stride[0] % 4 == 0 &&
+                     p.out_stride[2] % 4 == 0 && p.out_stride[3] % 4 == 0;
+  p.vector_out = !p.strided_out && out_aligned && p.col_tiles == 1 &&
+                 p.pooled_cols == s.out_width;
   switch (s.element) {
     case kElementFloat16: return launch_for_element<Float16>(ops, s, p, device, stream);
     case kElementBFloat16: return launch_for_element<BFloat16>(ops, s, p, device, stream);

@@ -482,28 +482,25 @@ FOLD_CASES = [
                  pool_stride=(1, 1)),
     ConvPoolCase("c5_3x9", 1, 5, 96, 40, 44, (3, 9), stride=(2, 2), padding=(1, 4),
                  bias=False),
-    # 301 conv columns: the row form's runs of 128 folded pixels, the last one short.
+    # 301 conv columns, a pool of 2 x 3.
     ConvPoolCase("c3_wide_row", 1, 3, 40, 6, 301, (3, 5), padding=(1, 2), pool_kernel=(2, 3),
                  pool_stride=(2, 3)),
 ]
 
 
-@pytest.mark.parametrize("fold", ["folded", "folded_rows", "unfolded"])
+@pytest.mark.parametrize("fold", ["folded", "unfolded"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 def test_column_folded_few_channel_layers_match_float64(ext, lib, device, seed, dtype, layout,
                                                        fold, monkeypatch):
     """A layer of fewer channels than a chunk runs as kernel_w x C channels (padded to whole
     slices) and a one-column kernel over the folded copy of x: the plan's chunks are the folded
-    channels', and every output matches float64; so do the copy's row form
-    ($CONV_POOL_GENERAL_FOLD_ROWS=1) and the unfolded form ($CONV_POOL_GENERAL_FOLD=0, one
-    chunk a tap)."""
+    channels', and every output matches float64; so does the unfolded form
+    ($CONV_POOL_GENERAL_FOLD=0, one chunk a tap)."""
     if fold == "unfolded":
         monkeypatch.setenv("CONV_POOL_GENERAL_FOLD", "0")
     else:
         monkeypatch.delenv("CONV_POOL_GENERAL_FOLD", raising=False)
-    if fold == "folded_rows":
-        monkeypatch.setenv("CONV_POOL_GENERAL_FOLD_ROWS", "1")
     rng = random.Random(seed)
     slice_channels = 4 if dtype == torch.float32 else 8
     for case in FOLD_CASES:

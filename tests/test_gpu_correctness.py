@@ -768,18 +768,20 @@ def with_layout(x: torch.Tensor, layout: str) -> torch.Tensor:
     return x
 
 
-@pytest.mark.parametrize("layout", ["dense", "channels_last", "channels_last_strided_out",
+@pytest.mark.parametrize("layout", ["dense", "channels_last", "channels_last_relayout",
                                     "every_other"])
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS.get)
 @pytest.mark.parametrize("case", STEM_CASES, ids=lambda c: c.name)
 def test_stem_kernel_matches_reference(ext, case, dtype, layout, monkeypatch):
-    """Every stem case against PyTorch in each layout; channels_last_strided_out: the kernel
-    writes the channels-last output itself ($CONV_POOL_STEM_STRIDED_OUT=1), no re-layout."""
+    """Every stem case against PyTorch in each layout. channels_last: the kernel writes the
+    channels-last output itself, four channels a store, with no re-layout launch where the
+    channel count is a multiple of 4 (else NCHW and a re-layout); channels_last_relayout: NCHW
+    and a re-layout ($CONV_POOL_STEM_STRIDED_OUT=0)."""
     x, weight, bias = (None if t is None else t.to(dtype)
                        for t in make_operands(case, seed=random.randrange(2**31)))
-    strided_out = layout == "channels_last_strided_out"
-    if strided_out:
-        monkeypatch.setenv("CONV_POOL_STEM_STRIDED_OUT", "1")
+    strided_out = layout == "channels_last" and case.out_channels % 4 == 0
+    if layout == "channels_last_relayout":
+        monkeypatch.setenv("CONV_POOL_STEM_STRIDED_OUT", "0")
         layout = "channels_last"
     else:
         monkeypatch.delenv("CONV_POOL_STEM_STRIDED_OUT", raising=False)

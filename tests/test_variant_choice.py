@@ -122,7 +122,7 @@ def test_wgmma_only_for_the_fast_path_geometry(library, variant_names):
 def test_which_variants_write_a_channels_last_output_themselves(library, monkeypatch):
     """The general kernel and the 3 x 3 wgmma kernel, pooled (store_pooled_channels_last) or
     not (store_conv_channels_last), write a channels-last output themselves, in the element
-    types they run; the stem kernel does with $CONV_POOL_STEM_STRIDED_OUT=1; the others never:
+    types they run; so does the stem kernel unless $CONV_POOL_STEM_STRIDED_OUT=0; the others never:
     the op re-lays out their NCHW output (conv_pool_to_channels_last)."""
     pooled = find_case("vgg_b3")
     unpooled = replace(pooled, name="unpooled", pool_kernel=(1, 1), pool_stride=None)
@@ -138,9 +138,9 @@ def test_which_variants_write_a_channels_last_output_themselves(library, monkeyp
                                                        element) == (element == FLOAT32)
     assert kernel_choice.writes_strided_output(library, pooled, "general_3xtf32_wgmma")
     stem = ConvPoolCase("stem", 2, 3, 64, 32, 32, (3, 3), padding=(1, 1))
-    monkeypatch.delenv("CONV_POOL_STEM_STRIDED_OUT", raising=False)
+    monkeypatch.setenv("CONV_POOL_STEM_STRIDED_OUT", "0")
     assert not kernel_choice.writes_strided_output(library, stem, "stem_tf32")
-    monkeypatch.setenv("CONV_POOL_STEM_STRIDED_OUT", "1")
+    monkeypatch.delenv("CONV_POOL_STEM_STRIDED_OUT", raising=False)
     for element in (FLOAT32, FLOAT16, BFLOAT16):
         assert kernel_choice.writes_strided_output(library, stem, "stem_tf32", element)
 

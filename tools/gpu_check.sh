@@ -131,8 +131,10 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
-memcheck  flat_k96_7x7 general_wgmma float16 CONV_POOL_GENERAL_FOLD_ROWS=1
-racecheck flat_k96_7x7 general_wgmma float32 CONV_POOL_GENERAL_FOLD_ROWS=1
+memcheck  stem_columns_channels_last stem_16bit float16
+racecheck stem_columns_channels_last stem_tf32
+memcheck  stem_odd_channels_last stem_tf32
+racecheck stem_odd_channels_last stem_16bit bfloat16
 memcheck  flat_k96_7x7 general_wgmma float16
 memcheck  flat_k96_7x7 general_wgmma float32
 racecheck flat_k96_7x7 general_wgmma bfloat16

@@ -104,109 +104,6 @@ __global__ void fold_kernel(const Raw* __restrict__ x, int64_t xn, int64_t xc, i
   }
 }
 
-// The row form ($CONV_POOL_GENERAL_FOLD_ROWS=1): a block a run of `tile` folded pixels of one
-// row (n, h) of x'. It stages x's columns under them in shared memory as [column][channel]
-// (zeros outside x), loading along x's contiguous dimension, then writes the run's slices
-// from there: no gather from global memory and no division an element. The blocks after
-// `blocks` fold the weight.
-struct RowTiling {
-  int tile;           // folded pixels a block
-  int tiles_per_row;  // ceil(conv_width / tile)
-  int span;           // x's columns under a tile: (tile - 1) stride + (kernel_w - 1) dilation + 1
-  int64_t blocks;     // batch x in_height x tiles_per_row (0: the row form does not apply)
-};
-
-template <class Raw>
-__global__ void __launch_bounds__(256)
-    fold_rows_kernel(const Raw* __restrict__ x, int64_t xn, int64_t xc, int64_t xh, int64_t xw,
-                     const Raw* __restrict__ w, int64_t wk, int64_t wc, int64_t wr, int64_t ws,
-                     ConvPoolShape s, ConvPoolShape f, RowTiling t, Raw* __restrict__ folded_x,
-                     Raw* __restrict__ folded_w) {
-  extern __shared__ __align__(16) unsigned char staged_bytes[];
-  Raw* staged = reinterpret_cast<Raw*>(staged_bytes);
-  constexpr int kSlice = 16 / int(sizeof(Raw));
-  const int channels = s.in_channels;
-  if (blockIdx.x >= t.blocks) {
-    const int64_t w_items = int64_t(f.out_channels) * f.in_channels * f.kernel_h;
-    const int64_t step = (int64_t(gridDim.x) - t.blocks) * blockDim.x;
-    for (int64_t j = (int64_t(blockIdx.x) - t.blocks) * blockDim.x + threadIdx.x; j < w_items;
-         j += step)
-      folded_w[j] = folded_weight(w, wk, wc, wr, ws, s, f, j);
-    return;
-  }
-  const int row = int(blockIdx.x) / t.tiles_per_row;  // n x in_height + h
-  const int q0 = (int(blockIdx.x) - row * t.tiles_per_row) * t.tile;
-  const int n = row / f.in_height, h = row - n * f.in_height;
-  const int first = q0 * s.stride_w - s.pad_w;  // x's column under staged column 0
-  const Raw* x_row = x + int64_t(n) * xn + int64_t(h) * xh;
-  const int items = t.span * channels;
-  if (xc <= xw) {  // channels fastest in x (channels-last)
-    for (int e = threadIdx.x; e < items; e += blockDim.x) {
-      const int col = e / channels, c = e - col * channels, x_col = first + col;
-      staged[e] = x_col >= 0 && x_col < s.in_width ? x_row[c * xc + x_col * xw] : Raw(0);
-    }
-  } else {  // columns fastest (NCHW)
-    for (int e = threadIdx.x; e < items; e += blockDim.x) {
-      const int c = e / t.span, col = e - c * t.span, x_col = first + col;
-      staged[col * channels + c] =
-          x_col >= 0 && x_col < s.in_width ? x_row[c * xc + x_col * xw] : Raw(0);
-    }
-  }
-  __syncthreads();
-  const int slices = f.in_channels / kSlice;
-  const int pixels = min(t.tile, f.in_width - q0);
-  uint4* out = reinterpret_cast<uint4*>(folded_x) + (int64_t(row) * f.in_width + q0) * slices;
-  for (int i = threadIdx.x; i < pixels * slices; i += blockDim.x) {
-    const int q = i / slices, slice = i - q * slices;
-    // Staged index of (tap, c): (q stride_w + tap dilation_w) C + c, stepped along the slice.
-    int tap = slice * kSlice / channels, c = slice * kSlice - tap * channels;
-    int at = (q * s.stride_w + tap * s.dilation_w) * channels + c;
-    union {
-      Raw raw[kSlice];
-      uint4 bits;
-    } v;
-#pragma unroll
-    for (int e = 0; e < kSlice; ++e) {
-      v.raw[e] = tap < s.kernel_w ? staged[at] : Raw(0);
-      if (++c == channels) {
-        c = 0;
-        ++tap;
-        at += (s.dilation_w - 1) * channels + 1;
-      } else {
-        ++at;
-      }
-    }
-    out[i] = v.bits;
-  }
-}
-
-// The shared memory a row-form block may stage; wider spans (large dilations) take the slice
-// form.
-constexpr int kMaxStagedRowBytes = 16 * 1024;
-constexpr int kRowTile = 128;
-
-RowTiling row_tiling(const ConvPoolShape& s, const ConvPoolShape& f) {
-  RowTiling t{};
-  const int64_t bytes = s.element == kElementFloat32 ? 4 : 2;
-  auto span = [&](int64_t pixels) {
-    return (pixels - 1) * s.stride_w + int64_t(s.kernel_w - 1) * s.dilation_w + 1;
-  };
-  auto fits = [&](int64_t pixels) {
-    return span(pixels) * s.in_channels * bytes <= kMaxStagedRowBytes;
-  };
-  int64_t tile = std::min<int64_t>(kRowTile, f.in_width);
-  while (tile > 1 && !fits(tile)) tile = (tile + 1) / 2;
-  if (!fits(tile)) return t;
-  const int64_t tiles_per_row = (f.in_width + tile - 1) / tile;
-  const int64_t blocks = int64_t(f.batch) * f.in_height * tiles_per_row;
-  if (blocks > INT_MAX / 2) return t;
-  t.tile = int(tile);
-  t.tiles_per_row = int(tiles_per_row);
-  t.span = int(span(tile));
-  t.blocks = blocks;
-  return t;
-}
-
 }  // namespace
 
 bool fold_applies(const ConvPoolShape& s, bool split) {
@@ -272,22 +169,7 @@ cudaError_t fold_inputs(const ConvPoolOperands& ops, const ConvPoolShape& s,
   const unsigned blocks = unsigned(std::min<int64_t>((items + 255) / 256, 16 * 1024));
   const int64_t* xs = ops.x_stride;
   const int64_t* ws = ops.weight_stride;
-  const RowTiling rows = hooks::fold_rows() ? row_tiling(s, f) : RowTiling{};
-  if (rows.blocks > 0) {
-    const int64_t w_items = int64_t(f.out_channels) * f.in_channels * f.kernel_h;
-    const int64_t w_blocks = std::clamp<int64_t>((w_items + 255) / 256, 1, 64);
-    const unsigned grid = unsigned(rows.blocks + w_blocks);
-    const size_t staged = size_t(rows.span) * s.in_channels * element_size(s);
-    if (s.element == kElementFloat32) {
-      fold_rows_kernel<float><<<grid, 256, staged, stream>>>(
-          ops.x, xs[0], xs[1], xs[2], xs[3], ops.weight, ws[0], ws[1], ws[2], ws[3], s, f, rows,
-          static_cast<float*>(folded_x), static_cast<float*>(folded_w));
-    } else {
-      fold_rows_kernel<uint16_t><<<grid, 256, staged, stream>>>(
-          ops.x16, xs[0], xs[1], xs[2], xs[3], ops.weight16, ws[0], ws[1], ws[2], ws[3], s, f,
-          rows, static_cast<uint16_t*>(folded_x), static_cast<uint16_t*>(folded_w));
-    }
-  } else if (s.element == kElementFloat32) {
+  if (s.element == kElementFloat32) {
     fold_kernel<float><<<blocks, 256, 0, stream>>>(
         ops.x, xs[0], xs[1], xs[2], xs[3], ops.weight, ws[0], ws[1], ws[2], ws[3], s, f,
         static_cast<float*>(folded_x), static_cast<float*>(folded_w));

@@ -75,10 +75,6 @@ inline bool dependent_launch() { return is("CONV_POOL_GENERAL_PDL", "1"); }
 // chunk step, instead of column-folded (general_fold.cu: kernel_w x C channels and a
 // one-column kernel over a folded copy of x).
 inline bool fold_allowed() { return !is("CONV_POOL_GENERAL_FOLD", "0"); }
-// $CONV_POOL_GENERAL_FOLD_ROWS=1: the folded copy of x written a row run a block through
-// shared memory (general_fold.cu's row form) instead of a 16-byte slice a thread. A launch
-// setting, not the plan's.
-inline bool fold_rows() { return is("CONV_POOL_GENERAL_FOLD_ROWS", "1"); }
 
 // $CONV_POOL_GENERAL_PLAN_CACHE=0: every plan searched afresh (general_plan_cache.h), to
 // time the search or to rule the cache out.
