@@ -30,6 +30,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "conv_pool_16bit.cuh"
 #include "conv_pool_device.cuh"
@@ -71,6 +73,10 @@ struct StemPlan {
   bool vector_out;               // whole rows in runs of 4 (decided at launch)
   bool strided_out;              // the output's own strides (a channels-last output)
   bool strided_vector;           // with strided_out: 4 channels a store (decided at launch)
+  // With strided_out: 8 channels a thread in whole-pixel runs from a swizzled pooled tile;
+  // $CONV_POOL_STEM_COALESCED_OUT=1, decided at launch.
+  bool coalesced_out;
+  int swizzle;                   // with coalesced_out: channel group q's pixels XOR q x swizzle
   int64_t out_stride[4];         // (image, channel, row, column), with strided_out
 };
 
@@ -149,6 +155,21 @@ __device__ __forceinline__ void store4(typename E::Raw* dst, float4 v) {
   }
 }
 
+// Stores eight consecutive outputs (32 bytes of float32, 16 of 16-bit words).
+template <class E>
+__device__ __forceinline__ void store8(typename E::Raw* dst, const float (&v)[8]) {
+  if constexpr (ElementOperands<E>::kFloat) {
+    reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<float4*>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
+  } else {
+    *reinterpret_cast<uint4*>(dst) =
+        make_uint4(pair(E::from_float(v[0]), E::from_float(v[1])),
+                   pair(E::from_float(v[2]), E::from_float(v[3])),
+                   pair(E::from_float(v[4]), E::from_float(v[5])),
+                   pair(E::from_float(v[6]), E::from_float(v[7])));
+  }
+}
+
 // Where tile `tile` sits: image, first pooled row and column.
 struct StemTile {
   int64_t image;
@@ -216,6 +237,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   float* bias = pooled + max(8 * kNTiles * kChannelStride, kMaxReduction * kWeightRow<kNTiles>);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
+  // Channel group q (channels 8 q ..) has its pooled pixel index XORed with q x p.swizzle:
+  // the same 4-pixel runs, permuted within aligned runs of 32 (a tile holds at most 256).
+  const int swizzle = p.swizzle;
 
   if (blockIdx.x < p.tiles) load_halo<E>(ops, s, p, blockIdx.x, halo(0));
   cp_async_commit();
@@ -341,14 +365,15 @@ __global__ void __launch_bounds__(kThreads, 2)
       // 2 x 2 max: c0 / c2 and c1 / c3 are one window column; lane ^ 4 holds the other. The
       // even lane of the pair keeps channel 2t, the odd one 2t + 1.
       const bool odd = g & 1;
-      float* out = pooled + (2 * t + odd) * kChannelStride + row * p.pooled_cols +
-                   4 * m_col + g / 2;
+      float* out = pooled + (2 * t + odd) * kChannelStride;
+      const int pooled_pixel = row * p.pooled_cols + 4 * m_col + g / 2;
 #pragma unroll
       for (int n = 0; n < kNTiles; ++n) {
         const float even_channel = max_keeping_nan(acc[n][0], acc[n][2]);
         const float odd_channel = max_keeping_nan(acc[n][1], acc[n][3]);
         const float other = __shfl_xor_sync(0xffffffffu, odd ? even_channel : odd_channel, 4);
-        out[8 * n * kChannelStride] = max_keeping_nan(odd ? odd_channel : even_channel, other);
+        out[8 * n * kChannelStride + (pooled_pixel ^ (n * swizzle))] =
+            max_keeping_nan(odd ? odd_channel : even_channel, other);
       }
       m_col += kWarps;
       while (m_col >= m_cols) {
@@ -363,7 +388,33 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t plane = int64_t(s.out_height) * s.out_width;
     const int64_t first = where.image * s.out_channels * plane +
                           int64_t(where.row0) * s.out_width + where.col0;
-    if (p.strided_out) {
+    if (p.coalesced_out) {
+      // A thread takes 8 consecutive channels of one pooled pixel (16 bytes of 16-bit output,
+      // 32 of float32), consecutive threads the channel groups of a pixel, then the next
+      // pixels: a warp's stores are whole channels-last pixels in a row (512 bytes for 64
+      // 16-bit channels). The swizzle spreads its loads: for 64 channels lane (pixel d, group
+      // q) reads bank 4 j + ((P ^ 4 q) + d) mod 32 for its j-th channel, P the warp's first
+      // pixel (a multiple of 4 on full-width tiles), 32 banks; 8, 16 and 32 channels too
+      // (swizzle 16, 16, 8), other multiples of 8 two lanes a bank.
+      const int groups = s.out_channels / 8;
+      const int cols = min(p.pooled_cols, s.out_width - where.col0);
+      const int items = rows * cols * groups;
+      const int64_t* os = p.out_stride;
+      Raw* image_out = out + where.image * os[0];
+      for (int i = threadIdx.x; i < items; i += kThreads) {
+        const int pixel = i / groups, group = i - pixel * groups;
+        const int r = pixel / cols, col = pixel - r * cols;
+        const int channel = 8 * group;
+        const float* src = pooled + channel * kChannelStride +
+                           ((r * p.pooled_cols + col) ^ (group * swizzle));
+        float v[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          v[j] = relu_keeping_nan(src[j * kChannelStride] + bias[channel + j]);
+        store8<E>(image_out + channel + (where.row0 + r) * os[2] + (where.col0 + col) * os[3],
+                  v);
+      }
+    } else if (p.strided_out) {
       // Any output strides. A thread takes `vec` consecutive channels of one pooled pixel (4
       // when the layout lets them leave as one vector, else 1) and a warp 32 consecutive
       // pixels: its pooled-tile reads are conflict-free, and the block's stores of a
@@ -509,6 +560,18 @@ cudaError_t stem_conv_pool_launch(const ConvPoolOperands& ops, const ConvPoolSha
   p.strided_vector = p.strided_out && out_aligned && s.out_channels % 4 == 0 &&
                      p.out_stride[1] == 1 && p.out_stride[0] % 4 == 0 &&
                      p.out_stride[2] % 4 == 0 && p.out_stride[3] % 4 == 0;
+  // Eight channels a thread: unit channel stride, the other strides and the channel count
+  // multiples of 8, 16-byte aligned.
+  const char* coalesced = std::getenv("CONV_POOL_STEM_COALESCED_OUT");
+  p.coalesced_out = p.strided_vector && coalesced != nullptr &&
+                    std::strcmp(coalesced, "1") == 0 && aligned(out, 16) &&
+                    s.out_channels % 8 == 0 && p.out_stride[0] % 8 == 0 &&
+                    p.out_stride[2] % 8 == 0 && p.out_stride[3] % 8 == 0;
+  // 32 / (the channel groups rounded up to a power of 2), so that a warp's 32 lanes (pixels
+  // x groups) read 32 banks; at most 16, so that q x swizzle < 32 for every n-tile.
+  int group_span = 1;
+  while (group_span < s.out_channels / 8) group_span *= 2;
+  p.swizzle = p.coalesced_out ? std::min(16, 32 / group_span) : 0;
   p.vector_out = !p.strided_out && out_aligned && p.col_tiles == 1 &&
                  p.pooled_cols == s.out_width;
   switch (s.element) {

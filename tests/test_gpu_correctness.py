@@ -768,23 +768,29 @@ def with_layout(x: torch.Tensor, layout: str) -> torch.Tensor:
     return x
 
 
-@pytest.mark.parametrize("layout", ["dense", "channels_last", "channels_last_relayout",
-                                    "every_other"])
+@pytest.mark.parametrize("layout", ["dense", "channels_last", "channels_last_coalesced",
+                                    "channels_last_relayout", "every_other"])
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS.get)
 @pytest.mark.parametrize("case", STEM_CASES, ids=lambda c: c.name)
 def test_stem_kernel_matches_reference(ext, case, dtype, layout, monkeypatch):
     """Every stem case against PyTorch in each layout. channels_last: the kernel writes the
     channels-last output itself, four channels a store, with no re-layout launch where the
-    channel count is a multiple of 4 (else NCHW and a re-layout); channels_last_relayout: NCHW
-    and a re-layout ($CONV_POOL_STEM_STRIDED_OUT=0)."""
+    channel count is a multiple of 4 (else NCHW and a re-layout); channels_last_coalesced: the
+    same with $CONV_POOL_STEM_COALESCED_OUT=1 (8 channels a thread from a swizzled pooled tile
+    where the count is a multiple of 8); channels_last_relayout: NCHW and a re-layout
+    ($CONV_POOL_STEM_STRIDED_OUT=0)."""
     x, weight, bias = (None if t is None else t.to(dtype)
                        for t in make_operands(case, seed=random.randrange(2**31)))
-    strided_out = layout == "channels_last" and case.out_channels % 4 == 0
+    strided_out = layout.startswith("channels_last") and case.out_channels % 4 == 0
+    monkeypatch.delenv("CONV_POOL_STEM_STRIDED_OUT", raising=False)
+    monkeypatch.delenv("CONV_POOL_STEM_COALESCED_OUT", raising=False)
     if layout == "channels_last_relayout":
         monkeypatch.setenv("CONV_POOL_STEM_STRIDED_OUT", "0")
-        layout = "channels_last"
-    else:
-        monkeypatch.delenv("CONV_POOL_STEM_STRIDED_OUT", raising=False)
+        strided_out = False
+    elif layout == "channels_last_coalesced":
+        monkeypatch.setenv("CONV_POOL_STEM_COALESCED_OUT", "1")
+    if layout != "every_other":
+        layout = "dense" if layout == "dense" else "channels_last"
     x = with_layout(x, layout)
     name = stem_variant(dtype)
     assert variant_runs(ext, case, x, weight, bias, name)

@@ -730,10 +730,12 @@ def test_sanitize_cases_takes_hook_settings_anywhere_among_its_arguments():
     for wrong in ([], ["CONV_POOL_GENERAL_TILE=wide_n64"], ["a", "b", "c", "d", "e"]):
         with pytest.raises(SystemExit, match="expected: case"):
             sanitize_cases.split_arguments(wrong)
-    # Every line of gpu_check.sh's sanitizer list parses, and its settings name known hooks.
+    # Every line of gpu_check.sh's sanitizer list parses, and its settings name hooks that
+    # the kernels' sources read (general_hooks.h's, the stem launch's).
     script = (REPO / "tools" / "gpu_check.sh").read_text()
     runs = script.split("<<'RUNS'\n")[1].split("\nRUNS\n")[0].splitlines()
-    hooks = (REPO / "kernels" / "hopper" / "general_hooks.h").read_text()
+    hooks = "".join(path.read_text() for path in sorted((REPO / "kernels").rglob("*"))
+                    if path.suffix in (".h", ".cu", ".cuh"))
     assert len(runs) > 100
     for line in runs:
         tool, *arguments = line.split()

@@ -131,6 +131,8 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  stem_columns_channels_last stem_16bit float16 CONV_POOL_STEM_COALESCED_OUT=1
+racecheck stem_columns_channels_last stem_tf32 CONV_POOL_STEM_COALESCED_OUT=1
 memcheck  stem_columns_channels_last stem_16bit float16
 racecheck stem_columns_channels_last stem_tf32
 memcheck  stem_odd_channels_last stem_tf32

@@ -24,7 +24,7 @@ import numpy as np
 
 MARKS = ("sm", "timer_start", "start", "ready", "first_full", "mainloop_done", "tile_done", "end",
          "timer_end", "first_issue", "last_issue", "items", "cluster_staged", "cluster_joined",
-         "cluster_summed")
+         "cluster_summed", "epilogue_staged")
 HEADER = ("tag", "grid", "traced", "tiles", "split", "steps", "stages", "tile", "blocks_per_sm",
           "persistent", "images", "words")
 PHASES = (  # (name, from mark, to mark): consecutive phases of a block's first work item
@@ -38,6 +38,9 @@ PHASES = (  # (name, from mark, to mark): consecutive phases of a block's first 
     ("cluster: wait for every block's tile", "cluster_staged", "cluster_joined"),
     ("cluster: sum this block's channels", "cluster_joined", "cluster_summed"),
     ("cluster: pool and store them", "cluster_summed", "tile_done"),
+    # The other plans' epilogue, inside "bias, pooling and stores":
+    ("epilogue: bias, staging of the conv tile", "mainloop_done", "epilogue_staged"),
+    ("epilogue: pooling and stores (every pass)", "epilogue_staged", "tile_done"),
 )
 
 

@@ -36,6 +36,8 @@ enum TraceMark : int {
   kTraceClusterStaged,  // this block's partial conv tile staged (thread 0's part)
   kTraceClusterJoined,  // every block of the cluster has staged its own
   kTraceClusterSummed,  // this block's share of the channels summed over the cluster
+  kTraceEpilogueStaged, // consumers, other plans: the first item's conv tile (its first
+                        // epilogue pass, or its 2 x 2 maxima) staged, before the pooling
   kTraceWords = 16
 };
 

@@ -341,9 +341,14 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
       if (p.split > 1 &&
           !reduce_split<kTileId, kConsumerBarrier>(acc, p, k.tile, k.rank, flag))
         continue;
+      bool staged_mark = threadIdx.x == 0 && w == blockIdx.x;
+      auto sync = [&] {
+        consumer_sync();
+        if (staged_mark) trace(p, kTraceEpilogueStaged);
+        staged_mark = false;
+      };
       pool_accumulators<X, kTileId, true>(s, p, ops, o, acc, conv_tile, bias,
-                                              T::kN / p.epilogue_passes,
-                                              [] { consumer_sync(); });
+                                          T::kN / p.epilogue_passes, sync);
     }
     consumer_sync();  // the pooling read the tile and the bias before the next tile writes them
     if (threadIdx.x == 0 && w == blockIdx.x) trace(p, kTraceTileDone);
