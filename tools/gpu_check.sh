@@ -19,7 +19,8 @@
 # "--json docs/zoo_h200_float32.json --all --configs auto,auto@HOOK=1 --summary"); fewchannel: the
 # tool on 11 first layers of 1-3 channels (stems, 11 x 11 / 4, 5 x 5, 3 x 3, batch 1-128) in
 # float16 channels-last, float32 both layouts and bfloat16, FEWCHANNEL_CONFIGS (default
-# auto,auto@CONV_POOL_GENERAL_FOLD=0) against auto. SECONDS caps one stage (timeout), so a
+# auto,auto@CONV_POOL_GENERAL_FOLD=0) against auto, FEWCHANNEL_SPECS (space-separated
+# kernel_breakdown specs) instead of those layers. SECONDS caps one stage (timeout), so a
 # long stage cannot eat the others' device time. Each stage's log lands in $OUT/<stage>.log;
 # the suite also writes $OUT/suite.json and $OUT/suite.png, suite16 (the suite in float16, then
 # bfloat16) $OUT/suite_float16.json and $OUT/suite_bfloat16.json, vgg16 $OUT/vgg16.json, notebook
@@ -105,10 +106,11 @@ breakdown() {  # the zoo's slowest classes kernel by kernel, and the stem kernel
 
 fewchannel() {  # first layers of few channels in four dtype-layouts, each config against auto
   local spec form args=()
-  for spec in 32,3,64,224,224,7,2,3,3,2,1 8,3,64,224,224,7,2,3,3,2,1 1,3,64,224,224,7,2,3,3,2,1 \
-      128,3,64,224,224,7,2,3,3,2,1 32,3,64,224,224,11,4,2,3,2 1,3,64,224,224,11,4,2,3,2 \
-      32,3,64,224,224,5,1,2,2,2 32,3,32,224,224,3,2,1,3,2,1 32,3,64,224,224,3,1,1,2,2 \
-      32,3,96,224,224,7,2,3,2,2 32,1,32,128,128,7,2,3,2,2; do
+  # shellcheck disable=SC2086  # FEWCHANNEL_SPECS is a list of specs
+  for spec in ${FEWCHANNEL_SPECS:-32,3,64,224,224,7,2,3,3,2,1 8,3,64,224,224,7,2,3,3,2,1 \
+      1,3,64,224,224,7,2,3,3,2,1 128,3,64,224,224,7,2,3,3,2,1 32,3,64,224,224,11,4,2,3,2 \
+      1,3,64,224,224,11,4,2,3,2 32,3,64,224,224,5,1,2,2,2 32,3,32,224,224,3,2,1,3,2,1 \
+      32,3,64,224,224,3,1,1,2,2 32,3,96,224,224,7,2,3,2,2 32,1,32,128,128,7,2,3,2,2}; do
     args+=(--spec "$spec")
   done
   for form in "float16 --channels-last" float32 "float32 --channels-last" bfloat16; do
