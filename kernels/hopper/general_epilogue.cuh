@@ -146,7 +146,12 @@ __device__ __forceinline__ void window_max(const float* window, int step, int ro
 //     consecutive positions, so that a warp's reads of a channel plane spread over the banks;
 //   * other layouts (NCHW): a thread takes one position and channels k, k + k_stride, ...
 //     (consecutive threads on consecutive output columns), four at a time.
-template <class E, int kTileId, bool kPaired = false>
+// The window loops take 2 (channels-last) or 4 (NCHW) channels at once, since a multi-pass
+// epilogue's accumulators are still live; kWide (Plan::wide_pool, one pass, the accumulators
+// dead; one-block tiles): channels-last, a whole 16-byte group at once, so that more loads
+// are in flight. (8 channels in NCHW, and 4 or 8 in the two-block tiles' 80-register
+// instances, spilled.)
+template <class E, int kTileId, bool kPaired = false, bool kWide = false>
 __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
                                           const ConvPoolOperands& ops, const TileOrigin& o,
                                           const float* tile, const float* bias, int pass,
@@ -179,14 +184,14 @@ __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
         Raw raw[kVector];
         uint4 bits;
       } v;
-      // Two channels at a time (the accumulators of a multi-pass epilogue are still live).
+      constexpr int kAtOnce = kWide ? kVector : 2;
 #pragma unroll
-      for (int h = 0; h < kVector; h += 2) {
-        float best[2];
-        window_max<2, T::kCols, kPaired>(tile + (c0 + h) * p.tile_pitch + window, p.tile_pitch, rows,
-                                cols, best);
+      for (int h = 0; h < kVector; h += kAtOnce) {
+        float best[kAtOnce];
+        window_max<kAtOnce, T::kCols, kPaired>(tile + (c0 + h) * p.tile_pitch + window,
+                                               p.tile_pitch, rows, cols, best);
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
+        for (int j = 0; j < kAtOnce; ++j)
           v.raw[h + j] = E::from_float(relu_keeping_nan(best[j] + pass_bias[c0 + h + j]));
       }
       Raw* dst = out + c0;
@@ -217,8 +222,8 @@ __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
     out += int64_t(k) * p.out_stride[1];
     for (; k + 3 * k_stride < channels; k += 4 * k_stride, out += 4 * channel_step) {
       float best[4];
-      window_max<4, T::kCols, kPaired>(tile + k * p.tile_pitch + window, k_stride * p.tile_pitch, rows,
-                              cols, best);
+      window_max<4, T::kCols, kPaired>(tile + k * p.tile_pitch + window,
+                                       k_stride * p.tile_pitch, rows, cols, best);
 #pragma unroll
       for (int j = 0; j < 4; ++j)
         out[j * channel_step] =
@@ -261,6 +266,14 @@ __device__ __forceinline__ void pool_accumulators(
     sync();
     pool_tile<E, kTileId, true>(s, p, ops, o, conv_tile, bias, 0, Tile<kTileId>::kN);
     return;
+  }
+  if constexpr (kPairs && Tile<kTileId>::kMinBlocks == 1) {
+    if (p.wide_pool) {  // one pass: the accumulators are dead once staged
+      stage_accumulators<kTileId>(acc, conv_tile, p.tile_pitch, 0, Tile<kTileId>::kN);
+      sync();
+      pool_tile<E, kTileId, false, true>(s, p, ops, o, conv_tile, bias, 0, Tile<kTileId>::kN);
+      return;
+    }
   }
   for (int pass = 0; pass < p.epilogue_passes; ++pass) {
     if (pass > 0) sync();  // the last pass's pooling read the tile

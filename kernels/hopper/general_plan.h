@@ -176,6 +176,10 @@ struct Plan {
   // epilogue's shared-memory traffic). The warp-specialized kernel only (kTmaInput), with one
   // epilogue pass, and not in the cluster split, which sums partial tiles before pooling.
   bool paired_pool;
+  // The warp-specialized kernel's one-block tiles with one epilogue pass, not paired, not the
+  // cluster split: a channels-last output's window loops take a 16-byte group of channels at
+  // once ($CONV_POOL_GENERAL_WIDE_POOL=1, a launch setting).
+  bool wide_pool;
   // kTmaInput, persistent (on request only: $CONV_POOL_GENERAL_PERSISTENT=1): each block runs
   // tiles (tile x split shares) blockIdx.x, + grid, ... in turn, its producer loading the next
   // one's steps under this one's epilogue; grid = the blocks resident at once. Else grid =
