@@ -20,7 +20,8 @@
 # tool on 11 first layers of 1-3 channels (stems, 11 x 11 / 4, 5 x 5, 3 x 3, batch 1-128) in
 # float16 channels-last, float32 both layouts and bfloat16, FEWCHANNEL_CONFIGS (default
 # auto,auto@CONV_POOL_GENERAL_FOLD=0) against auto, FEWCHANNEL_SPECS (space-separated
-# kernel_breakdown specs) instead of those layers. SECONDS caps one stage (timeout), so a
+# kernel_breakdown specs) instead of those layers, FEWCHANNEL_FORMS (';'-separated, e.g.
+# "float16 --channels-last;float32") instead of those four forms. SECONDS caps one stage (timeout), so a
 # long stage cannot eat the others' device time. Each stage's log lands in $OUT/<stage>.log;
 # the suite also writes $OUT/suite.json and $OUT/suite.png, suite16 (the suite in float16, then
 # bfloat16) $OUT/suite_float16.json and $OUT/suite_bfloat16.json, vgg16 $OUT/vgg16.json, notebook
@@ -113,7 +114,10 @@ fewchannel() {  # first layers of few channels in four dtype-layouts, each confi
       32,3,64,224,224,3,1,1,2,2 32,3,96,224,224,7,2,3,2,2 32,1,32,128,128,7,2,3,2,2}; do
     args+=(--spec "$spec")
   done
-  for form in "float16 --channels-last" float32 "float32 --channels-last" bfloat16; do
+  local forms
+  local all="float16 --channels-last;float32;float32 --channels-last;bfloat16"
+  IFS=';' read -ra forms <<< "${FEWCHANNEL_FORMS:-$all}"
+  for form in "${forms[@]}"; do
     echo "== $form"
     # shellcheck disable=SC2086  # $form is a dtype and maybe --channels-last
     python3 tools/kernel_breakdown.py "${args[@]}" --dtype $form --summary \
