@@ -115,9 +115,10 @@ cudaError_t stem_launch(const ConvPoolOperands& ops, const ConvPoolShape& s, int
   return stem_conv_pool_launch(ops, s, d, stream, out_stride);
 }
 // The stem kernel writes a channels-last output itself where the output channels leave in
-// stores of 4; else (one channel a store lost to the re-layout: 33 channels at batch 32, 182
-// µs against 146 in float16) and with $CONV_POOL_STEM_STRIDED_OUT=0 a re-layout launch follows
-// its NCHW output (on VGG's first layer at batch 32 in float16, 89 µs beside the kernel's 72).
+// stores of 4 or 8; else (one channel a store lost to the re-layout: 33 channels at batch 32,
+// 182 µs against 146 in float16) and with $CONV_POOL_STEM_STRIDED_OUT=0 a re-layout launch
+// follows its NCHW output (VGG's first layer at batch 32 in float16: 168 µs in all, against
+// 83 with the kernel's stores of 8 channels).
 bool stem_strided_out(const ConvPoolShape& s) {
   const char* set = std::getenv("CONV_POOL_STEM_STRIDED_OUT");
   return s.out_channels % 4 == 0 && (set == nullptr || std::strcmp(set, "0") != 0);

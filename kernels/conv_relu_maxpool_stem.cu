@@ -22,9 +22,9 @@
 //  * A block tile is a few pooled rows by up to 128 pooled columns of one image; blocks are
 //    persistent and copy the next tile's input halo (cp.async, 16-byte vectors where rows
 //    allow) while computing this one; the pooled tile leaves as coalesced NCHW rows (or, into a
-//    channels-last output, 4 channels of a pixel a thread), with the bias and the ReLU applied
-//    there (relu(max(conv) + b) == max(relu(conv + b)): rounding is monotonic), NaN kept as
-//    PyTorch keeps it.
+//    channels-last output, whole pixels a warp, 8 or 4 channels a thread), with the bias and
+//    the ReLU applied there (relu(max(conv) + b) == max(relu(conv + b)): rounding is
+//    monotonic), NaN kept as PyTorch keeps it.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -72,11 +72,11 @@ struct StemPlan {
   bool vector_input;             // 16-byte halo copies (decided at launch)
   bool vector_out;               // whole rows in runs of 4 (decided at launch)
   bool strided_out;              // the output's own strides (a channels-last output)
-  bool strided_vector;           // with strided_out: 4 channels a store (decided at launch)
-  // With strided_out: 8 channels a thread in whole-pixel runs from a swizzled pooled tile;
-  // $CONV_POOL_STEM_COALESCED_OUT=1, decided at launch.
-  bool coalesced_out;
-  int swizzle;                   // with coalesced_out: channel group q's pixels XOR q x swizzle
+  // With strided_out: channels a thread stores at once, 8 or 4 (whole-pixel runs from a
+  // swizzled pooled tile), or 1 where the strides or alignment allow no vector (decided at
+  // launch).
+  int out_vector;
+  int swizzle;                   // with out_vector > 1: channel group q's pixels XOR q x swizzle
   int64_t out_stride[4];         // (image, channel, row, column), with strided_out
 };
 
@@ -388,15 +388,16 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t plane = int64_t(s.out_height) * s.out_width;
     const int64_t first = where.image * s.out_channels * plane +
                           int64_t(where.row0) * s.out_width + where.col0;
-    if (p.coalesced_out) {
-      // A thread takes 8 consecutive channels of one pooled pixel (16 bytes of 16-bit output,
-      // 32 of float32), consecutive threads the channel groups of a pixel, then the next
-      // pixels: a warp's stores are whole channels-last pixels in a row (512 bytes for 64
-      // 16-bit channels). The swizzle spreads its loads: for 64 channels lane (pixel d, group
-      // q) reads bank 4 j + ((P ^ 4 q) + d) mod 32 for its j-th channel, P the warp's first
-      // pixel (a multiple of 4 on full-width tiles), 32 banks; 8, 16 and 32 channels too
-      // (swizzle 16, 16, 8), other multiples of 8 two lanes a bank.
-      const int groups = s.out_channels / 8;
+    if (p.out_vector > 1) {
+      // A thread takes `vec` (8 or 4) consecutive channels of one pooled pixel, consecutive
+      // threads the channel groups of a pixel, then the next pixels: a warp's stores are whole
+      // channels-last pixels in a row (512 bytes for 64 16-bit channels). The swizzle spreads
+      // its loads: for 64 channels and vec 8 lane (pixel d, group q) reads bank
+      // 4 j + ((P ^ 4 q) + d) mod 32 for its j-th channel, P the warp's first pixel (a
+      // multiple of 4 on full-width tiles), 32 banks; 8, 16 and 32 channels too (swizzle 16,
+      // 16, 8), other multiples of 8 two lanes a bank.
+      const int vec = p.out_vector;
+      const int groups = s.out_channels / vec;
       const int cols = min(p.pooled_cols, s.out_width - where.col0);
       const int items = rows * cols * groups;
       const int64_t* os = p.out_stride;
@@ -404,45 +405,37 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int i = threadIdx.x; i < items; i += kThreads) {
         const int pixel = i / groups, group = i - pixel * groups;
         const int r = pixel / cols, col = pixel - r * cols;
-        const int channel = 8 * group;
+        const int channel = vec * group;
         const float* src = pooled + channel * kChannelStride +
-                           ((r * p.pooled_cols + col) ^ (group * swizzle));
+                           ((r * p.pooled_cols + col) ^ ((channel / 8) * swizzle));
+        Raw* dst = image_out + channel + (where.row0 + r) * os[2] + (where.col0 + col) * os[3];
         float v[8];
+        if (vec == 8) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
-          v[j] = relu_keeping_nan(src[j * kChannelStride] + bias[channel + j]);
-        store8<E>(image_out + channel + (where.row0 + r) * os[2] + (where.col0 + col) * os[3],
-                  v);
+          for (int j = 0; j < 8; ++j)
+            v[j] = relu_keeping_nan(src[j * kChannelStride] + bias[channel + j]);
+          store8<E>(dst, v);
+        } else {
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            v[j] = relu_keeping_nan(src[j * kChannelStride] + bias[channel + j]);
+          store4<E>(dst, make_float4(v[0], v[1], v[2], v[3]));
+        }
       }
     } else if (p.strided_out) {
-      // Any output strides. A thread takes `vec` consecutive channels of one pooled pixel (4
-      // when the layout lets them leave as one vector, else 1) and a warp 32 consecutive
-      // pixels: its pooled-tile reads are conflict-free, and the block's stores of a
-      // channels-last tile fill whole pixels.
-      const int vec = p.strided_vector ? 4 : 1;
+      // Any output strides, one channel a thread: a warp takes 32 consecutive pixels of a
+      // channel.
       const int cols = min(p.pooled_cols, s.out_width - where.col0);
       const int pixels = rows * cols;
-      const int span = (pixels + 31) / 32 * 32;
-      const int items = span * (s.out_channels / vec);
       const int64_t* os = p.out_stride;
       Raw* image_out = out + where.image * os[0];
-      for (int i = threadIdx.x; i < items; i += kThreads) {
-        const int group = i / span, pixel = i - group * span;
-        if (pixel >= pixels) continue;
+      for (int i = threadIdx.x; i < pixels * s.out_channels; i += kThreads) {
+        const int channel = i / pixels, pixel = i - channel * pixels;
         const int r = pixel / cols, col = pixel - r * cols;
-        const int channel = group * vec;
-        const float* src = pooled + channel * kChannelStride + r * p.pooled_cols + col;
-        Raw* dst = image_out + channel * os[1] + (where.row0 + r) * os[2] +
-                   (where.col0 + col) * os[3];
-        if (vec == 4) {
-          const float4 b = *reinterpret_cast<const float4*>(bias + channel);
-          store4<E>(dst, make_float4(relu_keeping_nan(src[0] + b.x),
-                                     relu_keeping_nan(src[kChannelStride] + b.y),
-                                     relu_keeping_nan(src[2 * kChannelStride] + b.z),
-                                     relu_keeping_nan(src[3 * kChannelStride] + b.w)));
-        } else {
-          *dst = E::from_float(relu_keeping_nan(src[0] + bias[channel]));
-        }
+        const float* src = pooled + channel * kChannelStride +
+                           ((r * p.pooled_cols + col) ^ ((channel / 8) * swizzle));
+        image_out[channel * os[1] + (where.row0 + r) * os[2] + (where.col0 + col) * os[3]] =
+            E::from_float(relu_keeping_nan(src[0] + bias[channel]));
       }
     } else if (p.vector_out) {
       // The tile's rows of a channel are one run of `vectors` 4-element vectors (cols ==
@@ -552,26 +545,23 @@ cudaError_t stem_conv_pool_launch(const ConvPoolOperands& ops, const ConvPoolSha
   } else {
     p.vector_input = input_rows_in_runs_of_8_16bit(ops, s);
   }
-  // Stores of 4 elements (16 or 8 bytes): an aligned pointer, and for a strided output unit
-  // channel stride with the other strides and the channel count multiples of 4.
+  // Stores of `vec` elements: a pointer aligned to vec elements, and for a strided output
+  // unit channel stride with the other strides and the channel count multiples of vec.
   const void* out = s.element == kElementFloat32 ? static_cast<const void*>(ops.out)
                                                  : static_cast<const void*>(ops.out16);
-  const bool out_aligned = aligned(out, s.element == kElementFloat32 ? 16 : 8);
-  p.strided_vector = p.strided_out && out_aligned && s.out_channels % 4 == 0 &&
-                     p.out_stride[1] == 1 && p.out_stride[0] % 4 == 0 &&
-                     p.out_stride[2] % 4 == 0 && p.out_stride[3] % 4 == 0;
-  // Eight channels a thread: unit channel stride, the other strides and the channel count
-  // multiples of 8, 16-byte aligned.
-  const char* coalesced = std::getenv("CONV_POOL_STEM_COALESCED_OUT");
-  p.coalesced_out = p.strided_vector && coalesced != nullptr &&
-                    std::strcmp(coalesced, "1") == 0 && aligned(out, 16) &&
-                    s.out_channels % 8 == 0 && p.out_stride[0] % 8 == 0 &&
-                    p.out_stride[2] % 8 == 0 && p.out_stride[3] % 8 == 0;
-  // 32 / (the channel groups rounded up to a power of 2), so that a warp's 32 lanes (pixels
-  // x groups) read 32 banks; at most 16, so that q x swizzle < 32 for every n-tile.
+  const int bytes = element_bytes(s);
+  auto vectors_of = [&](int vec) {
+    return aligned(out, vec * bytes) && s.out_channels % vec == 0 && p.out_stride[1] == 1 &&
+           p.out_stride[0] % vec == 0 && p.out_stride[2] % vec == 0 &&
+           p.out_stride[3] % vec == 0;
+  };
+  p.out_vector = !p.strided_out ? 0 : vectors_of(8) ? 8 : vectors_of(4) ? 4 : 1;
+  // 32 / (the n-tiles rounded up to a power of 2), so that a warp's 32 lanes (pixels x
+  // groups) read 32 banks; at most 16, and q x swizzle < 32 for every n-tile q.
   int group_span = 1;
-  while (group_span < s.out_channels / 8) group_span *= 2;
-  p.swizzle = p.coalesced_out ? std::min(16, 32 / group_span) : 0;
+  while (group_span < (s.out_channels + 7) / 8) group_span *= 2;
+  p.swizzle = p.strided_out ? std::min(16, 32 / group_span) : 0;
+  const bool out_aligned = aligned(out, 4 * bytes);
   p.vector_out = !p.strided_out && out_aligned && p.col_tiles == 1 &&
                  p.pooled_cols == s.out_width;
   switch (s.element) {

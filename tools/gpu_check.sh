@@ -137,12 +137,12 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
-memcheck  general_strided_channels_last general_wgmma float16 CONV_POOL_GENERAL_WIDE_POOL=1 CONV_POOL_GENERAL_TILE=square_n128
-racecheck general_strided_channels_last general_wgmma float32 CONV_POOL_GENERAL_WIDE_POOL=1 CONV_POOL_GENERAL_TILE=wide_n128
-memcheck  stem_columns_channels_last stem_16bit float16 CONV_POOL_STEM_COALESCED_OUT=1
-racecheck stem_columns_channels_last stem_tf32 CONV_POOL_STEM_COALESCED_OUT=1
+memcheck  general_strided_channels_last general_wgmma float16 CONV_POOL_GENERAL_TILE=square_n128
+racecheck general_strided_channels_last general_wgmma float32 CONV_POOL_GENERAL_TILE=wide_n128
 memcheck  stem_columns_channels_last stem_16bit float16
 racecheck stem_columns_channels_last stem_tf32
+memcheck  stem_vec4_channels_last stem_16bit bfloat16
+racecheck stem_vec4_channels_last stem_tf32
 memcheck  stem_odd_channels_last stem_tf32
 racecheck stem_odd_channels_last stem_16bit bfloat16
 memcheck  flat_k96_7x7 general_wgmma float16

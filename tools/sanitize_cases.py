@@ -133,6 +133,9 @@ CASES = {
     # channels-last itself only for multiples of 4 channels).
     "stem_odd_channels_last": ConvPoolCase("stem_odd_channels_last", 6, 3, 33, 30, 61, (3, 3),
                                            padding=(1, 1)),
+    # 36 channels from channels-last: the stem kernel's channels-last stores of 4 channels.
+    "stem_vec4_channels_last": ConvPoolCase("stem_vec4_channels_last", 6, 3, 36, 30, 61,
+                                            (3, 3), padding=(1, 1)),
     # 6 output channels, 1 input channel, 5x5: the small kernel (lenet-like).
     "tiny_layer": ConvPoolCase("tiny_layer", 4, 1, 6, 32, 32, (5, 5)),
     # LeNet at batch 1100: more tiles than resident small-kernel blocks, so blocks loop and copy
@@ -232,7 +235,8 @@ CHANNELS_LAST = {"unpooled_strips_channels_last", "general_large_kernel_channels
                  "channels_last_tails", "narrow_channels_last", "strip_tiles_channels_last",
                  "few_tiles_channels_last", "few_tiles_packed_apart_channels_last",
                  "narrow_squares_channels_last", "split_square_channels_last",
-                 "stem_columns_channels_last", "stem_odd_channels_last"}
+                 "stem_columns_channels_last", "stem_odd_channels_last",
+                 "stem_vec4_channels_last"}
 
 
 def main(name: str, variants: str = "all", dtype_name: str = "float32",

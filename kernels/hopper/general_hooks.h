@@ -76,9 +76,10 @@ inline bool dependent_launch() { return is("CONV_POOL_GENERAL_PDL", "1"); }
 // one-column kernel over a folded copy of x).
 inline bool fold_allowed() { return !is("CONV_POOL_GENERAL_FOLD", "0"); }
 
-// $CONV_POOL_GENERAL_WIDE_POOL=1: the pooling's window loops over more channels at once where
-// the accumulators are dead (Plan::wide_pool). A launch setting, not the plan's.
-inline bool wide_pool() { return is("CONV_POOL_GENERAL_WIDE_POOL", "1"); }
+// $CONV_POOL_GENERAL_WIDE_POOL=0: the pooling's window loops take 2 channels at once even where
+// the accumulators are dead and could take 16 bytes of channels (Plan::wide_pool). A launch
+// setting, not the plan's.
+inline bool wide_pool_allowed() { return !is("CONV_POOL_GENERAL_WIDE_POOL", "0"); }
 
 // $CONV_POOL_GENERAL_PLAN_CACHE=0: every plan searched afresh (general_plan_cache.h), to
 // time the search or to rule the cache out.

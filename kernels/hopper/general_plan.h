@@ -178,7 +178,7 @@ struct Plan {
   bool paired_pool;
   // The warp-specialized kernel's one-block tiles with one epilogue pass, not paired, not the
   // cluster split: a channels-last output's window loops take a 16-byte group of channels at
-  // once ($CONV_POOL_GENERAL_WIDE_POOL=1, a launch setting).
+  // once (a launch setting; off with $CONV_POOL_GENERAL_WIDE_POOL=0).
   bool wide_pool;
   // kTmaInput, persistent (on request only: $CONV_POOL_GENERAL_PERSISTENT=1): each block runs
   // tiles (tile x split shares) blockIdx.x, + grid, ... in turn, its producer loading the next

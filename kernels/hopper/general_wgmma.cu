@@ -837,8 +837,8 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
       if (cudaError_t error = encode_weight_map(s, ops, p, &weight_map); error != cudaSuccess)
         return error;
     }
-    p.wide_pool = hooks::wide_pool() && p.out_stride[1] == 1 && p.epilogue_passes == 1 &&
-                  !p.paired_pool && !p.cluster_split;
+    p.wide_pool = hooks::wide_pool_allowed() && p.out_stride[1] == 1 &&
+                  p.epilogue_passes == 1 && !p.paired_pool && !p.cluster_split;
     if (trace_path() != nullptr) {
       if (cudaError_t error = trace_begin(p, stream); error != cudaSuccess) return error;
     }
