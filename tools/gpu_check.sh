@@ -6,7 +6,7 @@
 # Stages: env build test verify profile suite suite16 layouts bench host vgg16 distributed
 # notebook sanitize general zoo zoo16 zooab fuzz breakdown fewchannel networks netbreak gtest ncu
 # trace swizzle (default: env build test verify profile). networks: tools/bench_networks.py (issue 32's models; NETWORKS_ARGS picks a
-# slice, NETWORKS_RESUME=docs/networks_h200.json keeps that file's rows and runs the rest, and
+# slice, its lists comma-separated: "--models vgg16,alexnet --batches 32"; NETWORKS_RESUME=docs/networks_h200.json keeps that file's rows and runs the rest, and
 # a cap over 120 s stops it cleanly a minute early) into $OUT/networks.json; gtest: the general kernel's GPU tests only. TEST_ARGS (default
 # tests) gives the test stage other pytest arguments, e.g. only the files that use the GPU.
 # general: the general kernel's correctness sweep and timing table (tools/check_general.py:
