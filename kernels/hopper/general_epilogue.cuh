@@ -24,7 +24,7 @@ namespace general_wgmma {
 // aligned runs of 8 pixels by q's 64-pixel block, so a warp's accumulator stores (8
 // consecutive pixels of one row each) still hit 32 banks, while the window loads of
 // consecutive pooled positions, which a pool stride of 2 or more puts on a few banks, spread.
-// By emulation of the window loads on 8 x 32, 16 x 16 and 16 x 32 tiles: 3 x 3 / 2 pools
+// By emulation (tools/pool_banks.py) on 8 x 32, 16 x 16 and 16 x 32 tiles: 3 x 3 / 2 pools
 // 2.67-4.0 wavefronts a warp load down to 1.67-2.75; 2 x 2 / 2 (and the paired form's one
 // load a window) 2.0-4.0 down to 1.0-2.0; stride-1 pools unchanged at ~1.9.
 __device__ __forceinline__ int tile_slot(int pixel, int slot_mask) {
