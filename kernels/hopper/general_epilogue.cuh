@@ -142,12 +142,20 @@ __device__ __forceinline__ void window_max(const float* plane, int window, int s
   } else {
 #pragma unroll
     for (int j = 0; j < kCount; ++j) best[j] = -INFINITY;
-    for (int r = 0; r < rows; ++r)
-      for (int c = 0; c < cols; ++c) {
-        const float* pixel = plane + tile_slot(window + r * kCols + c, slot_mask);
+    // Plain slots take the loop without the slot arithmetic (a uniform branch).
+    auto loop = [&](auto slot) {
+      for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c) {
+          const float* pixel = plane + slot(window + r * kCols + c);
 #pragma unroll
-        for (int j = 0; j < kCount; ++j) best[j] = max_keeping_nan(best[j], pixel[j * step]);
-      }
+          for (int j = 0; j < kCount; ++j) best[j] = max_keeping_nan(best[j], pixel[j * step]);
+        }
+    };
+    if (slot_mask == 0) {
+      loop([](int q) { return q; });
+    } else {
+      loop([slot_mask](int q) { return tile_slot(q, slot_mask); });
+    }
   }
 }
 
