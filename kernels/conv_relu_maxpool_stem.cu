@@ -324,62 +324,72 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int rows = min(p.pooled_rows, s.out_height - where.row0);
     const Raw* in = halo(stage);
     int row = warp / m_cols, m_col = warp % m_cols;
-    for (int m = warp; m < rows * m_cols; m += kWarps) {
-      // Rows g and g + 8 of the m16 tile: conv pixels (2 row, 8 m_col + g) and the one below.
-      // Every k step, always: a shorter reduction's padding reads the zero plane (a branch per
-      // k step cost more instructions than the multiply-adds it skipped).
-      // Addresses in bytes: the offsets and the row step are pre-scaled, so each load's
-      // address is one addition.
-      const char* pixel = reinterpret_cast<const char*>(in + 2 * row * row_step +
-                                                        (8 * m_col + g) * s.stride_w);
-      float acc[kNTiles][4];
+    // The m-tile loop in two copies behind a uniform branch: without a swizzle (an NCHW
+    // output) the pooled values are staged at constant offsets from one address, with no
+    // XOR per n-tile in the short loop.
+    auto m_tiles = [&](auto slot) {
+      for (int m = warp; m < rows * m_cols; m += kWarps) {
+        // Rows g and g + 8 of the m16 tile: conv pixels (2 row, 8 m_col + g) and the one below.
+        // Every k step, always: a shorter reduction's padding reads the zero plane (a branch per
+        // k step cost more instructions than the multiply-adds it skipped).
+        // Addresses in bytes: the offsets and the row step are pre-scaled, so each load's
+        // address is one addition.
+        const char* pixel = reinterpret_cast<const char*>(in + 2 * row * row_step +
+                                                          (8 * m_col + g) * s.stride_w);
+        float acc[kNTiles][4];
 #pragma unroll
-      for (int j = 0; j < kSteps; ++j) {
-        uint32_t a[4];
-        if constexpr (kTf32) {
-          const char* lo = pixel + offset[j][0];
-          const char* hi = pixel + offset[j][1];
-          a[0] = tf32_bits<E>(*reinterpret_cast<const Raw*>(lo));
-          a[1] = tf32_bits<E>(*reinterpret_cast<const Raw*>(lo + row_bytes));
-          a[2] = tf32_bits<E>(*reinterpret_cast<const Raw*>(hi));
-          a[3] = tf32_bits<E>(*reinterpret_cast<const Raw*>(hi + row_bytes));
-        } else {
-          auto at = [&](int col, int extra) {
-            return *reinterpret_cast<const Raw*>(pixel + offset[j][col] + extra);
-          };
-          a[0] = pair(at(0, 0), at(1, 0));
-          a[1] = pair(at(0, row_bytes), at(1, row_bytes));
-          a[2] = pair(at(2, 0), at(3, 0));
-          a[3] = pair(at(2, row_bytes), at(3, row_bytes));
-        }
-#pragma unroll
-        for (int n = 0; n < kNTiles; ++n) {
-          if (j == 0) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+        for (int j = 0; j < kSteps; ++j) {
+          uint32_t a[4];
           if constexpr (kTf32) {
-            mma_tf32(acc[n], a, b[j][n]);
+            const char* lo = pixel + offset[j][0];
+            const char* hi = pixel + offset[j][1];
+            a[0] = tf32_bits<E>(*reinterpret_cast<const Raw*>(lo));
+            a[1] = tf32_bits<E>(*reinterpret_cast<const Raw*>(lo + row_bytes));
+            a[2] = tf32_bits<E>(*reinterpret_cast<const Raw*>(hi));
+            a[3] = tf32_bits<E>(*reinterpret_cast<const Raw*>(hi + row_bytes));
           } else {
-            mma_16816<E>(acc[n], a, b[j][n]);
+            auto at = [&](int col, int extra) {
+              return *reinterpret_cast<const Raw*>(pixel + offset[j][col] + extra);
+            };
+            a[0] = pair(at(0, 0), at(1, 0));
+            a[1] = pair(at(0, row_bytes), at(1, row_bytes));
+            a[2] = pair(at(2, 0), at(3, 0));
+            a[3] = pair(at(2, row_bytes), at(3, row_bytes));
+          }
+#pragma unroll
+          for (int n = 0; n < kNTiles; ++n) {
+            if (j == 0) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+            if constexpr (kTf32) {
+              mma_tf32(acc[n], a, b[j][n]);
+            } else {
+              mma_16816<E>(acc[n], a, b[j][n]);
+            }
           }
         }
-      }
-      // 2 x 2 max: c0 / c2 and c1 / c3 are one window column; lane ^ 4 holds the other. The
-      // even lane of the pair keeps channel 2t, the odd one 2t + 1.
-      const bool odd = g & 1;
-      float* out = pooled + (2 * t + odd) * kChannelStride;
-      const int pooled_pixel = row * p.pooled_cols + 4 * m_col + g / 2;
+        // 2 x 2 max: c0 / c2 and c1 / c3 are one window column; lane ^ 4 holds the other. The
+        // even lane of the pair keeps channel 2t, the odd one 2t + 1.
+        const bool odd = g & 1;
+        float* out = pooled + (2 * t + odd) * kChannelStride;
+        const int pooled_pixel = row * p.pooled_cols + 4 * m_col + g / 2;
 #pragma unroll
-      for (int n = 0; n < kNTiles; ++n) {
-        const float even_channel = max_keeping_nan(acc[n][0], acc[n][2]);
-        const float odd_channel = max_keeping_nan(acc[n][1], acc[n][3]);
-        const float other = __shfl_xor_sync(0xffffffffu, odd ? even_channel : odd_channel, 4);
-        out[8 * n * kChannelStride + (pooled_pixel ^ (n * swizzle))] =
-            max_keeping_nan(odd ? odd_channel : even_channel, other);
+        for (int n = 0; n < kNTiles; ++n) {
+          const float even_channel = max_keeping_nan(acc[n][0], acc[n][2]);
+          const float odd_channel = max_keeping_nan(acc[n][1], acc[n][3]);
+          const float other = __shfl_xor_sync(0xffffffffu, odd ? even_channel : odd_channel, 4);
+          out[8 * n * kChannelStride + slot(pooled_pixel, n)] =
+              max_keeping_nan(odd ? odd_channel : even_channel, other);
+        }
+        m_col += kWarps;
+        while (m_col >= m_cols) {
+          m_col -= m_cols;
+          ++row;
+        }
       }
-      m_col += kWarps;
-      while (m_col >= m_cols) {
-        m_col -= m_cols;
-        ++row;
-      }
+    };
+    if (swizzle == 0) {
+      m_tiles([](int pixel, int) { return pixel; });
+    } else {
+      m_tiles([swizzle](int pixel, int n) { return pixel ^ (n * swizzle); });
     }
     __syncthreads();  // the pooled tile
 
