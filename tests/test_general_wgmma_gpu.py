@@ -43,17 +43,15 @@ TOLERANCE = {torch.float32: 1e-2, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 # warps copy with cp.async (general_kernel.cuh; $CONV_POOL_GENERAL_TMA=0). The 3xTF32 form is
 # the last kind either way. tma_narrow_pool: the default form with $CONV_POOL_GENERAL_WIDE_POOL=0
 # (a channels-last output's window loops over 2 channels at once, not 16 bytes, on one-block
-# tiles too); tma_swizzled_tile: with $CONV_POOL_GENERAL_TILE_SWIZZLE=1 (the staged conv
-# tile's pixels in swizzled slots, every epilogue but the cluster split's).
+# tiles too).
 PATH_HOOKS = {"tma": {}, "tma_slices": {"CONV_POOL_GENERAL_TMA_MERGED": "0"},
               "tma_narrow_pool": {"CONV_POOL_GENERAL_WIDE_POOL": "0"},
-              "tma_swizzled_tile": {"CONV_POOL_GENERAL_TILE_SWIZZLE": "1"},
               "tma_global_split": {"CONV_POOL_GENERAL_CLUSTER": "0"},
               "tma_persistent": {"CONV_POOL_GENERAL_PERSISTENT": "1"},
               "tma_pdl": {"CONV_POOL_GENERAL_PDL": "1"},
               "cpasync": {"CONV_POOL_GENERAL_TMA": "0"}}
 # The forms whose plans are the default's (split reductions through the cluster).
-CLUSTER_PATHS = ("tma", "tma_slices", "tma_pdl", "tma_narrow_pool", "tma_swizzled_tile")
+CLUSTER_PATHS = ("tma", "tma_slices", "tma_pdl", "tma_narrow_pool")
 
 
 @pytest.fixture(autouse=True, params=list(PATH_HOOKS))

@@ -137,9 +137,6 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
-memcheck  general_strided_channels_last general_wgmma float16 CONV_POOL_GENERAL_TILE_SWIZZLE=1 CONV_POOL_GENERAL_TILE=square_n128
-racecheck general_paired general_wgmma float16 CONV_POOL_GENERAL_TILE_SWIZZLE=1 CONV_POOL_GENERAL_TILE=wide_n64
-memcheck  general_large_kernel general_wgmma float32 CONV_POOL_GENERAL_TILE_SWIZZLE=1
 memcheck  general_strided_channels_last general_wgmma float16 CONV_POOL_GENERAL_TILE=square_n128
 racecheck general_strided_channels_last general_wgmma float32 CONV_POOL_GENERAL_TILE=wide_n128
 memcheck  stem_columns_channels_last stem_16bit float16

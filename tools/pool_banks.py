@@ -9,7 +9,8 @@ each thread loads its window's pixels one (row, column) at a time, one channel p
 For every warp load of the first two channel groups this counts the wavefronts: the most
 distinct 4-byte words any one of the 32 banks serves. Windows are whole (no clipping), and
 the tile holds every pooled position whose window fits in it. The swizzled slot of pixel q
-is q ^ ((q >> 6) & 7), general_epilogue.cuh's tile_slot with Plan::slot_mask 7.
+is q ^ ((q >> 6) & 7): a form the kernel tried and did not keep (docs/PERF.md, v74: fewer
+wavefronts here, no net gain on the H200).
 """
 import argparse
 import math

@@ -4,8 +4,7 @@
 //
 // The conv tile is staged [channel][pixel] (fp32, tile_pitch floats a channel: = 4 mod 32, so
 // that a warp's accumulator stores, 8 pixels x 4 channel pairs, hit 32 banks), n /
-// epilogue_passes channels at a time in the pipeline's bytes; pixel q at slot
-// tile_slot(q, Plan::slot_mask) of its channel's plane. Each pooled output takes the
+// epilogue_passes channels at a time in the pipeline's bytes. Each pooled output takes the
 // maximum over its window's pixels that lie inside the conv output (NaN wins, as in PyTorch;
 // a window always holds one: PyTorch's padding is at most half the window and a ceil-mode
 // window starts inside), then bias and ReLU (the maximum commutes with both; 16-bit outputs
@@ -20,17 +19,6 @@
 
 namespace general_wgmma {
 
-// The slot of staged pixel q: q ^ ((q >> 6) & slot_mask), slot_mask 7 or 0. The XOR permutes
-// aligned runs of 8 pixels by q's 64-pixel block, so a warp's accumulator stores (8
-// consecutive pixels of one row each) still hit 32 banks, while the window loads of
-// consecutive pooled positions, which a pool stride of 2 or more puts on a few banks, spread.
-// By emulation (tools/pool_banks.py) on 8 x 32, 16 x 16 and 16 x 32 tiles: 3 x 3 / 2 pools
-// 2.67-4.0 wavefronts a warp load down to 1.67-2.75; 2 x 2 / 2 (and the paired form's one
-// load a window) 2.0-4.0 down to 1.0-2.0; stride-1 pools unchanged at ~1.9.
-__device__ __forceinline__ int tile_slot(int pixel, int slot_mask) {
-  return pixel ^ ((pixel >> 6) & slot_mask);
-}
-
 // Accumulators of channels [pass x pass_channels, + pass_channels) -> tile. Row 16 w + g of a
 // square's M = 64 is its pixel (2 w, g), row 16 w + g + 8 pixel (2 w + 1, g) (w: warp of the
 // warpgroup, g = lane / 4); accumulator 4 j + v holds channel 8 j + 2 (lane % 4) + v % 2 of
@@ -38,7 +26,7 @@ __device__ __forceinline__ int tile_slot(int pixel, int slot_mask) {
 template <int kTileId>
 __device__ __forceinline__ void stage_accumulators(
     const float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs], float* tile,
-    int tile_pitch, int slot_mask, int pass, int pass_channels) {
+    int tile_pitch, int pass, int pass_channels) {
   using T = Tile<kTileId>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int warpgroup = warp / 4, warp_in_group = warp % 4;
@@ -49,16 +37,15 @@ __device__ __forceinline__ void stage_accumulators(
     const int square = warpgroup * T::kSquaresPerGroup + m;
     const int row = (square / T::kSquareCols) * 8 + 2 * warp_in_group;
     const int pixel = row * T::kCols + (square % T::kSquareCols) * 8 + g;
-    const int upper = tile_slot(pixel, slot_mask), lower = tile_slot(pixel + T::kCols, slot_mask);
 #pragma unroll
     for (int j = 0; j < T::kN / 8; ++j) {
       const int channel = 8 * j + 2 * pair;
       if (channel < first || channel >= last) continue;
-      float* c = tile + (channel - first) * tile_pitch;
-      c[upper] = acc[m][4 * j];
-      c[tile_pitch + upper] = acc[m][4 * j + 1];
-      c[lower] = acc[m][4 * j + 2];
-      c[tile_pitch + lower] = acc[m][4 * j + 3];
+      float* c = tile + (channel - first) * tile_pitch + pixel;
+      c[0] = acc[m][4 * j];
+      c[tile_pitch] = acc[m][4 * j + 1];
+      c[T::kCols] = acc[m][4 * j + 2];
+      c[tile_pitch + T::kCols] = acc[m][4 * j + 3];
     }
   }
 }
@@ -70,21 +57,23 @@ __device__ __forceinline__ void stage_accumulators(
 template <int kTileId>
 __device__ __forceinline__ void stage_pooled_pairs(
     const float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs], float* tile,
-    int tile_pitch, int slot_mask) {
+    int tile_pitch) {
   using T = Tile<kTileId>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int warpgroup = warp / 4, warp_in_group = warp % 4;
   const int g = lane / 4, pair = lane % 4;
   const bool odd = g & 1;
-  // This lane's channel 2 pair + odd of each group of 8 (a group is 8 tile_pitch floats on),
-  // at each square's window.
-  float* const own = tile + (2 * pair + (odd ? 1 : 0)) * tile_pitch;
+  // This lane's channel 2 pair + odd of each group of 8 at its first square's window; a group
+  // is 8 tile_pitch floats on, a square a constant offset.
+  float* const own = tile + (2 * pair + (odd ? 1 : 0)) * tile_pitch +
+                     (warpgroup * T::kSquaresPerGroup / T::kSquareCols) * 8 * T::kCols +
+                     2 * warp_in_group * T::kCols + (g & ~1);
 #pragma unroll
   for (int m = 0; m < T::kSquaresPerGroup; ++m) {
     const int square = warpgroup * T::kSquaresPerGroup + m;
-    const int pixel = ((square / T::kSquareCols) * 8 + 2 * warp_in_group) * T::kCols +
-                      (square % T::kSquareCols) * 8 + (g & ~1);
-    float* dst = own + tile_slot(pixel, slot_mask);
+    const int offset = (square / T::kSquareCols - warpgroup * T::kSquaresPerGroup /
+                        T::kSquareCols) * 8 * T::kCols + (square % T::kSquareCols) * 8;
+    float* dst = own + offset;
 #pragma unroll
     for (int j = 0; j < T::kN / 8; ++j, dst += 8 * tile_pitch) {
       const float even_channel = max_keeping_nan(acc[m][4 * j], acc[m][4 * j + 2]);
@@ -128,34 +117,24 @@ __device__ __forceinline__ bool pooled_window(const ConvPoolShape& s, const Plan
   return true;
 }
 
-// The maxima over the window from pixel `window` of kCount channel planes `step` floats apart
-// from `plane` (NaN wins, as in PyTorch). The window loops run once for all of them: their
-// loads are independent. kPaired: the windows' maxima are staged already
-// (stage_pooled_pairs), at the first pixel.
+// The maxima over one window of kCount channel planes `step` floats apart (NaN wins, as in
+// PyTorch). The window loops run once for all of them: their loads are independent. kPaired:
+// the windows' maxima are staged already (stage_pooled_pairs), at the first pixel.
 template <int kCount, int kCols, bool kPaired>
-__device__ __forceinline__ void window_max(const float* plane, int window, int slot_mask,
-                                           int step, int rows, int cols, float (&best)[kCount]) {
+__device__ __forceinline__ void window_max(const float* window, int step, int rows, int cols,
+                                           float (&best)[kCount]) {
   if constexpr (kPaired) {
-    const float* pixel = plane + tile_slot(window, slot_mask);
 #pragma unroll
-    for (int j = 0; j < kCount; ++j) best[j] = pixel[j * step];
+    for (int j = 0; j < kCount; ++j) best[j] = window[j * step];
   } else {
 #pragma unroll
     for (int j = 0; j < kCount; ++j) best[j] = -INFINITY;
-    // Plain slots take the loop without the slot arithmetic (a uniform branch).
-    auto loop = [&](auto slot) {
-      for (int r = 0; r < rows; ++r)
-        for (int c = 0; c < cols; ++c) {
-          const float* pixel = plane + slot(window + r * kCols + c);
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) {
+        const float* pixel = window + r * kCols + c;
 #pragma unroll
-          for (int j = 0; j < kCount; ++j) best[j] = max_keeping_nan(best[j], pixel[j * step]);
-        }
-    };
-    if (slot_mask == 0) {
-      loop([](int q) { return q; });
-    } else {
-      loop([slot_mask](int q) { return tile_slot(q, slot_mask); });
-    }
+        for (int j = 0; j < kCount; ++j) best[j] = max_keeping_nan(best[j], pixel[j * step]);
+      }
   }
 }
 
@@ -209,8 +188,8 @@ __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
 #pragma unroll
       for (int h = 0; h < kVector; h += kAtOnce) {
         float best[kAtOnce];
-        window_max<kAtOnce, T::kCols, kPaired>(tile + (c0 + h) * p.tile_pitch, window,
-                                               p.slot_mask, p.tile_pitch, rows, cols, best);
+        window_max<kAtOnce, T::kCols, kPaired>(tile + (c0 + h) * p.tile_pitch + window,
+                                               p.tile_pitch, rows, cols, best);
 #pragma unroll
         for (int j = 0; j < kAtOnce; ++j)
           v.raw[h + j] = E::from_float(relu_keeping_nan(best[j] + pass_bias[c0 + h + j]));
@@ -243,7 +222,7 @@ __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
     out += int64_t(k) * p.out_stride[1];
     for (; k + 3 * k_stride < channels; k += 4 * k_stride, out += 4 * channel_step) {
       float best[4];
-      window_max<4, T::kCols, kPaired>(tile + k * p.tile_pitch, window, p.slot_mask,
+      window_max<4, T::kCols, kPaired>(tile + k * p.tile_pitch + window,
                                        k_stride * p.tile_pitch, rows, cols, best);
 #pragma unroll
       for (int j = 0; j < 4; ++j)
@@ -252,8 +231,7 @@ __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
     }
     for (; k < channels; k += k_stride, out += channel_step) {
       float best[1];
-      window_max<1, T::kCols, kPaired>(tile + k * p.tile_pitch, window, p.slot_mask, 0, rows,
-                                       cols, best);
+      window_max<1, T::kCols, kPaired>(tile + k * p.tile_pitch + window, 0, rows, cols, best);
       out[0] = E::from_float(relu_keeping_nan(best[0] + pass_bias[k]));
     }
   }
@@ -284,15 +262,14 @@ __device__ __forceinline__ void pool_accumulators(
     const float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs], float* conv_tile,
     const float* bias, int pass_channels, Sync sync) {
   if (kPairs && p.paired_pool) {
-    stage_pooled_pairs<kTileId>(acc, conv_tile, p.tile_pitch, p.slot_mask);
+    stage_pooled_pairs<kTileId>(acc, conv_tile, p.tile_pitch);
     sync();
     pool_tile<E, kTileId, true>(s, p, ops, o, conv_tile, bias, 0, Tile<kTileId>::kN);
     return;
   }
   if constexpr (kPairs && Tile<kTileId>::kMinBlocks == 1) {
     if (p.wide_pool) {  // one pass: the accumulators are dead once staged
-      stage_accumulators<kTileId>(acc, conv_tile, p.tile_pitch, p.slot_mask, 0,
-                                  Tile<kTileId>::kN);
+      stage_accumulators<kTileId>(acc, conv_tile, p.tile_pitch, 0, Tile<kTileId>::kN);
       sync();
       pool_tile<E, kTileId, false, true>(s, p, ops, o, conv_tile, bias, 0, Tile<kTileId>::kN);
       return;
@@ -300,8 +277,7 @@ __device__ __forceinline__ void pool_accumulators(
   }
   for (int pass = 0; pass < p.epilogue_passes; ++pass) {
     if (pass > 0) sync();  // the last pass's pooling read the tile
-    stage_accumulators<kTileId>(acc, conv_tile, p.tile_pitch, p.slot_mask, pass,
-                                pass_channels);
+    stage_accumulators<kTileId>(acc, conv_tile, p.tile_pitch, pass, pass_channels);
     sync();
     pool_tile<E, kTileId>(s, p, ops, o, conv_tile, bias, pass, pass_channels);
   }

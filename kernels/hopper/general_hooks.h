@@ -81,10 +81,6 @@ inline bool fold_allowed() { return !is("CONV_POOL_GENERAL_FOLD", "0"); }
 // setting, not the plan's.
 inline bool wide_pool_allowed() { return !is("CONV_POOL_GENERAL_WIDE_POOL", "0"); }
 
-// $CONV_POOL_GENERAL_TILE_SWIZZLE=1: the staged conv tile's pixels swizzled (Plan::slot_mask),
-// so that the pooling's window loads spread over the banks. A launch setting, not the plan's.
-inline bool tile_swizzle() { return is("CONV_POOL_GENERAL_TILE_SWIZZLE", "1"); }
-
 // $CONV_POOL_GENERAL_PLAN_CACHE=0: every plan searched afresh (general_plan_cache.h), to
 // time the search or to rule the cache out.
 inline bool plan_cache_allowed() { return !is("CONV_POOL_GENERAL_PLAN_CACHE", "0"); }

@@ -170,10 +170,6 @@ struct Plan {
   int epilogue_passes;
   int tile_pitch;
   int epilogue_offset;
-  // The staged pixels' slots (general_epilogue.cuh, tile_slot): 7 (swizzled) or 0. A launch
-  // setting ($CONV_POOL_GENERAL_TILE_SWIZZLE=1 on the warp-specialized kernel, not in the
-  // cluster split, whose sum reads the tile in runs of 4 pixels); 0 elsewhere.
-  int slot_mask;
   // pool_2x2_inside layers: each 2 x 2 window's maximum is taken in registers (a thread holds
   // its window's two rows, its neighbour lane the other column) and staged alone, at the
   // window's first pixel; the pooling then reads one pixel a window (a quarter of the

@@ -789,7 +789,6 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
     p.out_stride[1] = p.out_stride[2] * s.out_height;
     p.out_stride[0] = p.out_stride[1] * s.out_channels;
   }
-  p.slot_mask = 0;
   unsigned char* workspace = reinterpret_cast<unsigned char*>(ops.workspace);
   p.packed = workspace;
   p.staged_input = workspace + region_bytes(p.packed_bytes);
@@ -840,7 +839,6 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
     }
     p.wide_pool = hooks::wide_pool_allowed() && p.out_stride[1] == 1 &&
                   p.epilogue_passes == 1 && !p.paired_pool && !p.cluster_split;
-    p.slot_mask = hooks::tile_swizzle() && !p.cluster_split ? 7 : 0;
     if (trace_path() != nullptr) {
       if (cudaError_t error = trace_begin(p, stream); error != cudaSuccess) return error;
     }
