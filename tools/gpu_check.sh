@@ -137,6 +137,9 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+racecheck stem_rows stem_tf32
+memcheck  stem_columns stem_16bit float16
+racecheck stem_columns stem_16bit bfloat16
 memcheck  general_strided_channels_last general_wgmma float16 CONV_POOL_GENERAL_TILE=square_n128
 racecheck general_strided_channels_last general_wgmma float32 CONV_POOL_GENERAL_TILE=wide_n128
 memcheck  stem_columns_channels_last stem_16bit float16
