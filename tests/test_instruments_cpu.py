@@ -790,7 +790,8 @@ def test_kernel_breakdown_configs_carry_hook_settings_and_restore_them(monkeypat
     applied while it is planned and timed and restored after (a variable unset before is unset
     again); a setting without `=` is refused; the summary prints each config's kernel time and
     its ratio to the first config's, under a title where one is given (the back-to-back
-    table); a --spec of 9 numbers is refused; one of 11 takes a pool padding."""
+    table); a --spec of 9 numbers is refused; one of 11 takes a pool padding; a config named
+    twice is timed twice, the repeat under CONFIG#2."""
     from tools import kernel_breakdown as kb
     assert kb.parse_config("auto") == ("auto", {})
     assert kb.parse_config("general_wgmma@CONV_POOL_GENERAL_TILE=wide_n64@X=1") == (
@@ -798,6 +799,10 @@ def test_kernel_breakdown_configs_carry_hook_settings_and_restore_them(monkeypat
     for wrong in ("auto@CONV_POOL_GENERAL_TMA_COPY", "auto@=1"):
         with pytest.raises(ValueError, match="NAME=VALUE"):
             kb.parse_config(wrong)
+    # A repeated config is timed again under its own key (not folded into the first).
+    assert kb.config_keys(["auto", "auto@X=1", "auto", "auto@X=1", "auto"]) == [
+        "auto", "auto@X=1", "auto#2", "auto@X=1#2", "auto#3"]
+    assert kb.parse_config("auto@X=1#2") == ("auto", {"X": "1"})
     monkeypatch.setenv("KB_TEST_SET", "before")
     monkeypatch.delenv("KB_TEST_UNSET", raising=False)
     with kb.environment({"KB_TEST_SET": "during", "KB_TEST_UNSET": "during"}):

@@ -13,6 +13,8 @@ A config may carry environment settings after `@` (`auto@NAME=VALUE@NAME=VALUE`)
 general kernel's hooks (kernels/hopper/general_hooks.h), set while that config is planned
 and timed and restored after, so that two forms of one variant are timed in one process.
 --summary ends with one row per case: each config's kernel time and its ratio to the first.
+A config named more than once is timed each time, its repeats shown as CONFIG#2, CONFIG#3
+(e.g. `--configs auto,auto@HOOK=1,auto`: the run's own noise beside the change).
 
 --spec is N,C,K,H,W,kernel,stride,padding,pool kernel,pool stride[,pool padding] (square sizes,
 bias on).
@@ -115,8 +117,8 @@ def environment(settings: dict):
 
 
 def parse_config(text: str) -> tuple[str, dict]:
-    """'auto@NAME=VALUE@...' -> ('auto', {NAME: VALUE, ...})."""
-    name, *settings = text.split("@")
+    """'auto@NAME=VALUE@...' -> ('auto', {NAME: VALUE, ...}); a repeat's '#N' is dropped."""
+    name, *settings = text.split("#")[0].split("@")
     env = {}
     for setting in settings:
         key, sep, value = setting.partition("=")
@@ -124,6 +126,15 @@ def parse_config(text: str) -> tuple[str, dict]:
             raise ValueError(f"{text!r}: an environment setting is NAME=VALUE, not {setting!r}")
         env[key] = value
     return name, env
+
+
+def config_keys(texts: list[str]) -> list[str]:
+    """The configs' keys in order: a text named again becomes TEXT#2, TEXT#3, ..."""
+    seen, keys = {}, []
+    for text in texts:
+        seen[text] = seen.get(text, 0) + 1
+        keys.append(text if seen[text] == 1 else f"{text}#{seen[text]}")
+    return keys
 
 
 def short(name: str, width: int = 90) -> str:
@@ -233,7 +244,7 @@ def main(argv=None) -> int:
                              "stream's rate, for launch overlap such as "
                              "$CONV_POOL_GENERAL_PDL); with --summary, a second table of them")
     args = parser.parse_args(argv)
-    configs = args.configs.split(",")
+    configs = config_keys(args.configs.split(","))
     try:
         for text in configs:
             parse_config(text)
