@@ -56,6 +56,16 @@ constexpr int kChannelStride = 4 * kTargetMTiles + 4;
 // counts, so that a warp's B-fragment loads (4 k rows x 8 channels) hit distinct banks.
 template <int kNTiles>
 constexpr int kWeightRow = 8 * kNTiles + 8;
+// Floats added between the planes of consecutive 8-channel groups of the pooled tile (group q
+// starts q x (8 kChannelStride + kGroupPad) in): 32 / kNTiles, so that the channels-last
+// stores' loads, a warp's lanes (32 / kNTiles pixels) x (kNTiles groups), hit 32 banks.
+// A compile-time constant: the staging keeps its immediate offsets.
+template <int kNTiles>
+constexpr int kGroupPad = kNTiles == 1 ? 0 : 32 / kNTiles;
+// The pooled tile's floats for n_tiles n-tiles: 8 n_tiles channel planes and the group pads.
+constexpr int pooled_tile_floats(int n_tiles) {
+  return 8 * n_tiles * kChannelStride + (n_tiles == 1 ? 0 : 32);
+}
 
 struct StemPlan {
   int pooled_rows, pooled_cols;  // a block tile; pooled_cols is a multiple of 4 (one m16 tile)
@@ -72,11 +82,9 @@ struct StemPlan {
   bool vector_input;             // 16-byte halo copies (decided at launch)
   bool vector_out;               // whole rows in runs of 4 (decided at launch)
   bool strided_out;              // the output's own strides (a channels-last output)
-  // With strided_out: channels a thread stores at once, 8 or 4 (whole-pixel runs from a
-  // swizzled pooled tile), or 1 where the strides or alignment allow no vector (decided at
-  // launch).
+  // With strided_out: channels a thread stores at once, 8 or 4 (whole-pixel runs), or 1 where
+  // the strides or alignment allow no vector (decided at launch).
   int out_vector;
-  int swizzle;                   // with out_vector > 1: channel group q's pixels XOR q x swizzle
   int64_t out_stride[4];         // (image, channel, row, column), with strided_out
 };
 
@@ -126,7 +134,7 @@ StemPlan make_plan(const ConvPoolShape& s) {
   p.plane = with_words_mod32(p.halo_rows * p.pitch, 8, bytes);
   p.stage_bytes = (s.in_channels + 1) * p.plane * bytes;  // a multiple of 16
   // The pooled tile (whose memory first holds the weight) and the bias.
-  const int pooled_floats = std::max(8 * p.n_tiles * kChannelStride,
+  const int pooled_floats = std::max(pooled_tile_floats(p.n_tiles),
                                      kMaxReduction * (8 * p.n_tiles + 8));
   const int64_t smem = 2 * int64_t(p.stage_bytes) + (int64_t(pooled_floats) + 64) * 4;
   p.smem_bytes = int(std::min<int64_t>(smem, INT32_MAX));
@@ -234,12 +242,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   // Two halo buffers (p.stage_bytes each), the pooled tile, the bias.
   auto halo = [&](int stage) { return reinterpret_cast<Raw*>(smem + stage * p.stage_bytes); };
   float* pooled = reinterpret_cast<float*>(smem + 2 * p.stage_bytes);
-  float* bias = pooled + max(8 * kNTiles * kChannelStride, kMaxReduction * kWeightRow<kNTiles>);
+  float* bias = pooled + max(pooled_tile_floats(kNTiles), kMaxReduction * kWeightRow<kNTiles>);
+  // The plane of pooled channel c.
+  auto plane_of = [pooled](int c) {
+    return pooled + c * kChannelStride + (c / 8) * kGroupPad<kNTiles>;
+  };
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  // Channel group q (channels 8 q ..) has its pooled pixel index XORed with q x p.swizzle:
-  // the same 4-pixel runs, permuted within aligned runs of 32 (a tile holds at most 256).
-  const int swizzle = p.swizzle;
 
   if (blockIdx.x < p.tiles) load_halo<E>(ops, s, p, blockIdx.x, halo(0));
   cp_async_commit();
@@ -324,72 +333,62 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int rows = min(p.pooled_rows, s.out_height - where.row0);
     const Raw* in = halo(stage);
     int row = warp / m_cols, m_col = warp % m_cols;
-    // The m-tile loop in two copies behind a uniform branch: without a swizzle (an NCHW
-    // output) the pooled values are staged at constant offsets from one address, with no
-    // XOR per n-tile in the short loop.
-    auto m_tiles = [&](auto slot) {
-      for (int m = warp; m < rows * m_cols; m += kWarps) {
-        // Rows g and g + 8 of the m16 tile: conv pixels (2 row, 8 m_col + g) and the one below.
-        // Every k step, always: a shorter reduction's padding reads the zero plane (a branch per
-        // k step cost more instructions than the multiply-adds it skipped).
-        // Addresses in bytes: the offsets and the row step are pre-scaled, so each load's
-        // address is one addition.
-        const char* pixel = reinterpret_cast<const char*>(in + 2 * row * row_step +
-                                                          (8 * m_col + g) * s.stride_w);
-        float acc[kNTiles][4];
+    for (int m = warp; m < rows * m_cols; m += kWarps) {
+      // Rows g and g + 8 of the m16 tile: conv pixels (2 row, 8 m_col + g) and the one below.
+      // Every k step, always: a shorter reduction's padding reads the zero plane (a branch per
+      // k step cost more instructions than the multiply-adds it skipped).
+      // Addresses in bytes: the offsets and the row step are pre-scaled, so each load's
+      // address is one addition.
+      const char* pixel = reinterpret_cast<const char*>(in + 2 * row * row_step +
+                                                        (8 * m_col + g) * s.stride_w);
+      float acc[kNTiles][4];
 #pragma unroll
-        for (int j = 0; j < kSteps; ++j) {
-          uint32_t a[4];
-          if constexpr (kTf32) {
-            const char* lo = pixel + offset[j][0];
-            const char* hi = pixel + offset[j][1];
-            a[0] = tf32_bits<E>(*reinterpret_cast<const Raw*>(lo));
-            a[1] = tf32_bits<E>(*reinterpret_cast<const Raw*>(lo + row_bytes));
-            a[2] = tf32_bits<E>(*reinterpret_cast<const Raw*>(hi));
-            a[3] = tf32_bits<E>(*reinterpret_cast<const Raw*>(hi + row_bytes));
-          } else {
-            auto at = [&](int col, int extra) {
-              return *reinterpret_cast<const Raw*>(pixel + offset[j][col] + extra);
-            };
-            a[0] = pair(at(0, 0), at(1, 0));
-            a[1] = pair(at(0, row_bytes), at(1, row_bytes));
-            a[2] = pair(at(2, 0), at(3, 0));
-            a[3] = pair(at(2, row_bytes), at(3, row_bytes));
-          }
-#pragma unroll
-          for (int n = 0; n < kNTiles; ++n) {
-            if (j == 0) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-            if constexpr (kTf32) {
-              mma_tf32(acc[n], a, b[j][n]);
-            } else {
-              mma_16816<E>(acc[n], a, b[j][n]);
-            }
-          }
+      for (int j = 0; j < kSteps; ++j) {
+        uint32_t a[4];
+        if constexpr (kTf32) {
+          const char* lo = pixel + offset[j][0];
+          const char* hi = pixel + offset[j][1];
+          a[0] = tf32_bits<E>(*reinterpret_cast<const Raw*>(lo));
+          a[1] = tf32_bits<E>(*reinterpret_cast<const Raw*>(lo + row_bytes));
+          a[2] = tf32_bits<E>(*reinterpret_cast<const Raw*>(hi));
+          a[3] = tf32_bits<E>(*reinterpret_cast<const Raw*>(hi + row_bytes));
+        } else {
+          auto at = [&](int col, int extra) {
+            return *reinterpret_cast<const Raw*>(pixel + offset[j][col] + extra);
+          };
+          a[0] = pair(at(0, 0), at(1, 0));
+          a[1] = pair(at(0, row_bytes), at(1, row_bytes));
+          a[2] = pair(at(2, 0), at(3, 0));
+          a[3] = pair(at(2, row_bytes), at(3, row_bytes));
         }
-        // 2 x 2 max: c0 / c2 and c1 / c3 are one window column; lane ^ 4 holds the other. The
-        // even lane of the pair keeps channel 2t, the odd one 2t + 1.
-        const bool odd = g & 1;
-        float* out = pooled + (2 * t + odd) * kChannelStride;
-        const int pooled_pixel = row * p.pooled_cols + 4 * m_col + g / 2;
 #pragma unroll
         for (int n = 0; n < kNTiles; ++n) {
-          const float even_channel = max_keeping_nan(acc[n][0], acc[n][2]);
-          const float odd_channel = max_keeping_nan(acc[n][1], acc[n][3]);
-          const float other = __shfl_xor_sync(0xffffffffu, odd ? even_channel : odd_channel, 4);
-          out[8 * n * kChannelStride + slot(pooled_pixel, n)] =
-              max_keeping_nan(odd ? odd_channel : even_channel, other);
-        }
-        m_col += kWarps;
-        while (m_col >= m_cols) {
-          m_col -= m_cols;
-          ++row;
+          if (j == 0) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+          if constexpr (kTf32) {
+            mma_tf32(acc[n], a, b[j][n]);
+          } else {
+            mma_16816<E>(acc[n], a, b[j][n]);
+          }
         }
       }
-    };
-    if (swizzle == 0) {
-      m_tiles([](int pixel, int) { return pixel; });
-    } else {
-      m_tiles([swizzle](int pixel, int n) { return pixel ^ (n * swizzle); });
+      // 2 x 2 max: c0 / c2 and c1 / c3 are one window column; lane ^ 4 holds the other. The
+      // even lane of the pair keeps channel 2t, the odd one 2t + 1.
+      const bool odd = g & 1;
+      float* out = plane_of(2 * t + odd);
+      const int pooled_pixel = row * p.pooled_cols + 4 * m_col + g / 2;
+#pragma unroll
+      for (int n = 0; n < kNTiles; ++n) {
+        const float even_channel = max_keeping_nan(acc[n][0], acc[n][2]);
+        const float odd_channel = max_keeping_nan(acc[n][1], acc[n][3]);
+        const float other = __shfl_xor_sync(0xffffffffu, odd ? even_channel : odd_channel, 4);
+        out[n * (8 * kChannelStride + kGroupPad<kNTiles>) + pooled_pixel] =
+            max_keeping_nan(odd ? odd_channel : even_channel, other);
+      }
+      m_col += kWarps;
+      while (m_col >= m_cols) {
+        m_col -= m_cols;
+        ++row;
+      }
     }
     __syncthreads();  // the pooled tile
 
@@ -401,11 +400,11 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (p.out_vector > 1) {
       // A thread takes `vec` (8 or 4) consecutive channels of one pooled pixel, consecutive
       // threads the channel groups of a pixel, then the next pixels: a warp's stores are whole
-      // channels-last pixels in a row (512 bytes for 64 16-bit channels). The swizzle spreads
+      // channels-last pixels in a row (512 bytes for 64 16-bit channels). The group pads spread
       // its loads: for 64 channels and vec 8 lane (pixel d, group q) reads bank
-      // 4 j + ((P ^ 4 q) + d) mod 32 for its j-th channel, P the warp's first pixel (a
-      // multiple of 4 on full-width tiles), 32 banks; 8, 16 and 32 channels too (swizzle 16,
-      // 16, 8), other multiples of 8 two lanes a bank.
+      // 4 j + 4 q + P + d mod 32 for its j-th channel (kChannelStride is 4 mod 32), P the
+      // warp's first pixel, 32 banks; 8, 16 and 32 channels too (pads 0, 16, 8), other
+      // multiples of 8 two lanes a bank.
       const int vec = p.out_vector;
       const int groups = s.out_channels / vec;
       const int cols = min(p.pooled_cols, s.out_width - where.col0);
@@ -416,8 +415,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int pixel = i / groups, group = i - pixel * groups;
         const int r = pixel / cols, col = pixel - r * cols;
         const int channel = vec * group;
-        const float* src = pooled + channel * kChannelStride +
-                           ((r * p.pooled_cols + col) ^ ((channel / 8) * swizzle));
+        const float* src = plane_of(channel) + r * p.pooled_cols + col;
         Raw* dst = image_out + channel + (where.row0 + r) * os[2] + (where.col0 + col) * os[3];
         float v[8];
         if (vec == 8) {
@@ -442,8 +440,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int i = threadIdx.x; i < pixels * s.out_channels; i += kThreads) {
         const int channel = i / pixels, pixel = i - channel * pixels;
         const int r = pixel / cols, col = pixel - r * cols;
-        const float* src = pooled + channel * kChannelStride +
-                           ((r * p.pooled_cols + col) ^ ((channel / 8) * swizzle));
+        const float* src = plane_of(channel) + r * p.pooled_cols + col;
         image_out[channel * os[1] + (where.row0 + r) * os[2] + (where.col0 + col) * os[3]] =
             E::from_float(relu_keeping_nan(src[0] + bias[channel]));
       }
@@ -454,10 +451,9 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int vectors = rows * p.pooled_cols / 4;
       const int per_pass = kThreads / vectors;
       const int v = threadIdx.x % vectors;
-      const float* src = pooled + 4 * v;
       Raw* dst = out + first + 4 * v;
       for (int channel = threadIdx.x / vectors; channel < s.out_channels; channel += per_pass) {
-        const float4 m = *reinterpret_cast<const float4*>(src + channel * kChannelStride);
+        const float4 m = *reinterpret_cast<const float4*>(plane_of(channel) + 4 * v);
         const float b_channel = bias[channel];
         store4<E>(dst + channel * plane, make_float4(relu_keeping_nan(m.x + b_channel),
                                                      relu_keeping_nan(m.y + b_channel),
@@ -468,7 +464,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int cols = min(p.pooled_cols, s.out_width - where.col0);
       for (int channel = warp; channel < s.out_channels; channel += kWarps) {
         const float b_channel = bias[channel];
-        const float* src = pooled + channel * kChannelStride;
+        const float* src = plane_of(channel);
         Raw* dst = out + first + channel * plane;
         for (int r = 0; r < rows; ++r)
           for (int col = lane; col < cols; col += 32)
@@ -566,11 +562,6 @@ cudaError_t stem_conv_pool_launch(const ConvPoolOperands& ops, const ConvPoolSha
            p.out_stride[3] % vec == 0;
   };
   p.out_vector = !p.strided_out ? 0 : vectors_of(8) ? 8 : vectors_of(4) ? 4 : 1;
-  // 32 / (the n-tiles rounded up to a power of 2), so that a warp's 32 lanes (pixels x
-  // groups) read 32 banks; at most 16, and q x swizzle < 32 for every n-tile q.
-  int group_span = 1;
-  while (group_span < (s.out_channels + 7) / 8) group_span *= 2;
-  p.swizzle = p.strided_out ? std::min(16, 32 / group_span) : 0;
   const bool out_aligned = aligned(out, 4 * bytes);
   p.vector_out = !p.strided_out && out_aligned && p.col_tiles == 1 &&
                  p.pooled_cols == s.out_width;
