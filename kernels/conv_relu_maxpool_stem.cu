@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int rows = min(p.pooled_rows, s.out_height - where.row0);
     const Raw* in = halo(stage);
     int row = warp / m_cols, m_col = warp % m_cols;
-    for (int m = warp; m < rows * m_cols; m += kWarps) {
+    while (row < rows) {
       // Rows g and g + 8 of the m16 tile: conv pixels (2 row, 8 m_col + g) and the one below.
       // Every k step, always: a shorter reduction's padding reads the zero plane (a branch per
       // k step cost more instructions than the multiply-adds it skipped).
