@@ -783,6 +783,55 @@ def test_gpu_check_warns_when_source_commit_is_the_checkouts_own_stale_head(tmp_
     assert f"warning: SOURCE_COMMIT={head} is this checkout's HEAD" in run()
 
 
+
+def test_ab_build_times_both_builds_alternately_and_restores_the_tree(tmp_path):
+    """tools/ab_build.sh (gpu_check.sh's `ab` stage): with a stand-in compile.sh that "builds"
+    the module from one source file, AB_CMD sees A's module, then the patched build's, in
+    alternating rounds with a log each; afterwards the source is unpatched and A's module is
+    back. A patch that does not apply, or one that leaves the module unchanged, is an error."""
+    repo = tmp_path / "repo"
+    (repo / "tools").mkdir(parents=True)
+    (repo / "utils").mkdir()
+    (repo / "tools" / "ab_build.sh").write_text((REPO / "tools" / "ab_build.sh").read_text())
+    (repo / "utils" / "compile.sh").write_text("cp kernel.txt cuda_extension.test.so\n")
+    (repo / "kernel.txt").write_text("variant A\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "c"], check=True)
+    subprocess.run(["bash", "utils/compile.sh"], cwd=repo, check=True)
+    (repo / "kernel.txt").write_text("variant B\n")
+    patch = subprocess.run(git[:3] + ["diff"], capture_output=True, text=True,
+                           check=True).stdout
+    subprocess.run(git[:3] + ["checkout", "-q", "kernel.txt"], check=True)
+    (tmp_path / "b.diff").write_text(patch)
+    (tmp_path / "same.diff").write_text(patch.replace("variant B", "variant A"))
+    out = tmp_path / "out"
+
+    def ab(patch_file, rounds="2"):
+        return subprocess.run(
+            ["bash", "tools/ab_build.sh", str(out)], cwd=repo, capture_output=True, text=True,
+            timeout=60, env=dict(os.environ, AB_PATCH=str(patch_file), AB_ROUNDS=rounds,
+                                 AB_CMD="cat cuda_extension.test.so"))
+
+    run = ab(tmp_path / "b.diff")
+    assert run.returncode == 0, run.stderr
+    sides = re.findall(r"=== ab: ([AB]), round (\d)", run.stdout)
+    assert sides == [("A", "1"), ("B", "1"), ("A", "2"), ("B", "2")], run.stdout
+    for side in "AB":
+        for round_ in "12":
+            assert (out / f"ab_{side}_{round_}.log").read_text() == f"variant {side}\n"
+    assert (repo / "kernel.txt").read_text() == "variant A\n"
+    assert (repo / "cuda_extension.test.so").read_text() == "variant A\n"
+
+    run = ab(tmp_path / "same.diff")
+    assert run.returncode != 0 and "left the module unchanged" in run.stderr, run.stderr
+    assert (repo / "kernel.txt").read_text() == "variant A\n"
+    (tmp_path / "bad.diff").write_text(patch.replace("variant A", "variant C"))
+    run = ab(tmp_path / "bad.diff")
+    assert run.returncode != 0 and "patch does not apply" in run.stderr, run.stderr
+    assert (repo / "cuda_extension.test.so").read_text() == "variant A\n"
+
 # ---- tools/kernel_breakdown.py --------------------------------------------------------------
 
 def test_kernel_breakdown_configs_carry_hook_settings_and_restore_them(monkeypatch, capsys):

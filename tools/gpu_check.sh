@@ -5,7 +5,7 @@
 #
 # Stages: env build test verify profile suite suite16 layouts bench host vgg16 distributed
 # notebook sanitize general zoo zoo16 zooab fuzz breakdown fewchannel networks netbreak gtest ncu
-# trace swizzle (default: env build test verify profile). networks: tools/bench_networks.py (issue 32's models; NETWORKS_ARGS picks a
+# trace swizzle ab (default: env build test verify profile). networks: tools/bench_networks.py (issue 32's models; NETWORKS_ARGS picks a
 # slice, its lists comma-separated: "--models vgg16,alexnet --batches 32"; NETWORKS_RESUME=docs/networks_h200.json keeps that file's rows and runs the rest, and
 # a cap over 120 s stops it cleanly a minute early) into $OUT/networks.json; gtest: the general kernel's GPU tests only. TEST_ARGS (default
 # tests) gives the test stage other pytest arguments, e.g. only the files that use the GPU.
@@ -408,6 +408,9 @@ for entry in "${stages[@]}"; do
     # busiest operators) for each NETBREAK_CASES model:dtype[:batch[:layout]]; NETBREAK_TARGETS
     # (default eager,fused) other targets of tools/bench_networks.py.
     netbreak) run_stage netbreak "$seconds" bash -c 'for spec in ${NETBREAK_CASES:-resnet50:float32 googlenet:float16}; do IFS=: read -r model dtype batch layout <<< "$spec"; python3 tools/network_breakdown.py "$model" --dtype "${dtype:-float32}" --batch "${batch:-32}" --layout "${layout:-nchw}" --targets "${NETBREAK_TARGETS:-eager,fused}" --cpu || exit; done' ;;
+    # ab: a compile-time A/B in this call (tools/ab_build.sh): the built tree against it with
+    # AB_PATCH applied, AB_CMD run AB_ROUNDS times on each, alternating; run build first.
+    ab) run_stage ab "$seconds" bash tools/ab_build.sh "$OUT" ;;
     # zooab: the zoo (ZOOAB_DTYPE, default float16) again with the environment settings of
     # ZOOAB_ENV (e.g. CONV_POOL_GENERAL_PAIRED=0) into $OUT/zoo_<dtype>_ab.json, then
     # tools/ratio_table.py of the zoo stage's JSON against it (run zoo16 / zoo first).
