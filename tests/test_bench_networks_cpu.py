@@ -153,6 +153,64 @@ def test_resume_keeps_the_rows_of_the_slice_and_runs_the_rest(tmp_path):
     assert bench_networks.other_rows(args) == [other]
 
 
+def test_redo_measures_the_named_rows_again_and_keeps_them_until_then(tmp_path):
+    """--redo misses: of three rows in the slice, the one slower than eager and the one behind
+    torch.compile run again; the passing one is kept. Stopped before the second (the measure
+    below raises after one), the file still holds the other's old row."""
+    args = bench_networks.build_parser().parse_args(
+        ["--models", "vgg16,alexnet,resnet18", "--batches", "32", "--dtypes", "float32",
+         "--layouts", "nchw", "--json", str(tmp_path / "n.json"), "--resume",
+         "--redo", "misses"])
+    passing = row("vgg16", fused=5.0)                   # 2.0x eager, 1.6x compile
+    slower = row("alexnet", fused=11.0, compile_pass=7.0)  # fused eager slower than eager
+    behind = row("resnet18", fused=9.0)                 # best fused 9.0 ms >= compile's 8.0
+    assert [bench_networks.misses_a_bar(r) for r in (passing, slower, behind)] == [
+        False, True, True]
+    (tmp_path / "n.json").write_text(json.dumps(dict(rows=[passing, slower, behind])))
+    kept = bench_networks.resumed_rows(args)
+    assert [r["model"] for r in kept] == ["vgg16"]
+    others = bench_networks.other_rows(args)
+    assert [r["model"] for r in others] == ["alexnet", "resnet18"]
+    measured, written = [], []
+
+    def measure(config):
+        if measured:
+            raise KeyboardInterrupt  # stands for the time limit after one configuration
+        measured.append(config["model"])
+        return dict(row(config["model"], fused=4.0), **config)
+
+    with pytest.raises(KeyboardInterrupt):
+        bench_networks.run_matrix(bench_networks.configurations(args), kept, args, measure,
+                                  lambda rows: written.append(
+                                      bench_networks.with_others(rows, others)))
+    assert measured == ["alexnet"]
+    final = written[-1]
+    assert [(r["model"], r["targets"]["fused"]["median_ms"]) for r in final] == [
+        ("vgg16", 5.0), ("alexnet", 4.0), ("resnet18", 9.0)]
+
+
+@pytest.mark.parametrize("spec, redone", [
+    ("alexnet", ["alexnet"]), ("*:32:float32:nchw", ["vgg16", "alexnet"]),
+    ("vgg16:1", []), ("alexnet:32:float16", []), ("vgg16,alexnet:*:*:nchw", ["vgg16", "alexnet"]),
+])
+def test_redo_specs_match_by_model_batch_dtype_and_layout(spec, redone):
+    specs = bench_networks.redo_specs(spec)
+    rows = [row("vgg16", fused=5.0), row("alexnet", fused=5.0)]
+    assert [r["model"] for r in rows if bench_networks.to_redo(r, specs)] == redone
+
+
+@pytest.mark.parametrize("bad", ["vgg17", "vgg16:one", "vgg16:32:float64", "vgg16:32:float32:nhwc",
+                                 "vgg16:32:float32:nchw:extra"])
+def test_bad_redo_specs_are_refused(bad):
+    with pytest.raises(SystemExit):
+        bench_networks.build_parser().parse_args(["--resume", "--redo", bad])
+
+
+def test_redo_without_resume_is_refused(capsys):
+    assert bench_networks.main(["--redo", "misses"]) == 2
+    assert "--redo" in capsys.readouterr().err
+
+
 def test_time_limit_starts_no_configuration_that_would_overrun():
     """With a 100 s limit and configurations of 40 s each, the third would end at 120 s: two
     run, the table is made of those."""

@@ -36,7 +36,8 @@ Printed last: one row per configuration and the bars of issue 32 for the rows ru
 never slower than eager; the best of fused, fused-compile and compile-pass faster than
 compile; on vgg16, vgg16_bn and alexnet at batch 32 that best at least 1.15x compile).
 --json is rewritten after every configuration ("complete": false until the last), so a run
-cut short keeps what it measured; --resume runs only what it lacks, and --time-limit stops
+cut short keeps what it measured; --resume runs only what it lacks (and the rows --redo names
+again, e.g. those that miss a bar), and --time-limit stops
 cleanly before a configuration that would overrun (so a long matrix spans several calls). Exit status: 0 every target matched eager, 1 one did not,
 2 no GPU, no torchvision or no built extension.
 """
@@ -138,6 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--resume", action="store_true",
                         help="keep the rows already in --json and run only the configurations "
                              "it lacks (each row records the commit and time it was measured)")
+    parser.add_argument("--redo", type=redo_specs, default=[],
+                        help="with --resume: rows of --json to measure again instead of keeping "
+                             "them, comma-separated: 'misses' (every row that misses a bar) or "
+                             "model[:batch[:dtype[:layout]]], '*' matching anything (e.g. "
+                             "'misses,resnet18:32')")
     parser.add_argument("--time-limit", type=float, default=0,
                         help="seconds: start no configuration that the longest one so far "
                              "would take past this (default 0: no limit); the table and the "
@@ -168,12 +174,35 @@ def best_fused(row: dict) -> Optional[tuple]:
     return min(timed, key=lambda item: item[1]) if timed else None
 
 
+# Issue 32's speed bars, row by row (a row without the targets a bar compares is not judged).
+def slower_than_eager(row: dict) -> bool:
+    """Fused eager slower than eager."""
+    return ("fused" in row["targets"]
+            and row["targets"]["fused"]["median_ms"] > row["targets"]["eager"]["median_ms"])
+
+
+def loses_to_compile(row: dict) -> bool:
+    """The best fused target no faster than torch.compile."""
+    return ("compile" in row["targets"] and best_fused(row) is not None
+            and best_fused(row)[1] >= row["targets"]["compile"]["median_ms"])
+
+
+def below_strong_bar(row: dict) -> bool:
+    """vgg16, vgg16_bn or alexnet at batch 32 under STRONG_BAR times torch.compile."""
+    return ("compile" in row["targets"] and best_fused(row) is not None
+            and row["model"] in STRONG_BAR_MODELS and row["batch"] == 32
+            and speedup(row) < STRONG_BAR)
+
+
+def misses_a_bar(row: dict) -> bool:
+    return slower_than_eager(row) or loses_to_compile(row) or below_strong_bar(row)
+
+
 def bars(rows: List[dict]) -> List[str]:
     """Issue 32's speed bars over the rows run, one line each: PASS / MISS, the count, and every
     row that misses with its numbers."""
     lines = []
-    slower = [r for r in rows if "fused" in r["targets"]
-              and r["targets"]["fused"]["median_ms"] > r["targets"]["eager"]["median_ms"]]
+    slower = [r for r in rows if slower_than_eager(r)]
     with_fused = [r for r in rows if "fused" in r["targets"]]
     if with_fused:
         lines.append(f"{'PASS' if not slower else 'MISS'} fused eager never slower than eager: "
@@ -182,8 +211,7 @@ def bars(rows: List[dict]) -> List[str]:
                                f"against {r['targets']['eager']['median_ms']:.3f}"
                                for r in slower))
     compared = [r for r in rows if "compile" in r["targets"] and best_fused(r)]
-    losing = [r for r in compared
-              if best_fused(r)[1] >= r["targets"]["compile"]["median_ms"]]
+    losing = [r for r in compared if loses_to_compile(r)]
     if compared:
         lines.append(f"{'PASS' if not losing else 'MISS'} best fused target faster than "
                      f"torch.compile: {len(compared) - len(losing)} of {len(compared)} rows"
@@ -197,7 +225,7 @@ def bars(rows: List[dict]) -> List[str]:
                      + "".join(f"; {label(r)} {speedup(r, 'compile-frozen'):.2f}x"
                                for r in behind))
     strong = [r for r in compared if r["model"] in STRONG_BAR_MODELS and r["batch"] == 32]
-    weak = [r for r in strong if speedup(r) < STRONG_BAR]
+    weak = [r for r in strong if below_strong_bar(r)]
     if strong:
         lines.append(f"{'PASS' if not weak else 'MISS'} vgg16 / vgg16_bn / alexnet at batch 32 "
                      f">= {STRONG_BAR}x torch.compile: {len(strong) - len(weak)} of "
@@ -381,23 +409,70 @@ def config_key(row: dict) -> tuple:
             + (("conv_relu",) if row.get("conv_relu") else ()))
 
 
+def redo_specs(text: str) -> List[tuple]:
+    """--redo's specs: 'misses', or (model, batch, dtype, layout) with None for '*' or left out."""
+    specs = []
+    for item in filter(None, text.split(",")):
+        if item == "misses":
+            specs.append(("misses",))
+            continue
+        fields = item.split(":")
+        if len(fields) > 4 or fields[0] not in MODELS + ("*",):
+            raise argparse.ArgumentTypeError(
+                f"--redo: expected 'misses' or model[:batch[:dtype[:layout]]] with a model of "
+                f"{', '.join(MODELS)} or '*', got {item!r}")
+        fields += ["*"] * (4 - len(fields))
+        model, batch, dtype, layout = (None if f == "*" else f for f in fields)
+        if batch is not None and not batch.isdigit():
+            raise argparse.ArgumentTypeError(f"--redo: batch {batch!r} of {item!r} is not a number")
+        if dtype is not None and dtype not in DTYPES:
+            raise argparse.ArgumentTypeError(
+                f"--redo: dtype {dtype!r} of {item!r} is not one of {', '.join(DTYPES)}")
+        if layout is not None and layout not in LAYOUTS:
+            raise argparse.ArgumentTypeError(
+                f"--redo: layout {layout!r} of {item!r} is not one of {', '.join(LAYOUTS)}")
+        specs.append((model, None if batch is None else int(batch), dtype, layout))
+    return specs
+
+
+def to_redo(row: dict, specs: List[tuple]) -> bool:
+    """Whether --redo names the row."""
+    for spec in specs:
+        if spec == ("misses",):
+            if misses_a_bar(row):
+                return True
+        elif all(want is None or want == have for want, have in
+                 zip(spec, (row["model"], row["batch"], row["dtype"], row["layout"]))):
+            return True
+    return False
+
+
 def resumed_rows(args) -> List[dict]:
-    """The rows of --json that --resume keeps as done: those of this run's matrix slice."""
-    if not (args.resume and args.json and args.json.exists()):
-        return []
-    wanted = {config_key(c) for c in configurations(args)}
-    return [r for r in json.loads(args.json.read_text())["rows"] if config_key(r) in wanted]
-
-
-def other_rows(args) -> List[dict]:
-    """The rows of --json outside this run's slice (other models, batches, --conv-relu rows):
-    --resume writes them back unchanged, after the slice's, so that a run of one slice into the
-    committed file loses none of the others."""
+    """The rows of --json that --resume keeps as done: those of this run's matrix slice that
+    --redo does not name."""
     if not (args.resume and args.json and args.json.exists()):
         return []
     wanted = {config_key(c) for c in configurations(args)}
     return [r for r in json.loads(args.json.read_text())["rows"]
-            if config_key(r) not in wanted]
+            if config_key(r) in wanted and not to_redo(r, args.redo)]
+
+
+def other_rows(args) -> List[dict]:
+    """The rows of --json outside this run's slice (other models, batches, --conv-relu rows),
+    and those --redo names until they are measured again: --resume writes them back unchanged,
+    after the slice's, so that a run of one slice into the committed file, or a run stopped by
+    --time-limit, loses none of them."""
+    if not (args.resume and args.json and args.json.exists()):
+        return []
+    wanted = {config_key(c) for c in configurations(args)}
+    return [r for r in json.loads(args.json.read_text())["rows"]
+            if config_key(r) not in wanted or to_redo(r, args.redo)]
+
+
+def with_others(rows: List[dict], others: List[dict]) -> List[dict]:
+    """rows, then the others that no row of rows measured again."""
+    measured = {config_key(r) for r in rows}
+    return rows + [r for r in others if config_key(r) not in measured]
 
 
 def in_matrix_order(rows: List[dict], args) -> List[dict]:
@@ -459,6 +534,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if args.table:
         return print_table(args.json)
+    if args.redo and not args.resume:
+        print("error: --redo names rows of --json to measure again; it needs --resume",
+              file=sys.stderr)
+        return 2
     if args.iters < MIN_ITERS:
         print(f"error: --iters must be at least {MIN_ITERS}", file=sys.stderr)
         return 2
@@ -493,7 +572,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     def write(rows: List[dict]) -> None:
         if args.json:
-            write_json(args.json, environment, args, rows + others,
+            write_json(args.json, environment, args, with_others(rows, others),
                        complete=len(rows) == len(work))
 
     rows = run_matrix(work, resumed_rows(args), args, measure, write)

@@ -5,10 +5,13 @@
 #
 # Stages: env build test verify profile suite suite16 layouts bench host vgg16 distributed
 # notebook sanitize general zoo zoo16 zooab fuzz breakdown fewchannel networks netbreak gtest ncu
-# trace swizzle ab (default: env build test verify profile). networks: tools/bench_networks.py (issue 32's models; NETWORKS_ARGS picks a
-# slice, its lists comma-separated: "--models vgg16,alexnet --batches 32"; NETWORKS_RESUME=docs/networks_h200.json keeps that file's rows and runs the rest, and
-# a cap over 120 s stops it cleanly a minute early) into $OUT/networks.json; gtest: the general kernel's GPU tests only. TEST_ARGS (default
-# tests) gives the test stage other pytest arguments, e.g. only the files that use the GPU.
+# trace swizzle ab (default: env build test verify profile). networks: tools/bench_networks.py
+# (issue 32's models; NETWORKS_ARGS picks a slice, its lists comma-separated: "--models
+# vgg16,alexnet --batches 32"; NETWORKS_RESUME=docs/networks_h200.json keeps that file's rows and
+# runs the rest (NETWORKS_REDO="misses" measures the rows that miss a bar again), and a cap over
+# 120 s stops it cleanly a minute early) into $OUT/networks.json; gtest: the general kernel's GPU
+# tests only. TEST_ARGS (default tests) gives the test stage other pytest arguments, e.g. only the
+# files that use the GPU.
 # general: the general kernel's correctness sweep and timing table (tools/check_general.py:
 # each of its forms, dense and channels-last inputs) into $OUT/general.json.
 # zoo / zoo16: ZOO_LIMIT (default 40) layers of the zoo in float32 / float16; fuzz: the
@@ -394,9 +397,12 @@ for entry in "${stages[@]}"; do
     networks)
       # NETWORKS_RESUME=docs/networks_h200.json: start from that file's rows, run the rest; the
       # stage's own cap less a minute becomes the tool's --time-limit, so it stops cleanly.
+      # NETWORKS_REDO (with NETWORKS_RESUME): rows of it to measure again, the tool's --redo
+      # ("misses": every row that misses a bar; or model[:batch[:dtype[:layout]]], comma-separated).
       resume=()
       if [ -n "${NETWORKS_RESUME:-}" ]; then
         cp "$NETWORKS_RESUME" "$OUT/networks.json" && resume=(--resume)
+        [ -n "${NETWORKS_REDO:-}" ] && resume+=(--redo "$NETWORKS_REDO")
       fi
       limit=()
       (( seconds > 120 )) && limit=(--time-limit "$((seconds - 60))")
