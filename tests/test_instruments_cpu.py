@@ -296,6 +296,15 @@ def test_case_to_dict_is_json():
     assert record["flops"] == DEFAULT.flops()
 
 
+def test_case_from_dict_inverts_to_dict(seed):
+    """A JSON record's case read back is the case (pool_stride None reads back as the window
+    it stands for, the same layer)."""
+    for case in random_cases(random.Random(seed), 40) + list(SUITE):
+        back = ConvPoolCase.from_dict(json.loads(json.dumps(case.to_dict())))
+        assert back.to_dict() == case.to_dict()
+        assert back.op_args() == case.op_args() and back.init_args()[:6] == case.init_args()[:6]
+
+
 # ---- statistics and the floor ------------------------------------------------------------
 
 def test_percentiles_on_known_lists():
@@ -715,6 +724,39 @@ def test_ratio_table_classes_and_the_comparison_with_older_records(tmp_path, see
     moved = text.split("moved by more than 3%")[1]
     assert "  b (float32, general_wgmma):" in moved and "(1.50x; eager 1.00x, compile 1.00x)" \
         in moved and "  a (" not in moved, text
+
+
+def test_ratio_table_tile_use_counts_the_pooled_outputs_and_channels_a_plan_fills(
+        extension, monkeypatch, seed):
+    """--tile-use on the general kernel's plans (the host's, no GPU): with the 8 x 32 tile of N
+    = 64 forced, a 7 x 7 image under a 2 x 2 / 2 pool fills 3 x 3 of the tile's 4 x 16 pooled
+    outputs, and 100 output channels 100 of two blocks' 128; a 64 x 64 image into 64 channels
+    fills all of its 8 x 2 tiles (32 x 32 pooled outputs). The table splits them at half."""
+    from tools import ratio_table
+    from utils import kernel_choice
+    from utils.suite import ConvPoolCase
+    monkeypatch.setenv("CONV_POOL_GENERAL_TILE", "wide_n64")
+    lib = kernel_choice.load(extension)
+    rng = random.Random(seed)
+    small = ConvPoolCase("small", 1, 256, 100, 7, 7, (1, 1))
+    full = ConvPoolCase("full", 1, 256, 64, 64, 64, (1, 1))
+    record = _profiling_record(
+        [(c.name, c.label(), [1, 1], [1, 1], list(c.conv_out()), False, "general_wgmma",
+          {"new": rng.uniform(10, 100), "eager": 50.0, "compile": rng.uniform(10, 100)})
+         for c in (small, full)], dtype="float16")
+    for entry, layer in zip(record["cases"], (small, full)):
+        entry["case"] = dict(layer.to_dict(), flops=1e9)
+    small_case, full_case = record["cases"]
+    assert ratio_table.tile_use(small_case, lib) == pytest.approx(9 / 64 * 100 / 128)
+    assert ratio_table.tile_use(full_case, lib) == pytest.approx(1.0)
+    text = ratio_table.tile_use_table(record["cases"], "kernel", lib)
+    times = {c["name"]: c["targets"] for c in record["cases"]}
+    ratio = {n: t["compile"]["profiler_kernel_us"] / t["new"]["profiler_kernel_us"]
+             for n, t in times.items()}
+    share = (times["small"]["new"]["profiler_kernel_us"]
+             / sum(t["new"]["profiler_kernel_us"] for t in times.values()))
+    assert f"| under half full | 1 | {ratio['small']:.2f}x | {share:.0%} |" in text, text
+    assert f"| at least half full | 1 | {ratio['full']:.2f}x |" in text, text
 
 
 def test_sanitize_cases_takes_hook_settings_anywhere_among_its_arguments():

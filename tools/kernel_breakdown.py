@@ -23,7 +23,6 @@ that refuses the case says why. Needs a GPU.
 """
 import argparse
 import contextlib
-import dataclasses
 import json
 import os
 import statistics
@@ -41,12 +40,6 @@ from utils.suite import ConvPoolCase  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 CALLS = 20
-
-
-def case_from_dict(entry: dict) -> ConvPoolCase:
-    names = {f.name for f in dataclasses.fields(ConvPoolCase)}
-    return ConvPoolCase(**{k: tuple(v) if isinstance(v, list) else v
-                           for k, v in entry.items() if k in names})
 
 
 def case_from_spec(text: str) -> ConvPoolCase:
@@ -257,7 +250,7 @@ def main(argv=None) -> int:
         record = json.loads(args.json.read_text())
         for entry in record["cases"]:
             dtype = entry.get("dtype") or record["settings"].get("dtype", "float32")
-            work.append((case_from_dict(entry["case"]), DTYPES[dtype],
+            work.append((ConvPoolCase.from_dict(entry["case"]), DTYPES[dtype],
                          bool(entry.get("channels_last")) or args.channels_last))
     elif args.names:
         if args.json is None:
@@ -274,7 +267,7 @@ def main(argv=None) -> int:
                              + ", ".join(e["case"]["label"] for e in by_name[name]))
             entry = by_name[name][0]
             dtype = entry.get("dtype") or record["settings"].get("dtype", "float32")
-            work.append((case_from_dict(entry["case"]), DTYPES[dtype],
+            work.append((ConvPoolCase.from_dict(entry["case"]), DTYPES[dtype],
                          bool(entry.get("channels_last")) or args.channels_last))
     for spec in args.spec:
         try:

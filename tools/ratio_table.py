@@ -13,6 +13,9 @@ least --min-gflop GFLOP (default 20), the op's TFLOP/s per dtype.
 convolution's kind, the conv output's size, the dtype and layout). --against: the same cases
 in older records (matched by geometry, dtype and layout), the op's time then and now and
 each peer's drift, so that a change between two runs reads apart from the machine's.
+--tile-use: for the cases on the general kernel, the share of its tiles' pooled outputs and
+output channels that the layer fills (the host's plan on the H200's description, from the
+built extension: no GPU), the cases split at half full.
 """
 import argparse
 import json
@@ -152,6 +155,47 @@ def against(cases, old_cases, by: str, moved: float = 0.03) -> str:
     return "\n".join(lines)
 
 
+def tile_use(case: dict, lib) -> float:
+    """The share of the general kernel's tiles (its plan for the case on the H200) that hold
+    the layer's pooled outputs: images x pooled pixels over tiles x pooled pixels a tile, times
+    output channels over the channel blocks' width."""
+    from utils import kernel_choice
+    from utils.suite import ConvPoolCase
+    layer = ConvPoolCase.from_dict(case["case"])
+    element = {"float32": kernel_choice.FLOAT32, "float16": kernel_choice.FLOAT16,
+               "bfloat16": kernel_choice.BFLOAT16}[case["dtype"]]
+    plan = kernel_choice.general_plan(lib, layer, element,
+                                      channels_last=bool(case.get("channels_last")))
+    width = int(plan["tile"].rsplit("_n", 1)[1])  # N of the tile ("wide_n128": 128)
+    channel_blocks = -(-layer.out_channels // width)
+    rows, cols = (int(v) for v in plan["pooled"].split("x"))
+    pooled_h, pooled_w = layer.pooled_out()
+    spatial = (layer.batch * pooled_h * pooled_w
+               / (plan["tiles"] // channel_blocks * rows * cols * plan["images"]))
+    return spatial * layer.out_channels / (channel_blocks * width)
+
+
+def tile_use_table(cases, by: str, lib, peer: str = "compile") -> str:
+    general = [(tile_use(c, lib), r, c) for r, c in ratios(cases, peer, by)
+               if c["variant"] == "general_wgmma"]
+    total = sum(case_time(c, "new", by) for _, _, c in general)
+    lines = [f"{peer} / op on the general kernel by the share of its tiles the layer fills "
+             f"({'kernel time' if by == 'kernel' else 'event median'})",
+             "| tiles | cases | geomean | op time share |", "|---|---:|---:|---:|"]
+    for name, keep in (("under half full", lambda u: u < 0.5),
+                       ("at least half full", lambda u: u >= 0.5)):
+        part = [(r, c) for u, r, c in general if keep(u)]
+        if part:
+            share = sum(case_time(c, "new", by) for _, c in part) / total
+            lines.append(f"| {name} | {len(part)} | {geomean([r for r, _ in part]):.2f}x | "
+                         f"{share:.0%} |")
+    lines.append("")
+    for use, ratio, case in sorted(general, key=lambda g: g[0]):
+        lines.append(f"  {use:.2f} {ratio:.2f}x {case['name']} ({case['dtype']}, "
+                     f"{case_time(case, 'new', by):.1f} µs)")
+    return "\n".join(lines)
+
+
 def rows(cases, by: str) -> str:
     lines = ["| case | geometry | dtype | layout | GFLOP | variant | op µs | eager µs | compile µs "
              "| × eager | × compile |", "|---|---|---|---|---:|---|---:|---:|---:|---:|---:|"]
@@ -176,6 +220,9 @@ def main(argv=None) -> int:
                         help="the TFLOP/s line covers cases of at least this many GFLOP")
     parser.add_argument("--classes", action="store_true",
                         help="also print the ratio over torch.compile by class of geometry")
+    parser.add_argument("--tile-use", action="store_true",
+                        help="also print the general kernel's cases by the share of its tiles "
+                             "they fill (needs the built extension, not a GPU)")
     parser.add_argument("--against", nargs="+", metavar="OLD",
                         help="older records of the same cases: the op's time then and now")
     args = parser.parse_args(argv)
@@ -184,6 +231,12 @@ def main(argv=None) -> int:
     if args.classes:
         print()
         print(classes(cases, args.by))
+    if args.tile_use:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        import cuda_extension
+        from utils import kernel_choice
+        print()
+        print(tile_use_table(cases, args.by, kernel_choice.load(cuda_extension)))
     if args.against:
         print()
         print(against(cases, load(args.against), args.by))

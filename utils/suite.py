@@ -13,7 +13,7 @@ call the raw op (`op_args`). Plain Python, no torch import, so CPU tests can use
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Optional
 
 Pair = tuple[int, int]
@@ -169,6 +169,13 @@ class ConvPoolCase:
         record.update(conv_out=list(self.conv_out()), pooled_out=list(self.pooled_out()),
                       flops=self.flops(), min_bytes=self.min_bytes(), label=self.label())
         return record
+
+    @classmethod
+    def from_dict(cls, record: dict) -> "ConvPoolCase":
+        """The case to_dict describes (a JSON record's "case"; its derived keys ignored)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{key: tuple(value) if isinstance(value, list) else value
+                      for key, value in record.items() if key in names})
 
 
 def _case(name: str, batch: int, in_channels: int, out_channels: int, height: int, width: int,
