@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "../binding_registry.h"
+#include "conv_pool_env.h"
 #include "conv_pool_layout.h"
 #include "conv_relu_maxpool.h"
 
@@ -408,6 +409,7 @@ torch::Tensor conv2d_relu_maxpool_forward(const std::optional<torch::Tensor>& x_
                                           const IntPair& pool_stride, const IntPair& pool_padding,
                                           bool ceil_mode, int64_t config,
                                           const std::optional<torch::Tensor>& packed_weight) {
+  const conv_pool_env::HookScope hooks;  // the tuning hooks' environment, walked once a call
   const auto& [x, weight] = required_tensors(x_arg, weight_arg);
   Checked plan = check_and_plan(x, weight, bias, stride, padding, dilation, pool_kernel,
                                 pool_stride, pool_padding, ceil_mode, config, packed_weight);
@@ -503,6 +505,7 @@ pybind11::tuple conv2d_relu_maxpool_output(const std::optional<torch::Tensor>& x
 // The weights re-laid out once for the wgmma variants, to pass as the op's packed_weight on
 // every call with this weight (empty where no variant takes packed weights).
 torch::Tensor conv2d_relu_maxpool_pack_weight(const torch::Tensor& weight) {
+  const conv_pool_env::HookScope hooks;
   TORCH_CHECK(kernel_dtype(weight.scalar_type()),
               message("weight must be float32, float16 or bfloat16, got ", weight.scalar_type()));
   check_rank(weight, "weight", 4, "(out_channels, in_channels, kH, kW)");
@@ -566,6 +569,7 @@ std::string conv2d_relu_maxpool_choose(const std::optional<torch::Tensor>& x,
                                        const IntPair& dilation, const IntPair& pool_kernel,
                                        const IntPair& pool_stride, const IntPair& pool_padding,
                                        bool ceil_mode, int64_t config) {
+  const conv_pool_env::HookScope hooks;
   const Resolved resolved = resolve_arguments(x, weight, bias, stride, padding, dilation,
                                               pool_kernel, pool_stride, pool_padding, ceil_mode,
                                               config);
@@ -626,6 +630,7 @@ pybind11::dict conv2d_relu_maxpool_plan(const std::optional<torch::Tensor>& x,
                                         const IntPair& dilation, const IntPair& pool_kernel,
                                         const IntPair& pool_stride, const IntPair& pool_padding,
                                         bool ceil_mode, int64_t config) {
+  const conv_pool_env::HookScope hooks;
   const Resolved resolved = resolve_arguments(x, weight, bias, stride, padding, dilation,
                                               pool_kernel, pool_stride, pool_padding, ceil_mode,
                                               config);

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "conv_pool_env.h"
 #include "conv_relu_maxpool.h"
 #include "conv_relu_maxpool_half.h"
 #include "conv_relu_maxpool_small.h"
@@ -120,7 +121,7 @@ cudaError_t stem_launch(const ConvPoolOperands& ops, const ConvPoolShape& s, int
 // follows its NCHW output (VGG's first layer at batch 32 in float16: 168 µs in all, against
 // 83 with the kernel's stores of 8 channels).
 bool stem_strided_out(const ConvPoolShape& s) {
-  const char* set = std::getenv("CONV_POOL_STEM_STRIDED_OUT");
+  const char* set = conv_pool_env::hook_env("CONV_POOL_STEM_STRIDED_OUT");
   return s.out_channels % 4 == 0 && (set == nullptr || std::strcmp(set, "0") != 0);
 }
 cudaError_t general_launch(const ConvPoolOperands& ops, const ConvPoolShape& s, int v,

@@ -1,7 +1,8 @@
 // The general kernel's hooks: environment variables that override one choice of the host's
 // plan, for tuning, tests and A/B measurements. Unset, the plans are the cost model's and the
 // rules' own; each hook below says what it changes. Host code only, read at every plan (so a
-// test or a tool may set and clear one between calls). $CONV_POOL_GENERAL_TRACE, the
+// test or a tool may set and clear one between calls), through conv_pool_env::hook_env (one
+// walk of the environment for a whole call of the op). $CONV_POOL_GENERAL_TRACE, the
 // per-block timestamps, lives with its kernel side in general_trace.cuh.
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "../conv_pool_env.h"
 #include "../conv_pool_heuristics.h"
 #include "general_plan.h"
 
@@ -17,7 +19,7 @@ namespace hooks {
 
 // Whether $name is set to exactly `value`.
 inline bool is(const char* name, const char* value) {
-  const char* set = std::getenv(name);
+  const char* set = conv_pool_env::hook_env(name);
   return set != nullptr && std::strcmp(set, value) == 0;
 }
 
@@ -87,13 +89,13 @@ inline bool plan_cache_allowed() { return !is("CONV_POOL_GENERAL_PLAN_CACHE", "0
 
 // $CONV_POOL_GENERAL_SPLIT=k: blocks a tile's reduction is split over (1..kMaxSplit), or 0.
 inline int forced_split() {
-  const char* value = std::getenv("CONV_POOL_GENERAL_SPLIT");
+  const char* value = conv_pool_env::hook_env("CONV_POOL_GENERAL_SPLIT");
   return value == nullptr ? 0 : std::max(0, std::atoi(value));
 }
 
 // $CONV_POOL_GENERAL_TILE=name ("wide_n128", ...): that tile wherever it runs the shape, or -1.
 inline int forced_tile() {
-  const char* name = std::getenv("CONV_POOL_GENERAL_TILE");
+  const char* name = conv_pool_env::hook_env("CONV_POOL_GENERAL_TILE");
   if (name == nullptr) return -1;
   for (int tile = 0; tile < kTileCount; ++tile)
     if (std::strcmp(name, kTileSpecs[tile].name) == 0) return tile;
@@ -102,7 +104,7 @@ inline int forced_tile() {
 
 // $CONV_POOL_GENERAL_IMAGES=1, 2 or 4: that many images side by side in a tile, or 0.
 inline int forced_images() {
-  const char* value = std::getenv("CONV_POOL_GENERAL_IMAGES");
+  const char* value = conv_pool_env::hook_env("CONV_POOL_GENERAL_IMAGES");
   if (value == nullptr) return 0;
   const int images = std::atoi(value);
   return images == 1 || images == 2 || images == 4 ? images : 0;
@@ -111,7 +113,7 @@ inline int forced_images() {
 // $CONV_POOL_GENERAL_NHWC=0 / 1: float32 inputs without contiguous channels read element by
 // element / from an NHWC copy on the cp.async loaders, whatever kNhwcCopyMinWork says; or -1.
 inline int forced_nhwc() {
-  const char* value = std::getenv("CONV_POOL_GENERAL_NHWC");
+  const char* value = conv_pool_env::hook_env("CONV_POOL_GENERAL_NHWC");
   if (value == nullptr || (value[0] != '0' && value[0] != '1') || value[1] != '\0') return -1;
   return value[0] - '0';
 }
@@ -119,7 +121,7 @@ inline int forced_nhwc() {
 // $CONV_POOL_GENERAL_STEP_CHUNKS=k (1..kMaxStepChunks): steps of up to k chunks, the most that
 // fit, instead of kMinStepKSteps' worth; or 0.
 inline int forced_step_chunks() {
-  const char* value = std::getenv("CONV_POOL_GENERAL_STEP_CHUNKS");
+  const char* value = conv_pool_env::hook_env("CONV_POOL_GENERAL_STEP_CHUNKS");
   if (value == nullptr) return 0;
   return std::clamp(std::atoi(value), 0, conv_pool_heuristics::kMaxStepChunks);
 }
@@ -127,7 +129,7 @@ inline int forced_step_chunks() {
 // $CONV_POOL_GENERAL_GROUP_ROWS=k (k >= 1): steps of at most k kernel rows (a smaller halo a
 // stage, so more chunks a step and wider swizzles may fit); or 0.
 inline int forced_group_rows() {
-  const char* value = std::getenv("CONV_POOL_GENERAL_GROUP_ROWS");
+  const char* value = conv_pool_env::hook_env("CONV_POOL_GENERAL_GROUP_ROWS");
   return value == nullptr ? 0 : std::max(0, std::atoi(value));
 }
 

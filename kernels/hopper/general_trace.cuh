@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "../conv_pool_env.h"
 #include "general_plan.h"
 
 namespace general_wgmma {
@@ -66,7 +67,7 @@ __device__ __forceinline__ void trace(const Plan& p, int mark, uint64_t value = 
 }
 
 // Host side. The file named by $CONV_POOL_GENERAL_TRACE, or null.
-inline const char* trace_path() { return std::getenv("CONV_POOL_GENERAL_TRACE"); }
+inline const char* trace_path() { return conv_pool_env::hook_env("CONV_POOL_GENERAL_TRACE"); }
 
 // Points p.trace at a zeroed record of up to kMaxTraceBlocks blocks (one buffer, kept).
 inline cudaError_t trace_begin(Plan& p, cudaStream_t stream) {
