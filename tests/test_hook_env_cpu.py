@@ -4,6 +4,7 @@ where no CONV_POOL_ variable is set, every hook reads as unset without a walk; w
 or outside a scope, each read is std::getenv's answer of that moment. A small C++ program built
 with the host compiler checks it; a scan of kernels/ checks that every hook reads through it.
 """
+import os
 import re
 import shutil
 import subprocess
@@ -81,7 +82,7 @@ def test_hook_scope_walks_the_environment_once_and_reads_as_getenv_otherwise(tmp
     binary = tmp_path / "hook_env"
     subprocess.run([compiler, "-std=c++17", "-O1", "-Wall", "-Werror", f"-I{REPO / 'kernels'}",
                     str(source), "-o", str(binary)], check=True, capture_output=True, text=True)
-    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("CONV_POOL_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONV_POOL_")}
     result = subprocess.run([str(binary)], capture_output=True, text=True, env=env)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout
 
