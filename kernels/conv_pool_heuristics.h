@@ -135,6 +135,17 @@ constexpr int64_t kTmaCopyMaxSmallInput = int64_t(1) << 20;
 constexpr int kInPlaceWeightsMaxRounds = 1;
 constexpr int64_t kInPlaceWeightsMinElements = 65536;
 
+// The warp-specialized general kernel runs persistent blocks (each block's producer loads its
+// next tile's first steps while its consumers pool this one) where the layer's tiles take more
+// than this many rounds of the blocks resident at once and the plan pools 2 x 2 / 2 windows in
+// registers (paired: its staged windows, a quarter of the conv tile, fit beside three stages).
+// H200, 2 x 2 / 2 zoo layers, one process: 1 x 1 layers of 448-3584 tiles 0.85-0.93x of the
+// kernel time in float16 (ResNet-50's 64 -> 256 at 56^2, batch 32: 51.6 -> 43.8 us), 0.90x in
+// float32, AlexNet's 3 x 3 at 13^2 0.95-0.97x, layers of one round within 1%; plans that stage
+// the whole conv tile in passes beside the stages lost 1.35-2.7x, so they stay one tile a block
+// (docs/PERF.md).
+constexpr int kPersistentMinRounds = 1;
+
 // Taps x chunks a step should hold at least: 12 wgmma K steps per square (a 3 x 3 chunk is 9)
 // keep the tensor cores busy long enough to hide the loads issued two steps ahead.
 constexpr int kMinStepKSteps = 12;

@@ -1053,6 +1053,46 @@ def test_general_kernel_pairs_2x2_pools_whose_windows_never_clip(library, elemen
     assert paired >= 20, paired
 
 
+@pytest.mark.parametrize("element", [FLOAT32, FLOAT16, BFLOAT16],
+                         ids=["float32", "float16", "bfloat16"])
+def test_general_kernel_is_persistent_on_paired_plans_of_several_rounds(library, element, seed,
+                                                                      monkeypatch):
+    """Persistent blocks (Plan::persistent) where the plan pools 2 x 2 / 2 windows in registers
+    (its staged windows fit beside three stages) and the layer's tiles take more than one
+    round of the resident blocks (kPersistentMinRounds); layers of one round (the cluster
+    split's) and plans that stage the whole conv tile keep one tile a block, unless
+    $CONV_POOL_GENERAL_PERSISTENT says otherwise (1: wherever it fits; 0: never)."""
+    pointwise = ConvPoolCase("pointwise", 32, 64, 256, 56, 56, (1, 1))  # ResNet-50's
+    plan = general_plan(library, pointwise, element)
+    assert (plan["persistent"], plan["paired"], plan["passes"]) == (1, 1, 1), plan
+    assert plan["tiles"] > H200.sm_count * plan["blocks_per_sm"], plan
+    one_round = general_plan(library, replace(pointwise, batch=1), element)
+    assert one_round["persistent"] == 0 and one_round["tiles"] <= H200.sm_count, one_round
+    overlapping = replace(pointwise, pool_kernel=(3, 3), pool_stride=(2, 2))
+    assert general_plan(library, overlapping, element)["persistent"] == 0
+    monkeypatch.setenv("CONV_POOL_GENERAL_PERSISTENT", "0")
+    assert general_plan(library, pointwise, element)["persistent"] == 0
+    monkeypatch.setenv("CONV_POOL_GENERAL_PERSISTENT", "1")
+    assert general_plan(library, overlapping, element)["persistent"] == 1
+    assert general_plan(library, replace(pointwise, batch=1), element)["persistent"] == 1
+    monkeypatch.delenv("CONV_POOL_GENERAL_PERSISTENT")
+    rng = random.Random(seed)
+    persistent = 0
+    for i in range(100):  # layers of many tiles, half of them under a 2 x 2 / 2 pool
+        kernel = rng.choice((1, 3, 5))
+        case = ConvPoolCase(f"layer_{i}", rng.choice((8, 32, 128)), rng.randint(8, 512),
+                            rng.randint(8, 512), rng.randint(14, 112), rng.randint(14, 112),
+                            (kernel, kernel), padding=(kernel // 2,) * 2,
+                            pool_kernel=(2, 2) if i % 2 else (3, 3), pool_stride=(2, 2))
+        plan = general_plan(library, case, element)
+        if plan is None or not plan["persistent"]:
+            continue
+        persistent += 1
+        assert plan["paired"] == 1 and plan["passes"] == 1 and not plan["cluster"], (case, plan)
+        assert plan["tiles"] > H200.sm_count * plan["blocks_per_sm"], (case, plan)
+    assert persistent >= 10, persistent
+
+
 def test_general_kernel_copy_writes_every_row_a_tap_reads_and_no_other(library, seed):
     """The slice-planar copy writes only the input rows whose residue mod the row stride some
     kernel row reads (copy_rows=phases:mask in the plan): every row a tap of any conv row of

@@ -50,10 +50,12 @@ __device__ __forceinline__ void stage_accumulators(
   }
 }
 
-// Plan::paired_pool (one epilogue pass): the 2 x 2 maxima of the accumulators -> tile, each at
-// its window's first pixel. Values 4 j + v and 4 j + v + 2 of a thread are
-// vertical neighbours, lanes g and g ^ 1 (lane ^ 4) horizontal ones: each lane of the pair
-// keeps one channel's vertical maximum and sends the other channel's to its partner.
+// Plan::paired_pool (one epilogue pass): the 2 x 2 maxima of the accumulators -> tile, staged
+// [channel][window] (the tile's kRows / 2 x kCols / 2 windows, tile_pitch floats a channel: = 4
+// mod 32, so that a warp's stores, 8 channels x 4 windows, hit 32 banks; a quarter of the conv
+// tile's bytes). Values 4 j + v and 4 j + v + 2 of a thread are vertical neighbours, lanes g and
+// g ^ 1 (lane ^ 4) horizontal ones: each lane of the pair keeps one channel's vertical maximum
+// and sends the other channel's to its partner.
 template <int kTileId>
 __device__ __forceinline__ void stage_pooled_pairs(
     const float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs], float* tile,
@@ -63,16 +65,18 @@ __device__ __forceinline__ void stage_pooled_pairs(
   const int warpgroup = warp / 4, warp_in_group = warp % 4;
   const int g = lane / 4, pair = lane % 4;
   const bool odd = g & 1;
-  // This lane's channel 2 pair + odd of each group of 8 at its first square's window; a group
-  // is 8 tile_pitch floats on, a square a constant offset.
+  constexpr int kWindowCols = T::kCols / 2;
+  // This lane's channel 2 pair + odd of each group of 8 at its first square's window (row
+  // warp_in_group of the square's 4, column g / 2); a group is 8 tile_pitch floats on, a square
+  // a constant offset.
   float* const own = tile + (2 * pair + (odd ? 1 : 0)) * tile_pitch +
-                     (warpgroup * T::kSquaresPerGroup / T::kSquareCols) * 8 * T::kCols +
-                     2 * warp_in_group * T::kCols + (g & ~1);
+                     (warpgroup * T::kSquaresPerGroup / T::kSquareCols) * 4 * kWindowCols +
+                     warp_in_group * kWindowCols + g / 2;
 #pragma unroll
   for (int m = 0; m < T::kSquaresPerGroup; ++m) {
     const int square = warpgroup * T::kSquaresPerGroup + m;
     const int offset = (square / T::kSquareCols - warpgroup * T::kSquaresPerGroup /
-                        T::kSquareCols) * 8 * T::kCols + (square % T::kSquareCols) * 8;
+                        T::kSquareCols) * 4 * kWindowCols + (square % T::kSquareCols) * 4;
     float* dst = own + offset;
 #pragma unroll
     for (int j = 0; j < T::kN / 8; ++j, dst += 8 * tile_pitch) {
@@ -87,9 +91,10 @@ __device__ __forceinline__ void stage_pooled_pairs(
 
 // One pooled position of the tile (images side by side: image i's conv columns start at i x
 // kCols / images): where its window lies in the staged conv tile (the window's first pixel and
-// its rows x cols inside the conv output) and the output address of channel channel_base.
-// False where the position lies past the output or the batch.
-template <class E, int kTileId>
+// its rows x cols inside the conv output; kPaired: its maximum's place among the staged 2 x 2
+// windows) and the output address of channel channel_base. False where the position lies past
+// the output or the batch.
+template <class E, int kTileId, bool kPaired>
 __device__ __forceinline__ bool pooled_window(const ConvPoolShape& s, const Plan& p,
                                               const ConvPoolOperands& ops, const TileOrigin& o,
                                               int position, int channel_base, int& window,
@@ -110,7 +115,11 @@ __device__ __forceinline__ bool pooled_window(const ConvPoolShape& s, const Plan
   const int col_begin = max(pooled_col * s.pool_stride_w, -o.conv_col0);
   rows = min(pooled_row * s.pool_stride_h + s.pool_h, s.conv_height - o.conv_row0) - row_begin;
   cols = min(pooled_col * s.pool_stride_w + s.pool_w, s.conv_width - o.conv_col0) - col_begin;
-  window = row_begin * T::kCols + image * (T::kCols / p.images) + col_begin;
+  // (Paired: pool_2x2_inside, so that the window starts at conv pixel (2 pooled_row, 2
+  // pooled_col) of the tile.)
+  window = kPaired
+               ? pooled_row * (T::kCols / 2) + image * (T::kCols / 2 / p.images) + pooled_col
+               : row_begin * T::kCols + image * (T::kCols / p.images) + col_begin;
   out = ElementOperands<E>::out(ops) + (o.image + image) * p.out_stride[0] +
         int64_t(channel_base) * p.out_stride[1] + int64_t(out_row) * p.out_stride[2] +
         int64_t(out_col) * p.out_stride[3];
@@ -176,8 +185,8 @@ __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
       if (group >= groups) break;
       int window, rows, cols;
       Raw* out;
-      if (!pooled_window<E, kTileId>(s, p, ops, o, position, channel_base, window, rows, cols,
-                                     out))
+      if (!pooled_window<E, kTileId, kPaired>(s, p, ops, o, position, channel_base, window,
+                                              rows, cols, out))
         continue;
       const int c0 = group * kVector;
       union {
@@ -215,8 +224,8 @@ __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
        position += kThreads) {
     int window, rows, cols;
     Raw* out;
-    if (!pooled_window<E, kTileId>(s, p, ops, o, position, channel_base, window, rows, cols,
-                                   out))
+    if (!pooled_window<E, kTileId, kPaired>(s, p, ops, o, position, channel_base, window,
+                                            rows, cols, out))
       continue;
     int k = k_first;
     out += int64_t(k) * p.out_stride[1];

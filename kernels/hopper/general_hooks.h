@@ -26,10 +26,15 @@ inline bool is(const char* name, const char* value) {
 // $CONV_POOL_GENERAL_TMA=0: the cp.async loaders instead of the warp-specialized kernel.
 inline bool tma_allowed() { return !is("CONV_POOL_GENERAL_TMA", "0"); }
 
-// $CONV_POOL_GENERAL_PERSISTENT=1: persistent plans. On the H200 the persistent form measured
-// 0.71-1.02x of one tile a block (fewer stages and two epilogue passes beside its own
-// epilogue tile, a static schedule; docs/PERF.md), so the plans take one tile a block.
-inline bool persistent_allowed() { return is("CONV_POOL_GENERAL_PERSISTENT", "1"); }
+// $CONV_POOL_GENERAL_PERSISTENT=1: persistent plans wherever they fit (their epilogue tile
+// beside three stages: the paired windows, or the conv tile in passes); =0: one tile a block
+// everywhere. Unset: the rule (kPersistentMinRounds: paired plans of several rounds of blocks;
+// with the conv tile in passes the zoo's layers took up to 2.7x the time of one tile a block on
+// the H200, docs/PERF.md). Returns 1, 0, or -1 for the rule.
+inline int persistent_mode() {
+  if (is("CONV_POOL_GENERAL_PERSISTENT", "1")) return 1;
+  return is("CONV_POOL_GENERAL_PERSISTENT", "0") ? 0 : -1;
+}
 
 // $CONV_POOL_GENERAL_PAIRED=0: 2 x 2 pools staged as the whole conv tile instead of their
 // maxima taken in registers (Plan::paired_pool).
@@ -140,7 +145,7 @@ struct SearchHooks {
   int merged, persistent, paired, cluster, swizzle, tile, images, split, step_chunks,
       group_rows;
   static SearchHooks read() {
-    return {merged_allowed(), persistent_allowed(), pairing_allowed(), cluster_allowed(),
+    return {merged_allowed(), persistent_mode(), pairing_allowed(), cluster_allowed(),
             swizzle_allowed(), forced_tile(),      forced_images(),   forced_split(),
             forced_step_chunks(), forced_group_rows()};
   }

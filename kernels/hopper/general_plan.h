@@ -165,25 +165,27 @@ struct Plan {
   bool merged_cols;
   int x_swizzle;
   // Epilogue: the conv tile in shared memory, [channel][pixel] fp32 with tile_pitch floats per
-  // channel, n / epilogue_passes channels at a time, at epilogue_offset: 0 (the pipeline's
-  // bytes, reused), or (persistent) past the stages.
+  // channel (paired_pool: its 2 x 2 windows' maxima, [channel][window]), n / epilogue_passes
+  // channels at a time, at epilogue_offset: 0 (the pipeline's bytes, reused), or (persistent)
+  // past the stages.
   int epilogue_passes;
   int tile_pitch;
   int epilogue_offset;
   // pool_2x2_inside layers: each 2 x 2 window's maximum is taken in registers (a thread holds
-  // its window's two rows, its neighbour lane the other column) and staged alone, at the
-  // window's first pixel; the pooling then reads one pixel a window (a quarter of the
-  // epilogue's shared-memory traffic). The warp-specialized kernel only (kTmaInput), with one
-  // epilogue pass, and not in the cluster split, which sums partial tiles before pooling.
+  // its window's two rows, its neighbour lane the other column) and staged alone, one float a
+  // window; the pooling then reads one float a window (a quarter of the epilogue's
+  // shared-memory traffic and bytes: persistent plans fit it beside the stages). The
+  // warp-specialized kernel only (kTmaInput), with one epilogue pass, and not in the cluster
+  // split, which sums partial tiles before pooling.
   bool paired_pool;
   // The warp-specialized kernel's one-block tiles with one epilogue pass, not paired, not the
   // cluster split: a channels-last output's window loops take a 16-byte group of channels at
   // once (a launch setting; off with $CONV_POOL_GENERAL_WIDE_POOL=0).
   bool wide_pool;
-  // kTmaInput, persistent (on request only: $CONV_POOL_GENERAL_PERSISTENT=1): each block runs
-  // tiles (tile x split shares) blockIdx.x, + grid, ... in turn, its producer loading the next
-  // one's steps under this one's epilogue; grid = the blocks resident at once. Else grid =
-  // tiles x split, one each.
+  // kTmaInput, persistent (paired plans of several rounds, kPersistentMinRounds; any plan with
+  // $CONV_POOL_GENERAL_PERSISTENT=1): each block runs tiles (tile x split shares) blockIdx.x,
+  // + grid, ... in turn, its producer loading the next one's steps under this one's epilogue;
+  // grid = the blocks resident at once. Else grid = tiles x split, one each.
   bool persistent;
   int64_t grid;
   // Dynamic shared memory of a block: [stages][halo | weights] (the epilogue tile reuses it),

@@ -259,17 +259,34 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   const int kstep_entries = p.group_rows * s.kernel_w * p.step_chunks;
   const int fixed = fixed_bytes(p, t, kstep_entries);
   p.tile_pitch = tile_rows * tile_cols + 4;
+  // 2 x 2 / 2 pools inside the conv output take their windows' maxima in registers and stage
+  // those alone (Plan::paired_pool), in one epilogue pass: a quarter of the conv tile.
+  const bool pairable = tma && pool_2x2_inside(s) && pairing_allowed();
+  const int paired_pitch = (tile_rows / 2) * (tile_cols / 2) + 4;
   auto epilogue_bytes = [&](int passes) {
     return round_up((t.n / passes) * p.tile_pitch * 4, 128);
   };
-  // The warp-specialized kernel, where persistence is asked for (persistent_allowed), is
-  // persistent where three stages and an epilogue tile of its own fit (as many channels a pass
-  // as fit beside the stages): a block's producer then loads its next tile's steps while the
-  // consumers pool this one. Its producer runs as many steps ahead as the stages that fit.
+  // The warp-specialized kernel is persistent where three stages and an epilogue tile of its
+  // own fit: the paired windows on layers of more than kPersistentMinRounds rounds of resident
+  // blocks (the rule), or where the hook asks for it (persistent_mode), as many channels of the
+  // conv tile a pass as fit beside the stages. A block's producer then loads its next tile's
+  // steps while the consumers pool this one, as many steps ahead as the stages that fit. (Layers
+  // of one round keep one tile a block: their split reductions need it.)
   p.persistent = false;
   p.epilogue_offset = 0;
   int region = 0;
-  if (tma && persistent_allowed()) {
+  const int paired_bytes = round_up(t.n * paired_pitch * 4, 128);
+  const int persistent = persistent_mode();
+  const bool rounds =
+      p.tiles > int64_t(kPersistentMinRounds) * device.sm_count * (two_blocks ? 2 : 1);
+  if (tma && pairable && (persistent == 1 || (persistent == -1 && rounds)) &&
+      kStages * p.stage_bytes + paired_bytes + fixed <= budget) {
+    p.persistent = true;
+    p.epilogue_passes = 1;
+    p.stages = std::min(kMaxStages, (budget - fixed - paired_bytes) / p.stage_bytes);
+    p.epilogue_offset = p.stages * p.stage_bytes;
+    region = p.epilogue_offset + paired_bytes;
+  } else if (tma && persistent == 1) {
     int passes = 1;
     while (passes < t.n / 8 && kStages * p.stage_bytes + epilogue_bytes(passes) + fixed > budget)
       passes *= 2;
@@ -292,7 +309,7 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
       p.epilogue_passes *= 2;
     region = round_up(std::max(pipeline, (t.n / p.epilogue_passes) * p.tile_pitch * 4), 16);
   }
-  p.paired_pool = tma && pool_2x2_inside(s) && p.epilogue_passes == 1 && pairing_allowed();
+  p.paired_pool = pairable && p.epilogue_passes == 1;
   p.bias_offset = region;
   p.kstep_table_offset = region + t.n * 4;
   p.col_slot_offset = round_up(p.kstep_table_offset + kstep_entries * 4, 16);
@@ -385,6 +402,7 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
     p.blocks_per_sm = 1;
     p.paired_pool = false;  // (the cluster sums partial tiles, then pools)
   }
+  if (p.paired_pool) p.tile_pitch = paired_pitch;
   p.partial_bytes = p.split > 1 && !p.cluster_split
                         ? int64_t(p.tiles) * p.split * int64_t(tile_bytes) + 4 * p.tiles
                         : 0;

@@ -20,11 +20,11 @@
 //     other's shared memory, each block then pooling its share of the channels
 //     (Plan::cluster_split); persistent plans sum them through global memory as the other
 //     kernel does.
-// Persistent plans (Plan::persistent, on request only): a block runs work items blockIdx.x,
-// + gridDim.x, ... and both roles carry their stage and phase from one item to the next, so the
-// producer loads the next tile's first steps while the consumers pool this one (the epilogue
-// tile then has shared memory of its own, past the stages). Otherwise one item a block, and
-// the epilogue tile reuses the stages.
+// Persistent plans (Plan::persistent: paired plans of several rounds of blocks): a block runs
+// work items blockIdx.x, + gridDim.x, ... and both roles carry their stage and phase from one
+// item to the next, so the producer loads the next tile's first steps while the consumers pool
+// this one (the epilogue tile then has shared memory of its own, past the stages). Otherwise
+// one item a block, and the epilogue tile reuses the stages.
 // The stages hold [image][phase][slice][halo row][column][16 bytes] boxes (each (image, phase)
 // plane padded to 128 bytes, where the copy engine wants a box to land), then the weights
 // [tap][chunk][slice][n][16 bytes] (a whole group's taps where read in place); a tap of a square
