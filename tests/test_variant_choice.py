@@ -1061,7 +1061,8 @@ def test_general_kernel_is_persistent_on_paired_plans_of_several_rounds(library,
     (its staged windows fit beside three stages) and the layer's tiles take more than one
     round of the resident blocks (kPersistentMinRounds); layers of one round (the cluster
     split's) and plans that stage the whole conv tile keep one tile a block, unless
-    $CONV_POOL_GENERAL_PERSISTENT says otherwise (1: wherever it fits; 0: never)."""
+    $CONV_POOL_GENERAL_PERSISTENT says otherwise (1: wherever it fits, steps sized for the
+    paired windows; 0: never)."""
     pointwise = ConvPoolCase("pointwise", 32, 64, 256, 56, 56, (1, 1))  # ResNet-50's
     plan = general_plan(library, pointwise, element)
     assert (plan["persistent"], plan["paired"], plan["passes"]) == (1, 1, 1), plan
@@ -1075,6 +1076,10 @@ def test_general_kernel_is_persistent_on_paired_plans_of_several_rounds(library,
     monkeypatch.setenv("CONV_POOL_GENERAL_PERSISTENT", "1")
     assert general_plan(library, overlapping, element)["persistent"] == 1
     assert general_plan(library, replace(pointwise, batch=1), element)["persistent"] == 1
+    # On request, the steps leave room for the paired windows where the rule's plans have none.
+    wide = ConvPoolCase("wide", 128, 1024, 1024, 14, 14, (1, 1))  # ResNeXt-50's
+    plan = general_plan(library, wide, element)
+    assert (plan["persistent"], plan["paired"], plan["passes"]) == (1, 1, 1), plan
     monkeypatch.delenv("CONV_POOL_GENERAL_PERSISTENT")
     rng = random.Random(seed)
     persistent = 0

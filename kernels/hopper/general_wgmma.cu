@@ -240,9 +240,18 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   const int min_blocks = split ? 1 : t.min_blocks;  // 3xTF32: 255 registers a thread
   // Swizzled stages where x is read in place (their padding may not fit where plain ones do).
   const bool swizzle = tma && x_in_place && swizzle_allowed();
+  // 2 x 2 / 2 pools inside the conv output take their windows' maxima in registers and stage
+  // those alone (Plan::paired_pool), in one epilogue pass: a quarter of the conv tile.
+  const bool pairable = tma && pool_2x2_inside(s) && pairing_allowed();
+  const int paired_pitch = (tile_rows / 2) * (tile_cols / 2) + 4;
+  const int paired_bytes = round_up(t.n * paired_pitch * 4, 128);
+  const int persistent = persistent_mode();
+  // Persistent plans on request ($CONV_POOL_GENERAL_PERSISTENT=1) size their steps so that the
+  // paired windows fit beside three stages (the rule's plans are the ones where they do).
+  const int reserved = pairable && persistent == 1 ? paired_bytes : 0;
   auto staged = [&](int budget) {
-    return (swizzle && stage_reduction(s, t, p, budget, true)) ||
-           stage_reduction(s, t, p, budget, false);
+    return (swizzle && stage_reduction(s, t, p, budget - reserved, true)) ||
+           stage_reduction(s, t, p, budget - reserved, false);
   };
   const bool two_blocks = min_blocks == 2 && staged(two_block_budget);
   if (!two_blocks && !staged(device.max_shared_bytes)) {
@@ -259,10 +268,6 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   const int kstep_entries = p.group_rows * s.kernel_w * p.step_chunks;
   const int fixed = fixed_bytes(p, t, kstep_entries);
   p.tile_pitch = tile_rows * tile_cols + 4;
-  // 2 x 2 / 2 pools inside the conv output take their windows' maxima in registers and stage
-  // those alone (Plan::paired_pool), in one epilogue pass: a quarter of the conv tile.
-  const bool pairable = tma && pool_2x2_inside(s) && pairing_allowed();
-  const int paired_pitch = (tile_rows / 2) * (tile_cols / 2) + 4;
   auto epilogue_bytes = [&](int passes) {
     return round_up((t.n / passes) * p.tile_pitch * 4, 128);
   };
@@ -275,8 +280,6 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   p.persistent = false;
   p.epilogue_offset = 0;
   int region = 0;
-  const int paired_bytes = round_up(t.n * paired_pitch * 4, 128);
-  const int persistent = persistent_mode();
   const bool rounds =
       p.tiles > int64_t(kPersistentMinRounds) * device.sm_count * (two_blocks ? 2 : 1);
   if (tma && pairable && (persistent == 1 || (persistent == -1 && rounds)) &&
