@@ -28,9 +28,10 @@ inline bool tma_allowed() { return !is("CONV_POOL_GENERAL_TMA", "0"); }
 
 // $CONV_POOL_GENERAL_PERSISTENT=1: persistent plans wherever they fit (their epilogue tile
 // beside three stages: the paired windows, for which the steps are sized, or the conv tile in
-// passes); =0: one tile a block everywhere. Unset: the rule (kPersistentMinRounds: paired plans of several rounds of blocks;
-// with the conv tile in passes the zoo's layers took up to 2.7x the time of one tile a block on
-// the H200, docs/PERF.md). Returns 1, 0, or -1 for the rule.
+// passes); =0: one tile a block everywhere. Unset: the rule (kPersistentMinRounds: paired
+// plans of several rounds of blocks; with the conv tile in passes the zoo's layers took up to
+// 2.7x the time of one tile a block on the H200, docs/PERF.md). Returns 1, 0, or -1 for the
+// rule.
 inline int persistent_mode() {
   if (is("CONV_POOL_GENERAL_PERSISTENT", "1")) return 1;
   return is("CONV_POOL_GENERAL_PERSISTENT", "0") ? 0 : -1;
