@@ -43,15 +43,20 @@ TOLERANCE = {torch.float32: 1e-2, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 # warps copy with cp.async (general_kernel.cuh; $CONV_POOL_GENERAL_TMA=0). The 3xTF32 form is
 # the last kind either way. tma_narrow_pool: the default form with $CONV_POOL_GENERAL_WIDE_POOL=0
 # (a channels-last output's window loops over 2 channels at once, not 16 bytes, on one-block
-# tiles too).
+# tiles too). tma_direct_pairs: the default form with $CONV_POOL_GENERAL_DIRECT_PAIRS=1 (paired
+# plans store their windows' outputs from the registers), also persistent
+# (tma_persistent_direct: no barrier between a block's tiles).
 PATH_HOOKS = {"tma": {}, "tma_slices": {"CONV_POOL_GENERAL_TMA_MERGED": "0"},
               "tma_narrow_pool": {"CONV_POOL_GENERAL_WIDE_POOL": "0"},
+              "tma_direct_pairs": {"CONV_POOL_GENERAL_DIRECT_PAIRS": "1"},
+              "tma_persistent_direct": {"CONV_POOL_GENERAL_PERSISTENT": "1",
+                                        "CONV_POOL_GENERAL_DIRECT_PAIRS": "1"},
               "tma_global_split": {"CONV_POOL_GENERAL_CLUSTER": "0"},
               "tma_persistent": {"CONV_POOL_GENERAL_PERSISTENT": "1"},
               "tma_pdl": {"CONV_POOL_GENERAL_PDL": "1"},
               "cpasync": {"CONV_POOL_GENERAL_TMA": "0"}}
 # The forms whose plans are the default's (split reductions through the cluster).
-CLUSTER_PATHS = ("tma", "tma_slices", "tma_pdl", "tma_narrow_pool")
+CLUSTER_PATHS = ("tma", "tma_slices", "tma_pdl", "tma_narrow_pool", "tma_direct_pairs")
 
 
 @pytest.fixture(autouse=True, params=list(PATH_HOOKS))

@@ -50,12 +50,23 @@ __device__ __forceinline__ void stage_accumulators(
   }
 }
 
+// The maximum of a 2 x 2 window of accumulator group j of one square (Plan::paired_pool):
+// values 4 j + v and 4 j + v + 2 of a thread are vertical neighbours, lanes g and g ^ 1 (lane ^
+// 4) horizontal ones: each lane of the pair keeps one channel's vertical maximum (the odd one
+// where g is odd) and sends the other channel's to its partner. Every lane of the warp calls it.
+template <int kAccs>
+__device__ __forceinline__ float pair_window_max(const float (&acc)[kAccs], int j, bool odd) {
+  const float even_channel = max_keeping_nan(acc[4 * j], acc[4 * j + 2]);
+  const float odd_channel = max_keeping_nan(acc[4 * j + 1], acc[4 * j + 3]);
+  const float kept = odd ? odd_channel : even_channel;
+  const float sent = odd ? even_channel : odd_channel;
+  return max_keeping_nan(kept, __shfl_xor_sync(0xffffffffu, sent, 4));
+}
+
 // Plan::paired_pool (one epilogue pass): the 2 x 2 maxima of the accumulators -> tile, staged
 // [channel][window] (the tile's kRows / 2 x kCols / 2 windows, tile_pitch floats a channel: = 4
 // mod 32, so that a warp's stores, 8 channels x 4 windows, hit 32 banks; a quarter of the conv
-// tile's bytes). Values 4 j + v and 4 j + v + 2 of a thread are vertical neighbours, lanes g and
-// g ^ 1 (lane ^ 4) horizontal ones: each lane of the pair keeps one channel's vertical maximum
-// and sends the other channel's to its partner.
+// tile's bytes).
 template <int kTileId>
 __device__ __forceinline__ void stage_pooled_pairs(
     const float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs], float* tile,
@@ -79,12 +90,58 @@ __device__ __forceinline__ void stage_pooled_pairs(
                         T::kSquareCols) * 4 * kWindowCols + (square % T::kSquareCols) * 4;
     float* dst = own + offset;
 #pragma unroll
-    for (int j = 0; j < T::kN / 8; ++j, dst += 8 * tile_pitch) {
-      const float even_channel = max_keeping_nan(acc[m][4 * j], acc[m][4 * j + 2]);
-      const float odd_channel = max_keeping_nan(acc[m][4 * j + 1], acc[m][4 * j + 3]);
-      const float kept = odd ? odd_channel : even_channel;
-      const float sent = odd ? even_channel : odd_channel;
-      *dst = max_keeping_nan(kept, __shfl_xor_sync(0xffffffffu, sent, 4));
+    for (int j = 0; j < T::kN / 8; ++j, dst += 8 * tile_pitch)
+      *dst = pair_window_max(acc[m], j, odd);
+  }
+}
+
+// Plan::direct_pairs (paired plans without a split): the same 2 x 2 maxima stored from the
+// registers, each lane its window's output of one channel (channel 8 j + 2 (lane % 4) + odd of
+// each group), after bias and ReLU, with the arithmetic of pool_tile's paired form (so the
+// same values). Nothing goes through shared memory: no barrier, the bias read from global
+// memory. A warp's store covers 4 consecutive pooled columns of 8 channels.
+template <class E, int kTileId>
+__device__ __forceinline__ void store_pooled_pairs(
+    const ConvPoolShape& s, const Plan& p, const ConvPoolOperands& ops, const TileOrigin& o,
+    const float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs]) {
+  using T = Tile<kTileId>;
+  using Raw = typename E::Raw;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warpgroup = warp / 4, warp_in_group = warp % 4;
+  const int g = lane / 4, pair = lane % 4;
+  const bool odd = g & 1;
+  // Each square's window of this lane: window row 4 (square row) + warp_in_group, column 4
+  // (square column) + g / 2 of the tile's kRows / 2 x kCols / 2, image by image (pooled_window;
+  // images is a power of two).
+  constexpr int kWindowCols = T::kCols / 2;
+  const int image_windows = kWindowCols / p.images;
+  const int first = o.channel0 + 2 * pair + (odd ? 1 : 0);  // this lane's channel of group 0
+  const int left = s.out_channels - first;                  // group j stores where 8 j < left
+  const Raw* bias = ElementOperands<E>::bias(ops);
+  const int64_t out_step = 8 * p.out_stride[1];
+  // Square by square (one output pointer live: the accumulators leave few registers).
+#pragma unroll
+  for (int m = 0; m < T::kSquaresPerGroup; ++m) {
+    const int square = warpgroup * T::kSquaresPerGroup + m;
+    const int window_row = (square / T::kSquareCols) * 4 + warp_in_group;
+    const int window_col = (square % T::kSquareCols) * 4 + g / 2;
+    const int image = window_col * p.images / kWindowCols;
+    const int pooled_col = window_col - image * image_windows;
+    const int out_row = o.out_row0 + window_row, out_col = o.out_col0 + pooled_col;
+    const bool inside = window_row < p.pooled_rows && pooled_col < p.pooled_cols &&
+                        out_row < s.out_height && out_col < s.out_width &&
+                        o.image + image < s.batch;
+    Raw* out = ElementOperands<E>::out(ops) + (o.image + image) * p.out_stride[0] +
+               int64_t(first) * p.out_stride[1] + int64_t(out_row) * p.out_stride[2] +
+               int64_t(out_col) * p.out_stride[3];
+#pragma unroll
+    for (int j = 0; j < T::kN / 8; ++j, out += out_step) {
+      const float best = pair_window_max(acc[m], j, odd);  // (every lane: it shuffles)
+      const bool real = 8 * j < left;
+      const float add =
+          bias != nullptr && real ? E::to_float(bias[int64_t(first + 8 * j) * ops.bias_stride])
+                                  : 0.f;
+      if (inside && real) *out = E::from_float(relu_keeping_nan(best + add));
     }
   }
 }

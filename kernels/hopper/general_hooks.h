@@ -89,6 +89,11 @@ inline bool fold_allowed() { return !is("CONV_POOL_GENERAL_FOLD", "0"); }
 // setting, not the plan's.
 inline bool wide_pool_allowed() { return !is("CONV_POOL_GENERAL_WIDE_POOL", "0"); }
 
+// $CONV_POOL_GENERAL_DIRECT_PAIRS=1: paired plans store their windows' outputs from the
+// registers instead of staging the windows for the pooling loops (Plan::direct_pairs). A launch
+// setting, not the plan's.
+inline bool direct_pairs_forced() { return is("CONV_POOL_GENERAL_DIRECT_PAIRS", "1"); }
+
 // $CONV_POOL_GENERAL_PLAN_CACHE=0: every plan searched afresh (general_plan_cache.h), to
 // time the search or to rule the cache out.
 inline bool plan_cache_allowed() { return !is("CONV_POOL_GENERAL_PLAN_CACHE", "0"); }

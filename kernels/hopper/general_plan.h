@@ -182,6 +182,10 @@ struct Plan {
   // cluster split: a channels-last output's window loops take a 16-byte group of channels at
   // once (a launch setting; off with $CONV_POOL_GENERAL_WIDE_POOL=0).
   bool wide_pool;
+  // Paired plans without a split: each lane stores its 2 x 2 windows' outputs from its
+  // registers (store_pooled_pairs), nothing staged, no barrier between the mainloop and the next
+  // tile (a launch setting, on with $CONV_POOL_GENERAL_DIRECT_PAIRS=1).
+  bool direct_pairs;
   // kTmaInput, persistent (paired plans of several rounds, kPersistentMinRounds; any plan with
   // $CONV_POOL_GENERAL_PERSISTENT=1): each block runs tiles (tile x split shares) blockIdx.x,
   // + grid, ... in turn, its producer loading the next one's steps under this one's epilogue;

@@ -860,6 +860,7 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
     }
     p.wide_pool = hooks::wide_pool_allowed() && p.out_stride[1] == 1 &&
                   p.epilogue_passes == 1 && !p.paired_pool && !p.cluster_split;
+    p.direct_pairs = hooks::direct_pairs_forced() && p.paired_pool && p.split == 1;
     if (trace_path() != nullptr) {
       if (cudaError_t error = trace_begin(p, stream); error != cudaSuccess) return error;
     }

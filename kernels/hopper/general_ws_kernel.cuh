@@ -313,6 +313,15 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
     for (int m = 0; m < T::kSquaresPerGroup; ++m) fence_registers(acc[m]);
     if (threadIdx.x % 128 == 0) mbarrier_arrive(empty + held);  // the producer's next tile
     const TileOrigin o = tile_origin<kTileId>(s, p, k.tile);  // (not live across the steps)
+    if constexpr (!kCluster) {
+      // Stored from the registers (one tile a block's share: no split): nothing shared is
+      // written, so the warpgroups go on to their next tile (or leave) without a barrier.
+      if (p.direct_pairs) {
+        store_pooled_pairs<X, kTileId>(s, p, ops, o, acc);
+        if (threadIdx.x == 0 && w == blockIdx.x) trace(p, kTraceTileDone);
+        continue;
+      }
+    }
     load_bias<X, kTileId>(s, ops, o, bias);
     // The bias is written; no wgmma reads the stages any more (where the epilogue tile lies in
     // them: one tile a block, every copy into them landed).
