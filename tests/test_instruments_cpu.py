@@ -920,3 +920,31 @@ def test_kernel_breakdown_configs_carry_hook_settings_and_restore_them(monkeypat
     stem = kb.case_from_spec("32,3,64,224,224,7,2,3,3,2,1")
     assert (stem.pool_padding, stem.pooled_out()) == ((1, 1), (56, 56)), stem
     assert kb.case_from_spec("1,3,8,16,16,3,1,1,2,2").pool_padding == (0, 0)
+
+
+def test_kernel_breakdown_picks_cases_by_their_general_plan(capsys):
+    """tools/kernel_breakdown.py --plan KEY=VALUE keeps the JSON's cases whose general-kernel
+    host plan has that value (here every float16 zoo row whose plan is paired without a split,
+    and none other), --list prints them and stops without a GPU; a --plan without `=` and one
+    that matches nothing are refused."""
+    from tools import kernel_breakdown as kb
+    from utils import kernel_choice
+    import cuda_extension
+    zoo = REPO / "docs" / "zoo_h200_float16.json"
+    assert kb.main(["--json", str(zoo), "--all", "--plan", "paired=1", "--plan", "split=1",
+                    "--list"]) == 0
+    listed = [line.split() for line in capsys.readouterr().out.strip().splitlines()]
+    assert listed and all(dtype == "float16" and layout == "nchw"
+                          for _, dtype, layout in listed), listed
+    lib = kernel_choice.load(cuda_extension)
+    expected = []
+    for entry in json.loads(zoo.read_text())["cases"]:
+        plan = kernel_choice.general_plan(lib, ConvPoolCase.from_dict(entry["case"]),
+                                          kernel_choice.FLOAT16)
+        if plan is not None and plan["paired"] == 1 and plan["split"] == 1:
+            expected.append(entry["name"])
+    assert [name for name, _, _ in listed] == expected
+    assert all("_p2s2_" in name for name in expected), expected
+    for wrong in (["--plan", "paired"], ["--plan", "tile=no_such_tile"]):
+        with pytest.raises(SystemExit):
+            kb.main(["--json", str(zoo), "--all", *wrong, "--list"])

@@ -18,8 +18,9 @@
 # 150-geometry performance fuzz from case FUZZ_START (default 0) into $OUT/fuzz_<start>.json
 # (the JSONs are written after every case); breakdown: tools/kernel_breakdown.py on the zoo's
 # slowest classes, its large 16-bit 1 x 1 layers (NCHW and channels-last) and the stem kernel's
-# few-tile layers, or with BREAKDOWN_ARGS set one run of the tool with those arguments (e.g.
-# "--json docs/zoo_h200_float32.json --all --configs auto,auto@HOOK=1 --summary"); fewchannel: the
+# few-tile layers, or with BREAKDOWN_ARGS set runs of the tool with those arguments, ';' between
+# runs (e.g. "--json docs/zoo_h200_float32.json --all --plan paired=1 --configs
+# auto,auto@HOOK=1 --summary; --json docs/zoo_h200_float16.json --all --summary"); fewchannel: the
 # tool on 11 first layers of 1-3 channels (stems, 11 x 11 / 4, 5 x 5, 3 x 3, batch 1-128) in
 # float16 channels-last, float32 both layouts and bfloat16, FEWCHANNEL_CONFIGS (default
 # auto,auto@CONV_POOL_GENERAL_FOLD=0) against auto, FEWCHANNEL_SPECS (space-separated
@@ -85,9 +86,13 @@ archive() {
 
 breakdown() {  # the zoo's slowest classes kernel by kernel, and the stem kernel on few tiles
   local k="python3 tools/kernel_breakdown.py"
-  if [ -n "${BREAKDOWN_ARGS:-}" ]; then  # one run of the tool's own arguments instead
-    # shellcheck disable=SC2086  # several words
-    $k $BREAKDOWN_ARGS
+  if [ -n "${BREAKDOWN_ARGS:-}" ]; then  # runs of the tool's own arguments instead, ';' apart
+    local run runs
+    IFS=';' read -ra runs <<< "$BREAKDOWN_ARGS"
+    for run in "${runs[@]}"; do
+      # shellcheck disable=SC2086  # several words
+      $k $run || return
+    done
     return
   fi
   $k --json docs/zoo_h200_float32.json densenet121_c112_p2s2_b1 inception_v3_c80_p2s2_b128 \

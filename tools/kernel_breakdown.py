@@ -8,10 +8,14 @@ name or given by their numbers.
         --configs auto,stem_16bit,general_wgmma
     python tools/kernel_breakdown.py --json docs/zoo_h200_float32.json --all \
         --configs auto,auto@CONV_POOL_GENERAL_TMA_COPY=1 --summary
+    python tools/kernel_breakdown.py --json docs/zoo_h200_float16.json --all --plan paired=1 \
+        --plan split=1 --list
 
 A config may carry environment settings after `@` (`auto@NAME=VALUE@NAME=VALUE`): the
 general kernel's hooks (kernels/hopper/general_hooks.h), set while that config is planned
 and timed and restored after, so that two forms of one variant are timed in one process.
+--plan KEY=VALUE keeps the cases whose general-kernel plan (kernel_choice.general_plan) has
+that value; --list prints the chosen cases and stops (no GPU needed).
 --summary ends with one row per case: each config's kernel time and its ratio to the first.
 A config named more than once is timed each time, its repeats shown as CONFIG#2, CONFIG#3
 (e.g. `--configs auto,auto@HOOK=1,auto`: the run's own noise beside the change).
@@ -213,6 +217,18 @@ def print_summary(results, configs, title: str = "") -> None:
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 
+def plan_matches(item, wanted) -> bool:
+    """Whether the general kernel's host plan for a (case, dtype, channels_last) work item has
+    every (key, value) of `wanted` (values compared as text)."""
+    from utils import kernel_choice
+    case, dtype, channels_last = item
+    element = {torch.float32: kernel_choice.FLOAT32, torch.float16: kernel_choice.FLOAT16,
+               torch.bfloat16: kernel_choice.BFLOAT16}[dtype]
+    plan = kernel_choice.general_plan(kernel_choice.load(cuda_extension), case, element,
+                                      channels_last=channels_last)
+    return plan is not None and all(str(plan.get(key)) == value for key, value in wanted)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python tools/kernel_breakdown.py",
                                      description=__doc__.split("\n\n")[0])
@@ -232,6 +248,12 @@ def main(argv=None) -> int:
                              "@NAME=VALUE environment settings (default auto)")
     parser.add_argument("--summary", action="store_true",
                         help="end with a table of every case's kernel time per config")
+    parser.add_argument("--plan", action="append", default=[], metavar="KEY=VALUE",
+                        help="keep only the cases whose general-kernel plan (the host's, for the "
+                             "H200, the hooks as set) has KEY = VALUE, e.g. paired=1 "
+                             "(repeatable; a case the kernel does not run is dropped)")
+    parser.add_argument("--list", action="store_true",
+                        help="print the cases chosen (name, dtype, layout) and stop; no GPU")
     parser.add_argument("--stream", type=int, default=0, metavar="CALLS",
                         help="also time CALLS calls back to back (no flush between them: the "
                              "stream's rate, for launch overlap such as "
@@ -276,6 +298,21 @@ def main(argv=None) -> int:
             parser.error(str(error))
     if not work:
         parser.error("name at least one case (names with --json, or --spec)")
+    if args.plan:
+        try:
+            wanted = [text.split("=", 1) for text in args.plan]
+            if any(len(pair) != 2 or not pair[0] for pair in wanted):
+                raise ValueError
+        except ValueError:
+            parser.error(f"--plan wants KEY=VALUE, got {args.plan}")
+        work = [item for item in work if plan_matches(item, wanted)]
+        if not work:
+            parser.error(f"no case has a general-kernel plan with {' '.join(args.plan)}")
+    if args.list:
+        for case, dtype, channels_last in work:
+            print(case.name, str(dtype).removeprefix("torch."),
+                  "channels_last" if channels_last else "nchw")
+        return 0
     if not torch.cuda.is_available():
         print("error: needs a CUDA GPU", file=sys.stderr)
         return 2
