@@ -1098,6 +1098,42 @@ def test_general_kernel_is_persistent_on_paired_plans_of_several_rounds(library,
     assert persistent >= 10, persistent
 
 
+@pytest.mark.parametrize("element", [FLOAT32, FLOAT16], ids=["float32", "float16"])
+def test_direct_pairs_take_paired_plans_without_a_split_and_no_window_bytes(library, element,
+                                                                            seed, monkeypatch):
+    """$CONV_POOL_GENERAL_DIRECT_PAIRS=1 (Plan::direct_pairs, the plan's `direct`): paired
+    plans without a split store their windows from the registers and no other plan does; off
+    by default. Their persistent plans reserve no bytes for the windows, so that at least as
+    many stages fit (and plans whose windows did not fit beside three stages may become
+    persistent); every other plan is the one without the hook."""
+    rng = random.Random(seed)
+    direct = persistent = 0
+    for i in range(120):  # half of them under a 2 x 2 / 2 pool, some at batch 1 (split)
+        kernel = rng.choice((1, 3, 5))
+        case = ConvPoolCase(f"layer_{i}", rng.choice((1, 8, 32, 128)), rng.randint(8, 512),
+                            rng.randint(8, 512), rng.randint(7, 112), rng.randint(7, 112),
+                            (kernel, kernel), padding=(kernel // 2,) * 2,
+                            pool_kernel=(2, 2) if i % 2 else (3, 3), pool_stride=(2, 2))
+        monkeypatch.delenv("CONV_POOL_GENERAL_DIRECT_PAIRS", raising=False)
+        staged = general_plan(library, case, element)
+        monkeypatch.setenv("CONV_POOL_GENERAL_DIRECT_PAIRS", "1")
+        plan = general_plan(library, case, element)
+        if plan is None:
+            assert staged is None, case
+            continue
+        assert staged["direct"] == 0, (case, staged)
+        assert plan["direct"] == int(plan["paired"] == 1 and plan["split"] == 1), (case, plan)
+        direct += plan["direct"]
+        differs = {k: (staged[k], plan[k]) for k in plan if plan[k] != staged[k]}
+        if plan["direct"] and plan["persistent"]:  # (also where the windows kept it from it)
+            persistent += 1
+            assert plan["stages"] >= staged["stages"], (case, staged, plan)
+            assert set(differs) <= {"direct", "persistent", "stages", "smem"}, (case, differs)
+        else:
+            assert set(differs) <= {"direct"}, (case, differs)
+    assert direct >= 10 and persistent >= 5, (direct, persistent)
+
+
 def test_general_kernel_copy_writes_every_row_a_tap_reads_and_no_other(library, seed):
     """The slice-planar copy writes only the input rows whose residue mod the row stride some
     kernel row reads (copy_rows=phases:mask in the plan): every row a tap of any conv row of

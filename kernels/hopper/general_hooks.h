@@ -90,8 +90,8 @@ inline bool fold_allowed() { return !is("CONV_POOL_GENERAL_FOLD", "0"); }
 inline bool wide_pool_allowed() { return !is("CONV_POOL_GENERAL_WIDE_POOL", "0"); }
 
 // $CONV_POOL_GENERAL_DIRECT_PAIRS=1: paired plans store their windows' outputs from the
-// registers instead of staging the windows for the pooling loops (Plan::direct_pairs). A launch
-// setting, not the plan's.
+// registers instead of staging the windows for the pooling loops (Plan::direct_pairs); their
+// persistent plans then reserve no bytes for the windows.
 inline bool direct_pairs_forced() { return is("CONV_POOL_GENERAL_DIRECT_PAIRS", "1"); }
 
 // $CONV_POOL_GENERAL_PLAN_CACHE=0: every plan searched afresh (general_plan_cache.h), to
@@ -148,12 +148,12 @@ inline int forced_group_rows() {
 // for the plan cache's key (general_plan_cache.h): a hook the search comes to read belongs here
 // too, or the cache would answer for its old value.
 struct SearchHooks {
-  int merged, persistent, paired, cluster, swizzle, tile, images, split, step_chunks,
+  int merged, persistent, paired, direct, cluster, swizzle, tile, images, split, step_chunks,
       group_rows;
   static SearchHooks read() {
-    return {merged_allowed(), persistent_mode(), pairing_allowed(), cluster_allowed(),
-            swizzle_allowed(), forced_tile(),      forced_images(),   forced_split(),
-            forced_step_chunks(), forced_group_rows()};
+    return {merged_allowed(), persistent_mode(), pairing_allowed(), direct_pairs_forced(),
+            cluster_allowed(),  swizzle_allowed(),  forced_tile(),     forced_images(),
+            forced_split(),     forced_step_chunks(), forced_group_rows()};
   }
 };
 

@@ -244,7 +244,9 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   // those alone (Plan::paired_pool), in one epilogue pass: a quarter of the conv tile.
   const bool pairable = tma && pool_2x2_inside(s) && pairing_allowed();
   const int paired_pitch = (tile_rows / 2) * (tile_cols / 2) + 4;
-  const int paired_bytes = round_up(t.n * paired_pitch * 4, 128);
+  // Stored from the registers (direct_pairs_forced), the windows take no shared memory.
+  const bool direct = pairable && direct_pairs_forced();
+  const int paired_bytes = direct ? 0 : round_up(t.n * paired_pitch * 4, 128);
   const int persistent = persistent_mode();
   // Persistent plans on request ($CONV_POOL_GENERAL_PERSISTENT=1) size their steps so that the
   // paired windows fit beside three stages (the rule's plans are the ones where they do).
@@ -406,6 +408,8 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
     p.paired_pool = false;  // (the cluster sums partial tiles, then pools)
   }
   if (p.paired_pool) p.tile_pitch = paired_pitch;
+  // (Persistent plans never split: their tiles outnumber the resident blocks.)
+  p.direct_pairs = direct && p.paired_pool && p.split == 1;
   p.partial_bytes = p.split > 1 && !p.cluster_split
                         ? int64_t(p.tiles) * p.split * int64_t(tile_bytes) + 4 * p.tiles
                         : 0;
@@ -860,7 +864,6 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
     }
     p.wide_pool = hooks::wide_pool_allowed() && p.out_stride[1] == 1 &&
                   p.epilogue_passes == 1 && !p.paired_pool && !p.cluster_split;
-    p.direct_pairs = hooks::direct_pairs_forced() && p.paired_pool && p.split == 1;
     if (trace_path() != nullptr) {
       if (cudaError_t error = trace_begin(p, stream); error != cudaSuccess) return error;
     }
