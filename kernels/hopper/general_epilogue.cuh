@@ -95,15 +95,33 @@ __device__ __forceinline__ void stage_pooled_pairs(
   }
 }
 
+// Plan::direct_pairs: the bias of the tile's channels channel0 + 32 i + lane, one register per
+// 32 channels (zeros past the channels and where there is none), all loads in flight at once;
+// store_pooled_pairs shuffles them to the lanes.
+template <class E, int kTileId>
+__device__ __forceinline__ void load_lane_bias(const ConvPoolShape& s, const ConvPoolOperands& ops,
+                                               int channel0,
+                                               float (&lane_bias)[Tile<kTileId>::kN / 32]) {
+  const typename E::Raw* bias = ElementOperands<E>::bias(ops);
+#pragma unroll
+  for (int i = 0; i < Tile<kTileId>::kN / 32; ++i) {
+    const int channel = channel0 + 32 * i + int(threadIdx.x % 32);
+    lane_bias[i] = bias != nullptr && channel < s.out_channels
+                       ? E::to_float(bias[int64_t(channel) * ops.bias_stride])
+                       : 0.f;
+  }
+}
+
 // Plan::direct_pairs (paired plans without a split): the same 2 x 2 maxima stored from the
 // registers, each lane its window's output of one channel (channel 8 j + 2 (lane % 4) + odd of
-// each group), after bias and ReLU, with the arithmetic of pool_tile's paired form (so the
-// same values). Nothing goes through shared memory: no barrier, the bias read from global
-// memory. A warp's store covers 4 consecutive pooled columns of 8 channels.
+// each group), after bias (load_lane_bias's) and ReLU, with the arithmetic of pool_tile's
+// paired form (so the same values). Nothing goes through shared memory: no barrier. A warp's
+// store covers 4 consecutive pooled columns of 8 channels.
 template <class E, int kTileId>
 __device__ __forceinline__ void store_pooled_pairs(
     const ConvPoolShape& s, const Plan& p, const ConvPoolOperands& ops, const TileOrigin& o,
-    const float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs]) {
+    const float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs],
+    const float (&lane_bias)[Tile<kTileId>::kN / 32]) {
   using T = Tile<kTileId>;
   using Raw = typename E::Raw;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -117,7 +135,7 @@ __device__ __forceinline__ void store_pooled_pairs(
   const int image_windows = kWindowCols / p.images;
   const int first = o.channel0 + 2 * pair + (odd ? 1 : 0);  // this lane's channel of group 0
   const int left = s.out_channels - first;                  // group j stores where 8 j < left
-  const Raw* bias = ElementOperands<E>::bias(ops);
+  const int own = 2 * pair + (odd ? 1 : 0);  // first's place in a group of 8 (lane_bias)
   const int64_t out_step = 8 * p.out_stride[1];
   // Square by square (one output pointer live: the accumulators leave few registers).
 #pragma unroll
@@ -136,12 +154,10 @@ __device__ __forceinline__ void store_pooled_pairs(
                int64_t(out_col) * p.out_stride[3];
 #pragma unroll
     for (int j = 0; j < T::kN / 8; ++j, out += out_step) {
-      const float best = pair_window_max(acc[m], j, odd);  // (every lane: it shuffles)
-      const bool real = 8 * j < left;
-      const float add =
-          bias != nullptr && real ? E::to_float(bias[int64_t(first + 8 * j) * ops.bias_stride])
-                                  : 0.f;
-      if (inside && real) *out = E::from_float(relu_keeping_nan(best + add));
+      // (Every lane shuffles: the pair's partner and the bias of channel first + 8 j.)
+      const float best = pair_window_max(acc[m], j, odd);
+      const float add = __shfl_sync(0xffffffffu, lane_bias[j / 4], 8 * (j % 4) + own);
+      if (inside && 8 * j < left) *out = E::from_float(relu_keeping_nan(best + add));
     }
   }
 }

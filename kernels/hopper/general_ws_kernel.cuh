@@ -317,7 +317,9 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
       // Stored from the registers (one tile a block's share: no split): nothing shared is
       // written, so the warpgroups go on to their next tile (or leave) without a barrier.
       if (p.direct_pairs) {
-        store_pooled_pairs<X, kTileId>(s, p, ops, o, acc);
+        float lane_bias[T::kN / 32];
+        load_lane_bias<X, kTileId>(s, ops, o.channel0, lane_bias);
+        store_pooled_pairs<X, kTileId>(s, p, ops, o, acc, lane_bias);
         if (threadIdx.x == 0 && w == blockIdx.x) trace(p, kTraceTileDone);
         continue;
       }
