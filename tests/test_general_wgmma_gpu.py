@@ -57,6 +57,8 @@ PATH_HOOKS = {"tma": {}, "tma_slices": {"CONV_POOL_GENERAL_TMA_MERGED": "0"},
               "cpasync": {"CONV_POOL_GENERAL_TMA": "0"}}
 # The forms whose plans are the default's (split reductions through the cluster).
 CLUSTER_PATHS = ("tma", "tma_slices", "tma_pdl", "tma_narrow_pool", "tma_direct_pairs")
+# The forms whose paired plans without a split store from the registers (Plan::direct_pairs).
+DIRECT_PATHS = ("tma_direct_pairs", "tma_persistent_direct")
 
 
 @pytest.fixture(autouse=True, params=list(PATH_HOOKS))
@@ -180,6 +182,8 @@ def test_paired_2x2_pools_match_float64(ext, lib, device, seed, tile, dtype, pat
         assert plan is not None and plan["tile"] == tile, plan
         pairs = plan["input"] == "tma" and plan["passes"] == 1 and not plan["cluster"]
         assert plan["paired"] == int(pairs), plan
+        direct = path in DIRECT_PATHS and pairs and plan["split"] == 1
+        assert plan["direct"] == int(direct), plan
         paired += pairs
         x, w, b = operands(case, seed, dtype)
         x[0, 1, 4, 5] = float("nan")
@@ -273,6 +277,35 @@ def test_images_side_by_side_match_float64(ext, lib, device, seed, images, dtype
                 check(ext, case, with_layout(x, layout), w, b, dtype,
                       f"{tile} {case.name} {layout} {plan}")
     assert tiles == IMAGE_TILES[images] and splits == {False, True}, (tiles, splits)
+
+
+# Paired plans of small images side by side (the host's hook $CONV_POOL_GENERAL_IMAGES): each
+# image's windows in its share of the tile's columns (odd sizes: floor mode drops the last row
+# and column), the batch's last tile short of images, channels past the last block.
+PAIRED_IMAGES_CASE = ConvPoolCase("paired_images", 5, 24, 72, 7, 7, (3, 3), padding=(1, 1))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("images", [2, 4])
+def test_paired_pools_of_images_side_by_side_match_float64(ext, lib, device, seed, images,
+                                                           dtype, path, monkeypatch):
+    monkeypatch.setenv("CONV_POOL_GENERAL_IMAGES", str(images))
+    case = PAIRED_IMAGES_CASE
+    x, w, b = operands(case, seed, dtype)
+    ran = set()
+    for tile in sorted(IMAGE_TILES[images]):
+        monkeypatch.setenv("CONV_POOL_GENERAL_TILE", tile)
+        plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
+        assert plan["tile"] == tile and plan["images"] == images, plan
+        pairs = plan["input"] == "tma" and plan["passes"] == 1 and not plan["cluster"]
+        assert plan["paired"] == int(pairs), plan
+        assert plan["direct"] == int(path in DIRECT_PATHS and pairs and plan["split"] == 1), plan
+        for layout in LAYOUTS:
+            check(ext, case, with_layout(x, layout), w, b, dtype, f"{tile} {layout} {plan}")
+        ran.add(tile)
+    assert ran == IMAGE_TILES[images]
+    if path.startswith("tma"):
+        assert plan["paired"] == 1, plan
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
