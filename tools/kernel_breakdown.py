@@ -217,15 +217,14 @@ def print_summary(results, configs, title: str = "") -> None:
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 
-def plan_matches(item, wanted) -> bool:
-    """Whether the general kernel's host plan for a (case, dtype, channels_last) work item has
-    every (key, value) of `wanted` (values compared as text)."""
+def plan_matches(lib, item, wanted) -> bool:
+    """Whether the general kernel's host plan (kernel_choice.load's `lib`) for a (case, dtype,
+    channels_last) work item has every (key, value) of `wanted` (values compared as text)."""
     from utils import kernel_choice
     case, dtype, channels_last = item
     element = {torch.float32: kernel_choice.FLOAT32, torch.float16: kernel_choice.FLOAT16,
                torch.bfloat16: kernel_choice.BFLOAT16}[dtype]
-    plan = kernel_choice.general_plan(kernel_choice.load(cuda_extension), case, element,
-                                      channels_last=channels_last)
+    plan = kernel_choice.general_plan(lib, case, element, channels_last=channels_last)
     return plan is not None and all(str(plan.get(key)) == value for key, value in wanted)
 
 
@@ -299,13 +298,12 @@ def main(argv=None) -> int:
     if not work:
         parser.error("name at least one case (names with --json, or --spec)")
     if args.plan:
-        try:
-            wanted = [text.split("=", 1) for text in args.plan]
-            if any(len(pair) != 2 or not pair[0] for pair in wanted):
-                raise ValueError
-        except ValueError:
+        wanted = [text.split("=", 1) for text in args.plan]
+        if any(len(pair) != 2 or not pair[0] for pair in wanted):
             parser.error(f"--plan wants KEY=VALUE, got {args.plan}")
-        work = [item for item in work if plan_matches(item, wanted)]
+        from utils import kernel_choice
+        lib = kernel_choice.load(cuda_extension)
+        work = [item for item in work if plan_matches(lib, item, wanted)]
         if not work:
             parser.error(f"no case has a general-kernel plan with {' '.join(args.plan)}")
     if args.list:

@@ -133,9 +133,9 @@ __device__ __forceinline__ void store_pooled_pairs(
   // images is a power of two).
   constexpr int kWindowCols = T::kCols / 2;
   const int image_windows = kWindowCols / p.images;
-  const int first = o.channel0 + 2 * pair + (odd ? 1 : 0);  // this lane's channel of group 0
-  const int left = s.out_channels - first;                  // group j stores where 8 j < left
-  const int own = 2 * pair + (odd ? 1 : 0);  // first's place in a group of 8 (lane_bias)
+  const int own = 2 * pair + (odd ? 1 : 0);  // this lane's channel of each group of 8
+  const int first = o.channel0 + own;        // ... of group 0
+  const int left = s.out_channels - first;   // group j stores where 8 j < left
   const int64_t out_step = 8 * p.out_stride[1];
   // Square by square (one output pointer live: the accumulators leave few registers).
 #pragma unroll
