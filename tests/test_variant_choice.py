@@ -1134,6 +1134,38 @@ def test_direct_pairs_take_paired_plans_without_a_split_and_no_window_bytes(libr
     assert direct >= 10 and persistent >= 5, (direct, persistent)
 
 
+def test_forced_persistent_split_plans_keep_room_for_their_paired_windows(library,
+                                                                          monkeypatch):
+    """With $CONV_POOL_GENERAL_PERSISTENT=1 and $CONV_POOL_GENERAL_DIRECT_PAIRS=1 a layer of one
+    round may split; its persistent paired plan then stages its windows (not direct), and its
+    shared memory holds them past the stages, beside the bias: every tile, forced splits of 1
+    to 8, float32 and float16 (the staged windows once landed on the bias and K-step table)."""
+    monkeypatch.setenv("CONV_POOL_GENERAL_PERSISTENT", "1")
+    monkeypatch.setenv("CONV_POOL_GENERAL_DIRECT_PAIRS", "1")
+    tiles = {"wide_n128": (8, 32, 128), "square_n128": (16, 16, 128), "wide_n64": (8, 32, 64),
+             "square_n64": (16, 16, 64), "tall_n64": (16, 32, 64)}
+    staged = direct = 0
+    for case in (ConvPoolCase("paired_split", 1, 320, 72, 15, 23, (3, 3), padding=(1, 1)),
+                 ConvPoolCase("split_pointwise", 2, 680, 136, 7, 9, (1, 1))):
+        for tile, (rows, cols, n) in tiles.items():
+            monkeypatch.setenv("CONV_POOL_GENERAL_TILE", tile)
+            for split in ("", "2", "4", "8"):
+                monkeypatch.setenv("CONV_POOL_GENERAL_SPLIT", split or "0")
+                for element in (FLOAT32, FLOAT16):
+                    plan = general_plan(library, case, element)
+                    if not (plan["persistent"] and plan["paired"]):
+                        continue
+                    assert plan["direct"] == int(plan["split"] == 1), plan
+                    if plan["direct"]:
+                        direct += 1
+                        continue
+                    staged += 1
+                    windows = -(-n * ((rows // 2) * (cols // 2) + 4) * 4 // 128) * 128
+                    assert plan["smem"] >= plan["stages"] * plan["stage_bytes"] + windows + 4 * n, (
+                        case, tile, split, plan)
+    assert staged >= 10 and direct >= 1, (staged, direct)
+
+
 def test_general_kernel_copy_writes_every_row_a_tap_reads_and_no_other(library, seed):
     """The slice-planar copy writes only the input rows whose residue mod the row stride some
     kernel row reads (copy_rows=phases:mask in the plan): every row a tap of any conv row of

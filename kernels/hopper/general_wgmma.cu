@@ -244,13 +244,14 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   // those alone (Plan::paired_pool), in one epilogue pass: a quarter of the conv tile.
   const bool pairable = tma && pool_2x2_inside(s) && pairing_allowed();
   const int paired_pitch = (tile_rows / 2) * (tile_cols / 2) + 4;
-  // Stored from the registers (direct_pairs_forced), the windows take no shared memory.
+  const int window_bytes = round_up(t.n * paired_pitch * 4, 128);  // the staged windows
+  // Stored from the registers (direct_pairs_forced, plans without a split), the windows take no
+  // shared memory.
   const bool direct = pairable && direct_pairs_forced();
-  const int paired_bytes = direct ? 0 : round_up(t.n * paired_pitch * 4, 128);
   const int persistent = persistent_mode();
   // Persistent plans on request ($CONV_POOL_GENERAL_PERSISTENT=1) size their steps so that the
   // paired windows fit beside three stages (the rule's plans are the ones where they do).
-  const int reserved = pairable && persistent == 1 ? paired_bytes : 0;
+  const int reserved = pairable && persistent == 1 ? window_bytes : 0;
   auto staged = [&](int budget) {
     return (swizzle && stage_reduction(s, t, p, budget - reserved, true)) ||
            stage_reduction(s, t, p, budget - reserved, false);
@@ -284,6 +285,11 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   int region = 0;
   const bool rounds =
       p.tiles > int64_t(kPersistentMinRounds) * device.sm_count * (two_blocks ? 2 : 1);
+  // A plan of several rounds never splits (its tiles outnumber the resident blocks), so a
+  // direct one stages nothing; a persistent plan of one round ($CONV_POOL_GENERAL_PERSISTENT=1)
+  // may split, and then stages its windows.
+  static_assert(kPersistentMinRounds >= 1, "a plan of several rounds must not split");
+  const int paired_bytes = direct && rounds ? 0 : window_bytes;
   if (tma && pairable && (persistent == 1 || (persistent == -1 && rounds)) &&
       kStages * p.stage_bytes + paired_bytes + fixed <= budget) {
     p.persistent = true;
@@ -408,7 +414,6 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
     p.paired_pool = false;  // (the cluster sums partial tiles, then pools)
   }
   if (p.paired_pool) p.tile_pitch = paired_pitch;
-  // (Persistent plans never split: their tiles outnumber the resident blocks.)
   p.direct_pairs = direct && p.paired_pool && p.split == 1;
   p.partial_bytes = p.split > 1 && !p.cluster_split
                         ? int64_t(p.tiles) * p.split * int64_t(tile_bytes) + 4 * p.tiles
