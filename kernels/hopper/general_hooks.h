@@ -91,7 +91,7 @@ inline bool wide_pool_allowed() { return !is("CONV_POOL_GENERAL_WIDE_POOL", "0")
 
 // $CONV_POOL_GENERAL_DIRECT_PAIRS=1: paired plans store their windows' outputs from the
 // registers instead of staging the windows for the pooling loops (Plan::direct_pairs); their
-// persistent plans then reserve no bytes for the windows.
+// persistent plans of several rounds then reserve no bytes for the windows.
 inline bool direct_pairs_forced() { return is("CONV_POOL_GENERAL_DIRECT_PAIRS", "1"); }
 
 // $CONV_POOL_GENERAL_PLAN_CACHE=0: every plan searched afresh (general_plan_cache.h), to

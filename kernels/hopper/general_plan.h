@@ -183,8 +183,9 @@ struct Plan {
   // once (a launch setting; off with $CONV_POOL_GENERAL_WIDE_POOL=0).
   bool wide_pool;
   // Paired plans without a split: each lane stores its 2 x 2 windows' outputs from its
-  // registers (store_pooled_pairs), nothing staged (persistent plans reserve no epilogue bytes),
-  // no barrier between the mainloop and the next tile ($CONV_POOL_GENERAL_DIRECT_PAIRS=1).
+  // registers (store_pooled_pairs), nothing staged (persistent plans of several rounds reserve
+  // no epilogue bytes), no barrier between the mainloop and the next tile
+  // ($CONV_POOL_GENERAL_DIRECT_PAIRS=1).
   bool direct_pairs;
   // kTmaInput, persistent (paired plans of several rounds, kPersistentMinRounds; any plan with
   // $CONV_POOL_GENERAL_PERSISTENT=1): each block runs tiles (tile x split shares) blockIdx.x,
