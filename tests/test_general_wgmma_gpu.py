@@ -43,22 +43,24 @@ TOLERANCE = {torch.float32: 1e-2, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 # warps copy with cp.async (general_kernel.cuh; $CONV_POOL_GENERAL_TMA=0). The 3xTF32 form is
 # the last kind either way. tma_narrow_pool: the default form with $CONV_POOL_GENERAL_WIDE_POOL=0
 # (a channels-last output's window loops over 2 channels at once, not 16 bytes, on one-block
-# tiles too). tma_direct_pairs: the default form with $CONV_POOL_GENERAL_DIRECT_PAIRS=1 (paired
-# plans store their windows' outputs from the registers), also persistent
-# (tma_persistent_direct: no barrier between a block's tiles).
+# tiles too). tma_staged_pairs: the default form with $CONV_POOL_GENERAL_DIRECT_PAIRS=0 (paired
+# plans without a split stage their windows' maxima for the pooling loops instead of storing
+# them from the registers), also persistent (tma_persistent_staged: a barrier between a
+# block's tiles).
 PATH_HOOKS = {"tma": {}, "tma_slices": {"CONV_POOL_GENERAL_TMA_MERGED": "0"},
               "tma_narrow_pool": {"CONV_POOL_GENERAL_WIDE_POOL": "0"},
-              "tma_direct_pairs": {"CONV_POOL_GENERAL_DIRECT_PAIRS": "1"},
-              "tma_persistent_direct": {"CONV_POOL_GENERAL_PERSISTENT": "1",
-                                        "CONV_POOL_GENERAL_DIRECT_PAIRS": "1"},
+              "tma_staged_pairs": {"CONV_POOL_GENERAL_DIRECT_PAIRS": "0"},
+              "tma_persistent_staged": {"CONV_POOL_GENERAL_PERSISTENT": "1",
+                                        "CONV_POOL_GENERAL_DIRECT_PAIRS": "0"},
               "tma_global_split": {"CONV_POOL_GENERAL_CLUSTER": "0"},
               "tma_persistent": {"CONV_POOL_GENERAL_PERSISTENT": "1"},
               "tma_pdl": {"CONV_POOL_GENERAL_PDL": "1"},
               "cpasync": {"CONV_POOL_GENERAL_TMA": "0"}}
 # The forms whose plans are the default's (split reductions through the cluster).
-CLUSTER_PATHS = ("tma", "tma_slices", "tma_pdl", "tma_narrow_pool", "tma_direct_pairs")
+CLUSTER_PATHS = ("tma", "tma_slices", "tma_pdl", "tma_narrow_pool", "tma_staged_pairs")
 # The forms whose paired plans without a split store from the registers (Plan::direct_pairs).
-DIRECT_PATHS = ("tma_direct_pairs", "tma_persistent_direct")
+DIRECT_PATHS = tuple(path for path, hooks in PATH_HOOKS.items()
+                     if path.startswith("tma") and "CONV_POOL_GENERAL_DIRECT_PAIRS" not in hooks)
 
 
 @pytest.fixture(autouse=True, params=list(PATH_HOOKS))
@@ -205,12 +207,21 @@ def test_paired_2x2_pools_match_float64(ext, lib, device, seed, tile, dtype, pat
 # warp-specialized kernel's default form each block of a tile's cluster sums and pools its share
 # of the channels (1 / split of them, down to 8), elsewhere one block sums them all from global
 # memory. Padded overlapping pools, tails in every dimension, channels past the last block; the
-# channel counts let every form split 8 ways (the steps divide into 8 shares).
+# channel counts let every form split 8 ways (the steps divide into 8 shares). The persistent
+# forms' square tiles keep room for their staged windows and take fewer, larger steps, so their
+# pointwise layer has more channels (split_cases).
 SPLIT_CASES = [
     ConvPoolCase("split_odd", 1, 120, 72, 13, 19, (3, 3), padding=(1, 1), pool_kernel=(3, 3),
                  pool_stride=(2, 2), pool_padding=(1, 1), ceil_mode=True),
     ConvPoolCase("split_pointwise", 2, 680, 136, 7, 9, (1, 1)),
 ]
+PERSISTENT_SPLIT_CASES = [SPLIT_CASES[0],
+                          ConvPoolCase("split_pointwise", 2, 1152, 136, 7, 9, (1, 1))]
+
+
+def split_cases(path: str) -> list[ConvPoolCase]:
+    persistent = PATH_HOOKS.get(path, {}).get("CONV_POOL_GENERAL_PERSISTENT") == "1"
+    return PERSISTENT_SPLIT_CASES if persistent else SPLIT_CASES
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
@@ -220,7 +231,7 @@ def test_split_reductions_match_float64(ext, lib, device, seed, tile, split, dty
                                         monkeypatch):
     monkeypatch.setenv("CONV_POOL_GENERAL_TILE", tile)
     monkeypatch.setenv("CONV_POOL_GENERAL_SPLIT", str(split))
-    for case in SPLIT_CASES:
+    for case in split_cases(path):
         plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
         assert plan["tile"] == tile and plan["split"] == split, plan
         in_cluster = path in CLUSTER_PATHS and plan["input"] == "tma"

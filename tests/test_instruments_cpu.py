@@ -394,6 +394,17 @@ def test_speedup_over_each_peer():
     assert speedups[profiling.COMPILE] == pytest.approx(1940 / 1500, rel=1e-3)
 
 
+def test_environment_names_the_hooks_set_for_the_run(monkeypatch):
+    """A profiling JSON says which of the kernels' tuning hooks were set (their runs time
+    another form than the commit's default), and only those."""
+    for key in [key for key in os.environ if key.startswith("CONV_POOL_")]:
+        monkeypatch.delenv(key)
+    assert profiling.environment_info()["hooks"] == {}
+    monkeypatch.setenv("CONV_POOL_GENERAL_DIRECT_PAIRS", "0")
+    monkeypatch.setenv("NOT_A_HOOK", "1")
+    assert profiling.environment_info()["hooks"] == {"CONV_POOL_GENERAL_DIRECT_PAIRS": "0"}
+
+
 def test_json_record_has_the_schema_keys(tmp_path):
     environment = profiling.environment_info()  # works without a GPU: GPU fields are None
     for key in profiling.REQUIRED_ENVIRONMENT_KEYS:

@@ -8,6 +8,7 @@ dispatch (float32 variants refuse 16-bit shapes and the other way round), and th
 kernels' pixel tile and channel-block width (the plan record, conv_relu_maxpool_variant_plan).
 """
 import ctypes
+import importlib.util
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -1101,11 +1102,11 @@ def test_general_kernel_is_persistent_on_paired_plans_of_several_rounds(library,
 @pytest.mark.parametrize("element", [FLOAT32, FLOAT16], ids=["float32", "float16"])
 def test_direct_pairs_take_paired_plans_without_a_split_and_no_window_bytes(library, element,
                                                                             seed, monkeypatch):
-    """$CONV_POOL_GENERAL_DIRECT_PAIRS=1 (Plan::direct_pairs, the plan's `direct`): paired
-    plans without a split store their windows from the registers and no other plan does; off
-    by default. Their persistent plans reserve no bytes for the windows, so that at least as
-    many stages fit (and plans whose windows did not fit beside three stages may become
-    persistent); every other plan is the one without the hook."""
+    """Plan::direct_pairs (the plan's `direct`, the default): paired plans without a split
+    store their windows from the registers and no other plan does; none with
+    $CONV_POOL_GENERAL_DIRECT_PAIRS=0. Their persistent plans reserve no bytes for the windows,
+    so that at least as many stages fit (and plans whose windows did not fit beside three
+    stages may become persistent); every other plan is the one under the hook."""
     rng = random.Random(seed)
     direct = persistent = 0
     for i in range(120):  # half of them under a 2 x 2 / 2 pool, some at batch 1 (split)
@@ -1114,9 +1115,9 @@ def test_direct_pairs_take_paired_plans_without_a_split_and_no_window_bytes(libr
                             rng.randint(8, 512), rng.randint(7, 112), rng.randint(7, 112),
                             (kernel, kernel), padding=(kernel // 2,) * 2,
                             pool_kernel=(2, 2) if i % 2 else (3, 3), pool_stride=(2, 2))
-        monkeypatch.delenv("CONV_POOL_GENERAL_DIRECT_PAIRS", raising=False)
+        monkeypatch.setenv("CONV_POOL_GENERAL_DIRECT_PAIRS", "0")
         staged = general_plan(library, case, element)
-        monkeypatch.setenv("CONV_POOL_GENERAL_DIRECT_PAIRS", "1")
+        monkeypatch.delenv("CONV_POOL_GENERAL_DIRECT_PAIRS")
         plan = general_plan(library, case, element)
         if plan is None:
             assert staged is None, case
@@ -1136,12 +1137,12 @@ def test_direct_pairs_take_paired_plans_without_a_split_and_no_window_bytes(libr
 
 def test_forced_persistent_split_plans_keep_room_for_their_paired_windows(library,
                                                                           monkeypatch):
-    """With $CONV_POOL_GENERAL_PERSISTENT=1 and $CONV_POOL_GENERAL_DIRECT_PAIRS=1 a layer of one
-    round may split; its persistent paired plan then stages its windows (not direct), and its
-    shared memory holds them past the stages, beside the bias: every tile, forced splits of 1
-    to 8, float32 and float16 (the staged windows once landed on the bias and K-step table)."""
+    """With $CONV_POOL_GENERAL_PERSISTENT=1 a layer of one round may split; its persistent
+    paired plan then stages its windows (not direct), and its shared memory holds them past the
+    stages, beside the bias: every tile, forced splits of 1 to 8, float32 and float16 (the
+    staged windows once landed on the bias and K-step table)."""
     monkeypatch.setenv("CONV_POOL_GENERAL_PERSISTENT", "1")
-    monkeypatch.setenv("CONV_POOL_GENERAL_DIRECT_PAIRS", "1")
+    monkeypatch.delenv("CONV_POOL_GENERAL_DIRECT_PAIRS", raising=False)
     tiles = {"wide_n128": (8, 32, 128), "square_n128": (16, 16, 128), "wide_n64": (8, 32, 64),
              "square_n64": (16, 16, 64), "tall_n64": (16, 32, 64)}
     staged = direct = 0
@@ -1164,6 +1165,36 @@ def test_forced_persistent_split_plans_keep_room_for_their_paired_windows(librar
                     assert plan["smem"] >= plan["stages"] * plan["stage_bytes"] + windows + 4 * n, (
                         case, tile, split, plan)
     assert staged >= 10 and direct >= 1, (staged, direct)
+
+
+def test_gpu_split_tests_get_the_splits_they_force_in_every_form(library, monkeypatch):
+    """tests/test_general_wgmma_gpu.py's split test forces splits of 2, 4 and 8 on two tiles
+    and requires the plan to take them in every form of the kernel (its PATH_HOOKS): the host
+    plans here, so that a change of the step sizes that leaves a form unable to split its
+    layers 8 ways fails in CI, not first on the GPU (the persistent forms once took 9 steps for
+    the pointwise layer, which do not split 4 or 8 ways)."""
+    spec = importlib.util.spec_from_file_location(
+        "general_wgmma_gpu_cases", Path(__file__).with_name("test_general_wgmma_gpu.py"))
+    gpu = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu)
+    checked = 0
+    for path, hooks in gpu.PATH_HOOKS.items():
+        for every in gpu.PATH_HOOKS.values():
+            for key in every:
+                monkeypatch.delenv(key, raising=False)
+        for key, value in hooks.items():
+            monkeypatch.setenv(key, value)
+        for tile in ("wide_n64", "square_n128"):
+            monkeypatch.setenv("CONV_POOL_GENERAL_TILE", tile)
+            for split in (2, 4, 8):
+                monkeypatch.setenv("CONV_POOL_GENERAL_SPLIT", str(split))
+                for case in gpu.split_cases(path):
+                    for element in (FLOAT32, FLOAT16, BFLOAT16):
+                        plan = general_plan(library, case, element)
+                        assert plan["tile"] == tile and plan["split"] == split, (
+                            path, case.name, element, plan)
+                        checked += 1
+    assert checked == len(gpu.PATH_HOOKS) * 2 * 3 * 2 * 3, checked
 
 
 def test_general_kernel_copy_writes_every_row_a_tap_reads_and_no_other(library, seed):

@@ -566,6 +566,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         row["measured"] = dict(source_commit=environment.get("source_commit")
                                or environment.get("git_commit"),
                                time=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        if environment.get("hooks"):  # a form other than the commit's default
+            row["measured"]["hooks"] = environment["hooks"]
         return row
 
     others = other_rows(args)

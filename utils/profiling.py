@@ -270,7 +270,11 @@ def environment_info() -> dict:
         git_commit=commit["commit"], git_dirty=commit["dirty"],
         # The commit the files came from, when the caller knows better than this tree's .git
         # (a copied working tree can carry an older .git: then git_dirty is True).
-        source_commit=os.environ.get("SOURCE_COMMIT"))
+        source_commit=os.environ.get("SOURCE_COMMIT"),
+        # The kernels' tuning hooks set for the run (kernels/hopper/general_hooks.h): a run
+        # with one set times another form than the commit's default.
+        hooks={key: value for key, value in sorted(os.environ.items())
+               if key.startswith("CONV_POOL_")})
 
 
 # ---- timing on the GPU ------------------------------------------------------------------

@@ -89,10 +89,10 @@ inline bool fold_allowed() { return !is("CONV_POOL_GENERAL_FOLD", "0"); }
 // setting, not the plan's.
 inline bool wide_pool_allowed() { return !is("CONV_POOL_GENERAL_WIDE_POOL", "0"); }
 
-// $CONV_POOL_GENERAL_DIRECT_PAIRS=1: paired plans store their windows' outputs from the
-// registers instead of staging the windows for the pooling loops (Plan::direct_pairs); their
-// persistent plans of several rounds then reserve no bytes for the windows.
-inline bool direct_pairs_forced() { return is("CONV_POOL_GENERAL_DIRECT_PAIRS", "1"); }
+// $CONV_POOL_GENERAL_DIRECT_PAIRS=0: paired plans without a split stage their windows for the
+// pooling loops, as split ones do, instead of storing the windows' outputs from the registers
+// (Plan::direct_pairs), and their persistent plans of several rounds reserve the windows' bytes.
+inline bool direct_pairs_allowed() { return !is("CONV_POOL_GENERAL_DIRECT_PAIRS", "0"); }
 
 // $CONV_POOL_GENERAL_PLAN_CACHE=0: every plan searched afresh (general_plan_cache.h), to
 // time the search or to rule the cache out.
@@ -151,7 +151,7 @@ struct SearchHooks {
   int merged, persistent, paired, direct, cluster, swizzle, tile, images, split, step_chunks,
       group_rows;
   static SearchHooks read() {
-    return {merged_allowed(), persistent_mode(), pairing_allowed(), direct_pairs_forced(),
+    return {merged_allowed(), persistent_mode(), pairing_allowed(), direct_pairs_allowed(),
             cluster_allowed(),  swizzle_allowed(),  forced_tile(),     forced_images(),
             forced_split(),     forced_step_chunks(), forced_group_rows()};
   }

@@ -184,8 +184,8 @@ struct Plan {
   bool wide_pool;
   // Paired plans without a split: each lane stores its 2 x 2 windows' outputs from its
   // registers (store_pooled_pairs), nothing staged (persistent plans of several rounds reserve
-  // no epilogue bytes), no barrier between the mainloop and the next tile
-  // ($CONV_POOL_GENERAL_DIRECT_PAIRS=1).
+  // no epilogue bytes), no barrier between the mainloop and the next tile (staged instead with
+  // $CONV_POOL_GENERAL_DIRECT_PAIRS=0).
   bool direct_pairs;
   // kTmaInput, persistent (paired plans of several rounds, kPersistentMinRounds; any plan with
   // $CONV_POOL_GENERAL_PERSISTENT=1): each block runs tiles (tile x split shares) blockIdx.x,

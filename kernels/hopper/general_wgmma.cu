@@ -245,9 +245,9 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   const bool pairable = tma && pool_2x2_inside(s) && pairing_allowed();
   const int paired_pitch = (tile_rows / 2) * (tile_cols / 2) + 4;
   const int window_bytes = round_up(t.n * paired_pitch * 4, 128);  // the staged windows
-  // Stored from the registers (direct_pairs_forced, plans without a split), the windows take no
-  // shared memory.
-  const bool direct = pairable && direct_pairs_forced();
+  // Stored from the registers (plans without a split, unless direct_pairs_allowed says no), the
+  // windows take no shared memory.
+  const bool direct = pairable && direct_pairs_allowed();
   const int persistent = persistent_mode();
   // Persistent plans on request ($CONV_POOL_GENERAL_PERSISTENT=1) size their steps so that the
   // paired windows fit beside three stages (the rule's plans are the ones where they do).
