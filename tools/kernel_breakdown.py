@@ -14,8 +14,9 @@ name or given by their numbers.
 A config may carry environment settings after `@` (`auto@NAME=VALUE@NAME=VALUE`): the
 general kernel's hooks (kernels/hopper/general_hooks.h), set while that config is planned
 and timed and restored after, so that two forms of one variant are timed in one process.
---plan KEY=VALUE keeps the cases whose general-kernel plan (kernel_choice.general_plan) has
-that value; --list prints the chosen cases and stops (no GPU needed).
+--plan KEY=VALUE keeps the cases that the automatic choice gives the general kernel and whose
+plan there (kernel_choice.general_plan) has that value; --list prints the chosen cases and
+stops (no GPU needed).
 --summary ends with one row per case: each config's kernel time and its ratio to the first.
 A config named more than once is timed each time, its repeats shown as CONFIG#2, CONFIG#3
 (e.g. `--configs auto,auto@HOOK=1,auto`: the run's own noise beside the change).
@@ -218,12 +219,15 @@ def print_summary(results, configs, title: str = "") -> None:
 
 
 def plan_matches(lib, item, wanted) -> bool:
-    """Whether the general kernel's host plan (kernel_choice.load's `lib`) for a (case, dtype,
-    channels_last) work item has every (key, value) of `wanted` (values compared as text)."""
+    """Whether the automatic choice takes the general kernel for a (case, dtype, channels_last)
+    work item and that kernel's host plan (kernel_choice.load's `lib`) has every (key, value)
+    of `wanted` (values compared as text)."""
     from utils import kernel_choice
     case, dtype, channels_last = item
     element = {torch.float32: kernel_choice.FLOAT32, torch.float16: kernel_choice.FLOAT16,
                torch.bfloat16: kernel_choice.BFLOAT16}[dtype]
+    if kernel_choice.chosen_variant(lib, case, element) != "general_wgmma":
+        return False
     plan = kernel_choice.general_plan(lib, case, element, channels_last=channels_last)
     return plan is not None and all(str(plan.get(key)) == value for key, value in wanted)
 

@@ -147,6 +147,15 @@ def variant_name(lib: ctypes.CDLL, variant: int, element: int = FLOAT32) -> Opti
     return None if found is None else found.decode()
 
 
+def chosen_variant(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
+                   device: ConvPoolDevice = H200, allow_tf32: bool = True) -> str:
+    """The name of the variant the automatic choice (conv_relu_maxpool_choose) takes for
+    `case` on `device` (its `element` member's name)."""
+    chosen = lib.conv_relu_maxpool_choose(ctypes.byref(shape_of(case, element)), -1, allow_tf32,
+                                          ctypes.byref(device))
+    return variant_name(lib, chosen, element)
+
+
 def variant_id(lib: ctypes.CDLL, name: str) -> int:
     """The config id of the variant with a member called `name` (dtype twins share one)."""
     variant = 0
