@@ -737,6 +737,49 @@ def test_ratio_table_classes_and_the_comparison_with_older_records(tmp_path, see
         in moved and "  a (" not in moved, text
 
 
+def test_ratio_table_rounds_sorts_the_general_cases_by_rounds_and_pool(extension, seed):
+    """--rounds (host plans, no GPU): a batch-1 7 x 7 layer's few tiles fit one round of the
+    H200's resident blocks, a batch-128 64 x 64 one takes several; a 3 x 3 / 2 pool is another
+    class than 2 x 2 / 2; each class line has its count, geometric mean, op time share and the
+    geometric mean of all with that class at 1.0x."""
+    from tools import ratio_table
+    from utils import kernel_choice
+    from utils.suite import ConvPoolCase
+    lib = kernel_choice.load(extension)
+    rng = random.Random(seed)
+    layers = [ConvPoolCase("few", 1, 256, 100, 7, 7, (1, 1)),
+              ConvPoolCase("many", 128, 256, 64, 64, 64, (1, 1)),
+              ConvPoolCase("many_3x3", 128, 256, 64, 64, 64, (1, 1), pool_kernel=(3, 3),
+                           pool_stride=(2, 2))]
+    record = _profiling_record(
+        [(c.name, c.label(), [1, 1], [1, 1], list(c.conv_out()), False, "general_wgmma",
+          {"new": rng.uniform(10, 100), "eager": 50.0, "compile": rng.uniform(10, 100)})
+         for c in layers], dtype="float16")
+    for entry, layer in zip(record["cases"], layers):
+        entry["case"] = dict(layer.to_dict(), flops=1e9)
+    few, many, many_3x3 = record["cases"]
+    for case in record["cases"]:
+        plan = kernel_choice.general_plan(lib, ConvPoolCase.from_dict(case["case"]),
+                                          kernel_choice.FLOAT16)
+        resident = kernel_choice.H200.sm_count * plan["blocks_per_sm"]
+        assert ratio_table.rounds(case, lib) == -(-plan["tiles"] * plan["split"] // resident)
+    assert ratio_table.rounds(few, lib) == 1
+    assert ratio_table.rounds(many, lib) > 1 and ratio_table.rounds(many_3x3, lib) > 1
+    text = ratio_table.rounds_table(record["cases"], "kernel", lib)
+    times = {c["name"]: c["targets"] for c in record["cases"]}
+    ratio = {n: t["compile"]["profiler_kernel_us"] / t["new"]["profiler_kernel_us"]
+             for n, t in times.items()}
+    total = sum(t["new"]["profiler_kernel_us"] for t in times.values())
+    for name, label in (("few", "one round, 2 x 2 / 2 pool"),
+                        ("many", "several rounds, 2 x 2 / 2 pool"),
+                        ("many_3x3", "several rounds, other pools")):
+        others = [r for n, r in ratio.items() if n != name]
+        rest = math.exp(sum(math.log(r) for r in others) / 3)
+        share = times[name]["new"]["profiler_kernel_us"] / total
+        assert (f"| {label} | 1 | {ratio[name]:.2f}x | {share:.0%} | {rest:.2f}x |"
+                in text), text
+
+
 def test_ratio_table_tile_use_counts_the_pooled_outputs_and_channels_a_plan_fills(
         extension, monkeypatch, seed):
     """--tile-use on the general kernel's plans (the host's, no GPU): with the 8 x 32 tile of N
@@ -963,6 +1006,13 @@ def test_kernel_breakdown_picks_cases_by_their_general_plan(capsys):
             skipped.append(entry["name"])
     assert [name for name, _, _ in listed] == expected
     assert skipped == ["mobilenet_v2_c0_p2s2_b1"], skipped
+    # `rounds` (not a key of the plan): the rows whose blocks fit one round, as ratio_table's.
+    from tools import ratio_table
+    assert kb.main(["--json", str(zoo), "--all", "--plan", "rounds=1", "--list"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.strip().splitlines()]
+    one_round = [entry["name"] for entry in json.loads(zoo.read_text())["cases"]
+                 if entry["variant"] == "general_wgmma" and ratio_table.rounds(entry, lib) == 1]
+    assert listed == one_round and len(one_round) >= 10, (listed, one_round)
     assert all("_p2s2_" in name for name in expected), expected
     for wrong in (["--plan", "paired"], ["--plan", "tile=no_such_tile"]):
         with pytest.raises(SystemExit):

@@ -15,8 +15,9 @@ A config may carry environment settings after `@` (`auto@NAME=VALUE@NAME=VALUE`)
 general kernel's hooks (kernels/hopper/general_hooks.h), set while that config is planned
 and timed and restored after, so that two forms of one variant are timed in one process.
 --plan KEY=VALUE keeps the cases that the automatic choice gives the general kernel and whose
-plan there (kernel_choice.general_plan) has that value; --list prints the chosen cases and
-stops (no GPU needed).
+plan there (kernel_choice.general_plan) has that value (besides the plan's keys, `rounds`: how
+many rounds of the H200's resident blocks its tiles x split take); --list prints the chosen
+cases and stops (no GPU needed).
 --summary ends with one row per case: each config's kernel time and its ratio to the first.
 A config named more than once is timed each time, its repeats shown as CONFIG#2, CONFIG#3
 (e.g. `--configs auto,auto@HOOK=1,auto`: the run's own noise beside the change).
@@ -229,7 +230,11 @@ def plan_matches(lib, item, wanted) -> bool:
     if kernel_choice.chosen_variant(lib, case, element) != "general_wgmma":
         return False
     plan = kernel_choice.general_plan(lib, case, element, channels_last=channels_last)
-    return plan is not None and all(str(plan.get(key)) == value for key, value in wanted)
+    if plan is None:
+        return False
+    resident = kernel_choice.H200.sm_count * plan["blocks_per_sm"]
+    plan["rounds"] = -(-plan["tiles"] * plan["split"] // resident)
+    return all(str(plan.get(key)) == value for key, value in wanted)
 
 
 def main(argv=None) -> int:

@@ -16,6 +16,10 @@ each peer's drift, so that a change between two runs reads apart from the machin
 --tile-use: for the cases on the general kernel, the share of its tiles' pooled outputs and
 output channels that the layer fills (the host's plan on the H200's description, from the
 built extension: no GPU), the cases split at half full.
+--rounds: the same cases by whether the plan's blocks (tiles x split) all fit at once on the
+H200 (one round: a block's serial chain is the layer's time) or take several, and by pool
+(2 x 2 / 2 or other); per class the geometric mean, the op's time share, and the geometric
+mean of every case if that class were at 1.0x (what closing it is worth).
 """
 import argparse
 import json
@@ -159,13 +163,9 @@ def tile_use(case: dict, lib) -> float:
     """The share of the general kernel's tiles (its plan for the case on the H200) that hold
     the layer's pooled outputs: images x pooled pixels over tiles x pooled pixels a tile, times
     output channels over the channel blocks' width."""
-    from utils import kernel_choice
     from utils.suite import ConvPoolCase
     layer = ConvPoolCase.from_dict(case["case"])
-    element = {"float32": kernel_choice.FLOAT32, "float16": kernel_choice.FLOAT16,
-               "bfloat16": kernel_choice.BFLOAT16}[case["dtype"]]
-    plan = kernel_choice.general_plan(lib, layer, element,
-                                      channels_last=bool(case.get("channels_last")))
+    plan = _general_plan(case, lib)
     width = int(plan["tile"].rsplit("_n", 1)[1])  # N of the tile ("wide_n128": 128)
     channel_blocks = -(-layer.out_channels // width)
     rows, cols = (int(v) for v in plan["pooled"].split("x"))
@@ -173,6 +173,52 @@ def tile_use(case: dict, lib) -> float:
     spatial = (layer.batch * pooled_h * pooled_w
                / (plan["tiles"] // channel_blocks * rows * cols * plan["images"]))
     return spatial * layer.out_channels / (channel_blocks * width)
+
+
+def _general_plan(case: dict, lib):
+    """The general kernel's host plan for a profiling record's case (on the H200)."""
+    from utils import kernel_choice
+    from utils.suite import ConvPoolCase
+    element = {"float32": kernel_choice.FLOAT32, "float16": kernel_choice.FLOAT16,
+               "bfloat16": kernel_choice.BFLOAT16}[case["dtype"]]
+    return kernel_choice.general_plan(lib, ConvPoolCase.from_dict(case["case"]), element,
+                                      channels_last=bool(case.get("channels_last")))
+
+
+def rounds(case: dict, lib) -> int:
+    """How many rounds of the H200's resident blocks the general kernel's plan for the case
+    takes: its blocks (tiles x split) over the SMs times the blocks an SM holds, rounded up."""
+    from utils import kernel_choice
+    plan = _general_plan(case, lib)
+    resident = kernel_choice.H200.sm_count * plan["blocks_per_sm"]
+    return -(-plan["tiles"] * plan["split"] // resident)
+
+
+def rounds_table(cases, by: str, lib, peer: str = "compile") -> str:
+    everything = ratios(cases, peer, by)
+    classes = {}
+    for ratio, case in everything:
+        if case["variant"] != "general_wgmma":
+            name = "other kernels"
+        else:
+            paired = [int(v) for v in case["case"]["pool_kernel"]] == [2, 2] and \
+                     [int(v) for v in case["case"]["pool_stride"]] == [2, 2]
+            name = (f"{'one round' if rounds(case, lib) == 1 else 'several rounds'}, "
+                    f"{'2 x 2 / 2 pool' if paired else 'other pools'}")
+        classes.setdefault(name, []).append((ratio, case))
+    total = sum(case_time(c, "new", by) for _, c in everything)
+    logs = sum(math.log(r) for r, _ in everything)
+    lines = [f"{peer} / op by the general kernel's rounds of resident blocks and pool "
+             f"({'kernel time' if by == 'kernel' else 'event median'}; all {len(everything)}: "
+             f"{geomean([r for r, _ in everything]):.2f}x)",
+             "| class | cases | geomean | op time share | all, with this class at 1.0x |",
+             "|---|---:|---:|---:|---:|"]
+    for name, part in sorted(classes.items()):
+        share = sum(case_time(c, "new", by) for _, c in part) / total
+        rest = math.exp((logs - sum(math.log(r) for r, _ in part)) / len(everything))
+        lines.append(f"| {name} | {len(part)} | {geomean([r for r, _ in part]):.2f}x | "
+                     f"{share:.0%} | {rest:.2f}x |")
+    return "\n".join(lines)
 
 
 def tile_use_table(cases, by: str, lib, peer: str = "compile") -> str:
@@ -223,6 +269,10 @@ def main(argv=None) -> int:
     parser.add_argument("--tile-use", action="store_true",
                         help="also print the general kernel's cases by the share of its tiles "
                              "they fill (needs the built extension, not a GPU)")
+    parser.add_argument("--rounds", action="store_true",
+                        help="also print the general kernel's cases by whether their blocks fit "
+                             "one round of the resident blocks, and by pool (needs the built "
+                             "extension, not a GPU)")
     parser.add_argument("--against", nargs="+", metavar="OLD",
                         help="older records of the same cases: the op's time then and now")
     args = parser.parse_args(argv)
@@ -231,12 +281,17 @@ def main(argv=None) -> int:
     if args.classes:
         print()
         print(classes(cases, args.by))
-    if args.tile_use:
+    if args.tile_use or args.rounds:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         import cuda_extension
         from utils import kernel_choice
-        print()
-        print(tile_use_table(cases, args.by, kernel_choice.load(cuda_extension)))
+        lib = kernel_choice.load(cuda_extension)
+        if args.tile_use:
+            print()
+            print(tile_use_table(cases, args.by, lib))
+        if args.rounds:
+            print()
+            print(rounds_table(cases, args.by, lib))
     if args.against:
         print()
         print(against(cases, load(args.against), args.by))
