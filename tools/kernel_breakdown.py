@@ -232,8 +232,7 @@ def plan_matches(lib, item, wanted) -> bool:
     plan = kernel_choice.general_plan(lib, case, element, channels_last=channels_last)
     if plan is None:
         return False
-    resident = kernel_choice.H200.sm_count * plan["blocks_per_sm"]
-    plan["rounds"] = -(-plan["tiles"] * plan["split"] // resident)
+    plan["rounds"] = kernel_choice.general_rounds(plan)
     return all(str(plan.get(key)) == value for key, value in wanted)
 
 

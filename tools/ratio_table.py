@@ -187,11 +187,9 @@ def _general_plan(case: dict, lib):
 
 def rounds(case: dict, lib) -> int:
     """How many rounds of the H200's resident blocks the general kernel's plan for the case
-    takes: its blocks (tiles x split) over the SMs times the blocks an SM holds, rounded up."""
+    takes (kernel_choice.general_rounds)."""
     from utils import kernel_choice
-    plan = _general_plan(case, lib)
-    resident = kernel_choice.H200.sm_count * plan["blocks_per_sm"]
-    return -(-plan["tiles"] * plan["split"] // resident)
+    return kernel_choice.general_rounds(_general_plan(case, lib))
 
 
 def rounds_table(cases, by: str, lib, peer: str = "compile") -> str:

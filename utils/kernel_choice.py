@@ -329,6 +329,13 @@ def general_plan(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
     return parse_general(variant_plan(lib, case, name, element, device, channels_last)["general"])
 
 
+def general_rounds(plan: dict, device: ConvPoolDevice = H200) -> int:
+    """How many rounds of `device`'s resident blocks a general-kernel plan (general_plan's
+    dict) takes: its blocks (tiles x split) over the SMs times the blocks an SM holds, rounded
+    up. One round: every block runs at once, and the layer's time is one block's chain."""
+    return -(-plan["tiles"] * plan["split"] // (device.sm_count * plan["blocks_per_sm"]))
+
+
 def parse_general(text: Optional[str]) -> Optional[dict]:
     """The general kernel's plan text ("tile=wide_n128 pooled=4x16 steps=72 ...": a plan's
     general field, or the op's conv2d_relu_maxpool_plan(...)["general"] for given tensors) as
