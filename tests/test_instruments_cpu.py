@@ -884,7 +884,9 @@ def test_ab_build_times_both_builds_alternately_and_restores_the_tree(tmp_path):
     """tools/ab_build.sh (gpu_check.sh's `ab` stage): with a stand-in compile.sh that "builds"
     the module from one source file, AB_CMD sees A's module, then the patched build's, in
     alternating rounds with a log each; afterwards the source is unpatched and A's module is
-    back. A patch that does not apply, or one that leaves the module unchanged, is an error."""
+    back. A patch that does not apply, or one that leaves the module unchanged, is an error.
+    With AB_TREE, B is another tree's build, AB_CMD run inside it; AB_PATCH and AB_TREE are
+    one or the other."""
     repo = tmp_path / "repo"
     (repo / "tools").mkdir(parents=True)
     (repo / "utils").mkdir()
@@ -927,6 +929,30 @@ def test_ab_build_times_both_builds_alternately_and_restores_the_tree(tmp_path):
     run = ab(tmp_path / "bad.diff")
     assert run.returncode != 0 and "patch does not apply" in run.stderr, run.stderr
     assert (repo / "cuda_extension.test.so").read_text() == "variant A\n"
+
+    # AB_TREE: B is another whole tree, built with its own compile.sh and AB_CMD run inside it.
+    other = tmp_path / "other"
+    (other / "utils").mkdir(parents=True)
+    (other / "utils" / "compile.sh").write_text("echo 'tree B' > cuda_extension.test.so\n")
+
+    def ab_tree(**settings):
+        env = {k: v for k, v in os.environ.items() if k not in ("AB_PATCH", "AB_TREE")}
+        return subprocess.run(
+            ["bash", "tools/ab_build.sh", str(out)], cwd=repo, capture_output=True, text=True,
+            timeout=60, env=dict(env, AB_ROUNDS="2", AB_CMD="cat cuda_extension.test.so",
+                                 **settings))
+
+    run = ab_tree(AB_TREE=str(other))
+    assert run.returncode == 0, run.stderr
+    sides = re.findall(r"=== ab: ([AB]), round (\d)", run.stdout)
+    assert sides == [("A", "1"), ("B", "1"), ("A", "2"), ("B", "2")], run.stdout
+    for round_ in "12":
+        assert (out / f"ab_A_{round_}.log").read_text() == "variant A\n"
+        assert (out / f"ab_B_{round_}.log").read_text() == "tree B\n"
+    assert (repo / "cuda_extension.test.so").read_text() == "variant A\n"
+    for settings in ({}, {"AB_TREE": str(other), "AB_PATCH": str(tmp_path / "b.diff")}):
+        run = ab_tree(**settings)
+        assert run.returncode == 2 and "set one of AB_PATCH" in run.stderr, run.stderr
 
 # ---- tools/kernel_breakdown.py --------------------------------------------------------------
 
