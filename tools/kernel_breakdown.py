@@ -225,8 +225,7 @@ def plan_matches(lib, item, wanted) -> bool:
     of `wanted` (values compared as text)."""
     from utils import kernel_choice
     case, dtype, channels_last = item
-    element = {torch.float32: kernel_choice.FLOAT32, torch.float16: kernel_choice.FLOAT16,
-               torch.bfloat16: kernel_choice.BFLOAT16}[dtype]
+    element = kernel_choice.ELEMENT_BY_NAME[str(dtype).removeprefix("torch.")]
     if kernel_choice.chosen_variant(lib, case, element) != "general_wgmma":
         return False
     plan = kernel_choice.general_plan(lib, case, element, channels_last=channels_last)
@@ -256,9 +255,9 @@ def main(argv=None) -> int:
     parser.add_argument("--summary", action="store_true",
                         help="end with a table of every case's kernel time per config")
     parser.add_argument("--plan", action="append", default=[], metavar="KEY=VALUE",
-                        help="keep only the cases whose general-kernel plan (the host's, for the "
-                             "H200, the hooks as set) has KEY = VALUE, e.g. paired=1 "
-                             "(repeatable; a case the kernel does not run is dropped)")
+                        help="keep only the cases that the automatic choice gives the general "
+                             "kernel and whose plan there (the host's, for the H200, the hooks "
+                             "as set) has KEY = VALUE, e.g. paired=1 or rounds=1 (repeatable)")
     parser.add_argument("--list", action="store_true",
                         help="print the cases chosen (name, dtype, layout) and stop; no GPU")
     parser.add_argument("--stream", type=int, default=0, metavar="CALLS",

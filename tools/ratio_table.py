@@ -179,8 +179,7 @@ def _general_plan(case: dict, lib):
     """The general kernel's host plan for a profiling record's case (on the H200)."""
     from utils import kernel_choice
     from utils.suite import ConvPoolCase
-    element = {"float32": kernel_choice.FLOAT32, "float16": kernel_choice.FLOAT16,
-               "bfloat16": kernel_choice.BFLOAT16}[case["dtype"]]
+    element = kernel_choice.ELEMENT_BY_NAME[case["dtype"]]
     return kernel_choice.general_plan(lib, ConvPoolCase.from_dict(case["case"]), element,
                                       channels_last=bool(case.get("channels_last")))
 

@@ -19,6 +19,8 @@ from utils.suite import ConvPoolCase
 
 # ConvPoolElement (kernels/conv_pool_shape.h).
 FLOAT32, FLOAT16, BFLOAT16 = 0, 1, 2
+# ConvPoolElement by dtype name (a profiling record's "dtype", torch.float16's "float16").
+ELEMENT_BY_NAME = {"float32": FLOAT32, "float16": FLOAT16, "bfloat16": BFLOAT16}
 
 
 class ConvPoolShape(ctypes.Structure):
