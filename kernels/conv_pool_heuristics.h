@@ -49,6 +49,14 @@ constexpr int kFastPathOddGeneralMinBatch = 8;
 // 1.33 and 1.66 | 1.31; the 7 x 7 / 2 stem at batch 1 (49 tiles) 1.30 | 1.15 in float32;
 // 3 x 3 / 2 into 32 channels 1.07 | 0.87 and 1.16 | 0.85 (docs/PERF.md).
 constexpr int kFewChannelGeneralMinTaps = 25;
+// ... and in 16 bits with a channels-last output (x's layout, which the flat kernels copy to
+// NCHW, and their NCHW output re-laid out) from 3 x 3 kernels and into more than 16 channels:
+// H200, 3 x 3 / 2 RGB layers at 224^2, batch 32, the general kernel's time over the flat
+// kernel's, float16 channels-last: into 64 channels (SqueezeNet 1.1's first layer, pool 3 x 3
+// / 2) 0.85x, into 32 (pool padded, ceil_mode) 0.71x; from NCHW 1.21x and 0.98x; float32
+// channels-last 1.09x and 0.96x, so float32 keeps the rule above (docs/PERF.md).
+constexpr int kFewChannelGeneralMinTaps16ChannelsLast = 9;
+constexpr int kFewChannelGeneralMinOut16ChannelsLast = 17;
 constexpr int kFewChannelGeneralMaxTaps = 49;
 constexpr int kFewChannelGeneralMaxStride = 2;
 
@@ -86,12 +94,17 @@ constexpr int kCopyCostMinSteps = 8;
 constexpr int kMaxSplit = 16;
 constexpr int kMinSplitSteps = 4;
 constexpr double kPartialBytesPerCycle = 64.0;
-// ... and, float32 (TF32), at least this many blocks a tile where they stay resident and the
-// steps divide into them: a step of a block alone on its SM took ~2 us on layers of few
-// tiles, about 10x its wgmmas, and such layers ran nearly 1/split faster up to 8 (the float32
-// zoo 1.05x in geometric mean, up to 1.31x; in float16 layers of 32 images lost up to 21%,
-// so 16-bit keeps the cost's split; docs/PERF.md).
+// ... and up to this many blocks a tile, each of at least kFillSplitMinSteps steps, where the
+// steps divide into them and they all run at once one an SM: on cluster splits in every
+// element type (16-bit: deeper than the cost's own split), through L2 in float32 (TF32). A step of a block alone on its SM took ~2 us on
+// layers of few tiles, about 10x its wgmmas, and such layers ran nearly 1/split faster up to 8
+// (float32's zoo 1.05x in geometric mean, up to 1.31x). H200, the zoo's layers of one round,
+// deeper splits forced, the kernel's time over the cost's split's: 16-bit cluster splits to
+// shares of 3 steps 0.82-0.84x; float32 shares of 3 steps 0.84-0.94x, and its splits through
+// L2 kept to one block an SM 0.81-0.88x of two an SM. 16-bit splits through L2 lost (56
+// tiles of 6 steps 1.44x, 128 tiles 1.45-2.1x) and keep the cost's (docs/PERF.md).
 constexpr int kFillSplit = 8;
+constexpr int kFillSplitMinSteps = 3;
 // The warp-specialized kernel sums a split tile's partials through its cluster's shared memory
 // (one block an SM, the split a power of two) on layers of at most this many tiles; more tiles
 // keep the partial sums through L2, whose blocks may run two an SM. H200 zoo: layers of 2-10

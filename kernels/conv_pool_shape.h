@@ -35,6 +35,10 @@ struct ConvPoolShape {
   int out_height, out_width;
   bool has_bias;
   ConvPoolElement element;
+  // The output is channels-last (it follows x's or the weight's layout, as PyTorch's
+  // convolution): the automatic choice weighs the re-layout that a kernel writing NCHW alone
+  // pays (conv_relu_maxpool_choose). The kernels read the layouts from their operands' strides.
+  bool channels_last;
 
   CONV_POOL_HD int64_t input_elements() const {
     return int64_t(batch) * in_channels * in_height * in_width;

@@ -315,6 +315,7 @@ Checked check_and_plan(const torch::Tensor& x, const torch::Tensor& weight,
   s.out_width = int(g.out_w);
   s.has_bias = bias.has_value();
   s.element = element_of(x.scalar_type());
+  s.channels_last = output_memory_format(x, weight) == c10::MemoryFormat::ChannelsLast;
   return {s, g.batch == 0};
 }
 

@@ -39,12 +39,18 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   const bool stem = device->compute_capability == 90 && s->out_channels > 16 &&
                     s->in_channels <= kStemMaxInChannels;
   // Few-channel first layers of 5 x 5 to 7 x 7 taps on Hopper that fill the SMs
-  // (kFewChannelGeneralMinTaps): the general kernel rather than the flat ones.
+  // (kFewChannelGeneralMinTaps), and in 16 bits with a channels-last output from 3 x 3: the
+  // general kernel rather than the flat ones.
   const int64_t tile_pixels = 256, tile_channels = 64;
+  const bool layout_16bit = s->channels_last && s->element != kElementFloat32;
   const bool few_channel_general =
       device->compute_capability == 90 && s->in_channels < kTiledChannelChunk &&
-      !fast_path_applies(*s) && s->out_channels > kNarrowBlockMaxChannels &&
-      s->taps() >= kFewChannelGeneralMinTaps && s->taps() <= kFewChannelGeneralMaxTaps &&
+      !fast_path_applies(*s) &&
+      s->out_channels >= (layout_16bit ? kFewChannelGeneralMinOut16ChannelsLast
+                                       : kNarrowBlockMaxChannels + 1) &&
+      s->taps() >= (layout_16bit ? kFewChannelGeneralMinTaps16ChannelsLast
+                                 : kFewChannelGeneralMinTaps) &&
+      s->taps() <= kFewChannelGeneralMaxTaps &&
       s->stride_h <= kFewChannelGeneralMaxStride && s->stride_w <= kFewChannelGeneralMaxStride &&
       int64_t(s->batch) * s->conv_height * s->conv_width *
               ((s->out_channels + tile_channels - 1) / tile_channels) >=

@@ -52,8 +52,8 @@ def variant_names(extension, library) -> dict:
 
 
 def choose(library, variant_names, case, allow_tf32=True, config=AUTO, device=H200,
-           element=FLOAT32) -> str:
-    shape = shape_of(case, element)
+           element=FLOAT32, channels_last=False) -> str:
+    shape = shape_of(case, element, channels_last)
     chosen = library.conv_relu_maxpool_choose(ctypes.byref(shape), config, allow_tf32,
                                               ctypes.byref(device))
     assert chosen in variant_names, chosen
@@ -1713,6 +1713,35 @@ def test_few_channel_first_layers_of_5x5_to_7x7_take_the_general_kernel(library,
                 (case, element)
     assert not kernel_choice.few_channel_general(replace(stem, in_channels=8))
     assert choose(library, variant_names, stem, allow_tf32=False) == "tiled_3xtf32_flat"
+
+
+def test_few_channel_3x3_layers_take_the_general_kernel_in_16_bits_channels_last(
+        library, variant_names):
+    """SqueezeNet 1.1's 3 x 3 / 2 RGB layer at batch 32 (and one into 32 channels, pool padded)
+    takes the general kernel in float16 and bfloat16 where its output is channels-last
+    (kFewChannelGeneralMinTaps16ChannelsLast: the flat kernels would copy x to NCHW and re-lay
+    out their output); NCHW, float32, batch 1 (too few tiles), 16 output channels and sm_80 keep
+    the flat kernels or the small one."""
+    squeeze = ConvPoolCase("squeezenet1_1_c0", 32, 3, 64, 224, 224, (3, 3), stride=(2, 2),
+                           pool_kernel=(3, 3), pool_stride=(2, 2))
+    narrow = ConvPoolCase("narrow", 32, 3, 32, 224, 224, (3, 3), stride=(2, 2), padding=(1, 1),
+                          pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1),
+                          ceil_mode=True)
+    for case in (squeeze, narrow):
+        for element in (FLOAT16, BFLOAT16):
+            assert kernel_choice.few_channel_general(case, element=element, channels_last=True)
+            assert choose(library, variant_names, case, element=element,
+                          channels_last=True) == "general_wgmma"
+            assert choose(library, variant_names, case, element=element) == "tiled_16bit_flat"
+            assert choose(library, variant_names, case, element=element, channels_last=True,
+                          device=A100_LIKE) == "tiled_16bit_flat"
+            for other in (replace(case, batch=1), replace(case, out_channels=16)):
+                assert not kernel_choice.few_channel_general(other, element=element,
+                                                             channels_last=True), other
+                assert choose(library, variant_names, other, element=element,
+                              channels_last=True) != "general_wgmma", other
+        assert not kernel_choice.few_channel_general(case, channels_last=True)
+        assert choose(library, variant_names, case, channels_last=True) == "tiled_tf32_flat"
 
 
 def test_column_folding_plans_the_folded_layer(library, variant_names, monkeypatch):

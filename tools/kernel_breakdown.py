@@ -226,7 +226,8 @@ def plan_matches(lib, item, wanted) -> bool:
     from utils import kernel_choice
     case, dtype, channels_last = item
     element = kernel_choice.ELEMENT_BY_NAME[str(dtype).removeprefix("torch.")]
-    if kernel_choice.chosen_variant(lib, case, element) != "general_wgmma":
+    if kernel_choice.chosen_variant(lib, case, element,
+                                    channels_last=channels_last) != "general_wgmma":
         return False
     plan = kernel_choice.general_plan(lib, case, element, channels_last=channels_last)
     if plan is None:

@@ -30,7 +30,8 @@ class ConvPoolShape(ctypes.Structure):
         "stride_h", "stride_w", "pad_h", "pad_w", "dilation_h", "dilation_w", "conv_height",
         "conv_width", "pool_h", "pool_w", "pool_stride_h", "pool_stride_w", "pool_pad_h",
         "pool_pad_w", "out_height", "out_width")] + [("has_bias", ctypes.c_bool),
-                                                     ("element", ctypes.c_int)]
+                                                     ("element", ctypes.c_int),
+                                                     ("channels_last", ctypes.c_bool)]
 
 
 MAX_CLUSTER = 8  # kConvPoolMaxCluster
@@ -131,15 +132,18 @@ def device_of(lib: ctypes.CDLL, index: int = 0) -> ConvPoolDevice:
     return device
 
 
-def shape_of(case: ConvPoolCase, element: int = FLOAT32) -> ConvPoolShape:
-    """The ConvPoolShape the binding builds for `case` with inputs of `element`."""
+def shape_of(case: ConvPoolCase, element: int = FLOAT32,
+             channels_last: bool = False) -> ConvPoolShape:
+    """The ConvPoolShape the binding builds for `case` with inputs of `element` (and a
+    channels-last output: x or the weight channels-last)."""
     conv_h, conv_w = case.conv_out()
     out_h, out_w = case.pooled_out()
     pool_stride = case.effective_pool_stride
     return ConvPoolShape(
         case.batch, case.in_channels, case.height, case.width, case.out_channels,
         *case.kernel_size, *case.stride, *case.padding, *case.dilation, conv_h, conv_w,
-        *case.pool_kernel, *pool_stride, *case.pool_padding, out_h, out_w, case.bias, element)
+        *case.pool_kernel, *pool_stride, *case.pool_padding, out_h, out_w, case.bias, element,
+        channels_last)
 
 
 def variant_name(lib: ctypes.CDLL, variant: int, element: int = FLOAT32) -> Optional[str]:
@@ -150,10 +154,13 @@ def variant_name(lib: ctypes.CDLL, variant: int, element: int = FLOAT32) -> Opti
 
 
 def chosen_variant(lib: ctypes.CDLL, case: ConvPoolCase, element: int = FLOAT32,
-                   device: ConvPoolDevice = H200, allow_tf32: bool = True) -> str:
+                   device: ConvPoolDevice = H200, allow_tf32: bool = True,
+                   channels_last: bool = False) -> str:
     """The name of the variant the automatic choice (conv_relu_maxpool_choose) takes for
-    `case` on `device` (its `element` member's name)."""
-    chosen = lib.conv_relu_maxpool_choose(ctypes.byref(shape_of(case, element)), -1, allow_tf32,
+    `case` on `device` (its `element` member's name), for a channels-last output where
+    channels_last is set."""
+    shape = shape_of(case, element, channels_last)
+    chosen = lib.conv_relu_maxpool_choose(ctypes.byref(shape), -1, allow_tf32,
                                           ctypes.byref(device))
     return variant_name(lib, chosen, element)
 
@@ -176,17 +183,21 @@ def fast_path(case: ConvPoolCase) -> bool:
             and case.pool_padding == (0, 0) and 2 * out_h <= conv_h and 2 * out_w <= conv_w)
 
 
-def few_channel_general(case: ConvPoolCase, device: ConvPoolDevice = H200) -> bool:
+def few_channel_general(case: ConvPoolCase, device: ConvPoolDevice = H200,
+                        element: int = FLOAT32, channels_last: bool = False) -> bool:
     """Whether conv_relu_maxpool_choose gives a layer of fewer than 8 input channels the general
     kernel rather than the flat ones (kFewChannelGeneralMinTaps in
     kernels/conv_pool_heuristics.h), with TF32 allowed or 16 bits: Hopper, off the 3 x 3 / 2 x 2
-    path, more than 32 output channels, 25 to 49 taps, strides of at most 2, and at least one
-    wave of N = 64 tiles of 256 conv pixels. A mirror for tests, not the rule itself."""
+    path, more than 32 output channels, 25 to 49 taps (16 bits with a channels-last output:
+    more than 16 channels, 9 to 49 taps), strides of at most 2, and at least one wave of N = 64
+    tiles of 256 conv pixels. A mirror for tests, not the rule itself."""
     taps = case.kernel_size[0] * case.kernel_size[1]
     conv_h, conv_w = case.conv_out()
     tile_pixels = case.batch * conv_h * conv_w * -(-case.out_channels // 64)
+    layout_16bit = channels_last and element != FLOAT32
     return (device.compute_capability == 90 and case.in_channels < 8 and not fast_path(case)
-            and case.out_channels > 32 and 25 <= taps <= 49 and max(case.stride) <= 2
+            and case.out_channels > (16 if layout_16bit else 32)
+            and (9 if layout_16bit else 25) <= taps <= 49 and max(case.stride) <= 2
             and tile_pixels >= 256 * device.sm_count)
 
 
@@ -228,7 +239,8 @@ def variant_plan(lib: ctypes.CDLL, case: ConvPoolCase, variant, element: int = F
         variant = variant_id(lib, variant)
     info = ConvPoolPlanInfo()
     operands = dense_operands(case, channels_last)
-    if not lib.conv_relu_maxpool_variant_plan(ctypes.byref(shape_of(case, element)), variant,
+    shape = shape_of(case, element, channels_last)
+    if not lib.conv_relu_maxpool_variant_plan(ctypes.byref(shape), variant,
                                               ctypes.byref(device), ctypes.byref(operands),
                                               ctypes.byref(info)):
         raise KeyError(variant)

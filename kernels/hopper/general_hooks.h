@@ -94,6 +94,10 @@ inline bool wide_pool_allowed() { return !is("CONV_POOL_GENERAL_WIDE_POOL", "0")
 // (Plan::direct_pairs), and their persistent plans of several rounds reserve the windows' bytes.
 inline bool direct_pairs_allowed() { return !is("CONV_POOL_GENERAL_DIRECT_PAIRS", "0"); }
 
+// $CONV_POOL_GENERAL_FILL=0: the split reductions' former fill rule (float32 alone, shares of at
+// least kMinSplitSteps steps, two blocks an SM) instead of kFillSplit's (general_wgmma.cu).
+inline bool fill_rule_allowed() { return !is("CONV_POOL_GENERAL_FILL", "0"); }
+
 // $CONV_POOL_GENERAL_PLAN_CACHE=0: every plan searched afresh (general_plan_cache.h), to
 // time the search or to rule the cache out.
 inline bool plan_cache_allowed() { return !is("CONV_POOL_GENERAL_PLAN_CACHE", "0"); }
@@ -148,12 +152,12 @@ inline int forced_group_rows() {
 // for the plan cache's key (general_plan_cache.h): a hook the search comes to read belongs here
 // too, or the cache would answer for its old value.
 struct SearchHooks {
-  int merged, persistent, paired, direct, cluster, swizzle, tile, images, split, step_chunks,
-      group_rows;
+  int merged, persistent, paired, direct, cluster, swizzle, fill, tile, images, split,
+      step_chunks, group_rows;
   static SearchHooks read() {
-    return {merged_allowed(), persistent_mode(), pairing_allowed(), direct_pairs_allowed(),
-            cluster_allowed(),  swizzle_allowed(),  forced_tile(),     forced_images(),
-            forced_split(),     forced_step_chunks(), forced_group_rows()};
+    return {merged_allowed(),    persistent_mode(), pairing_allowed(),    direct_pairs_allowed(),
+            cluster_allowed(),   swizzle_allowed(), fill_rule_allowed(),  forced_tile(),
+            forced_images(),     forced_split(),    forced_step_chunks(), forced_group_rows()};
   }
 };
 

@@ -352,24 +352,38 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   // few tiles (kClusterSplitMaxTiles).
   const bool cluster = tma && !p.persistent && cluster_allowed() && p.epilogue_passes == 1 &&
                        p.tiles <= kClusterSplitMaxTiles;
+  // The fill rule (kFillSplit): cluster splits in every element type, float32 (TF32) through
+  // L2 too; the hook $CONV_POOL_GENERAL_FILL=0 keeps the former rule (float32 alone, at least
+  // kMinSplitSteps steps a block, two blocks an SM).
+  const bool fill_rule = fill_rule_allowed();
   const bool fill_split = s.element == kElementFloat32 && !p.split_operands;
   const double copy_rate = !tma || !copy_term ? 0.0
                            : merged_rows(p, !x_in_place) ? kCopyBytesPerCycleMerged
                                                             : kCopyBytesPerCycleSlices;
   int forced_steps = 0;  // the tuning hook's split, where it runs
+  int fill = 1;          // the fill rule's split
   for (int split = 1; split <= kMaxSplit && split <= p.steps; ++split) {
     const int split_steps = int(ceil_div(p.steps, split));
     // A split runs where the steps divide into it and its blocks are all resident; the tuning
     // hook $CONV_POOL_GENERAL_SPLIT (want_split) takes it then, whatever the cost says.
     // Cluster splits: a power of two up to the portable cluster, and one block an SM (their
     // kernel instance's registers), all resident at once.
+    // (All at once: a tile a cluster, at most as many tiles as clusters of `split` blocks fit
+    // on the GPU at once; 16 tiles of 8 blocks, one more than the H200's 15, took two rounds:
+    // 1.6x the time of the split of 4.)
     const bool cluster_runs = !cluster || split == 1 ||
                               ((split & (split - 1)) == 0 && split <= kConvPoolMaxCluster &&
-                               device.max_clusters[split] >= 1 &&
+                               p.tiles <= device.max_clusters[split] &&
                                p.tiles * split <= device.sm_count);
     const bool runs =
         ceil_div(p.steps, split_steps) == split && p.tiles * split <= slots && cluster_runs;
     if (split == want_split && runs) forced_steps = split_steps;
+    // The fill rule: the most blocks a tile, up to kFillSplit, of at least kFillSplitMinSteps
+    // steps each, one block an SM; cluster splits in every element type, through L2 float32's.
+    if (fill_rule && runs && split > p.split && split <= kFillSplit &&
+        split_steps >= kFillSplitMinSteps && p.tiles * split <= device.sm_count &&
+        (cluster || fill_split))
+      fill = split;
     if (split > 1 && (!runs || split_steps < kMinSplitSteps)) continue;
     // The busiest SM's blocks run one after another on its tensor cores (two at a time share
     // them); their fixed work overlaps where two are resident.
@@ -394,15 +408,19 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
       p.split = split;
       p.split_steps = split_steps;
     }
-    // float32 (TF32): a block's step waits on its copies far longer than its wgmmas take
-    // wherever few blocks share an SM (the layers of few tiles), so splitting further, up to
-    // kFillSplit blocks a tile while they are all resident, pays more than the cost above says;
-    // the cost (which picks the tile) stays the model's. Not 16-bit (some layers of 32 images
-    // lost up to 21%) and not 3xTF32 (not measured).
-    if (fill_split && split <= kFillSplit && split > p.split) {
+    // The former fill rule ($CONV_POOL_GENERAL_FILL=0): float32 alone, up to kFillSplit
+    // blocks a tile of at least kMinSplitSteps steps while they are all resident, two an SM
+    // where they fit.
+    if (!fill_rule && fill_split && split <= kFillSplit && split > p.split) {
       p.split = split;
       p.split_steps = split_steps;
     }
+  }
+  // (16-bit: only deeper than the cost's own split; a paired plan the cost leaves whole lost
+  // its paired pooling to a split: a 2 x 2 / 2 layer of 4 steps 1.45x the time.)
+  if (fill > p.split && (fill_split || p.split > 1)) {
+    p.split = fill;
+    p.split_steps = int(ceil_div(p.steps, fill));
   }
   if (forced_steps > 0) {
     p.split = want_split;
