@@ -244,13 +244,14 @@ def test_split_reductions_match_float64(ext, lib, device, seed, tile, split, dty
 
 # Tiles of several small images side by side (plan.images, forced by the host's hook
 # $CONV_POOL_GENERAL_IMAGES): batches that leave the last tile short of images, an overlapping
-# padded ceil-mode pool, stride 2 (each image's columns rounded up to the column stride), and
-# at batch 4 a split reduction.
+# padded ceil-mode pool, stride 2 (each image's columns rounded up to the column stride), at
+# batch 4 a split reduction, and a one-step layer that no form splits.
 IMAGE_CASES = [
     ConvPoolCase("images_tails", 7, 40, 136, 7, 7, (3, 3), padding=(1, 1), pool_kernel=(3, 3),
                  pool_stride=(2, 2), pool_padding=(1, 1), ceil_mode=True),
     ConvPoolCase("images_strided", 5, 24, 72, 13, 15, (3, 3), stride=(2, 2), padding=(1, 1)),
     ConvPoolCase("images_split", 4, 320, 72, 6, 5, (3, 3), padding=(1, 1)),
+    ConvPoolCase("images_unsplit", 6, 8, 40, 7, 7, (1, 1)),
 ]
 # The tiles whose square columns split into that many shares of at least 8 conv columns.
 IMAGE_TILES = {2: set(TILES), 4: {"wide_n128", "wide_n64", "tall_n64"}}

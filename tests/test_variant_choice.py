@@ -9,6 +9,7 @@ kernels' pixel tile and channel-block width (the plan record, conv_relu_maxpool_
 """
 import ctypes
 import importlib.util
+import itertools
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -1195,6 +1196,28 @@ def test_gpu_split_tests_get_the_splits_they_force_in_every_form(library, monkey
                             path, case.name, element, plan)
                         checked += 1
     assert checked == len(gpu.PATH_HOOKS) * 2 * 3 * 2 * 3, checked
+    # Its side-by-side images test wants, in every form, each tile of IMAGE_TILES and plans
+    # with and without a split (the split's fill rule once split every one of its layers in
+    # the persistent forms).
+    monkeypatch.delenv("CONV_POOL_GENERAL_SPLIT")
+    for path, hooks in gpu.PATH_HOOKS.items():
+        for every in gpu.PATH_HOOKS.values():
+            for key in every:
+                monkeypatch.delenv(key, raising=False)
+        for key, value in hooks.items():
+            monkeypatch.setenv(key, value)
+        for images, element in itertools.product((2, 4), (FLOAT32, FLOAT16, BFLOAT16)):
+            monkeypatch.setenv("CONV_POOL_GENERAL_IMAGES", str(images))
+            tiles, splits = set(), set()
+            for tile in gpu.TILES:
+                monkeypatch.setenv("CONV_POOL_GENERAL_TILE", tile)
+                for case in gpu.IMAGE_CASES:
+                    plan = general_plan(library, case, element)
+                    if plan["tile"] == tile and plan["images"] == images:
+                        tiles.add(tile)
+                        splits.add(plan["split"] > 1)
+            assert tiles == gpu.IMAGE_TILES[images] and splits == {False, True}, (
+                path, images, element, tiles, splits)
 
 
 def test_general_kernel_copy_writes_every_row_a_tap_reads_and_no_other(library, seed):
