@@ -96,7 +96,9 @@ constexpr int kMinSplitSteps = 4;
 constexpr double kPartialBytesPerCycle = 64.0;
 // ... and up to this many blocks a tile, each of at least kFillSplitMinSteps steps, where the
 // steps divide into them and they all run at once one an SM: on cluster splits in every
-// element type (16-bit: deeper than the cost's own split), through L2 in float32 (TF32). A step of a block alone on its SM took ~2 us on
+// element type (16-bit: deeper than the cost's own split; a paired plan the cost leaves whole
+// loses its paired pooling to a split, a 2 x 2 / 2 layer of 4 steps took 1.45x the time),
+// through L2 in float32 (TF32). A step of a block alone on its SM took ~2 us on
 // layers of few tiles, about 10x its wgmmas, and such layers ran nearly 1/split faster up to 8
 // (float32's zoo 1.05x in geometric mean, up to 1.31x). H200, the zoo's layers of one round,
 // deeper splits forced, the kernel's time over the cost's split's: 16-bit cluster splits to

@@ -1,6 +1,6 @@
-// Host-side checks on the operands that decide whether a kernel may move input rows and weight
-// rows with vector copies. Shared by the launchers in conv_relu_maxpool.cu and
-// conv_relu_maxpool_wgmma.cu.
+// Host-side views of the operands (their data and element size) and the checks that decide
+// whether a kernel may move input rows and weight rows with vector copies. Shared by the
+// launchers.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +11,18 @@ inline bool aligned(const void* ptr, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
 inline bool aligned16(const void* ptr) { return aligned(ptr, 16); }
+
+// The bytes of one element of x, the weight and the output, and x's and the weight's data,
+// whatever their element type.
+inline int element_bytes(const ConvPoolShape& s) { return s.element == kElementFloat32 ? 4 : 2; }
+inline const void* input_data(const ConvPoolShape& s, const ConvPoolOperands& ops) {
+  return s.element == kElementFloat32 ? static_cast<const void*>(ops.x)
+                                      : static_cast<const void*>(ops.x16);
+}
+inline const void* weight_data(const ConvPoolShape& s, const ConvPoolOperands& ops) {
+  return s.element == kElementFloat32 ? static_cast<const void*>(ops.weight)
+                                      : static_cast<const void*>(ops.weight16);
+}
 
 // Input rows that split into runs of 4 consecutive elements: unit column stride, every row start
 // a multiple of 4 elements from x, a width that is a multiple of 4.

@@ -89,7 +89,6 @@ struct StemPlan {
 };
 
 int round_up(int x, int m) { return (x + m - 1) / m * m; }
-int element_bytes(const ConvPoolShape& s) { return s.element == kElementFloat32 ? 4 : 2; }
 
 // The smallest n >= at_least whose 4-byte word count is `words` modulo 32, in elements of
 // `bytes` (a multiple of 16 bytes).

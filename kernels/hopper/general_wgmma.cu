@@ -352,25 +352,19 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   // few tiles (kClusterSplitMaxTiles).
   const bool cluster = tma && !p.persistent && cluster_allowed() && p.epilogue_passes == 1 &&
                        p.tiles <= kClusterSplitMaxTiles;
-  // The fill rule (kFillSplit): cluster splits in every element type, float32 (TF32) through
-  // L2 too; the hook $CONV_POOL_GENERAL_FILL=0 keeps the former rule (float32 alone, at least
-  // kMinSplitSteps steps a block, two blocks an SM).
-  const bool fill_rule = fill_rule_allowed();
+  const bool fill_rule = fill_rule_allowed();  // kFillSplit's rule ($CONV_POOL_GENERAL_FILL)
   const bool fill_split = s.element == kElementFloat32 && !p.split_operands;
   const double copy_rate = !tma || !copy_term ? 0.0
                            : merged_rows(p, !x_in_place) ? kCopyBytesPerCycleMerged
                                                             : kCopyBytesPerCycleSlices;
-  int forced_steps = 0;  // the tuning hook's split, where it runs
-  int fill = 1;          // the fill rule's split
+  int forced_steps = 0, fill = 1;  // the tuning hook's split's steps; the fill rule's split
   for (int split = 1; split <= kMaxSplit && split <= p.steps; ++split) {
     const int split_steps = int(ceil_div(p.steps, split));
     // A split runs where the steps divide into it and its blocks are all resident; the tuning
     // hook $CONV_POOL_GENERAL_SPLIT (want_split) takes it then, whatever the cost says.
-    // Cluster splits: a power of two up to the portable cluster, and one block an SM (their
-    // kernel instance's registers), all resident at once.
-    // (All at once: a tile a cluster, at most as many tiles as clusters of `split` blocks fit
-    // on the GPU at once; 16 tiles of 8 blocks, one more than the H200's 15, took two rounds:
-    // 1.6x the time of the split of 4.)
+    // Cluster splits: a power of two up to the portable cluster, one block an SM (their kernel
+    // instance's registers), every cluster at once (16 tiles of 8 blocks, one more than the
+    // H200's 15 clusters, took two rounds: 1.6x the time of 4 blocks).
     const bool cluster_runs = !cluster || split == 1 ||
                               ((split & (split - 1)) == 0 && split <= kConvPoolMaxCluster &&
                                p.tiles <= device.max_clusters[split] &&
@@ -378,8 +372,7 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
     const bool runs =
         ceil_div(p.steps, split_steps) == split && p.tiles * split <= slots && cluster_runs;
     if (split == want_split && runs) forced_steps = split_steps;
-    // The fill rule: the most blocks a tile, up to kFillSplit, of at least kFillSplitMinSteps
-    // steps each, one block an SM; cluster splits in every element type, through L2 float32's.
+    // The fill rule (kFillSplit): the most blocks a tile, one an SM.
     if (fill_rule && runs && split > p.split && split <= kFillSplit &&
         split_steps >= kFillSplitMinSteps && p.tiles * split <= device.sm_count &&
         (cluster || fill_split))
@@ -408,16 +401,12 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
       p.split = split;
       p.split_steps = split_steps;
     }
-    // The former fill rule ($CONV_POOL_GENERAL_FILL=0): float32 alone, up to kFillSplit
-    // blocks a tile of at least kMinSplitSteps steps while they are all resident, two an SM
-    // where they fit.
+    // ($CONV_POOL_GENERAL_FILL=0: the former fill rule, float32 alone, two blocks an SM.)
     if (!fill_rule && fill_split && split <= kFillSplit && split > p.split) {
       p.split = split;
       p.split_steps = split_steps;
     }
   }
-  // (16-bit: only deeper than the cost's own split; a paired plan the cost leaves whole lost
-  // its paired pooling to a split: a 2 x 2 / 2 layer of 4 steps 1.45x the time.)
   if (fill > p.split && (fill_split || p.split > 1)) {
     p.split = fill;
     p.split_steps = int(ceil_div(p.steps, fill));
@@ -489,13 +478,6 @@ Candidate best_plan(const ConvPoolShape& s, const ConvPoolDevice& device, bool s
   return cheapest_plan(s, device, split, allow_tma, x_in_place, false);
 }
 
-// x's data and the bytes of one of its elements, whatever its element type.
-const void* input_data(const ConvPoolShape& s, const ConvPoolOperands& ops) {
-  return s.element == kElementFloat32 ? static_cast<const void*>(ops.x)
-                                      : static_cast<const void*>(ops.x16);
-}
-int element_bytes(const ConvPoolShape& s) { return s.element == kElementFloat32 ? 4 : 2; }
-
 // Whether x's channels are contiguous and every stride and its address whole 16-byte slices
 // (channels-last); ops == nullptr stands for NCHW.
 bool pixel_slices(const ConvPoolShape& s, const ConvPoolOperands* ops) {
@@ -525,12 +507,8 @@ bool tma_for(const ConvPoolShape& s, const ConvPoolOperands* ops, bool split) {
          x_elements <= kTmaCopyMaxSmallInput || tma_copy_forced();
 }
 
-// The weight's data, whatever its element type, and the elements from one tap to the next
-// (along the kernel's columns, or its rows where it has one column).
-const void* weight_data(const ConvPoolShape& s, const ConvPoolOperands& ops) {
-  return s.element == kElementFloat32 ? static_cast<const void*>(ops.weight)
-                                      : static_cast<const void*>(ops.weight16);
-}
+// The weight's elements from one tap to the next (along the kernel's columns, or its rows
+// where it has one column).
 int64_t weight_tap_stride(const ConvPoolShape& s, const int64_t* stride) {
   return s.kernel_w > 1 ? stride[3] : stride[2];
 }
