@@ -1168,21 +1168,22 @@ def test_forced_persistent_split_plans_keep_room_for_their_paired_windows(librar
     assert staged >= 10 and direct >= 1, (staged, direct)
 
 
-def test_gpu_split_tests_get_the_splits_they_force_in_every_form(library, monkeypatch):
+def test_gpu_split_and_image_tests_get_their_plans_in_every_form(library, monkeypatch):
     """tests/test_general_wgmma_gpu.py's split test forces splits of 2, 4 and 8 on two tiles
-    and requires the plan to take them in every form of the kernel (its PATH_HOOKS): the host
-    plans here, so that a change of the step sizes that leaves a form unable to split its
-    layers 8 ways fails in CI, not first on the GPU (the persistent forms once took 9 steps for
-    the pointwise layer, which do not split 4 or 8 ways)."""
+    and requires the plan to take them in every form of the kernel (its PATH_HOOKS), and its
+    side-by-side images test wants each tile of IMAGE_TILES and plans with and without a
+    split: the host plans here, so that a change of the plans that leaves a form without them
+    fails in CI, not first on the GPU (the persistent forms once took 9 steps for the
+    pointwise layer, which do not split 4 or 8 ways; the split's fill rule once split every
+    image layer there)."""
     spec = importlib.util.spec_from_file_location(
         "general_wgmma_gpu_cases", Path(__file__).with_name("test_general_wgmma_gpu.py"))
     gpu = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpu)
     checked = 0
     for path, hooks in gpu.PATH_HOOKS.items():
-        for every in gpu.PATH_HOOKS.values():
-            for key in every:
-                monkeypatch.delenv(key, raising=False)
+        for key in {key for every in gpu.PATH_HOOKS.values() for key in every}:
+            monkeypatch.delenv(key, raising=False)
         for key, value in hooks.items():
             monkeypatch.setenv(key, value)
         for tile in ("wide_n64", "square_n128"):
@@ -1195,17 +1196,7 @@ def test_gpu_split_tests_get_the_splits_they_force_in_every_form(library, monkey
                         assert plan["tile"] == tile and plan["split"] == split, (
                             path, case.name, element, plan)
                         checked += 1
-    assert checked == len(gpu.PATH_HOOKS) * 2 * 3 * 2 * 3, checked
-    # Its side-by-side images test wants, in every form, each tile of IMAGE_TILES and plans
-    # with and without a split (the split's fill rule once split every one of its layers in
-    # the persistent forms).
-    monkeypatch.delenv("CONV_POOL_GENERAL_SPLIT")
-    for path, hooks in gpu.PATH_HOOKS.items():
-        for every in gpu.PATH_HOOKS.values():
-            for key in every:
-                monkeypatch.delenv(key, raising=False)
-        for key, value in hooks.items():
-            monkeypatch.setenv(key, value)
+        monkeypatch.delenv("CONV_POOL_GENERAL_SPLIT")
         for images, element in itertools.product((2, 4), (FLOAT32, FLOAT16, BFLOAT16)):
             monkeypatch.setenv("CONV_POOL_GENERAL_IMAGES", str(images))
             tiles, splits = set(), set()
@@ -1218,6 +1209,8 @@ def test_gpu_split_tests_get_the_splits_they_force_in_every_form(library, monkey
                         splits.add(plan["split"] > 1)
             assert tiles == gpu.IMAGE_TILES[images] and splits == {False, True}, (
                 path, images, element, tiles, splits)
+        monkeypatch.delenv("CONV_POOL_GENERAL_IMAGES")
+    assert checked == len(gpu.PATH_HOOKS) * 2 * 3 * 2 * 3, checked
 
 
 def test_general_kernel_copy_writes_every_row_a_tap_reads_and_no_other(library, seed):

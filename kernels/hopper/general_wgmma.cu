@@ -373,9 +373,8 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
         ceil_div(p.steps, split_steps) == split && p.tiles * split <= slots && cluster_runs;
     if (split == want_split && runs) forced_steps = split_steps;
     // The fill rule (kFillSplit): the most blocks a tile, one an SM.
-    if (fill_rule && runs && split > p.split && split <= kFillSplit &&
-        split_steps >= kFillSplitMinSteps && p.tiles * split <= device.sm_count &&
-        (cluster || fill_split))
+    if (fill_rule && runs && split <= kFillSplit && split_steps >= kFillSplitMinSteps &&
+        p.tiles * split <= device.sm_count && (cluster || fill_split))
       fill = split;
     if (split > 1 && (!runs || split_steps < kMinSplitSteps)) continue;
     // The busiest SM's blocks run one after another on its tensor cores (two at a time share
