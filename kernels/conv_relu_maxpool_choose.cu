@@ -3,6 +3,8 @@
 // it there (docs/PERF.md has the runs). What each variant can run is the registry's
 // (conv_relu_maxpool_registry.cu); the tiles, splits and plans inside a variant are chosen by
 // its own host code (conv_relu_maxpool_wgmma.cu, hopper/general_wgmma.cu, ...).
+#include <algorithm>
+
 #include "conv_pool_heuristics.h"
 #include "conv_pool_shape.h"
 #include "conv_relu_maxpool.h"
@@ -51,7 +53,8 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
       s->taps() >= (layout_16bit ? kFewChannelGeneralMinTaps16ChannelsLast
                                  : kFewChannelGeneralMinTaps) &&
       s->taps() <= kFewChannelGeneralMaxTaps &&
-      s->stride_h <= kFewChannelGeneralMaxStride && s->stride_w <= kFewChannelGeneralMaxStride &&
+      std::max(s->stride_h, s->stride_w) <=
+          (layout_16bit ? kFewChannelGeneralMaxStride16ChannelsLast : kFewChannelGeneralMaxStride) &&
       int64_t(s->batch) * s->conv_height * s->conv_width *
               ((s->out_channels + tile_channels - 1) / tile_channels) >=
           tile_pixels * device->sm_count &&

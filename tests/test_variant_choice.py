@@ -1706,8 +1706,8 @@ def test_few_channel_first_layers_of_5x5_to_7x7_take_the_general_kernel(library,
                                                                        variant_names):
     """ResNet's 7 x 7 / 2 stem at batch 32 and 5 x 5 layers of 3 channels take the general kernel
     on Hopper (kFewChannelGeneralMinTaps); the same stem at batch 1 (49 tiles), AlexNet's
-    11 x 11 / 4 layer, 3 x 3 into 32 channels, allow_tf32 = False and sm_80 keep the flat
-    kernels."""
+    11 x 11 / 4 layer, 3 x 3 into 32 channels, stride 4, allow_tf32 = False and sm_80 keep the
+    flat kernels."""
     stem = ConvPoolCase("resnet_stem", 32, 3, 64, 224, 224, (7, 7), stride=(2, 2),
                         padding=(3, 3), pool_kernel=(3, 3), pool_stride=(2, 2),
                         pool_padding=(1, 1))
@@ -1723,7 +1723,7 @@ def test_few_channel_first_layers_of_5x5_to_7x7_take_the_general_kernel(library,
         for case in (replace(stem, batch=1), find_case("alexnet_c1"),
                      replace(stem, kernel_size=(3, 3), out_channels=32, padding=(1, 1)),
                      replace(stem, kernel_size=(9, 9), padding=(4, 4)),
-                     replace(stem, stride=(3, 3))):
+                     replace(stem, stride=(4, 4))):
             assert not kernel_choice.few_channel_general(case), case
             assert choose(library, variant_names, case, element=element) != "general_wgmma", \
                 (case, element)
@@ -1758,6 +1758,39 @@ def test_few_channel_3x3_layers_take_the_general_kernel_in_16_bits_channels_last
                               channels_last=True) != "general_wgmma", other
         assert not kernel_choice.few_channel_general(case, channels_last=True)
         assert choose(library, variant_names, case, channels_last=True) == "tiled_tf32_flat"
+
+
+def test_few_channel_layers_of_strides_3_and_4_take_the_general_kernel_where_it_won(
+        library, variant_names):
+    """Strides past 2 (kFewChannelGeneralMaxStride, kFewChannelGeneralMaxStride16ChannelsLast):
+    a 5 x 5 / 3 RGB layer and a 7 x 7 one at stride 1 x 3 take the general kernel in every
+    dtype and layout; 7 x 7 / 4 and the fuzz's 1 x 11 / 4 layer of 4 channels only in 16 bits
+    with a channels-last output; stride 5 nowhere, and sm_80 keeps the flat kernels."""
+    five = ConvPoolCase("five_s3", 32, 3, 96, 224, 224, (5, 5), stride=(3, 3), padding=(2, 2),
+                        pool_kernel=(2, 2), pool_stride=(2, 2))
+    seven = ConvPoolCase("seven_1x3", 32, 4, 256, 74, 58, (7, 7), stride=(1, 3), padding=(1, 2),
+                         pool_kernel=(2, 1), pool_stride=(2, 1))
+    seven_s4 = ConvPoolCase("seven_s4", 32, 3, 64, 224, 224, (7, 7), stride=(4, 4),
+                            padding=(3, 3), pool_kernel=(3, 3), pool_stride=(2, 2))
+    wide = ConvPoolCase("one_by_eleven_s4", 64, 4, 384, 72, 82, (1, 11), stride=(4, 4),
+                        padding=(1, 0), pool_kernel=(3, 3), pool_stride=(3, 3),
+                        pool_padding=(1, 1), ceil_mode=True)
+    for element in (FLOAT32, FLOAT16, BFLOAT16):
+        flat = "tiled_tf32_flat" if element == FLOAT32 else "tiled_16bit_flat"
+        for channels_last in (False, True):
+            layout_16bit = channels_last and element != FLOAT32
+            for case, general in ((five, True), (seven, True), (seven_s4, layout_16bit),
+                                  (wide, layout_16bit), (replace(five, stride=(5, 5)), False),
+                                  (replace(seven_s4, stride=(2, 5)), False)):
+                form = (case.name, element, channels_last)
+                assert kernel_choice.few_channel_general(case, element=element,
+                                                         channels_last=channels_last) == general
+                variant = choose(library, variant_names, case, element=element,
+                                 channels_last=channels_last)
+                assert (variant == "general_wgmma") == general, (form, variant)
+                if general:
+                    assert choose(library, variant_names, case, element=element,
+                                  channels_last=channels_last, device=A100_LIKE) == flat, form
 
 
 def test_column_folding_plans_the_folded_layer(library, variant_names, monkeypatch):
