@@ -1002,6 +1002,39 @@ def test_kernel_breakdown_configs_carry_hook_settings_and_restore_them(monkeypat
     assert kb.case_from_spec("1,3,8,16,16,3,1,1,2,2").pool_padding == (0, 0)
 
 
+def test_json_cases_are_named_with_their_dtype_and_layout(monkeypatch, capsys):
+    """tools/kernel_breakdown.json_cases: a profiling JSON's named cases with the dtype and
+    layout each ran in (the fuzz's fuzz_10: float16 channels-last; a zoo's dtype from its
+    settings), all of them without names, an error naming a missing name; tools/run_case.py
+    --json runs the named case in its own dtype and layout unless told otherwise."""
+    from tools import kernel_breakdown as kb
+    from tools import run_case
+    fuzz = REPO / "docs" / "fuzz_h200.json"
+    entries = {e["name"]: e for e in json.loads(fuzz.read_text())["cases"]}
+    (name, case, dtype, channels_last), = kb.json_cases(fuzz, ["fuzz_10"])
+    assert (name, dtype, channels_last) == ("fuzz_10", "float16", True)
+    assert case == ConvPoolCase.from_dict(entries["fuzz_10"]["case"])
+    assert [c[0] for c in kb.json_cases(fuzz)] == list(entries)
+    zoo = REPO / "docs" / "zoo_h200_float16.json"
+    assert {(c[2], c[3]) for c in kb.json_cases(zoo)} == {("float16", False)}
+    with pytest.raises(ValueError, match="fuzz_999 is not in"):
+        kb.json_cases(fuzz, ["fuzz_10", "fuzz_999"])
+    ran = []
+    monkeypatch.setattr(run_case, "run_calls", lambda *args: ran.append(args))
+    for argv, expected in ((["fuzz_10", "auto"], ("float16", True)),
+                           (["fuzz_10", "auto", "--dtype", "bfloat16"], ("bfloat16", True)),
+                           (["fuzz_0", "general_wgmma"],
+                            (entries["fuzz_0"]["dtype"], entries["fuzz_0"]["channels_last"]))):
+        monkeypatch.setattr(sys, "argv", ["run_case.py", *argv, "--json", str(fuzz)])
+        assert run_case.main() == 0
+        assert ran[-1][0] == ConvPoolCase.from_dict(entries[argv[0]]["case"])
+        assert (ran[-1][1], ran[-1][3], ran[-1][4]) == (argv[1], *expected), ran[-1]
+    monkeypatch.setattr(sys, "argv", ["run_case.py", "fuzz_999", "auto", "--json", str(fuzz)])
+    with pytest.raises(SystemExit):
+        run_case.main()
+    assert "fuzz_999 is not in" in capsys.readouterr().err
+
+
 def test_kernel_breakdown_picks_cases_by_their_general_plan(capsys):
     """tools/kernel_breakdown.py --plan KEY=VALUE keeps the JSON's cases that the automatic
     choice gives the general kernel and whose host plan there has that value (here every

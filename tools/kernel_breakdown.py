@@ -59,6 +59,29 @@ def case_from_spec(text: str) -> ConvPoolCase:
                         pool_padding=(pool_pad, pool_pad))
 
 
+def json_cases(path: Path, names: Optional[list[str]] = None) -> list[tuple[str, ConvPoolCase,
+                                                                           str, bool]]:
+    """(name, case, dtype name, channels_last) of the named cases of a utils.profiling JSON (zoo,
+    fuzz, suite), or of all of them; ValueError names a missing or ambiguous name."""
+    record = json.loads(Path(path).read_text())
+    entries = record["cases"]
+    if names is not None:
+        by_name = {}
+        for entry in entries:
+            by_name.setdefault(entry["name"], []).append(entry)
+        entries = []
+        for name in names:
+            if name not in by_name:
+                raise ValueError(f"{name} is not in {path}")
+            if len(by_name[name]) > 1:
+                raise ValueError(f"{name} names {len(by_name[name])} cases in {path}: "
+                                 + ", ".join(e["case"]["label"] for e in by_name[name]))
+            entries.append(by_name[name][0])
+    return [(entry["name"], ConvPoolCase.from_dict(entry["case"]),
+             entry.get("dtype") or record["settings"].get("dtype", "float32"),
+             bool(entry.get("channels_last"))) for entry in entries]
+
+
 def kernels_per_call(fn) -> list[tuple[str, float]]:
     """(kernel name, device µs per call) of fn's launches, by the profiler, largest first."""
     for _ in range(3):
@@ -275,29 +298,15 @@ def main(argv=None) -> int:
     work = []
     if args.all and args.json is None:
         parser.error("--all needs --json")
-    if args.all:
-        record = json.loads(args.json.read_text())
-        for entry in record["cases"]:
-            dtype = entry.get("dtype") or record["settings"].get("dtype", "float32")
-            work.append((ConvPoolCase.from_dict(entry["case"]), DTYPES[dtype],
-                         bool(entry.get("channels_last")) or args.channels_last))
-    elif args.names:
-        if args.json is None:
-            parser.error("case names need --json")
-        record = json.loads(args.json.read_text())
-        by_name = {}
-        for entry in record["cases"]:
-            by_name.setdefault(entry["name"], []).append(entry)
-        for name in args.names:
-            if name not in by_name:
-                parser.error(f"{name} is not in {args.json}")
-            if len(by_name[name]) > 1:
-                parser.error(f"{name} names {len(by_name[name])} cases in {args.json}: "
-                             + ", ".join(e["case"]["label"] for e in by_name[name]))
-            entry = by_name[name][0]
-            dtype = entry.get("dtype") or record["settings"].get("dtype", "float32")
-            work.append((ConvPoolCase.from_dict(entry["case"]), DTYPES[dtype],
-                         bool(entry.get("channels_last")) or args.channels_last))
+    if args.names and args.json is None:
+        parser.error("case names need --json")
+    if args.all or args.names:
+        try:
+            found = json_cases(args.json, None if args.all else args.names)
+        except ValueError as error:
+            parser.error(str(error))
+        work += [(case, DTYPES[dtype], channels_last or args.channels_last)
+                 for _, case, dtype, channels_last in found]
     for spec in args.spec:
         try:
             work.append((case_from_spec(spec), DTYPES[args.dtype], args.channels_last))

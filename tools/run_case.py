@@ -4,8 +4,10 @@
         python tools/run_case.py default tiled_tf32 --batch 16
     ... python tools/run_case.py rgb_stem tiled_16bit_wgmma --dtype float16
     ... python tools/run_case.py 128,512,512,14,14,3,2,1,3,2 general_wgmma
+    ... python tools/run_case.py fuzz_76 general_wgmma --json docs/fuzz_h200.json
 The case is a suite or grid name, or N,C,K,H,W,kernel,stride,padding,pool kernel,pool stride
-(square sizes, bias on; as tools/kernel_breakdown.py --spec).
+(square sizes, bias on; as tools/kernel_breakdown.py --spec), or with --json a case name of a
+utils.profiling JSON, in that case's dtype and layout unless --dtype or --channels-last say.
 """
 import argparse
 import sys
@@ -16,21 +18,32 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import cuda_extension  # noqa: E402
-from tools.kernel_breakdown import case_from_spec  # noqa: E402
+from tools.kernel_breakdown import case_from_spec, json_cases  # noqa: E402
 from utils.suite import find_case  # noqa: E402
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("case", help="suite or grid case name, or N,C,K,H,W,k,s,p,pk,ps")
+    parser.add_argument("case", help="suite or grid case name, or N,C,K,H,W,k,s,p,pk,ps, or "
+                        "with --json a case name in that file")
     parser.add_argument("variant", help="kernel variant name, or auto")
     parser.add_argument("--batch", type=int, default=0, help="override the batch size")
     parser.add_argument("--calls", type=int, default=2, help="how many calls")
     parser.add_argument("--channels-last", action="store_true", help="x in channels-last")
-    parser.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32",
-                        help="x, weight and bias dtype (default float32)")
+    parser.add_argument("--dtype", choices=("float32", "float16", "bfloat16"),
+                        help="x, weight and bias dtype (default float32, or the JSON case's)")
+    parser.add_argument("--json", type=Path, help="a utils.profiling JSON (zoo, fuzz, suite)")
     args = parser.parse_args()
-    case = case_from_spec(args.case) if "," in args.case else find_case(args.case)
+    if args.json is not None:
+        try:
+            ((_, case, dtype, channels_last),) = json_cases(args.json, [args.case])
+        except ValueError as error:
+            parser.error(str(error))
+        args.dtype = args.dtype or dtype
+        args.channels_last = args.channels_last or channels_last
+    else:
+        case = case_from_spec(args.case) if "," in args.case else find_case(args.case)
+    args.dtype = args.dtype or "float32"
     if args.batch:
         case = replace(case, batch=args.batch)
     run_calls(case, args.variant, args.calls, args.dtype, args.channels_last)
