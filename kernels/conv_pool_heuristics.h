@@ -59,11 +59,12 @@ constexpr int kFewChannelGeneralMinTaps16ChannelsLast = 9;
 constexpr int kFewChannelGeneralMinOut16ChannelsLast = 17;
 constexpr int kFewChannelGeneralMaxTaps = 49;
 // Strides: at most 3 in either direction, and 4 in 16 bits with a channels-last output. H100,
-// both forms in one process, the general kernel's time over the flat kernel's at 3 / 4, among
-// layers the rules above take: 5 x 5 / 3 3 -> 96 at 224^2 0.35x (float32 channels-last), 0.41x
-// (bfloat16 NCHW), 0.23x (float16 channels-last); 7 x 7 at 1 x 3 0.64x (float32 channels-last);
-// 7 x 7 / 4 3 -> 64 1.20x and 1.24x, but 0.98x in float16 channels-last, where 3 x 3 / 4 4 -> 128
-// ran 0.73x, 1 x 11 / 4 4 -> 384 0.40x and 5 x 7 at 1 x 3 0.69x (docs/PERF.md).
+// both variants in one process, the general kernel's time over the flat kernel's, among layers
+// the rules above take: 5 x 5 / 3, 3 -> 96 channels at 224^2, 0.35x (float32 channels-last),
+// 0.41x (bfloat16 NCHW), 0.23x (float16 channels-last); 7 x 7 at 1 x 3, 0.64x (float32
+// channels-last); 7 x 7 / 4, 3 -> 64, 1.20x (float32 channels-last) and 1.24x (bfloat16 NCHW),
+// but 0.98x in float16 channels-last, where 3 x 3 / 4 ran 0.73x, 1 x 11 / 4 0.40x and 5 x 7 at
+// 1 x 3 0.69x (docs/PERF.md).
 constexpr int kFewChannelGeneralMaxStride = 3;
 constexpr int kFewChannelGeneralMaxStride16ChannelsLast = 4;
 
