@@ -269,11 +269,30 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
         "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])  \
       : "l"(a), "l"(b), "r"(int(accumulate)))
 
+// The narrow form, N = 32 (16 accumulators per thread): the general kernel's N = 64 tiles'
+// last channel block where it holds at most 32 channels (Plan::tail_n).
+#define WGMMA_N32_ASM(INSTRUCTION, IMMEDIATES)              \
+  asm volatile(                                             \
+      "{\n"                                                 \
+      ".reg .pred p;\n"                                     \
+      "setp.ne.b32 p, %18, 0;\n"                            \
+      INSTRUCTION " "                                       \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, "                   \
+      "%8, %9, %10, %11, %12, %13, %14, %15}, "             \
+      "%16, %17, p, " IMMEDIATES ";\n"                      \
+      "}\n"                                                 \
+      :                                                     \
+        "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]),     \
+        "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),     \
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),   \
+        "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])  \
+      : "l"(a), "l"(b), "r"(int(accumulate)))
+
 // wgmma with both operands in shared memory (descriptors a and b), fp32 accumulators, for
 // element type E: m64nNk8 TF32 for Float32 (the tensor cores read an fp32 word's top 19 bits),
-// m64nNk16 for Float16 / BFloat16; N = 128 (64 accumulators per thread) or 64 (32). The
-// wgmma kernels (conv_relu_maxpool_wgmma.cu) and the general kernel (kernels/hopper/) issue
-// theirs through these.
+// m64nNk16 for Float16 / BFloat16; N = 128 (64 accumulators per thread), 64 (32) or 32 (16):
+// the overload of d's length. The wgmma kernels (conv_relu_maxpool_wgmma.cu) and the
+// general kernel (kernels/hopper/) issue theirs through these.
 template <class E>
 struct WgmmaSS;
 
@@ -289,6 +308,12 @@ struct WgmmaSS<Float32> {
                                              bool accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     WGMMA_N64_ASM("wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32", "1, 1");
+#endif
+  }
+  static __device__ __forceinline__ void mma(float (&d)[16], uint64_t a, uint64_t b,
+                                             bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    WGMMA_N32_ASM("wgmma.mma_async.sync.aligned.m64n32k8.f32.tf32.tf32", "1, 1");
 #endif
   }
 };
@@ -307,6 +332,12 @@ struct WgmmaSS<Float16> {
     WGMMA_N64_ASM("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", "1, 1, 0, 0");
 #endif
   }
+  static __device__ __forceinline__ void mma(float (&d)[16], uint64_t a, uint64_t b,
+                                             bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    WGMMA_N32_ASM("wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16", "1, 1, 0, 0");
+#endif
+  }
 };
 
 template <>
@@ -321,6 +352,12 @@ struct WgmmaSS<BFloat16> {
                                              bool accumulate) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     WGMMA_N64_ASM("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", "1, 1, 0, 0");
+#endif
+  }
+  static __device__ __forceinline__ void mma(float (&d)[16], uint64_t a, uint64_t b,
+                                             bool accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    WGMMA_N32_ASM("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16", "1, 1, 0, 0");
 #endif
   }
 };

@@ -46,8 +46,10 @@ TOLERANCE = {torch.float32: 1e-2, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 # tiles too). tma_staged_pairs: the default form with $CONV_POOL_GENERAL_DIRECT_PAIRS=0 (paired
 # plans without a split stage their windows' maxima for the pooling loops instead of storing
 # them from the registers), also persistent (tma_persistent_staged: a barrier between a
-# block's tiles).
+# block's tiles). tma_narrow_tail: the default form with $CONV_POOL_GENERAL_NARROW_TAIL=1 (a
+# last channel block at most half full runs wgmmas of half the tile's N, Plan::tail_n).
 PATH_HOOKS = {"tma": {}, "tma_slices": {"CONV_POOL_GENERAL_TMA_MERGED": "0"},
+              "tma_narrow_tail": {"CONV_POOL_GENERAL_NARROW_TAIL": "1"},
               "tma_narrow_pool": {"CONV_POOL_GENERAL_WIDE_POOL": "0"},
               "tma_staged_pairs": {"CONV_POOL_GENERAL_DIRECT_PAIRS": "0"},
               "tma_persistent_staged": {"CONV_POOL_GENERAL_PERSISTENT": "1",
@@ -57,7 +59,8 @@ PATH_HOOKS = {"tma": {}, "tma_slices": {"CONV_POOL_GENERAL_TMA_MERGED": "0"},
               "tma_pdl": {"CONV_POOL_GENERAL_PDL": "1"},
               "cpasync": {"CONV_POOL_GENERAL_TMA": "0"}}
 # The forms whose plans are the default's (split reductions through the cluster).
-CLUSTER_PATHS = ("tma", "tma_slices", "tma_pdl", "tma_narrow_pool", "tma_staged_pairs")
+CLUSTER_PATHS = ("tma", "tma_slices", "tma_pdl", "tma_narrow_pool", "tma_staged_pairs",
+                 "tma_narrow_tail")
 # The forms whose paired plans without a split store from the registers (Plan::direct_pairs).
 DIRECT_PATHS = tuple(path for path, hooks in PATH_HOOKS.items()
                      if path.startswith("tma") and "CONV_POOL_GENERAL_DIRECT_PAIRS" not in hooks)
@@ -149,13 +152,19 @@ TILE_CASES = [
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("tile", TILES)
-def test_every_tile_matches_float64(ext, lib, device, seed, tile, dtype, monkeypatch):
+def test_every_tile_matches_float64(ext, lib, device, seed, tile, dtype, path, monkeypatch):
     monkeypatch.setenv("CONV_POOL_GENERAL_TILE", tile)
     splits = set()
+    n = int(tile.rsplit("_n", 1)[1])
     for case in TILE_CASES:
         plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
         assert plan is not None and plan["tile"] == tile, plan
         splits.add(plan["split"] > 1)
+        # Under tma_narrow_tail: 136 channels (8 past the last full block) narrow on every
+        # tile, 72 on the N = 64 ones.
+        tail = case.out_channels - (-(-case.out_channels // n) - 1) * n
+        narrow = path == "tma_narrow_tail" and plan["input"] == "tma" and tail <= n // 2
+        assert plan["tail_n"] == (n // 2 if narrow else 0), plan
         x, w, b = operands(case, seed, dtype)
         for layout in LAYOUTS:
             check(ext, case, with_layout(x, layout), w, b, dtype, f"{tile} {case.name} {layout}")

@@ -1073,6 +1073,14 @@ def test_kernel_breakdown_picks_cases_by_their_general_plan(capsys):
                  if entry["variant"] == "general_wgmma" and ratio_table.rounds(entry, lib) == 1]
     assert listed == one_round and len(one_round) >= 10, (listed, one_round)
     assert all("_p2s2_" in name for name in expected), expected
+    # Alternatives: the rows of either tile, each listed once.
+    assert kb.main(["--json", str(zoo), "--all", "--plan", "tile=wide_n64,square_n128",
+                    "--list"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.strip().splitlines()]
+    either = [entry["name"] for entry in json.loads(zoo.read_text())["cases"]
+              if entry["variant"] == "general_wgmma" and ratio_table._general_plan(entry, lib)[
+                  "tile"] in ("wide_n64", "square_n128")]
+    assert listed == either and len(set(listed)) == len(listed) and len(either) >= 10, either
     for wrong in (["--plan", "paired"], ["--plan", "tile=no_such_tile"]):
         with pytest.raises(SystemExit):
             kb.main(["--json", str(zoo), "--all", *wrong, "--list"])

@@ -407,7 +407,8 @@ def test_general_kernel_instances_issue_wgmma_of_their_type_from_shared_memory(s
 def test_warp_specialized_general_kernel_roles(sass):
     """general_ws_kernel (general_ws_kernel.cuh), two instances per element type and tile (split
     reductions in a cluster or not): the consumers issue wgmmas of their type with both operands
-    from shared memory, keep a step in flight (one wait with two groups pending, one full wait
+    from shared memory, at the tile's N and, as many, at half of it (a narrow last channel
+    block, Plan::tail_n), keep a step in flight (one wait with two groups pending, one full wait
     after the loop) and take 232 registers (104 in the N = 64 tiles that run two blocks per SM,
     but in their cluster instances, one block an SM); the producer gives its warpgroup's back
     down to 40 (24) and issues the halo as 5-D tensor copies and the weights as a bulk copy;
@@ -421,10 +422,13 @@ def test_warp_specialized_general_kernel_roles(sass):
         instances.add((element, int(tile), int(cluster)))
         n = GENERAL_TILE_N[int(tile)]
         ours = re.findall(GENERAL_HGMMA[element].format(n=n) + r".*", code)
-        assert ours and all(re.search(r" R\d+, gdesc\[UR\d+\], (R\d+|RZ, !UPT)", line)
-                            for line in ours), name
+        narrow = re.findall(GENERAL_HGMMA[element].format(n=n // 2) + r".*", code)
+        assert ours and len(narrow) == len(ours), (name, len(ours), len(narrow))
+        assert all(re.search(r" R\d+, gdesc\[UR\d+\], (R\d+|RZ, !UPT)", line)
+                   for line in ours + narrow), name
         others = [line for line in re.findall(r"HGMMA\.\S+.*", code)
-                  if not re.match(GENERAL_HGMMA[element].format(n=n), line)]
+                  if not re.match(GENERAL_HGMMA[element].format(n=n), line)
+                  and not re.match(GENERAL_HGMMA[element].format(n=n // 2), line)]
         assert all(re.match(EMPTY_HGMMA, line) for line in others), (name, others)
         waits = re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", code)
         assert waits.count("0x2") == 1 and waits.count("0x0") == 1, (name, waits)

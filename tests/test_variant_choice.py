@@ -773,6 +773,48 @@ def test_general_kernel_sums_split_tiles_only_where_the_pooling_reads(library, e
         assert rows <= read_rows <= tile_rows and cols <= read_cols <= tile_cols, (case, plan)
 
 
+@pytest.mark.parametrize("element", [FLOAT32, FLOAT16, BFLOAT16],
+                         ids=["float32", "float16", "bfloat16"])
+def test_general_kernel_narrows_a_last_channel_block_at_most_half_full(library, element, seed,
+                                                                       monkeypatch):
+    """Plan::tail_n: with $CONV_POOL_GENERAL_NARROW_TAIL=1 the warp-specialized kernel's last
+    channel block runs wgmmas of half the tile's N where its channels fit them (130 channels on
+    an N = 128 tile: 128 + 2, the second block at N = 64; on an N = 64 tile: 64 + 64 + 2 at N =
+    32), nowhere else (256 and 200 channels on N = 128), never in the 3xTF32 form or the cp.async
+    loaders; unset, no plan narrows (random geometries, every tile forced in turn)."""
+    rng = random.Random(seed)
+    cases = [fuzz_case(rng, f"tail_{i}", max_size=64, max_channels=300) for i in range(40)]
+    cases += [replace(ConvPoolCase("tail", 4, 64, 130, 30, 30, (3, 3), padding=(1, 1)),
+                      out_channels=c) for c in (130, 256, 200, 96, 32)]
+    narrowed = set()
+    for tile in ("wide_n128", "square_n128", "wide_n64", "tall_n64"):
+        monkeypatch.setenv("CONV_POOL_GENERAL_TILE", tile)
+        n = int(tile.rsplit("_n", 1)[1])
+        for case in cases:
+            monkeypatch.delenv("CONV_POOL_GENERAL_NARROW_TAIL", raising=False)
+            plan = general_plan(library, case, element)
+            if plan is None or plan["tile"] != tile:
+                continue
+            assert plan["tail_n"] == 0, (case, plan)
+            monkeypatch.setenv("CONV_POOL_GENERAL_NARROW_TAIL", "1")
+            narrow = general_plan(library, case, element)
+            tail = case.out_channels - (-(-case.out_channels // n) - 1) * n
+            expected = n // 2 if plan["input"] == "tma" and tail <= n // 2 else 0
+            assert narrow["tail_n"] == expected, (case, narrow)
+            assert {k: v for k, v in narrow.items() if k != "tail_n"} == \
+                {k: v for k, v in plan.items() if k != "tail_n"}, case
+            others = [general_plan(library, case, element, split=True)] \
+                if element == FLOAT32 else []
+            monkeypatch.setenv("CONV_POOL_GENERAL_TMA", "0")
+            others.append(general_plan(library, case, element))
+            monkeypatch.delenv("CONV_POOL_GENERAL_TMA")
+            assert all(other is None or other["tail_n"] == 0 for other in others), case
+            if expected:
+                narrowed.add((n, case.out_channels))
+    assert {(128, 130), (64, 130), (64, 32)} <= narrowed, narrowed
+    assert not any(c in (256, 200) and n == 128 for n, c in narrowed), narrowed
+
+
 def test_general_kernel_copies_float32_nchw_inputs_where_they_feed_enough_work(library,
                                                                               monkeypatch):
     """NCHW inputs: the warp-specialized form reads a slice-planar copy, except float32 ones

@@ -16,8 +16,14 @@ general kernel's hooks (kernels/hopper/general_hooks.h), set while that config i
 and timed and restored after, so that two forms of one variant are timed in one process.
 --plan KEY=VALUE keeps the cases that the automatic choice gives the general kernel and whose
 plan there (kernel_choice.general_plan) has that value (besides the plan's keys, `rounds`: how
-many rounds of the H200's resident blocks its tiles x split take); --list prints the chosen
-cases and stops (no GPU needed).
+many rounds of the H200's resident blocks its tiles x split take; VALUE may list alternatives,
+`tail_n=32,64`); --list prints the chosen cases and stops (no GPU needed). The filter plans with
+the hooks as set in the environment, e.g. the cases that $CONV_POOL_GENERAL_NARROW_TAIL=1
+narrows, each timed without and with it:
+
+    CONV_POOL_GENERAL_NARROW_TAIL=1 python tools/kernel_breakdown.py \
+        --json docs/fuzz_h200.json --all --plan tail_n=32,64 \
+        --configs auto@CONV_POOL_GENERAL_NARROW_TAIL=0,auto --summary
 --summary ends with one row per case: each config's kernel time and its ratio to the first.
 A config named more than once is timed each time, its repeats shown as CONFIG#2, CONFIG#3
 (e.g. `--configs auto,auto@HOOK=1,auto`: the run's own noise beside the change).
@@ -245,7 +251,7 @@ def print_summary(results, configs, title: str = "") -> None:
 def plan_matches(lib, item, wanted) -> bool:
     """Whether the automatic choice takes the general kernel for a (case, dtype, channels_last)
     work item and that kernel's host plan (kernel_choice.load's `lib`) has every (key, value)
-    of `wanted` (values compared as text)."""
+    of `wanted` (values compared as text; a value may list alternatives, comma-separated)."""
     from utils import kernel_choice
     case, dtype, channels_last = item
     element = kernel_choice.ELEMENT_BY_NAME[str(dtype).removeprefix("torch.")]
@@ -256,7 +262,7 @@ def plan_matches(lib, item, wanted) -> bool:
     if plan is None:
         return False
     plan["rounds"] = kernel_choice.general_rounds(plan)
-    return all(str(plan.get(key)) == value for key, value in wanted)
+    return all(str(plan.get(key)) in value.split(",") for key, value in wanted)
 
 
 def main(argv=None) -> int:
@@ -281,7 +287,8 @@ def main(argv=None) -> int:
     parser.add_argument("--plan", action="append", default=[], metavar="KEY=VALUE",
                         help="keep only the cases that the automatic choice gives the general "
                              "kernel and whose plan there (the host's, for the H200, the hooks "
-                             "as set) has KEY = VALUE, e.g. paired=1 or rounds=1 (repeatable)")
+                             "as set) has KEY = VALUE, e.g. paired=1, rounds=1 or tail_n=32,64 "
+                             "(one of the values; repeatable)")
     parser.add_argument("--list", action="store_true",
                         help="print the cases chosen (name, dtype, layout) and stop; no GPU")
     parser.add_argument("--stream", type=int, default=0, metavar="CALLS",

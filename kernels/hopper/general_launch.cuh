@@ -1,5 +1,7 @@
-// Launch template of the general kernel's instances: the per-element-type files
-// (general_wgmma_<type>.cu) instantiate it, so that each type's instances compile in parallel.
+// Launch templates of the general kernel's instances: the per-element-type files
+// (general_wgmma_<type>.cu) instantiate the cp.async form's, so that each type's instances
+// compile in parallel, and one file an (element type, tile) under instances/ the
+// warp-specialized form's (GENERAL_WGMMA_WS_INSTANCE).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -63,13 +65,13 @@ cudaError_t launch_element(const ConvPoolOperands& ops, const ConvPoolShape& s, 
   }
 }
 
-// The warp-specialized instance of plan.tile for element type E (kTmaInput): a tile's p.split
-// blocks (consecutive in the grid) as one cluster where p.cluster_split; with
+// The warp-specialized kernel for element type E on tile kTileId (general_wgmma.h): a tile's
+// p.split blocks (consecutive in the grid) as one cluster where p.cluster_split; with
 // $CONV_POOL_GENERAL_PDL=1 as the previous kernel's programmatic dependent (general_hooks.h).
 template <class E, int kTileId>
-cudaError_t launch_ws_instance(const ConvPoolOperands& ops, const ConvPoolShape& s, const Plan& p,
-                               const CUtensorMap& x_map, const CUtensorMap& weight_map,
-                               cudaStream_t stream) {
+cudaError_t launch_ws_tile(const ConvPoolOperands& ops, const ConvPoolShape& s, const Plan& p,
+                           const CUtensorMap& x_map, const CUtensorMap& weight_map,
+                           cudaStream_t stream) {
   auto kernel = p.cluster_split ? general_ws_kernel<E, kTileId, true>
                                 : general_ws_kernel<E, kTileId, false>;
   // (The cluster instance's record: kTmaInput with kSplit.)
@@ -100,21 +102,10 @@ cudaError_t launch_ws_instance(const ConvPoolOperands& ops, const ConvPoolShape&
   return cudaLaunchKernelEx(&config, kernel, ops, s, p, x_map, weight_map);
 }
 
-template <class E>
-cudaError_t launch_ws_element(const ConvPoolOperands& ops, const ConvPoolShape& s, const Plan& p,
-                              const CUtensorMap& x_map, const CUtensorMap& weight_map,
-                              cudaStream_t stream) {
-  if (p.input != kTmaInput) return cudaErrorInvalidValue;
-  switch (p.tile) {
-    case kWide128: return launch_ws_instance<E, kWide128>(ops, s, p, x_map, weight_map, stream);
-    case kSquare128:
-      return launch_ws_instance<E, kSquare128>(ops, s, p, x_map, weight_map, stream);
-    case kWide64: return launch_ws_instance<E, kWide64>(ops, s, p, x_map, weight_map, stream);
-    case kSquare64:
-      return launch_ws_instance<E, kSquare64>(ops, s, p, x_map, weight_map, stream);
-    case kTall64: return launch_ws_instance<E, kTall64>(ops, s, p, x_map, weight_map, stream);
-    default: return cudaErrorInvalidValue;
-  }
-}
-
 }  // namespace general_wgmma
+
+// One (element type, tile) instance's file (kernels/hopper/instances/) is this line.
+#define GENERAL_WGMMA_WS_INSTANCE(E, TILE)                                                     \
+  template cudaError_t general_wgmma::launch_ws_tile<E, general_wgmma::TILE>(                \
+      const ConvPoolOperands&, const ConvPoolShape&, const general_wgmma::Plan&,             \
+      const CUtensorMap&, const CUtensorMap&, cudaStream_t);

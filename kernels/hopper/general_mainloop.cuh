@@ -412,7 +412,9 @@ __device__ __forceinline__ void copy_step_weights(const ConvPoolShape& s, const 
 // descriptor of square m's tap-(0, 0) operand of the step's first chunk in this stage; b0: the
 // stage's weights, [tap][chunk][slice][n][16 bytes], so K step i = tap x step_chunks + chunk
 // is 2 i n slots on; the K-step table holds each one's offset (16-byte units) from a square's
-// descriptor (its tap's halo row and column slot, 2 chunk slice planes).
+// descriptor (its tap's halo row and column slot, 2 chunk slice planes). kWidth: the wgmmas'
+// N, the tile's n or (Plan::tail_n) fewer: the first kWidth channels of the same weights into
+// the first kWidth / 2 accumulators of each square.
 //
 // A step of a whole run of chunks issues its K steps from a sequence unrolled for that count
 // (kStaticKSteps): the wgmmas then follow one another with no instruction between them that
@@ -420,7 +422,13 @@ __device__ __forceinline__ void copy_step_weights(const ConvPoolShape& s, const 
 // ptxas close a wgmma group and fence at every iteration (H200: a 3 x 3 layer's steps ran at a
 // third of the tensor cores' rate that way); the loop stays for the rest (a short last run of
 // chunks, counts outside the list GENERAL_WGMMA_STATIC_KSTEPS).
-template <class E, int kTileId, int kKSteps>
+template <int kWidth, int kAccs>
+__device__ __forceinline__ float (&first_accumulators(float (&acc)[kAccs]))[kWidth / 2] {
+  static_assert(kWidth / 2 <= kAccs, "a narrow wgmma writes a prefix of the accumulators");
+  return *reinterpret_cast<float(*)[kWidth / 2]>(&acc);
+}
+
+template <class E, int kTileId, int kWidth, int kKSteps>
 __device__ __forceinline__ void mma_ksteps(
     float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs],
     const uint64_t (&a0)[Tile<kTileId>::kSquaresPerGroup], uint64_t b0, const int* kstep_offset,
@@ -432,12 +440,12 @@ __device__ __forceinline__ void mma_ksteps(
     const uint64_t b = b0 + uint64_t(2 * i * T::kN);
 #pragma unroll
     for (int m = 0; m < T::kSquaresPerGroup; ++m)
-      E::mma(acc[m], a0[m] + a_offset, b, i > 0 || !first_step);
+      E::mma(first_accumulators<kWidth>(acc[m]), a0[m] + a_offset, b, i > 0 || !first_step);
   }
   wgmma_commit();
 }
 
-template <class E, int kTileId>
+template <class E, int kTileId, int kWidth>
 __device__ __forceinline__ void mma_step(float (&acc)[Tile<kTileId>::kSquaresPerGroup]
                                                      [Tile<kTileId>::kAccs],
                                          const uint64_t (&a0)[Tile<kTileId>::kSquaresPerGroup],
@@ -446,9 +454,9 @@ __device__ __forceinline__ void mma_step(float (&acc)[Tile<kTileId>::kSquaresPer
   using T = Tile<kTileId>;
   const int ksteps = taps * step_chunks;
   switch (ksteps) {
-#define GENERAL_WGMMA_CASE(K)                                         \
-  case K:                                                             \
-    mma_ksteps<E, kTileId, K>(acc, a0, b0, kstep_offset, first_step); \
+#define GENERAL_WGMMA_CASE(K)                                                 \
+  case K:                                                                     \
+    mma_ksteps<E, kTileId, kWidth, K>(acc, a0, b0, kstep_offset, first_step); \
     return;
     GENERAL_WGMMA_STATIC_KSTEPS(GENERAL_WGMMA_CASE)
 #undef GENERAL_WGMMA_CASE
@@ -460,7 +468,8 @@ __device__ __forceinline__ void mma_step(float (&acc)[Tile<kTileId>::kSquaresPer
     const bool accumulate = !(first_step && i == 0);
 #pragma unroll
     for (int m = 0; m < T::kSquaresPerGroup; ++m)
-      E::mma(acc[m], a0[m] + uint64_t(kstep_offset[i]), b, accumulate);
+      E::mma(first_accumulators<kWidth>(acc[m]), a0[m] + uint64_t(kstep_offset[i]), b,
+             accumulate);
   }
   wgmma_commit();
 }
@@ -468,15 +477,17 @@ __device__ __forceinline__ void mma_step(float (&acc)[Tile<kTileId>::kSquaresPer
 // A step's wgmmas for this warpgroup, from the stage at shared address `halo`: each square's
 // operand descriptor (square_slot: its tap-(0, 0) slot; a_leading / a_stride: the slice plane
 // and the conv-row stride in bytes; a_layout: the stage's swizzle, swizzle_layout), the
-// weights after the halo, the step's taps (its group of kernel rows), then mma_step; fenced
-// before and committed after (at least two groups: see mma_step). accumulate_first = false
-// starts the sums afresh.
+// weights after the halo, the step's taps (its group of kernel rows), then mma_step at the
+// wgmma width `width` (the tile's n, or its narrow_width: Plan::tail_n); fenced before
+// and committed after (at least two groups: see mma_step). accumulate_first = false starts the
+// sums afresh.
 template <class E, int kTileId>
 __device__ __forceinline__ void issue_step(
     const ConvPoolShape& s, const Plan& p,
     float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs], uint32_t halo,
     const uint32_t (&square_slot)[Tile<kTileId>::kSquaresPerGroup], uint32_t a_leading,
-    uint32_t a_stride, uint64_t a_layout, const int* kstep_table, int step, bool first_step) {
+    uint32_t a_stride, uint64_t a_layout, const int* kstep_table, int step, bool first_step,
+    int width = Tile<kTileId>::kN) {
   using T = Tile<kTileId>;
   const int group = step % p.groups;
   const int taps = min(p.group_rows, s.kernel_h - group * p.group_rows) * s.kernel_w;
@@ -488,7 +499,11 @@ __device__ __forceinline__ void issue_step(
   const uint64_t b0 = matrix_descriptor(halo + uint32_t(p.halo_bytes), T::kN * kSliceBytes,
                                         8 * kSliceBytes);
   wgmma_fence();
-  mma_step<E, kTileId>(acc, a0, b0, kstep_table, taps, p.step_chunks, first_step);
+  constexpr int kNarrow = narrow_width(T::kN);
+  if (width == kNarrow)
+    mma_step<E, kTileId, kNarrow>(acc, a0, b0, kstep_table, taps, p.step_chunks, first_step);
+  else
+    mma_step<E, kTileId, T::kN>(acc, a0, b0, kstep_table, taps, p.step_chunks, first_step);
   wgmma_commit();
 }
 

@@ -107,6 +107,7 @@ struct Plan {
   int pooled_rows, pooled_cols;
   int tiles_h, tiles_w, channel_blocks;
   int64_t tiles;
+  // (tail_n, the last channel block's wgmma width: the last field.)
   // Images side by side in a tile (1, 2 or 4, dividing the square columns; > 1 only where an
   // image's whole pooled output fits its share, so tiles_h = tiles_w = 1 and the pooled
   // rectangle is the image's): tiles = ceil(batch / images) x channel_blocks.
@@ -229,7 +230,30 @@ struct Plan {
   // A measurement hook (general_trace.cuh): the first trace_blocks blocks' timestamps, or null.
   unsigned long long* trace;
   int trace_blocks;
+  // tail_n (kTmaInput): the N of the last channel block's wgmmas where its channels
+  // (out_channels - (channel_blocks - 1) x n) fit the tile's narrow_width, else 0 (the tile's
+  // n). The block keeps the tile's weight layout and accumulators; its wgmmas read the first
+  // tail_n channels' weights into the first tail_n / 2 accumulators of each square. Last, so
+  // that the fields before it keep their offsets in the kernels' parameters (and the kernels
+  // that never read it their machine code).
+  int tail_n;
 };
+
+// The narrow wgmma width a tile of n channels issues for its last channel block where that
+// holds at most as many channels (Plan::tail_n): half of n. (A quarter too, n / 4, made the
+// warp-specialized kernel's compile 2.05x as long as without either, the half alone 1.65x.)
+CONV_POOL_HD constexpr int narrow_width(int n) { return n / 2; }
+// Plan::tail_n for a last channel block of `tail` channels on a tile of n: narrow_width where
+// they fit it, else 0.
+CONV_POOL_HD constexpr int tail_width(int tail, int n) {
+  return tail <= narrow_width(n) ? narrow_width(n) : 0;
+}
+
+// The wgmma width of the blocks of tile `tile` (of p.tiles): tail_n for the last channel
+// block where the plan narrows it, else the tile's n.
+CONV_POOL_HD inline int block_width(const Plan& p, int64_t tile, int n) {
+  return p.tail_n > 0 && int(tile) % p.channel_blocks == p.channel_blocks - 1 ? p.tail_n : n;
+}
 
 // The K-step counts (taps x chunks) of a step that the kernel issues as an unrolled sequence
 // (mma_step); the plan prefers them.

@@ -583,8 +583,12 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops,
                                          : 0;
     p.weights_in_place = weights_in_place(s, ops, p, device);
     if (p.weights_in_place) p.packed_bytes = 0;
+    const int n = kTileSpecs[p.tile].n;
+    p.tail_n = narrow_tail_allowed() ? tail_width(s.out_channels - (p.channel_blocks - 1) * n, n)
+                                     : 0;
     return;
   }
+  p.tail_n = 0;
   p.staged_copy = !slices || p.split_operands;
   if (s.element == kElementFloat32 && !slices && !p.split_operands) {
     const int forced = forced_nhwc();
@@ -598,6 +602,7 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops,
 }
 
 int64_t region_bytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
 
 // The driver's tensor-map encoder, through the runtime (no driver library linked), or nullptr.
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
@@ -868,11 +873,9 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
       if (cudaError_t error = trace_begin(p, stream); error != cudaSuccess) return error;
     }
     const cudaError_t launched =
-        s.element == kElementFloat32
-            ? general_wgmma_launch_ws_float32(ops, s, p, x_map, weight_map, stream)
-        : s.element == kElementFloat16
-            ? general_wgmma_launch_ws_float16(ops, s, p, x_map, weight_map, stream)
-            : general_wgmma_launch_ws_bfloat16(ops, s, p, x_map, weight_map, stream);
+        s.element == kElementFloat32   ? launch_ws<Float32>(ops, s, p, x_map, weight_map, stream)
+        : s.element == kElementFloat16 ? launch_ws<Float16>(ops, s, p, x_map, weight_map, stream)
+                                       : launch_ws<BFloat16>(ops, s, p, x_map, weight_map, stream);
     return launched == cudaSuccess && p.trace != nullptr ? trace_end(p, stream) : launched;
   }
   if (p.staged_copy) {

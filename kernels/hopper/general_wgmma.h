@@ -67,21 +67,30 @@ cudaError_t general_wgmma_launch_bfloat16(const ConvPoolOperands& operands,
                                           const ConvPoolShape& shape,
                                           const general_wgmma::Plan& plan, cudaStream_t stream);
 
-// The warp-specialized instances (plan.input == kTmaInput, general_ws_<type>.cu); x_map and
-// weight_map: the 5-D views of x and (plan.weights_in_place) of the weight that the launch
-// encoded (general_wgmma.cu, encode_x_map and encode_weight_map).
-cudaError_t general_wgmma_launch_ws_float32(const ConvPoolOperands& operands,
-                                            const ConvPoolShape& shape,
-                                            const general_wgmma::Plan& plan,
-                                            const CUtensorMap& x_map,
-                                            const CUtensorMap& weight_map, cudaStream_t stream);
-cudaError_t general_wgmma_launch_ws_float16(const ConvPoolOperands& operands,
-                                            const ConvPoolShape& shape,
-                                            const general_wgmma::Plan& plan,
-                                            const CUtensorMap& x_map,
-                                            const CUtensorMap& weight_map, cudaStream_t stream);
-cudaError_t general_wgmma_launch_ws_bfloat16(const ConvPoolOperands& operands,
-                                             const ConvPoolShape& shape,
-                                             const general_wgmma::Plan& plan,
-                                             const CUtensorMap& x_map,
-                                             const CUtensorMap& weight_map, cudaStream_t stream);
+namespace general_wgmma {
+// The warp-specialized kernel of element type E (Float32, Float16, BFloat16) on tile kTileId
+// (plan.input == kTmaInput): its two instances, split reductions in a cluster or not. Defined in
+// general_launch.cuh and instantiated once each, one file an (element type, tile) under
+// kernels/hopper/instances/ so that the instances compile in parallel; general_wgmma.cu picks
+// one. x_map and weight_map: the 5-D views of x and (plan.weights_in_place) of the weight that
+// the launch encoded (encode_x_map and encode_weight_map).
+template <class E, int kTileId>
+cudaError_t launch_ws_tile(const ConvPoolOperands& operands, const ConvPoolShape& shape,
+                           const Plan& plan, const CUtensorMap& x_map,
+                           const CUtensorMap& weight_map, cudaStream_t stream);
+
+// launch_ws_tile of plan.tile.
+template <class E>
+cudaError_t launch_ws(const ConvPoolOperands& ops, const ConvPoolShape& s, const Plan& p,
+                      const CUtensorMap& x_map, const CUtensorMap& weight_map,
+                      cudaStream_t stream) {
+  switch (p.tile) {
+    case kWide128: return launch_ws_tile<E, kWide128>(ops, s, p, x_map, weight_map, stream);
+    case kSquare128: return launch_ws_tile<E, kSquare128>(ops, s, p, x_map, weight_map, stream);
+    case kWide64: return launch_ws_tile<E, kWide64>(ops, s, p, x_map, weight_map, stream);
+    case kSquare64: return launch_ws_tile<E, kSquare64>(ops, s, p, x_map, weight_map, stream);
+    case kTall64: return launch_ws_tile<E, kTall64>(ops, s, p, x_map, weight_map, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+}  // namespace general_wgmma

@@ -277,6 +277,15 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
   for (int64_t w = blockIdx.x; w < p.tiles * p.split; w += gridDim.x) {
     const Work k = work_item(p, w);
     float acc[T::kSquaresPerGroup][T::kAccs];  // written by the first wgmma (accumulate = false)
+    // A narrow last channel block (Plan::tail_n) writes a prefix of them: the rest zeros (no
+    // wgmma is in flight here), whose channels the epilogue stores none of.
+    const int width = block_width(p, k.tile, T::kN);
+    if (width < T::kN) {
+#pragma unroll
+      for (int m = 0; m < T::kSquaresPerGroup; ++m)
+#pragma unroll
+        for (int i = 0; i < T::kAccs; ++i) acc[m][i] = 0.f;
+    }
     int held = -1;  // the stage of the previous step, until its wgmmas finish
     if (p.trace != nullptr && w == blockIdx.x) {  // (the loop's first wait passes at once)
       mbarrier_wait(full + stage, full_parity);
@@ -297,7 +306,7 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
       const uint32_t a_stride = uint32_t(row_rate * p.row_pitch * pixel_slots(p) * kSliceBytes);
       issue_step<X, kTileId>(s, p, acc, smem_base + uint32_t(stage * p.stage_bytes),
                              square_slot, a_leading, a_stride, swizzle_layout(p.x_swizzle),
-                             kstep_table, step, step == k.first_step);
+                             kstep_table, step, step == k.first_step, width);
       // As in the other kernel: this step's wgmmas are the last two groups or more, so waiting
       // with two pending completes every earlier step's, and the previous stage is free.
       wgmma_wait<2>();

@@ -1,0 +1,4 @@
+// The warp-specialized general kernel for bfloat16 on the wide_n64 tile (general_launch.cuh).
+#include "../general_launch.cuh"
+
+GENERAL_WGMMA_WS_INSTANCE(BFloat16, kWide64)

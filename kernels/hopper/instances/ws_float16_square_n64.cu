@@ -1,0 +1,4 @@
+// The warp-specialized general kernel for float16 on the square_n64 tile (general_launch.cuh).
+#include "../general_launch.cuh"
+
+GENERAL_WGMMA_WS_INSTANCE(Float16, kSquare64)
