@@ -649,7 +649,7 @@ def test_workspace_of_the_general_kernel(library, variant_names, element, monkey
     the warp-specialized form's slice-planar one, channels padded to the 16-byte slice; the
     cp.async loaders' NHWC one ($CONV_POOL_GENERAL_TMA=0), channels padded to the chunk, always
     in 16 bits, in float32 where out_channels x taps reaches 2048 (kNhwcCopyMinWork; here 200 x
-    25)."""
+    25); a narrow last channel block (Plan::tail_n) packed at its own width."""
     library.conv_relu_maxpool_workspace_bytes.restype = ctypes.c_int64
     library.conv_relu_maxpool_workspace_bytes.argtypes = [
         ctypes.POINTER(ConvPoolShape), ctypes.c_int, ctypes.POINTER(ConvPoolDevice),
@@ -676,6 +676,22 @@ def test_workspace_of_the_general_kernel(library, variant_names, element, monkey
         assert library.conv_relu_maxpool_workspace_bytes(
             ctypes.byref(shape_of(case, element)), variant, ctypes.byref(H200), None) == (
                 packed + staged), path
+    # A narrow last channel block ($CONV_POOL_GENERAL_NARROW_TAIL=1: 136 channels, 8 past the
+    # last full block) packs half the tile's rows a slice.
+    monkeypatch.delenv("CONV_POOL_GENERAL_TMA")
+    monkeypatch.setenv("CONV_POOL_GENERAL_NARROW_TAIL", "1")
+    narrow = replace(case, out_channels=136)
+    plan = general_plan(library, narrow, element)
+    n = 128 if plan["tile"].endswith("n128") else 64
+    assert plan["tail_n"] == n // 2 and plan["weights"] == "packed", plan
+    runs = -(-chunks // plan["step_chunks"])
+    rows = (-(-narrow.out_channels // n) - 1) * n + n // 2
+    packed = -(-(rows * runs * plan["step_chunks"] * 25 * 2 * 16) // 256) * 256
+    staged = -(-(64 * 27 * 27 * -(-case.in_channels // (16 // element_bytes)) *
+                 (16 // element_bytes) * element_bytes) // 256) * 256
+    assert library.conv_relu_maxpool_workspace_bytes(
+        ctypes.byref(shape_of(narrow, element)), variant, ctypes.byref(H200), None) == (
+            packed + staged), plan
 
 
 @pytest.mark.parametrize("element", [FLOAT32, FLOAT16, BFLOAT16],

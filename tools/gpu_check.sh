@@ -146,7 +146,7 @@ sanitize() {
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
 memcheck  general_paired general_wgmma float16 CONV_POOL_GENERAL_NARROW_TAIL=1
-memcheck  general_split general_wgmma CONV_POOL_GENERAL_NARROW_TAIL=1
+memcheck  general_split_channels_last general_wgmma CONV_POOL_GENERAL_NARROW_TAIL=1
 racecheck general_large_kernel_channels_last general_wgmma bfloat16 CONV_POOL_GENERAL_NARROW_TAIL=1
 memcheck  general_paired general_wgmma float16 CONV_POOL_GENERAL_DIRECT_PAIRS=0
 memcheck  general_paired_channels_last general_wgmma CONV_POOL_GENERAL_PERSISTENT=1

@@ -376,19 +376,34 @@ struct PixelHaloLoader {
 };
 
 // Where a step's weights lie in the packed layout, [channel block][chunk run][tap][chunk][slice]
-// [n][16 bytes] (a short last run padded with zero chunks): one contiguous span of bytes.
+// [n][16 bytes] (a short last run padded with zero chunks; a narrow last block, packed_rows,
+// tail_n rows a slice): one contiguous span of bytes.
 struct WeightSpan {
   int64_t offset;
   uint32_t bytes;
 };
 
-template <int kTileId>
+// kMayNarrow: the plan may narrow its last block (the warp-specialized kernel's; the other
+// never reads tail_n).
+template <int kTileId, bool kMayNarrow = false>
 __device__ __forceinline__ WeightSpan step_weight_span(const ConvPoolShape& s, const Plan& p,
                                                        const TileOrigin& o, const Step& st) {
   constexpr int kN = Tile<kTileId>::kN;
   const int64_t run_bytes = int64_t(s.taps()) * p.step_chunks * 2 * kN * kSliceBytes;
-  const int64_t block = int64_t(o.channel0 / kN) * p.chunk_steps + st.chunk0 / p.step_chunks;
   WeightSpan span;
+  if constexpr (kMayNarrow) {
+    // A narrow last block after the full ones, its runs and taps `rows` rows a slice.
+    const int rows = packed_rows(p, o.channel0 / kN, kN);
+    if (rows < kN) {
+      const int64_t tap_bytes = int64_t(p.step_chunks) * 2 * rows * kSliceBytes;
+      span.offset = int64_t(o.channel0 / kN) * p.chunk_steps * run_bytes +
+                    (int64_t(st.chunk0 / p.step_chunks) * s.taps() +
+                     int64_t(st.kernel_row0) * s.kernel_w) * tap_bytes;
+      span.bytes = uint32_t(st.kernel_rows * s.kernel_w * tap_bytes);
+      return span;
+    }
+  }
+  const int64_t block = int64_t(o.channel0 / kN) * p.chunk_steps + st.chunk0 / p.step_chunks;
   span.offset = block * run_bytes +
                 int64_t(st.kernel_row0) * s.kernel_w * p.step_chunks * 2 * kN * kSliceBytes;
   span.bytes = uint32_t(st.kernel_rows * s.kernel_w * p.step_chunks * 2 * kN * kSliceBytes);
@@ -413,8 +428,9 @@ __device__ __forceinline__ void copy_step_weights(const ConvPoolShape& s, const 
 // stage's weights, [tap][chunk][slice][n][16 bytes], so K step i = tap x step_chunks + chunk
 // is 2 i n slots on; the K-step table holds each one's offset (16-byte units) from a square's
 // descriptor (its tap's halo row and column slot, 2 chunk slice planes). kWidth: the wgmmas'
-// N, the tile's n or (Plan::tail_n) fewer: the first kWidth channels of the same weights into
-// the first kWidth / 2 accumulators of each square.
+// N, the tile's n or (Plan::tail_n) fewer: the first kWidth channels of the weights into the
+// first kWidth / 2 accumulators of each square; b_rows: the staged weights' rows a slice (n, or
+// a packed narrow block's tail_n), so K step i is 2 i b_rows slots on.
 //
 // A step of a whole run of chunks issues its K steps from a sequence unrolled for that count
 // (kStaticKSteps): the wgmmas then follow one another with no instruction between them that
@@ -431,13 +447,13 @@ __device__ __forceinline__ float (&first_accumulators(float (&acc)[kAccs]))[kWid
 template <class E, int kTileId, int kWidth, int kKSteps>
 __device__ __forceinline__ void mma_ksteps(
     float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs],
-    const uint64_t (&a0)[Tile<kTileId>::kSquaresPerGroup], uint64_t b0, const int* kstep_offset,
-    bool first_step) {
+    const uint64_t (&a0)[Tile<kTileId>::kSquaresPerGroup], uint64_t b0, int b_rows,
+    const int* kstep_offset, bool first_step) {
   using T = Tile<kTileId>;
 #pragma unroll
   for (int i = 0; i < kKSteps; ++i) {
     const uint64_t a_offset = uint64_t(kstep_offset[i]);
-    const uint64_t b = b0 + uint64_t(2 * i * T::kN);
+    const uint64_t b = b0 + uint64_t(2 * i * b_rows);
 #pragma unroll
     for (int m = 0; m < T::kSquaresPerGroup; ++m)
       E::mma(first_accumulators<kWidth>(acc[m]), a0[m] + a_offset, b, i > 0 || !first_step);
@@ -449,14 +465,14 @@ template <class E, int kTileId, int kWidth>
 __device__ __forceinline__ void mma_step(float (&acc)[Tile<kTileId>::kSquaresPerGroup]
                                                      [Tile<kTileId>::kAccs],
                                          const uint64_t (&a0)[Tile<kTileId>::kSquaresPerGroup],
-                                         uint64_t b0, const int* kstep_offset, int taps,
-                                         int step_chunks, bool first_step) {
+                                         uint64_t b0, int b_rows, const int* kstep_offset,
+                                         int taps, int step_chunks, bool first_step) {
   using T = Tile<kTileId>;
   const int ksteps = taps * step_chunks;
   switch (ksteps) {
-#define GENERAL_WGMMA_CASE(K)                                                 \
-  case K:                                                                     \
-    mma_ksteps<E, kTileId, kWidth, K>(acc, a0, b0, kstep_offset, first_step); \
+#define GENERAL_WGMMA_CASE(K)                                                         \
+  case K:                                                                             \
+    mma_ksteps<E, kTileId, kWidth, K>(acc, a0, b0, b_rows, kstep_offset, first_step); \
     return;
     GENERAL_WGMMA_STATIC_KSTEPS(GENERAL_WGMMA_CASE)
 #undef GENERAL_WGMMA_CASE
@@ -464,7 +480,7 @@ __device__ __forceinline__ void mma_step(float (&acc)[Tile<kTileId>::kSquaresPer
       break;
   }
   for (int i = 0; i < ksteps; ++i) {
-    const uint64_t b = b0 + uint64_t(2 * i * T::kN);
+    const uint64_t b = b0 + uint64_t(2 * i * b_rows);
     const bool accumulate = !(first_step && i == 0);
 #pragma unroll
     for (int m = 0; m < T::kSquaresPerGroup; ++m)
@@ -500,10 +516,17 @@ __device__ __forceinline__ void issue_step(
                                         8 * kSliceBytes);
   wgmma_fence();
   constexpr int kNarrow = narrow_width(T::kN);
-  if (width == kNarrow)
-    mma_step<E, kTileId, kNarrow>(acc, a0, b0, kstep_table, taps, p.step_chunks, first_step);
-  else
-    mma_step<E, kTileId, T::kN>(acc, a0, b0, kstep_table, taps, p.step_chunks, first_step);
+  if (width == kNarrow) {
+    // A packed narrow block's weights are tail_n rows a slice (packed_rows), else the tile's.
+    const int rows = p.weights_in_place ? T::kN : kNarrow;
+    const uint64_t narrow_b0 = matrix_descriptor(halo + uint32_t(p.halo_bytes),
+                                                 uint32_t(rows * kSliceBytes), 8 * kSliceBytes);
+    mma_step<E, kTileId, kNarrow>(acc, a0, narrow_b0, rows, kstep_table, taps, p.step_chunks,
+                                  first_step);
+  } else {
+    mma_step<E, kTileId, T::kN>(acc, a0, b0, T::kN, kstep_table, taps, p.step_chunks,
+                                first_step);
+  }
   wgmma_commit();
 }
 

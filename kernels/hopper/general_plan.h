@@ -203,7 +203,8 @@ struct Plan {
   int smem_bytes;
   int blocks_per_sm;  // resident blocks the shared memory and registers allow
   // Workspace: the packed weights, [channel block][chunk run][tap][chunk][slice][n][16 bytes]
-  // (one step's weights contiguous: one bulk copy; a short last run padded with zeros), then
+  // (one step's weights contiguous: one bulk copy; a short last run padded with zeros; a narrow
+  // last block tail_n rows a slice), then
   // (staged_copy) x as NHWC with staged_channels (in_channels rounded up to the chunk), or for
   // kTmaInput slice-planar with in_channels rounded up to the slice, then
   // (split > 1 but not cluster_split) the partial sums, tiles x split x 256 threads x the
@@ -232,8 +233,9 @@ struct Plan {
   int trace_blocks;
   // tail_n (kTmaInput): the N of the last channel block's wgmmas where its channels
   // (out_channels - (channel_blocks - 1) x n) fit the tile's narrow_width, else 0 (the tile's
-  // n). The block keeps the tile's weight layout and accumulators; its wgmmas read the first
-  // tail_n channels' weights into the first tail_n / 2 accumulators of each square. Last, so
+  // n). Its wgmmas write the first tail_n / 2 accumulators of each square; its packed weights
+  // hold tail_n rows a slice (packed_rows: a step brings half the bytes), weights read in place
+  // the tile's n, whose first tail_n rows the wgmmas read. Last, so
   // that the fields before it keep their offsets in the kernels' parameters (and the kernels
   // that never read it their machine code).
   int tail_n;
@@ -247,6 +249,12 @@ CONV_POOL_HD constexpr int narrow_width(int n) { return n / 2; }
 // they fit it, else 0.
 CONV_POOL_HD constexpr int tail_width(int tail, int n) {
   return tail <= narrow_width(n) ? narrow_width(n) : 0;
+}
+
+// The rows a slice of channel block `block`'s packed weights holds: tail_n for a narrow last
+// block whose weights are packed (read in place, they keep the tile's n), else n.
+CONV_POOL_HD inline int packed_rows(const Plan& p, int block, int n) {
+  return p.tail_n > 0 && !p.weights_in_place && block == p.channel_blocks - 1 ? p.tail_n : n;
 }
 
 // The wgmma width of the blocks of tile `tile` (of p.tiles): tail_n for the last channel

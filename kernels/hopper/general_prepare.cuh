@@ -18,7 +18,8 @@ namespace general_wgmma {
 namespace {
 
 // The weights in the staged layout, [channel block][chunk run][tap][chunk][slice][n][16 bytes],
-// zeros past the channels (and for a short last run's missing chunks): one thread per 16 bytes.
+// zeros past the channels (and for a short last run's missing chunks), a narrow last block
+// (Plan::tail_n) tail_n rows a slice: one thread per 16 bytes.
 // 3xTF32 (p.split_operands, Raw = float): packed chunk j holds chunk j / 3 of the weight, its
 // big parts (j % 3 = 0, 1) or small parts (2).
 template <class Raw>
@@ -38,10 +39,16 @@ __device__ __forceinline__ void pack_weights(const PackJob<Raw>& job, const Conv
   const int64_t ws0 = job.ws0, ws1 = job.ws1, ws2 = job.ws2, ws3 = job.ws3;
   const int n = job.n;
   Raw* packed = job.packed;
+  // Units of the blocks of n rows, before a narrow last block's.
+  const int64_t full_units = p.tail_n > 0 ? job.units - int64_t(p.tail_n) * 2 * p.step_chunks *
+                                                            s.taps() * p.chunk_steps
+                                          : job.units;
   for (int64_t u = block * blockDim.x + threadIdx.x; u < job.units; u += blocks * blockDim.x) {
-    int64_t rest = u;
-    const int k_in_block = int(rest % n);
-    rest /= n;
+    const bool narrow = u >= full_units;
+    const int rows = narrow ? p.tail_n : n;
+    int64_t rest = narrow ? u - full_units : u;
+    const int k_in_block = int(rest % rows);
+    rest /= rows;
     const int slice = int(rest % 2);
     rest /= 2;
     const int chunk_in_run = int(rest % p.step_chunks);
@@ -49,7 +56,7 @@ __device__ __forceinline__ void pack_weights(const PackJob<Raw>& job, const Conv
     const int tap = int(rest % s.taps());
     rest /= s.taps();
     const int run = int(rest % p.chunk_steps);
-    const int block = int(rest / p.chunk_steps);
+    const int block = narrow ? p.channel_blocks - 1 : int(rest / p.chunk_steps);
     const int k = block * n + k_in_block;
     int chunk = run * p.step_chunks + chunk_in_run, part = 0;
     if (p.split_operands) {

@@ -586,6 +586,8 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops,
     const int n = kTileSpecs[p.tile].n;
     p.tail_n = narrow_tail_allowed() ? tail_width(s.out_channels - (p.channel_blocks - 1) * n, n)
                                      : 0;
+    if (p.tail_n > 0 && !p.weights_in_place)  // (packed_rows: the last block's slices narrower)
+      p.packed_bytes -= p.packed_bytes / p.channel_blocks / n * (n - p.tail_n);
     return;
   }
   p.tail_n = 0;

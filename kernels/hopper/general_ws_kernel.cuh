@@ -168,7 +168,7 @@ __device__ __forceinline__ void produce(const ConvPoolShape& s, const Plan& p,
       const Step st = make_step(s, p, o, step);
       const WeightSpan weights =
           p.weights_in_place ? WeightSpan{0, uint32_t(p.weight_stage_bytes)}
-                             : step_weight_span<kTileId>(s, p, o, st);
+                             : step_weight_span<kTileId, true>(s, p, o, st);
       mbarrier_arrive_expect_tx(full + stage, halo_tx + weights.bytes);
       unsigned char* box = smem + stage * p.stage_bytes;
       for (int image = 0; image < p.images; ++image) {
