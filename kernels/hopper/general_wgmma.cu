@@ -605,7 +605,6 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops,
 
 int64_t region_bytes(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 
-
 // The driver's tensor-map encoder, through the runtime (no driver library linked), or nullptr.
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static const PFN_cuTensorMapEncodeTiled_v12000 encoder = [] {
