@@ -517,8 +517,7 @@ __device__ __forceinline__ void issue_step(
   wgmma_fence();
   constexpr int kNarrow = narrow_width(T::kN);
   if (width == kNarrow) {
-    // A packed narrow block's weights are tail_n rows a slice (packed_rows), else the tile's.
-    const int rows = p.weights_in_place ? T::kN : kNarrow;
+    const int rows = packed_rows(p, p.channel_blocks - 1, T::kN);  // (the narrow block's)
     const uint64_t narrow_b0 = matrix_descriptor(halo + uint32_t(p.halo_bytes),
                                                  uint32_t(rows * kSliceBytes), 8 * kSliceBytes);
     mma_step<E, kTileId, kNarrow>(acc, a0, narrow_b0, rows, kstep_table, taps, p.step_chunks,
