@@ -46,10 +46,10 @@ TOLERANCE = {torch.float32: 1e-2, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 # tiles too). tma_staged_pairs: the default form with $CONV_POOL_GENERAL_DIRECT_PAIRS=0 (paired
 # plans without a split stage their windows' maxima for the pooling loops instead of storing
 # them from the registers), also persistent (tma_persistent_staged: a barrier between a
-# block's tiles). tma_narrow_tail: the default form with $CONV_POOL_GENERAL_NARROW_TAIL=1 (a
-# last channel block at most half full runs wgmmas of half the tile's N, Plan::tail_n).
+# block's tiles). tma_full_tail: the default form with $CONV_POOL_GENERAL_NARROW_TAIL=0 (a last
+# channel block at most half full runs the tile's N, not half of it: Plan::tail_n = 0).
 PATH_HOOKS = {"tma": {}, "tma_slices": {"CONV_POOL_GENERAL_TMA_MERGED": "0"},
-              "tma_narrow_tail": {"CONV_POOL_GENERAL_NARROW_TAIL": "1"},
+              "tma_full_tail": {"CONV_POOL_GENERAL_NARROW_TAIL": "0"},
               "tma_narrow_pool": {"CONV_POOL_GENERAL_WIDE_POOL": "0"},
               "tma_staged_pairs": {"CONV_POOL_GENERAL_DIRECT_PAIRS": "0"},
               "tma_persistent_staged": {"CONV_POOL_GENERAL_PERSISTENT": "1",
@@ -60,7 +60,7 @@ PATH_HOOKS = {"tma": {}, "tma_slices": {"CONV_POOL_GENERAL_TMA_MERGED": "0"},
               "cpasync": {"CONV_POOL_GENERAL_TMA": "0"}}
 # The forms whose plans are the default's (split reductions through the cluster).
 CLUSTER_PATHS = ("tma", "tma_slices", "tma_pdl", "tma_narrow_pool", "tma_staged_pairs",
-                 "tma_narrow_tail")
+                 "tma_full_tail")
 # The forms whose paired plans without a split store from the registers (Plan::direct_pairs).
 DIRECT_PATHS = tuple(path for path, hooks in PATH_HOOKS.items()
                      if path.startswith("tma") and "CONV_POOL_GENERAL_DIRECT_PAIRS" not in hooks)
@@ -160,10 +160,10 @@ def test_every_tile_matches_float64(ext, lib, device, seed, tile, dtype, path, m
         plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
         assert plan is not None and plan["tile"] == tile, plan
         splits.add(plan["split"] > 1)
-        # Under tma_narrow_tail: 136 channels (8 past the last full block) narrow on every
-        # tile, 72 on the N = 64 ones.
+        # The copy engine's plans (but tma_full_tail's): 136 channels (8 past the last full
+        # block) narrow on every tile, 72 on the N = 64 ones.
         tail = case.out_channels - (-(-case.out_channels // n) - 1) * n
-        narrow = path == "tma_narrow_tail" and plan["input"] == "tma" and tail <= n // 2
+        narrow = path != "tma_full_tail" and plan["input"] == "tma" and tail <= n // 2
         assert plan["tail_n"] == (n // 2 if narrow else 0), plan
         x, w, b = operands(case, seed, dtype)
         for layout in LAYOUTS:

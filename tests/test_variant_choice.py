@@ -676,10 +676,9 @@ def test_workspace_of_the_general_kernel(library, variant_names, element, monkey
         assert library.conv_relu_maxpool_workspace_bytes(
             ctypes.byref(shape_of(case, element)), variant, ctypes.byref(H200), None) == (
                 packed + staged), path
-    # A narrow last channel block ($CONV_POOL_GENERAL_NARROW_TAIL=1: 136 channels, 8 past the
-    # last full block) packs half the tile's rows a slice.
+    # A narrow last channel block (136 channels, 8 past the last full block) packs half the
+    # tile's rows a slice.
     monkeypatch.delenv("CONV_POOL_GENERAL_TMA")
-    monkeypatch.setenv("CONV_POOL_GENERAL_NARROW_TAIL", "1")
     narrow = replace(case, out_channels=136)
     plan = general_plan(library, narrow, element)
     n = 128 if plan["tile"].endswith("n128") else 64
@@ -793,11 +792,12 @@ def test_general_kernel_sums_split_tiles_only_where_the_pooling_reads(library, e
                          ids=["float32", "float16", "bfloat16"])
 def test_general_kernel_narrows_a_last_channel_block_at_most_half_full(library, element, seed,
                                                                        monkeypatch):
-    """Plan::tail_n: with $CONV_POOL_GENERAL_NARROW_TAIL=1 the warp-specialized kernel's last
-    channel block runs wgmmas of half the tile's N where its channels fit them (130 channels on
-    an N = 128 tile: 128 + 2, the second block at N = 64; on an N = 64 tile: 64 + 64 + 2 at N =
-    32), nowhere else (256 and 200 channels on N = 128), never in the 3xTF32 form or the cp.async
-    loaders; unset, no plan narrows (random geometries, every tile forced in turn)."""
+    """Plan::tail_n: the warp-specialized kernel's last channel block runs wgmmas of half the
+    tile's N where its channels fit them (130 channels on an N = 128 tile: 128 + 2, the second
+    block at N = 64; on an N = 64 tile: 64 + 64 + 2 at N = 32), nowhere else (256 and 200
+    channels on N = 128), never in the 3xTF32 form or the cp.async loaders; with
+    $CONV_POOL_GENERAL_NARROW_TAIL=0 no plan narrows, and nothing else in the plan changes
+    (random geometries, every tile forced in turn)."""
     rng = random.Random(seed)
     cases = [fuzz_case(rng, f"tail_{i}", max_size=64, max_channels=300) for i in range(40)]
     cases += [replace(ConvPoolCase("tail", 4, 64, 130, 30, 30, (3, 3), padding=(1, 1)),
@@ -807,12 +807,12 @@ def test_general_kernel_narrows_a_last_channel_block_at_most_half_full(library, 
         monkeypatch.setenv("CONV_POOL_GENERAL_TILE", tile)
         n = int(tile.rsplit("_n", 1)[1])
         for case in cases:
-            monkeypatch.delenv("CONV_POOL_GENERAL_NARROW_TAIL", raising=False)
+            monkeypatch.setenv("CONV_POOL_GENERAL_NARROW_TAIL", "0")
             plan = general_plan(library, case, element)
             if plan is None or plan["tile"] != tile:
                 continue
             assert plan["tail_n"] == 0, (case, plan)
-            monkeypatch.setenv("CONV_POOL_GENERAL_NARROW_TAIL", "1")
+            monkeypatch.delenv("CONV_POOL_GENERAL_NARROW_TAIL")
             narrow = general_plan(library, case, element)
             tail = case.out_channels - (-(-case.out_channels // n) - 1) * n
             expected = n // 2 if plan["input"] == "tma" and tail <= n // 2 else 0
@@ -1017,8 +1017,9 @@ def test_general_kernel_reads_whole_slice_weights_in_place(library, variant_name
         n = 128 if plan["tile"].endswith("n128") else 64
         chunk = 2 * per_slice
         runs = -(-(-(-c // chunk)) // plan["step_chunks"])
-        packed = -(-(-(-case.out_channels // n) * n * runs * plan["step_chunks"] * taps * 32)
-                   // 256) * 256
+        # (A narrow last channel block, Plan::tail_n, packs tail_n rows a slice.)
+        rows = (-(-case.out_channels // n) - 1) * n + (plan["tail_n"] or n)
+        packed = -(-(rows * runs * plan["step_chunks"] * taps * 32) // 256) * 256
         channels_last = (c * taps, 1, kw * c, c)
         wider = ((c + 2 * per_slice) * taps, 1, kw * (c + 2 * per_slice), c + 2 * per_slice)
         nchw = (c * taps, taps, kw, 1)

@@ -145,9 +145,10 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
-memcheck  general_paired general_wgmma float16 CONV_POOL_GENERAL_NARROW_TAIL=1
-memcheck  general_split_channels_last general_wgmma CONV_POOL_GENERAL_NARROW_TAIL=1
-racecheck general_large_kernel_channels_last general_wgmma bfloat16 CONV_POOL_GENERAL_NARROW_TAIL=1
+memcheck  general_paired general_wgmma float16
+memcheck  general_split_channels_last general_wgmma
+racecheck general_large_kernel_channels_last general_wgmma bfloat16
+memcheck  general_paired general_wgmma float16 CONV_POOL_GENERAL_NARROW_TAIL=0
 memcheck  general_paired general_wgmma float16 CONV_POOL_GENERAL_DIRECT_PAIRS=0
 memcheck  general_paired_channels_last general_wgmma CONV_POOL_GENERAL_PERSISTENT=1
 racecheck general_paired general_wgmma bfloat16 CONV_POOL_GENERAL_DIRECT_PAIRS=0 CONV_POOL_GENERAL_PERSISTENT=1
@@ -178,19 +179,16 @@ racecheck general_split general_wgmma float16
 memcheck  general_split_channels_last general_wgmma float16
 memcheck  general_paired_channels_last general_wgmma float16
 racecheck general_split general_wgmma
-memcheck  general_paired general_wgmma float16
 racecheck general_paired_channels_last general_wgmma float16
 memcheck  general_paired_channels_last general_wgmma
 memcheck  general_paired general_wgmma float16 CONV_POOL_GENERAL_TILE=wide_n64
 racecheck general_paired_channels_last general_wgmma float16 CONV_POOL_GENERAL_TILE=square_n64
 memcheck  general_pointwise general_wgmma float16
-memcheck  general_split_channels_last general_wgmma
 racecheck general_large_kernel_channels_last general_wgmma float16
 memcheck  general_pointwise general_wgmma bfloat16
 memcheck  general_large_kernel general_wgmma
 racecheck general_large_kernel general_wgmma
 memcheck  general_large_kernel general_wgmma float16
-racecheck general_large_kernel_channels_last general_wgmma bfloat16
 memcheck  general_strided general_wgmma
 racecheck general_strided general_wgmma
 memcheck  general_strided_channels_last general_wgmma float16

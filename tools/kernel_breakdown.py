@@ -18,11 +18,10 @@ and timed and restored after, so that two forms of one variant are timed in one 
 plan there (kernel_choice.general_plan) has that value (besides the plan's keys, `rounds`: how
 many rounds of the H200's resident blocks its tiles x split take; VALUE may list alternatives,
 `tail_n=32,64`); --list prints the chosen cases and stops (no GPU needed). The filter plans with
-the hooks as set in the environment, e.g. the cases that $CONV_POOL_GENERAL_NARROW_TAIL=1
-narrows, each timed without and with it:
+the hooks as set in the environment, e.g. the cases whose last channel block runs narrower
+wgmmas, each timed without and with them:
 
-    CONV_POOL_GENERAL_NARROW_TAIL=1 python tools/kernel_breakdown.py \
-        --json docs/fuzz_h200.json --all --plan tail_n=32,64 \
+    python tools/kernel_breakdown.py --json docs/fuzz_h200.json --all --plan tail_n=32,64 \
         --configs auto@CONV_POOL_GENERAL_NARROW_TAIL=0,auto --summary
 --summary ends with one row per case: each config's kernel time and its ratio to the first.
 A config named more than once is timed each time, its repeats shown as CONFIG#2, CONFIG#3

@@ -98,11 +98,10 @@ inline bool direct_pairs_allowed() { return !is("CONV_POOL_GENERAL_DIRECT_PAIRS"
 // least kMinSplitSteps steps, two blocks an SM) instead of kFillSplit's (general_wgmma.cu).
 inline bool fill_rule_allowed() { return !is("CONV_POOL_GENERAL_FILL", "0"); }
 
-// $CONV_POOL_GENERAL_NARROW_TAIL=1: the last channel block of a layer whose channels leave it
-// at most half full runs narrower wgmmas (Plan::tail_n); unset, every block runs the tile's N
-// (the narrow form is not yet timed on the H200). Read after the tile search (choose_input),
-// so not one of its SearchHooks.
-inline bool narrow_tail_allowed() { return is("CONV_POOL_GENERAL_NARROW_TAIL", "1"); }
+// $CONV_POOL_GENERAL_NARROW_TAIL=0: every channel block runs the tile's N, where by default the
+// last block of a layer whose channels leave it at most half full runs narrower wgmmas
+// (Plan::tail_n). Read after the tile search (choose_input), so not one of its SearchHooks.
+inline bool narrow_tail_allowed() { return !is("CONV_POOL_GENERAL_NARROW_TAIL", "0"); }
 
 // $CONV_POOL_GENERAL_PLAN_CACHE=0: every plan searched afresh (general_plan_cache.h), to
 // time the search or to rule the cache out.
