@@ -4,17 +4,18 @@
 #   bash tools/gpu_check.sh [STAGE[:SECONDS] ...]
 #
 # Stages: env build test verify profile suite suite16 layouts bench host vgg16 distributed
-# notebook sanitize general zoo zoo16 zooab fuzz breakdown fewchannel networks netbreak gtest ncu
-# trace swizzle ab (default: env build test verify profile). networks: tools/bench_networks.py
-# (issue 32's models; NETWORKS_ARGS picks a slice, its lists comma-separated: "--models
-# vgg16,alexnet --batches 32"; NETWORKS_RESUME=docs/networks_h200.json keeps that file's rows and
-# runs the rest (NETWORKS_REDO="misses" measures the rows that miss a bar again), and a cap over
-# 120 s stops it cleanly a minute early) into $OUT/networks.json; gtest: the general kernel's GPU
-# tests only. TEST_ARGS (default tests) gives the test stage other pytest arguments, e.g. only the
-# files that use the GPU.
+# notebook sanitize general zoo zoo16 zoo_fp32 zooab fuzz breakdown fewchannel networks netbreak
+# gtest ncu trace swizzle ab (default: env build test verify profile). networks:
+# tools/bench_networks.py (issue 32's models; NETWORKS_ARGS picks a slice, its lists
+# comma-separated: "--models vgg16,alexnet --batches 32"; NETWORKS_RESUME=docs/networks_h200.json
+# keeps that file's rows and runs the rest (NETWORKS_REDO="misses" measures the rows that miss a bar
+# again), and a cap over 120 s stops it cleanly a minute early) into $OUT/networks.json; gtest: the
+# general kernel's GPU tests only. TEST_ARGS (default tests) gives the test stage other pytest
+# arguments, e.g. only the files that use the GPU.
 # general: the general kernel's correctness sweep and timing table (tools/check_general.py:
 # each of its forms, dense and channels-last inputs) into $OUT/general.json.
-# zoo / zoo16: ZOO_LIMIT (default 40) layers of the zoo in float32 / float16; fuzz: the
+# zoo / zoo16: ZOO_LIMIT (default 40) layers of the zoo in float32 / float16; zoo_fp32: the
+# float32 zoo with allow_tf32 = False for every target, against eager (cuDNN's fp32); fuzz: the
 # 150-geometry performance fuzz from case FUZZ_START (default 0) into $OUT/fuzz_<start>.json
 # (the JSONs are written after every case); breakdown: tools/kernel_breakdown.py on the zoo's
 # slowest classes, its large 16-bit 1 x 1 layers (NCHW and channels-last) and the stem kernel's
@@ -398,6 +399,7 @@ for entry in "${stages[@]}"; do
     trace) run_stage trace "$seconds" bash -c 'for spec in ${TRACE_CASES:-32,128,128,56,56,1,1,0,2,2:float16}; do IFS=: read -r shape dtype cl <<< "$spec"; python3 tools/trace_tiles.py "$shape" --dtype "${dtype:-float32}" ${cl:+--channels-last} || exit; done' ;;
     zoo) run_stage zoo "$seconds" python3 -m utils.profiling --zoo --zoo-limit "${ZOO_LIMIT:-40}" --iters 50 --json "$OUT/zoo_float32.json" ;;
     zoo16) run_stage zoo16 "$seconds" python3 -m utils.profiling --zoo --zoo-limit "${ZOO_LIMIT:-40}" --iters 50 --dtype float16 --json "$OUT/zoo_float16.json" ;;
+    zoo_fp32) run_stage zoo_fp32 "$seconds" python3 -m utils.profiling --zoo --zoo-limit "${ZOO_LIMIT:-40}" --iters 50 --no-tf32 --targets new,eager --json "$OUT/zoo_float32_no_tf32.json" ;;
     fuzz) run_stage fuzz "$seconds" python3 -m utils.profiling --fuzz 150 --start "${FUZZ_START:-0}" --iters 50 --json "$OUT/fuzz_${FUZZ_START:-0}.json" ;;
     breakdown) run_stage breakdown "$seconds" bash -c "$(declare -f breakdown); breakdown" ;;
     fewchannel) run_stage fewchannel "$seconds" bash -c "$(declare -f fewchannel); fewchannel" ;;
