@@ -1,6 +1,6 @@
 // The cost constants and thresholds of the automatic choices, in one place: which variant a
 // layer takes (conv_relu_maxpool_choose.cu), the general kernel's plan (tile, staging, split:
-// hopper/general_wgmma.cu), the 3 x 3 wgmma kernel's (channel blocks, weight packing, cluster
+// hopper/general_search.cu), the 3 x 3 wgmma kernel's (channel blocks, weight packing, cluster
 // splits: conv_relu_maxpool_wgmma.cu) and the sm_80 tiled kernels' channel blocks
 // (conv_relu_maxpool.cu). Each says what it models and what measured it (docs/PERF.md has the
 // runs). The limits of what each variant can run are the registry's.
@@ -90,7 +90,7 @@ constexpr double kSharedSmFixed = 0.6;
 constexpr double kCopyBytesPerCycleSlices = 13.0;
 constexpr double kCopyBytesPerCycleMerged = 21.0;
 // The plan the copy term picks is taken where it runs at least this many steps a block
-// (general_wgmma.cu's best_plan). H200, the fuzz's 150 layers, the plans with the term and
+// (general_search.cu's best_plan). H200, the fuzz's 150 layers, the plans with the term and
 // without it timed in one process: the term everywhere 0.981x of the kernel time without it on
 // the geometric mean (27 layers 0.61-0.97x, 23 1.03-1.46x, the slower ones mostly of 1-6
 // steps a block, the stages holding their copies); from 8 steps 0.967x; 4 0.971x, 16 0.973x.

@@ -95,7 +95,7 @@ inline bool wide_pool_allowed() { return !is("CONV_POOL_GENERAL_WIDE_POOL", "0")
 inline bool direct_pairs_allowed() { return !is("CONV_POOL_GENERAL_DIRECT_PAIRS", "0"); }
 
 // $CONV_POOL_GENERAL_FILL=0: the split reductions' former fill rule (float32 alone, shares of at
-// least kMinSplitSteps steps, two blocks an SM) instead of kFillSplit's (general_wgmma.cu).
+// least kMinSplitSteps steps, two blocks an SM) instead of kFillSplit's (general_search.cu).
 inline bool fill_rule_allowed() { return !is("CONV_POOL_GENERAL_FILL", "0"); }
 
 // $CONV_POOL_GENERAL_NARROW_TAIL=0: every channel block runs the tile's N, where by default the
@@ -153,7 +153,7 @@ inline int forced_group_rows() {
   return value == nullptr ? 0 : std::max(0, std::atoi(value));
 }
 
-// The hooks the tile search reads (general_wgmma.cu: search_plan and plan_tile), read at once
+// The hooks the tile search reads (general_search.cu: search_plan and plan_tile), read at once
 // for the plan cache's key (general_plan_cache.h): a hook the search comes to read belongs here
 // too, or the cache would answer for its old value.
 struct SearchHooks {

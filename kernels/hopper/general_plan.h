@@ -1,5 +1,5 @@
 // The general Hopper kernel's plan: everything about one launch that the host works out once
-// (general_wgmma.cu, make_general_plan) and the kernel receives by value. Plain C++ so that
+// (general_search.cu, general_wgmma.cu) and the kernel receives by value. Plain C++ so that
 // both nvcc and the host compiler read it, and the tests can ask for it (general_wgmma_plan).
 //
 // The geometry, in the kernel's terms:
