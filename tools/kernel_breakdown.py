@@ -10,6 +10,8 @@ name or given by their numbers.
         --configs auto,auto@CONV_POOL_GENERAL_TMA_COPY=1 --summary
     python tools/kernel_breakdown.py --json docs/zoo_h200_float16.json --all --plan paired=1 \
         --plan split=1 --list
+    python tools/kernel_breakdown.py --json docs/zoo_h100_float32_no_tf32.json --all --no-tf32 \
+        --configs auto,general_3xtf32_wgmma --summary
 
 A config may carry environment settings after `@` (`auto@NAME=VALUE@NAME=VALUE`): the
 general kernel's hooks (kernels/hopper/general_hooks.h), set while that config is planned
@@ -288,6 +290,9 @@ def main(argv=None) -> int:
                              "kernel and whose plan there (the host's, for the H200, the hooks "
                              "as set) has KEY = VALUE, e.g. paired=1, rounds=1 or tail_n=32,64 "
                              "(one of the values; repeatable)")
+    parser.add_argument("--no-tf32", action="store_true",
+                        help="torch.backends.cudnn.allow_tf32 (and cuda.matmul.allow_tf32) False "
+                             "for every config and eager: the fp32-accurate paths (float32)")
     parser.add_argument("--list", action="store_true",
                         help="print the cases chosen (name, dtype, layout) and stop; no GPU")
     parser.add_argument("--stream", type=int, default=0, metavar="CALLS",
@@ -337,6 +342,9 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("error: needs a CUDA GPU", file=sys.stderr)
         return 2
+    if args.no_tf32:  # the op reads cuDNN's flag at every call, as eager does
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
     flush = torch.empty(L2_FLUSH_BYTES // 4, device="cuda")
     results, stream_results = [], []
     with torch.no_grad():
