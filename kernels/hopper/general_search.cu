@@ -23,9 +23,6 @@ namespace {
 using namespace conv_pool_heuristics;
 using namespace hooks;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int round_up(int value, int multiple) { return int(ceil_div(value, multiple) * multiple); }
-
 // Shared memory the hardware keeps per resident block beside the dynamic allocation, and an
 // SM's total (the opt-in per-block limit is 1 KB under it on sm_80 .. sm_90).
 constexpr int kReservedPerBlock = 1024;

@@ -2,10 +2,16 @@
 // (general_wgmma.cu) asks for a shape's plan.
 #pragma once
 
+#include <cstdint>
+
 #include "../conv_relu_maxpool.h"
 #include "general_plan.h"
 
 namespace general_wgmma {
+
+// The host plan's integer arithmetic (the search's and the launch's).
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline int round_up(int value, int multiple) { return int(ceil_div(value, multiple) * multiple); }
 
 // A plan found by the search, or why_not: why no plan runs the shape; cost: the cost model's
 // estimate (cycles of the busiest SM).

@@ -31,9 +31,6 @@ namespace {
 using namespace conv_pool_heuristics;
 using namespace hooks;
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-int round_up(int value, int multiple) { return int(ceil_div(value, multiple) * multiple); }
-
 // Whether x's channels are contiguous and every stride and its address whole 16-byte slices
 // (channels-last); ops == nullptr stands for NCHW.
 bool pixel_slices(const ConvPoolShape& s, const ConvPoolOperands* ops) {
