@@ -68,6 +68,19 @@ constexpr int kFewChannelGeneralMaxTaps = 49;
 constexpr int kFewChannelGeneralMaxStride = 3;
 constexpr int kFewChannelGeneralMaxStride16ChannelsLast = 4;
 
+// With allow_tf32 = False on Hopper, off the 3 x 3 / 2 x 2 path, the general kernel's 3xTF32
+// form rather than the mma.sync one (tiled_3xtf32) for more than kNarrowBlockMaxChannels
+// output channels over a reduction of at least this many terms (in channels x taps), and for
+// at most that many only where the general plan splits its reduction (its N = 64 tiles then
+// multiply zeros, which pays only where tiled_3xtf32's blocks leave SMs idle). H100, both
+// forced in one process, the general form's kernel time over tiled_3xtf32's, on the layers
+// tiled_3xtf32 took: zoo (float32), 0.05-0.96x on the 33 inside the rule (1 x 1 layers of
+// 512-2048 channels at batch 1 0.05-0.10x, 3 x 3 512 -> 512 at batch 128 0.45x); outside it
+// 64 -> 16 (1 x 1) 1.85-2.12x, 48 -> 104 (1 x 1 / 2) 1.48x, 16 -> 64 1.16x, 24 -> 58 0.81x.
+// Fuzz (26 float32 layers): above 32 channels 0.10-0.91x; at most 32 with a split plan
+// (1-2 images) 0.08-0.32x; at most 32 without 0.84-1.70x (docs/PERF.md).
+constexpr int kGeneral3xTf32MinReduction = 64;
+
 // ---- the general kernel (general_wgmma) -------------------------------------------------
 
 // Cost model of the tile choice (plan_tile), in SM clock cycles. A K step (32 bytes of every

@@ -10,6 +10,7 @@
 #include "conv_relu_maxpool.h"
 #include "conv_relu_maxpool_small.h"
 #include "conv_relu_maxpool_tiled.h"
+#include "hopper/general_wgmma.h"
 
 using namespace conv_pool_heuristics;
 
@@ -90,12 +91,21 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   if (allow_tf32 && stem && runs(kVariantStem)) return kVariantStem;
   // fp32-accurate tensor-core paths (3xTF32) as the TF32 ones below: the flat reduction for
   // fewer than 8 input channels off the fast path (AlexNet's first layer took `direct`, whose
-  // 8-channel tiles do not fit its 11 x 11 halo), else the 8-channel chunks where they fit.
+  // 8-channel tiles do not fit its 11 x 11 halo), the 3 x 3 wgmma kernel on its path, the
+  // general kernel's 3xTF32 form (kGeneral3xTf32MinReduction), else the 8-channel chunks.
   if (!allow_tf32) {
     if (s->in_channels < kTiledChannelChunk && !fast_path_applies(*s) &&
         runs(kVariantTiled3xTf32Flat))
       return kVariantTiled3xTf32Flat;
     if (runs(kVariantTiled3xTf32Wgmma)) return kVariantTiled3xTf32Wgmma;
+    // Hopper: the general kernel's 3xTF32 form before the mma.sync chunks, for more than 32
+    // output channels over a reduction of kGeneral3xTf32MinReduction terms or more, and for
+    // 32 or fewer where its plan splits the reduction (few tiles).
+    if (runs(kVariantGeneral3xTf32Wgmma) &&
+        (s->out_channels > kNarrowBlockMaxChannels
+             ? int64_t(s->in_channels) * s->taps() >= kGeneral3xTf32MinReduction
+             : general_wgmma_plan(*s, *device, nullptr, true).split > 1))
+      return kVariantGeneral3xTf32Wgmma;
     if (runs(kVariantTiled3xTf32)) return kVariantTiled3xTf32;
     if (runs(kVariantTiled3xTf32Flat)) return kVariantTiled3xTf32Flat;
     // Hopper, what none of those runs (large kernels, wide strides over 8 or more channels):

@@ -1435,6 +1435,52 @@ def test_fp32_accurate_layers_never_fall_to_direct_on_hopper(library, variant_na
         "tiled_3xtf32", "general_3xtf32_wgmma")
 
 
+def test_fp32_accurate_choice_prefers_the_general_3xtf32_kernel_on_hopper(library, variant_names,
+                                                                         seed):
+    """allow_tf32 = False on Hopper, off the 3 x 3 / 2 x 2 path, 8 or more input channels: the
+    general kernel's 3xTF32 form rather than tiled_3xtf32 for more than 32 output channels over
+    a reduction of 64 terms or more, and for 32 or fewer only where its plan splits the
+    reduction (kGeneral3xTf32MinReduction). sm_80 keeps tiled_3xtf32."""
+    def conv1x1(name, batch, cin, cout, size, stride=1, pool=2):
+        return ConvPoolCase(name, batch, cin, cout, size, size, (1, 1), stride=(stride, stride),
+                            pool_kernel=(pool, pool), pool_stride=(2, 2))
+    general = [conv1x1("densenet121_c112", 1, 896, 128, 7),
+               conv1x1("inception_v3_c80", 128, 1280, 448, 8),
+               ConvPoolCase("vgg16_c8_p3s2", 128, 512, 512, 28, 28, (3, 3), padding=(1, 1),
+                            pool_kernel=(3, 3), pool_stride=(2, 2)),
+               # 24 outputs of a 1024-channel 5 x 4 kernel for one image: few tiles, split.
+               ConvPoolCase("fuzz_60", 1, 1024, 24, 22, 130, (5, 4), stride=(2, 1),
+                            padding=(5, 3), dilation=(2, 1), pool_kernel=(1, 2),
+                            pool_stride=(1, 2))]
+    chunked = [conv1x1("squeezenet1_1_c1", 32, 64, 16, 55),      # 16 outputs, many tiles
+               conv1x1("regnet_y_400mf_c6", 128, 48, 104, 56, stride=2, pool=3),  # 48 terms
+               conv1x1("squeezenet1_0_c2", 1, 16, 64, 54, pool=3)]                # 16 terms
+    for case in general:
+        assert choose(library, variant_names, case, allow_tf32=False) == \
+            "general_3xtf32_wgmma", case.name
+        assert choose(library, variant_names, case, allow_tf32=False,
+                      device=A100_LIKE) == "tiled_3xtf32", case.name
+    assert general_plan(library, general[-1], FLOAT32, split=True)["split"] > 1
+    for case in chunked:
+        assert choose(library, variant_names, case, allow_tf32=False) == "tiled_3xtf32", \
+            case.name
+    assert general_plan(library, chunked[0], FLOAT32, split=True)["split"] == 1
+    # Random geometries: no layer the rule gives the general form takes tiled_3xtf32.
+    rng = random.Random(seed)
+    ids = variant_names_to_ids(variant_names)
+    checked = 0
+    for i in range(600):
+        case = fuzz_case(rng, f"fuzz_{i}")
+        reduction = case.in_channels * case.kernel_size[0] * case.kernel_size[1]
+        if (case.out_channels <= 32 or case.in_channels < 8 or reduction < 64 or
+                unsupported(library, case, ids["general_3xtf32_wgmma"]) is not None):
+            continue
+        checked += 1
+        assert choose(library, variant_names, case, allow_tf32=False) != "tiled_3xtf32", case
+    print(f"{checked} random geometries of more than 32 output channels checked")
+    assert checked > 100
+
+
 @pytest.mark.parametrize("case", [
     ConvPoolCase("k5", 64, 70, 200, 27, 27, (5, 5), padding=(2, 2), pool_kernel=(3, 3),
                  pool_stride=(2, 2)),

@@ -146,6 +146,9 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  general_pointwise general_3xtf32_wgmma
+racecheck general_large_kernel_channels_last general_3xtf32_wgmma
+memcheck  general_split_channels_last general_3xtf32_wgmma
 memcheck  general_paired general_wgmma float16
 memcheck  general_split_channels_last general_wgmma
 racecheck general_large_kernel_channels_last general_wgmma bfloat16
