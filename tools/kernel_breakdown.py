@@ -10,7 +10,7 @@ name or given by their numbers.
         --configs auto,auto@CONV_POOL_GENERAL_TMA_COPY=1 --summary
     python tools/kernel_breakdown.py --json docs/zoo_h200_float16.json --all --plan paired=1 \
         --plan split=1 --list
-    python tools/kernel_breakdown.py --json docs/zoo_h100_float32_no_tf32.json --all --no-tf32 \
+    python tools/kernel_breakdown.py --json docs/zoo_h200_float32_no_tf32.json --all --no-tf32 \
         --configs auto,general_3xtf32_wgmma --summary
 
 A config may carry environment settings after `@` (`auto@NAME=VALUE@NAME=VALUE`): the
