@@ -1,7 +1,7 @@
 // Layout conversions (conv_pool_layout.h). To channels-last: a tiled transpose through shared
-// memory, 32 pixels x 32 channels a block, read along the pixels (one channel plane's
-// consecutive pixels per warp) and written along the channels (one pixel's consecutive channels
-// per warp). To slice-planar: each pixel's slices gathered in registers (conv_pool_layout.cuh).
+// memory, 32 pixels x 32 channels a block (load_channel_tile, conv_pool_layout.cuh), written
+// along the channels (one pixel's consecutive channels per warp). To slice-planar: each pixel's
+// slices gathered in registers (conv_pool_layout.cuh).
 #include "conv_pool_layout.h"
 
 #include "conv_pool_layout.cuh"
@@ -10,28 +10,6 @@
 
 namespace {
 
-// tile[c][p] = src(pixel pixel0 + p, channel channel0 + c), zeros past the pixels and the
-// channels; a warp reads 32 consecutive pixels of one channel (blockDim 32 x 8).
-template <class Raw>
-__device__ __forceinline__ void load_tile(const Raw* src, int64_t s0, int64_t s1, int64_t s2,
-                                          int64_t s3, int64_t pixels, int channels, int height,
-                                          int width, int64_t pixel0, int channel0,
-                                          Raw (&tile)[32][33]) {
-  const int64_t pixel = pixel0 + threadIdx.x;
-  int64_t offset = 0;
-  if (pixel < pixels) {
-    const int w = int(pixel % width);
-    const int64_t rest = pixel / width;
-    const int h = int(rest % height);
-    offset = (rest / height) * s0 + h * s2 + w * s3;
-  }
-  for (int c = threadIdx.y; c < 32; c += blockDim.y) {
-    const int channel = channel0 + c;
-    tile[c][threadIdx.x] =
-        pixel < pixels && channel < channels ? src[offset + channel * s1] : Raw(0);
-  }
-}
-
 template <class Raw>
 __global__ void to_channels_last_kernel(const Raw* src, int64_t s0, int64_t s1, int64_t s2,
                                         int64_t s3, int64_t pixels, int channels, int height,
@@ -39,7 +17,8 @@ __global__ void to_channels_last_kernel(const Raw* src, int64_t s0, int64_t s1, 
   __shared__ Raw tile[32][33];
   const int64_t pixel0 = int64_t(blockIdx.x) * 32;
   const int channel0 = blockIdx.y * 32;
-  load_tile(src, s0, s1, s2, s3, pixels, channels, height, width, pixel0, channel0, tile);
+  load_channel_tile<8>(src, s0, s1, s2, s3, pixels, channels, height, width, pixel0,
+                       channel0, tile);
   __syncthreads();
   const int channel = channel0 + threadIdx.x;
   if (channel >= dst_channels) return;

@@ -68,6 +68,33 @@ ToSlices<Raw> to_slices_job(const void* src, const int64_t* stride, int64_t batc
 }
 
 #if defined(__CUDACC__)
+// A tiled transpose's load (conv_pool_to_channels_last and the general kernel's 3xTF32 copy):
+// tile[c][p] = src(pixel pixel0 + p, channel channel0 + c) of an input of any strides, pixels
+// counted over (image, row, column), zeros past the pixels and the channels; a warp reads 32
+// consecutive pixels of one channel (blockDim 32 x kThreadRows: along a row of an NCHW plane),
+// each thread its 32 / kThreadRows loads at once.
+template <int kThreadRows, class Raw>
+__device__ __forceinline__ void load_channel_tile(const Raw* src, int64_t s0, int64_t s1,
+                                                  int64_t s2, int64_t s3, int64_t pixels,
+                                                  int channels, int height, int width,
+                                                  int64_t pixel0, int channel0,
+                                                  Raw (&tile)[32][33]) {
+  const int64_t pixel = pixel0 + threadIdx.x;
+  int64_t offset = 0;
+  if (pixel < pixels) {
+    const int w = int(pixel % width);
+    const int64_t rest = pixel / width;
+    const int h = int(rest % height);
+    offset = (rest / height) * s0 + h * s2 + w * s3;
+  }
+#pragma unroll
+  for (int c = threadIdx.y; c < 32; c += kThreadRows) {
+    const int channel = channel0 + c;
+    tile[c][threadIdx.x] =
+        pixel < pixels && channel < channels ? src[offset + channel * s1] : Raw(0);
+  }
+}
+
 // Position `index`'s image, slice group, slot in their plane and that slot's row; I = 32-bit
 // indices where every position fits them.
 template <class I, class Raw>

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -107,9 +108,11 @@ __global__ void __launch_bounds__(256)
   to_slices_item(copy, (blockIdx.x - pack_blocks) * int64_t(blockDim.x) + threadIdx.x);
 }
 
-// 3xTF32: x as NHWC with staged_channels a pixel, staged chunk j holding chunk j / 3 of x (8
-// channels), its big parts (j % 3 = 0, 2) or small parts (1); zeros past the channels. One
-// thread per staged element.
+// 3xTF32's NHWC copy (two forms: $CONV_POOL_GENERAL_TILED_SPLIT_COPY, general_hooks.h): x as
+// NHWC with staged_channels a pixel, staged chunk j holding chunk j / 3 of x (8 channels), its
+// big parts (j % 3 = 0, 2) or small parts (1); zeros past the channels.
+// Element by element: one thread per staged element, reading x across its channel planes (on
+// an H100 it moved about a third of the memory's rate, docs/PERF.md).
 __global__ void split_to_channels_last_kernel(const float* x, int64_t xs0, int64_t xs1,
                                               int64_t xs2, int64_t xs3, ConvPoolShape s,
                                               int staged_channels, float* staged) {
@@ -128,6 +131,41 @@ __global__ void split_to_channels_last_kernel(const float* x, int64_t xs0, int64
     float big, small;
     split_tf32_operand(value, big, small);
     staged[u] = part == 1 ? small : big;
+  }
+}
+
+// Tiled: a transpose (blockDim 32 x 8, grid: 32 pixels x 32 channels of x a block), x read
+// along the pixels (load_channel_tile), then each pixel's 96 staged floats of the block's
+// channels as 16-byte stores, consecutive threads along a pixel's run.
+__global__ void __launch_bounds__(256)
+    split_to_channels_last_tiled_kernel(const float* x, int64_t xs0, int64_t xs1, int64_t xs2,
+                                        int64_t xs3, ConvPoolShape s, int staged_channels,
+                                        float* staged) {
+  __shared__ float tile[32][33];
+  const int64_t pixels = int64_t(s.batch) * s.in_height * s.in_width;
+  const int64_t pixel0 = int64_t(blockIdx.x) * 32;
+  const int channel0 = blockIdx.y * 32;
+  load_channel_tile<8>(x, xs0, xs1, xs2, xs3, pixels, s.in_channels, s.in_height,
+                       s.in_width, pixel0, channel0, tile);
+  __syncthreads();
+  // The block's chunks of x (up to 4; staged_channels / 3 is x's channels rounded up to a
+  // chunk), 6 16-byte units of a pixel's run each: staged chunk u / 2 (part (u / 2) % 3), half
+  // u % 2 of it.
+  const int units = std::min(4, (staged_channels / 3 - channel0) / 8) * 6;
+  float* run = staged + channel0 / 8 * 24;
+  for (int i = threadIdx.y * 32 + threadIdx.x; i < 32 * units; i += 256) {
+    const int px = i / units, unit = i - px * units;
+    if (pixel0 + px >= pixels) break;
+    const int part = unit / 2 % 3, c = unit / 6 * 8 + unit % 2 * 4;
+    float4 value;
+    float* lanes = &value.x;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float big, small;
+      split_tf32_operand(tile[c + e][px], big, small);
+      lanes[e] = part == 1 ? small : big;
+    }
+    *reinterpret_cast<float4*>(run + (pixel0 + px) * staged_channels + unit * 4) = value;
   }
 }
 
