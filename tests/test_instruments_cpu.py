@@ -880,6 +880,31 @@ def test_gpu_check_warns_when_source_commit_is_the_checkouts_own_stale_head(tmp_
 
 
 
+def test_gpu_check_passes_test_args_as_shell_words(tmp_path):
+    """gpu_check.sh's test stage hands TEST_ARGS to pytest as shell words: a quoted -k
+    expression with spaces stays one argument (split on spaces, its `or` became a path and
+    pytest ran nothing), and without TEST_ARGS it runs tests/. A stand-in python3 first on
+    PATH records its arguments."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stub = bin_dir / "python3"
+    stub.write_text('#!/usr/bin/env bash\nfor a in "$@"; do printf "[%s]" "$a"; done; echo\n')
+    stub.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", OUT=str(tmp_path / "out"))
+    for test_args, expected in (
+            ('tests/test_gpu_correctness.py -k "disallowed or fp32"',
+             "[tests/test_gpu_correctness.py][-k][disallowed or fp32]"),
+            (None, "[no:cacheprovider][tests]")):
+        run_env = dict(env)
+        if test_args is not None:
+            run_env["TEST_ARGS"] = test_args
+        subprocess.run(["bash", str(REPO / "tools" / "gpu_check.sh"), "test"], cwd=REPO,
+                       capture_output=True, text=True, timeout=60, env=run_env, check=True)
+        log = (tmp_path / "out" / "test.log").read_text()
+        assert log.startswith("[-m][pytest][-q][-p][no:cacheprovider]"), log
+        assert log.rstrip().endswith(expected), log
+
+
 def test_ab_build_times_both_builds_alternately_and_restores_the_tree(tmp_path):
     """tools/ab_build.sh (gpu_check.sh's `ab` stage): with a stand-in compile.sh that "builds"
     the module from one source file, AB_CMD sees A's module, then the patched build's, in

@@ -11,7 +11,8 @@
 # keeps that file's rows and runs the rest (NETWORKS_REDO="misses" measures the rows that miss a bar
 # again), and a cap over 120 s stops it cleanly a minute early) into $OUT/networks.json; gtest: the
 # general kernel's GPU tests only. TEST_ARGS (default tests) gives the test stage other pytest
-# arguments, e.g. only the files that use the GPU.
+# arguments as shell words, e.g. only the files that use the GPU, or
+# TEST_ARGS='tests/test_gpu_correctness.py -k "disallowed or fp32"'.
 # general: the general kernel's correctness sweep and timing table (tools/check_general.py:
 # each of its forms, dense and channels-last inputs) into $OUT/general.json.
 # zoo / zoo16: ZOO_LIMIT (default 40) layers of the zoo in float32 / float16; zoo_fp32: the
@@ -376,8 +377,9 @@ for entry in "${stages[@]}"; do
   case $stage in
     env) run_stage env "$seconds" bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used --format=csv; python3 -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.backends.cudnn.version())"; nvcc --version | tail -n 2' ;;
     build) run_stage build "$seconds" bash utils/compile.sh || break ;;
-    # shellcheck disable=SC2086  # TEST_ARGS holds several words
-    test) run_stage test "$seconds" python3 -m pytest -q -p no:cacheprovider ${TEST_ARGS:-tests} ;;
+    # TEST_ARGS: shell words, so a quoted -k expression stays one argument.
+    test) eval "test_args=(${TEST_ARGS:-tests})"
+          run_stage test "$seconds" python3 -m pytest -q -p no:cacheprovider "${test_args[@]}" ;;
     verify) run_stage verify "$seconds" python3 -m utils.verification ;;
     profile) run_stage profile "$seconds" python3 -m utils.profiling ;;
     suite) run_stage suite "$seconds" python3 -m utils.profiling --suite --json "$OUT/suite.json" --plot "$OUT/suite.png" ;;
