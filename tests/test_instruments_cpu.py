@@ -1027,6 +1027,28 @@ def test_kernel_breakdown_configs_carry_hook_settings_and_restore_them(monkeypat
     assert kb.case_from_spec("1,3,8,16,16,3,1,1,2,2").pool_padding == (0, 0)
 
 
+def test_kernel_breakdown_sums_each_kernel_over_the_cases(capsys):
+    """tools/kernel_breakdown.py --summary's last table: each kernel by its bare name (no
+    namespaces, template arguments or parameters, so a kernel's instances group), its µs summed
+    over the cases under eager and each config, largest first, "-" where a config ran none."""
+    from tools import kernel_breakdown as kb
+    assert kb.kernel_name("general_wgmma::(anonymous namespace)::split_to_channels_last_kernel"
+                          "(float const*, long, long)") == "split_to_channels_last_kernel"
+    assert kb.kernel_name("void general_wgmma::general_conv_pool_kernel<Float32, 2, 1, true>"
+                          "(ConvPoolOperands, ConvPoolShape, general_wgmma::Plan)") == \
+        "general_conv_pool_kernel"
+    assert kb.kernel_name("sm80_xmma_fprop_implicit_gemm_f32f32") == \
+        "sm80_xmma_fprop_implicit_gemm_f32f32"
+    sums = {"eager": {"conv": 10.0, "pool": 2.0},
+            "auto": {"copy": 30.0, "conv": 5.0},
+            "auto@HOOK=1": {"tiled_copy": 12.0, "conv": 5.5}}
+    kb.print_kernel_sums(sums, ["eager", "auto", "auto@HOOK=1"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0] == "| kernel, summed over the cases | eager µs | auto µs | auto@HOOK=1 µs |"
+    assert lines[2:] == ["| copy | - | 30.0 | - |", "| tiled_copy | - | - | 12.0 |",
+                         "| conv | 10.0 | 5.0 | 5.5 |", "| pool | 2.0 | - | - |"]
+
+
 def test_json_cases_are_named_with_their_dtype_and_layout(monkeypatch, capsys):
     """tools/kernel_breakdown.json_cases: a profiling JSON's named cases with the dtype and
     layout each ran in (the fuzz's fuzz_10: float16 channels-last; a zoo's dtype from its

@@ -25,7 +25,8 @@ wgmmas, each timed without and with them:
 
     python tools/kernel_breakdown.py --json docs/fuzz_h200.json --all --plan tail_n=32,64 \
         --configs auto@CONV_POOL_GENERAL_NARROW_TAIL=0,auto --summary
---summary ends with one row per case: each config's kernel time and its ratio to the first.
+--summary ends with one row per case: each config's kernel time and its ratio to the first,
+then one row per kernel: its time summed over the cases under eager and each config.
 A config named more than once is timed each time, its repeats shown as CONFIG#2, CONFIG#3
 (e.g. `--configs auto,auto@HOOK=1,auto`: the run's own noise beside the change).
 
@@ -171,9 +172,11 @@ def short(name: str, width: int = 90) -> str:
 
 
 def breakdown(case: ConvPoolCase, dtype: torch.dtype, channels_last: bool, configs, flush,
-              stream: int = 0, streams: Optional[dict] = None):
+              stream: int = 0, streams: Optional[dict] = None,
+              kernel_sums: Optional[dict] = None):
     """Prints each config's kernels; returns {config text: kernel µs a call} (None: refused).
-    With stream > 0, also times `stream` calls back to back into `streams` (back_to_back_us)."""
+    With stream > 0, also times `stream` calls back to back into `streams` (back_to_back_us).
+    kernel_sums: {config text or "eager": {kernel: µs}}, this case's kernel times added in."""
     generator = torch.Generator(device="cpu").manual_seed(0)
     x = torch.randn(case.input_shape(), generator=generator).to("cuda", dtype)
     if channels_last:
@@ -227,6 +230,9 @@ def breakdown(case: ConvPoolCase, dtype: torch.dtype, channels_last: bool, confi
             print(line)
         for kernel, us in kernels:
             print(f"      {us:9.1f} us  {short(kernel)}")
+            if kernel_sums is not None:
+                sums = kernel_sums.setdefault(key, {})
+                sums[kernel_name(kernel)] = sums.get(kernel_name(kernel), 0.0) + us
         totals[key] = total
     return totals
 
@@ -246,6 +252,34 @@ def print_summary(results, configs, title: str = "") -> None:
         for c in configs[1:]:
             value = totals.get(c)
             cells.append("-" if value is None or not base else f"{value / base:.3f}")
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+
+def kernel_name(kernel: str) -> str:
+    """A kernel's name without its namespaces, template arguments and parameters
+    (`general_wgmma::(anonymous namespace)::prepare_kernel<float, 4>(...)` -> prepare_kernel),
+    so that the kernel sums group a kernel's instances."""
+    depth, name = 0, ""
+    for ch in kernel:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        elif depth == 0:
+            name += ch
+    return name.split("::")[-1].split()[-1] if name.split() else kernel
+
+
+def print_kernel_sums(kernel_sums: dict, keys: list[str]) -> None:
+    """One row per kernel (kernel_name), its µs summed over the cases under each of `keys`
+    (eager and the configs), largest first: where a config's time goes over a whole set."""
+    names = sorted({name for sums in kernel_sums.values() for name in sums},
+                   key=lambda name: -max(kernel_sums.get(k, {}).get(name, 0.0) for k in keys))
+    print("\n| kernel, summed over the cases | " + " | ".join(f"{k} µs" for k in keys) + " |")
+    print("|---|" + "---:|" * len(keys))
+    for name in names:
+        cells = [f"{kernel_sums[k][name]:.1f}" if name in kernel_sums.get(k, {}) else "-"
+                 for k in keys]
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 
@@ -346,15 +380,16 @@ def main(argv=None) -> int:
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cuda.matmul.allow_tf32 = False
     flush = torch.empty(L2_FLUSH_BYTES // 4, device="cuda")
-    results, stream_results = [], []
+    results, stream_results, kernel_sums = [], [], {}
     with torch.no_grad():
         for case, dtype, channels_last in work:
             streams = {}
             results.append((case.name, breakdown(case, dtype, channels_last, configs, flush,
-                                                 args.stream, streams)))
+                                                 args.stream, streams, kernel_sums)))
             stream_results.append((case.name, streams))
     if args.summary:
         print_summary(results, configs)
+        print_kernel_sums(kernel_sums, ["eager"] + configs)
         if args.stream > 0:
             print_summary(stream_results, configs,
                           f"back to back, {args.stream} calls: µs a call")
