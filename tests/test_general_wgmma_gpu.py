@@ -694,17 +694,6 @@ def general3x_config(ext) -> int:
     return ext.conv2d_relu_maxpool_variants()["general_3xtf32_wgmma"]
 
 
-@pytest.fixture(params=["elementwise_copy", "tiled_copy"])
-def split_copy(request, monkeypatch):
-    """Both forms of the 3xTF32 form's NHWC copy of x: element by element (the default) and
-    the tiled transpose ($CONV_POOL_GENERAL_TILED_SPLIT_COPY=1, general_prepare.cuh)."""
-    if request.param == "tiled_copy":
-        monkeypatch.setenv("CONV_POOL_GENERAL_TILED_SPLIT_COPY", "1")
-    else:
-        monkeypatch.delenv("CONV_POOL_GENERAL_TILED_SPLIT_COPY", raising=False)
-    return request.param
-
-
 def term_scale(case, x, w, b) -> torch.Tensor:
     """Per output, the largest sum of |products| (plus |bias|) in its pooling window: what a
     float32 sum's rounding error scales with, however much the products cancel."""
@@ -735,8 +724,7 @@ def check_3xtf32(ext, case, x, w, b, what):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_3xtf32_random_geometries_match_float64_as_fp32(ext, lib, device, seed, layout,
-                                                        split_copy):
+def test_3xtf32_random_geometries_match_float64_as_fp32(ext, lib, device, seed, layout):
     rng = random.Random(seed)
     worst = 0.0
     for i in range(12):
@@ -751,7 +739,7 @@ def test_3xtf32_random_geometries_match_float64_as_fp32(ext, lib, device, seed, 
 
 @pytest.mark.parametrize("tile", ["wide_n64", "square_n64"])
 def test_3xtf32_every_tile_and_long_reductions_match_float64(ext, lib, device, seed, tile,
-                                                             monkeypatch, split_copy):
+                                                             monkeypatch):
     """Both of its tiles forced, on the tile cases (tails, a split reduction) and on long
     reductions (512 channels x 5 x 5 and 7 x 7), where summing every step in one wgmma
     accumulator would leave ~6e-5."""
@@ -773,7 +761,7 @@ def test_3xtf32_every_tile_and_long_reductions_match_float64(ext, lib, device, s
 
 
 @pytest.mark.parametrize("integers", [False, True], ids=["random", "integer_inputs"])
-def test_3xtf32_nan_and_inf_propagate_like_float64(ext, seed, integers, split_copy):
+def test_3xtf32_nan_and_inf_propagate_like_float64(ext, seed, integers):
     """NaN and infinities in x, and an infinite weight; with integer-valued inputs (whose small
     parts are only the 2^-30 term) the cross terms must still give fp32's infinities, not the
     NaN of inf * 0."""

@@ -1439,8 +1439,9 @@ def test_fp32_accurate_choice_prefers_the_general_3xtf32_kernel_on_hopper(librar
                                                                          seed):
     """allow_tf32 = False on Hopper, off the 3 x 3 / 2 x 2 path, 8 or more input channels: the
     general kernel's 3xTF32 form rather than tiled_3xtf32 for more than 32 output channels over
-    a reduction of 64 terms or more, and for 32 or fewer only where its plan splits the
-    reduction (kGeneral3xTf32MinReduction). sm_80 keeps tiled_3xtf32."""
+    a reduction of 64 terms or more (kGeneral3xTf32MinReduction), for 16-32 over 1,024 or more
+    (kGeneral3xTf32NarrowMin*), and for any fewer where its plan splits the reduction. sm_80
+    keeps tiled_3xtf32."""
     def conv1x1(name, batch, cin, cout, size, stride=1, pool=2):
         return ConvPoolCase(name, batch, cin, cout, size, size, (1, 1), stride=(stride, stride),
                             pool_kernel=(pool, pool), pool_stride=(2, 2))
@@ -1451,16 +1452,29 @@ def test_fp32_accurate_choice_prefers_the_general_3xtf32_kernel_on_hopper(librar
                # 24 outputs of a 1024-channel 5 x 4 kernel for one image: few tiles, split.
                ConvPoolCase("fuzz_60", 1, 1024, 24, 22, 130, (5, 4), stride=(2, 1),
                             padding=(5, 3), dilation=(2, 1), pool_kernel=(1, 2),
-                            pool_stride=(1, 2))]
+                            pool_stride=(1, 2)),
+               # 16 outputs of 1024 channels, many tiles, no split: the narrow rule.
+               ConvPoolCase("fuzz_144", 32, 1024, 16, 68, 93, (1, 1), stride=(3, 2),
+                            padding=(2, 1), dilation=(2, 2), pool_kernel=(4, 3),
+                            pool_stride=(4, 3), pool_padding=(2, 1), ceil_mode=True,
+                            bias=False)]
     chunked = [conv1x1("squeezenet1_1_c1", 32, 64, 16, 55),      # 16 outputs, many tiles
                conv1x1("regnet_y_400mf_c6", 128, 48, 104, 56, stride=2, pool=3),  # 48 terms
-               conv1x1("squeezenet1_0_c2", 1, 16, 64, 54, pool=3)]                # 16 terms
+               conv1x1("squeezenet1_0_c2", 1, 16, 64, 54, pool=3),                # 16 terms
+               # 3 outputs of a 7,680-term reduction, 12 of a 288-term one: many tiles.
+               ConvPoolCase("fuzz_102", 8, 768, 3, 151, 60, (2, 5), stride=(2, 2),
+                            padding=(1, 2), dilation=(1, 3), pool_kernel=(4, 1),
+                            pool_stride=(4, 1), pool_padding=(2, 0)),
+               ConvPoolCase("fuzz_51", 16, 32, 12, 70, 145, (3, 3), stride=(2, 1),
+                            padding=(1, 3), dilation=(1, 3), pool_kernel=(2, 3),
+                            pool_stride=(2, 2), bias=False)]
     for case in general:
         assert choose(library, variant_names, case, allow_tf32=False) == \
             "general_3xtf32_wgmma", case.name
         assert choose(library, variant_names, case, allow_tf32=False,
                       device=A100_LIKE) == "tiled_3xtf32", case.name
-    assert general_plan(library, general[-1], FLOAT32, split=True)["split"] > 1
+    assert general_plan(library, general[-2], FLOAT32, split=True)["split"] > 1
+    assert general_plan(library, general[-1], FLOAT32, split=True)["split"] == 1
     for case in chunked:
         assert choose(library, variant_names, case, allow_tf32=False) == "tiled_3xtf32", \
             case.name
@@ -1468,17 +1482,20 @@ def test_fp32_accurate_choice_prefers_the_general_3xtf32_kernel_on_hopper(librar
     # Random geometries: no layer the rule gives the general form takes tiled_3xtf32.
     rng = random.Random(seed)
     ids = variant_names_to_ids(variant_names)
-    checked = 0
+    checked = {False: 0, True: 0}
     for i in range(600):
         case = fuzz_case(rng, f"fuzz_{i}")
         reduction = case.in_channels * case.kernel_size[0] * case.kernel_size[1]
-        if (case.out_channels <= 32 or case.in_channels < 8 or reduction < 64 or
+        wide = case.out_channels > 32 and reduction >= 64
+        narrow = 16 <= case.out_channels <= 32 and reduction >= 1024
+        if (not (wide or narrow) or case.in_channels < 8 or
                 unsupported(library, case, ids["general_3xtf32_wgmma"]) is not None):
             continue
-        checked += 1
+        checked[narrow] += 1
         assert choose(library, variant_names, case, allow_tf32=False) != "tiled_3xtf32", case
-    print(f"{checked} random geometries of more than 32 output channels checked")
-    assert checked > 100
+    print(f"random geometries checked: {checked[False]} of more than 32 output channels, "
+          f"{checked[True]} of 16-32 over 1,024 terms or more")
+    assert checked[False] > 100 and checked[True] > 5
 
 
 @pytest.mark.parametrize("case", [

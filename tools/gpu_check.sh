@@ -147,9 +147,9 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
-memcheck  general_pointwise_wide_channels_last general_3xtf32_wgmma float32 CONV_POOL_GENERAL_TILED_SPLIT_COPY=1
-racecheck general_large_kernel general_3xtf32_wgmma float32 CONV_POOL_GENERAL_TILED_SPLIT_COPY=1
-memcheck  general_strided general_3xtf32_wgmma float32 CONV_POOL_GENERAL_TILED_SPLIT_COPY=1
+memcheck  general_pointwise_wide_channels_last general_3xtf32_wgmma float32
+racecheck general_large_kernel general_3xtf32_wgmma float32
+memcheck  general_strided general_3xtf32_wgmma float32
 memcheck  general_pointwise general_3xtf32_wgmma
 racecheck general_large_kernel_channels_last general_3xtf32_wgmma
 memcheck  general_split_channels_last general_3xtf32_wgmma

@@ -103,11 +103,6 @@ inline bool fill_rule_allowed() { return !is("CONV_POOL_GENERAL_FILL", "0"); }
 // (Plan::tail_n). Read after the tile search (choose_input), so not one of its SearchHooks.
 inline bool narrow_tail_allowed() { return !is("CONV_POOL_GENERAL_NARROW_TAIL", "0"); }
 
-// $CONV_POOL_GENERAL_TILED_SPLIT_COPY=1: the 3xTF32 form's NHWC copy of x as a tiled transpose
-// (split_to_channels_last_tiled_kernel, general_prepare.cuh) instead of element by element;
-// not yet timed on a GPU, so off by default.
-inline bool tiled_split_copy() { return is("CONV_POOL_GENERAL_TILED_SPLIT_COPY", "1"); }
-
 // $CONV_POOL_GENERAL_PLAN_CACHE=0: every plan searched afresh (general_plan_cache.h), to
 // time the search or to rule the cache out.
 inline bool plan_cache_allowed() { return !is("CONV_POOL_GENERAL_PLAN_CACHE", "0"); }

@@ -108,39 +108,16 @@ __global__ void __launch_bounds__(256)
   to_slices_item(copy, (blockIdx.x - pack_blocks) * int64_t(blockDim.x) + threadIdx.x);
 }
 
-// 3xTF32's NHWC copy (two forms: $CONV_POOL_GENERAL_TILED_SPLIT_COPY, general_hooks.h): x as
-// NHWC with staged_channels a pixel, staged chunk j holding chunk j / 3 of x (8 channels), its
-// big parts (j % 3 = 0, 2) or small parts (1); zeros past the channels.
-// Element by element: one thread per staged element, reading x across its channel planes (on
-// an H100 it moved about a third of the memory's rate, docs/PERF.md).
-__global__ void split_to_channels_last_kernel(const float* x, int64_t xs0, int64_t xs1,
-                                              int64_t xs2, int64_t xs3, ConvPoolShape s,
-                                              int staged_channels, float* staged) {
-  const int64_t elements =
-      int64_t(s.batch) * s.in_height * s.in_width * staged_channels;
-  for (int64_t u = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; u < elements;
-       u += int64_t(gridDim.x) * blockDim.x) {
-    const int q = int(u % staged_channels);
-    int64_t pixel = u / staged_channels;
-    const int w = int(pixel % s.in_width);
-    pixel /= s.in_width;
-    const int h = int(pixel % s.in_height);
-    const int64_t image = pixel / s.in_height;
-    const int j = q / 8, part = j % 3, c = (j / 3) * 8 + q % 8;
-    const float value = c < s.in_channels ? x[image * xs0 + c * xs1 + h * xs2 + w * xs3] : 0.f;
-    float big, small;
-    split_tf32_operand(value, big, small);
-    staged[u] = part == 1 ? small : big;
-  }
-}
-
-// Tiled: a transpose (blockDim 32 x 8, grid: 32 pixels x 32 channels of x a block), x read
+// 3xTF32's NHWC copy of x: staged_channels a pixel, staged chunk j holding chunk j / 3 of x
+// (8 channels), its big parts (j % 3 = 0, 2) or small parts (1); zeros past the channels.
+// A tiled transpose (blockDim 32 x 8, grid: 32 pixels x 32 channels of x a block): x read
 // along the pixels (load_channel_tile), then each pixel's 96 staged floats of the block's
-// channels as 16-byte stores, consecutive threads along a pixel's run.
+// channels as 16-byte stores, consecutive threads along a pixel's run. One thread per staged
+// element reading x across its channel planes took 2.4-2.6x as long (docs/PERF.md).
 __global__ void __launch_bounds__(256)
-    split_to_channels_last_tiled_kernel(const float* x, int64_t xs0, int64_t xs1, int64_t xs2,
-                                        int64_t xs3, ConvPoolShape s, int staged_channels,
-                                        float* staged) {
+    split_to_channels_last_kernel(const float* x, int64_t xs0, int64_t xs1, int64_t xs2,
+                                  int64_t xs3, ConvPoolShape s, int staged_channels,
+                                  float* staged) {
   __shared__ float tile[32][33];
   const int64_t pixels = int64_t(s.batch) * s.in_height * s.in_width;
   const int64_t pixel0 = int64_t(blockIdx.x) * 32;

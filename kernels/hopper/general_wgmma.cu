@@ -399,20 +399,12 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
   if (prepared != cudaSuccess) return prepared;
   if (p.split_operands) {
     float* staged = static_cast<float*>(const_cast<void*>(p.staged_input));
-    if (hooks::tiled_split_copy()) {
-      const int64_t pixels = int64_t(s.batch) * s.in_height * s.in_width;
-      const dim3 blocks(unsigned(ceil_div(pixels, 32)),
-                        unsigned(ceil_div(p.staged_channels / 3, 32)));
-      split_to_channels_last_tiled_kernel<<<blocks, dim3(32, 8), 0, stream>>>(
-          ops.x, ops.x_stride[0], ops.x_stride[1], ops.x_stride[2], ops.x_stride[3], s,
-          p.staged_channels, staged);
-    } else {
-      const int64_t elements = int64_t(s.batch) * s.in_height * s.in_width * p.staged_channels;
-      const unsigned blocks = unsigned(std::min<int64_t>(ceil_div(elements, 256), 16 * 1024));
-      split_to_channels_last_kernel<<<blocks, 256, 0, stream>>>(
-          ops.x, ops.x_stride[0], ops.x_stride[1], ops.x_stride[2], ops.x_stride[3], s,
-          p.staged_channels, staged);
-    }
+    const int64_t pixels = int64_t(s.batch) * s.in_height * s.in_width;
+    const dim3 blocks(unsigned(ceil_div(pixels, 32)),
+                      unsigned(ceil_div(p.staged_channels / 3, 32)));
+    split_to_channels_last_kernel<<<blocks, dim3(32, 8), 0, stream>>>(
+        ops.x, ops.x_stride[0], ops.x_stride[1], ops.x_stride[2], ops.x_stride[3], s,
+        p.staged_channels, staged);
     if (cudaError_t error = cudaGetLastError(); error != cudaSuccess) return error;
     return general_wgmma_launch_float32_3xtf32(ops, s, p, stream);
   }
