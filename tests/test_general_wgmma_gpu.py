@@ -760,6 +760,57 @@ def test_3xtf32_every_tile_and_long_reductions_match_float64(ext, lib, device, s
     assert splits == {False, True}
 
 
+# Strided layers whose taps read every stride-th row or column alone (a one-tap kernel, or a
+# dilation the stride divides): the 3xTF32 form runs them over those rows and columns
+# (general_subsample.h); the paddings leave r0 = (-pad) mod stride of 0 to 3.
+SUBSAMPLED_CASES = [
+    ConvPoolCase("pointwise_s2", 2, 64, 96, 28, 27, (1, 1), stride=(2, 2)),
+    ConvPoolCase("pointwise_s3x2_padded", 3, 40, 24, 35, 33, (1, 1), stride=(3, 2),
+                 padding=(2, 1), dilation=(2, 2), pool_kernel=(4, 3), pool_stride=(4, 3),
+                 pool_padding=(2, 1), ceil_mode=True, bias=False),
+    ConvPoolCase("dilated_k3_s2", 2, 24, 72, 31, 30, (3, 3), stride=(2, 2), padding=(3, 2),
+                 dilation=(4, 2), pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1)),
+    ConvPoolCase("columns_only", 2, 32, 40, 19, 41, (3, 1), stride=(1, 3), padding=(1, 4),
+                 pool_kernel=(2, 2)),
+    ConvPoolCase("rows_only_s4", 1, 48, 64, 45, 22, (1, 3), stride=(4, 1), padding=(5, 1),
+                 pool_kernel=(2, 3), pool_stride=(1, 2)),
+]
+
+
+@pytest.mark.parametrize("subsample", ["subsampled", "whole_x"])
+def test_3xtf32_subsampled_strided_layers_match_float64(ext, lib, device, seed, subsample,
+                                                        monkeypatch):
+    """The layers above, both layouts, run over x' (the default) and over all of x
+    ($CONV_POOL_GENERAL_SUBSAMPLE=0): x' is a view with r0 rows and columns skipped, so its
+    copy is a stride-th of x's and the layer's far-side zeros come from the bounds."""
+    if subsample == "whole_x":
+        monkeypatch.setenv("CONV_POOL_GENERAL_SUBSAMPLE", "0")
+    else:
+        monkeypatch.delenv("CONV_POOL_GENERAL_SUBSAMPLE", raising=False)
+    for i, case in enumerate(SUBSAMPLED_CASES):
+        plan = kernel_choice.general_plan(lib, case, ELEMENT[torch.float32], device, split=True)
+        assert plan is not None, f"general_3xtf32_wgmma refused {case}"
+        x, w, b = operands(case, seed + i, torch.float32)
+        for layout in LAYOUTS:
+            check_3xtf32(ext, case, with_layout(x, layout), w, b,
+                         f"{case} {layout} {subsample} plan {plan}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+def test_subsampled_strided_layers_in_every_form_match_float64(ext, lib, device, seed, dtype,
+                                                               monkeypatch):
+    """$CONV_POOL_GENERAL_SUBSAMPLE=all: the TF32 and 16-bit forms over x' as well (their
+    inputs read in place, from the slice-planar copy or by the cp.async loaders, as each
+    plan says)."""
+    monkeypatch.setenv("CONV_POOL_GENERAL_SUBSAMPLE", "all")
+    for i, case in enumerate(SUBSAMPLED_CASES):
+        plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
+        assert plan is not None, f"general_wgmma refused {case}"
+        x, w, b = operands(case, seed + i, dtype)
+        for layout in LAYOUTS:
+            check(ext, case, with_layout(x, layout), w, b, dtype, f"{case} {layout} plan {plan}")
+
+
 @pytest.mark.parametrize("integers", [False, True], ids=["random", "integer_inputs"])
 def test_3xtf32_nan_and_inf_propagate_like_float64(ext, seed, integers):
     """NaN and infinities in x, and an infinite weight; with integer-valued inputs (whose small

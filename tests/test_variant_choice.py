@@ -1533,6 +1533,59 @@ def test_plan_and_workspace_of_the_3xtf32_general_kernel(library, variant_names,
     assert unsupported(library, case, variant, device=A100_LIKE) is not None
 
 
+@pytest.mark.parametrize("case", [
+    ConvPoolCase("pointwise_s2", 128, 64, 96, 28, 27, (1, 1), stride=(2, 2)),
+    ConvPoolCase("pointwise_s3x2", 128, 40, 24, 35, 33, (1, 1), stride=(3, 2), padding=(2, 1),
+                 dilation=(2, 2), pool_kernel=(4, 3), pool_stride=(4, 3), pool_padding=(2, 1),
+                 ceil_mode=True),
+    ConvPoolCase("dilated_k3_s2", 128, 24, 72, 31, 30, (3, 3), stride=(2, 2), padding=(3, 2),
+                 dilation=(4, 2), pool_kernel=(3, 3), pool_stride=(2, 2)),
+    ConvPoolCase("rows_only_s4", 64, 48, 64, 45, 22, (1, 3), stride=(4, 1), padding=(5, 1)),
+    ConvPoolCase("k3_s2_undilated", 128, 24, 72, 31, 30, (3, 3), stride=(2, 2), padding=(1, 1)),
+], ids=lambda c: c.name)
+def test_3xtf32_copies_only_the_rows_and_columns_a_strided_layer_reads(library, variant_names,
+                                                                      case, monkeypatch):
+    """general_3xtf32_wgmma over a dimension whose stride divides the taps' spacing (one tap,
+    or a dilation that is a multiple of it) runs the layer over x's rows r0, r0 + stride, ...
+    (r0 = (-pad) mod stride; general_subsample.h), so its split NHWC copy holds
+    ceil((in - r0) / stride) of them; $CONV_POOL_GENERAL_SUBSAMPLE=0 copies all of x. A 3 x 3
+    kernel at stride 2 without dilation reads every row: its copy is x's either way."""
+    library.conv_relu_maxpool_workspace_bytes.restype = ctypes.c_int64
+    library.conv_relu_maxpool_workspace_bytes.argtypes = [
+        ctypes.POINTER(ConvPoolShape), ctypes.c_int, ctypes.POINTER(ConvPoolDevice),
+        ctypes.c_void_p]
+    variant = variant_names_to_ids(variant_names)["general_3xtf32_wgmma"]
+
+    def kept(length, kernel, stride, pad, dilation):
+        if stride < 2 or (kernel > 1 and dilation % stride):
+            return length
+        first = -pad % stride
+        return -(-(length - first) // stride)
+
+    rows = kept(case.height, case.kernel_size[0], case.stride[0], case.padding[0],
+                case.dilation[0])
+    cols = kept(case.width, case.kernel_size[1], case.stride[1], case.padding[1],
+                case.dilation[1])
+    chunks = 3 * -(-case.in_channels // 8)
+    copies = {}
+    for setting in ("1", "0"):
+        monkeypatch.setenv("CONV_POOL_GENERAL_SUBSAMPLE", setting)
+        plan = general_plan(library, case, FLOAT32, split=True)
+        assert plan is not None and plan["nhwc_copy"] == 1 and plan["split"] == 1, plan
+        runs = -(-chunks // plan["step_chunks"])
+        taps = case.kernel_size[0] * case.kernel_size[1]
+        packed = -(-case.out_channels // 64) * 64 * runs * plan["step_chunks"] * taps * 2 * 16
+        workspace = library.conv_relu_maxpool_workspace_bytes(
+            ctypes.byref(shape_of(case, FLOAT32)), variant, ctypes.byref(H200), None)
+        copies[setting] = workspace - -(-packed // 256) * 256
+    pixels = case.batch * rows * cols
+    assert copies["1"] == -(-(pixels * chunks * 8 * 4) // 256) * 256, (copies, rows, cols)
+    assert copies["0"] == -(-(case.batch * case.height * case.width * chunks * 32) // 256) * 256
+    if (rows, cols) != (case.height, case.width):
+        assert copies["1"] < copies["0"]
+    print(f"{case.name}: copy of {rows} x {cols} of {case.height} x {case.width} pixels")
+
+
 def variant_names_to_ids(variant_names: dict) -> dict:
     """{name: config id} for every member's name: the float32 ones and their 16-bit twins'."""
     ids = {name: config for config, name in variant_names.items()}

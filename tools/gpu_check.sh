@@ -147,6 +147,9 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  general_subsampled_channels_last general_3xtf32_wgmma float32
+racecheck general_pointwise_phased general_3xtf32_wgmma float32
+memcheck  general_pointwise_phased general_wgmma float16 CONV_POOL_GENERAL_SUBSAMPLE=all
 memcheck  general_pointwise_wide_channels_last general_3xtf32_wgmma float32
 racecheck general_large_kernel general_3xtf32_wgmma float32
 memcheck  general_strided general_3xtf32_wgmma float32

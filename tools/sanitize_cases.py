@@ -208,6 +208,12 @@ CASES = {
         padding=(2, 1), dilation=(2, 2), pool_kernel=(2, 3), pool_stride=(1, 2), ceil_mode=True),
     "general_pointwise_phased": ConvPoolCase("general_pointwise_phased", 2, 37, 64, 9, 30,
                                              (1, 1), stride=(4, 4), pool_kernel=(1, 2)),
+    # A strided layer run over the rows and columns its taps read (general_subsample.h: a
+    # view of x starting one row and one column in, at strides 3 x 2), channels-last.
+    "general_subsampled_channels_last": ConvPoolCase(
+        "general_subsampled_channels_last", 3, 40, 24, 35, 33, (1, 1), stride=(3, 2),
+        padding=(2, 1), dilation=(2, 2), pool_kernel=(4, 3), pool_stride=(4, 3),
+        pool_padding=(2, 1), ceil_mode=True),
     "general_strided_channels_last": ConvPoolCase(
         "general_strided_channels_last", 3, 40, 72, 45, 51, (3, 3), stride=(2, 2),
         padding=(1, 1), pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1),
@@ -229,7 +235,7 @@ CASES = {
 # Cases whose input and weight are made channels-last (same values), as in a channels-last
 # model (the general kernel then reads such weights in place).
 CHANNELS_LAST = {"unpooled_strips_channels_last", "general_large_kernel_channels_last",
-                 "general_phased_copy_channels_last",
+                 "general_phased_copy_channels_last", "general_subsampled_channels_last",
                  "general_paired_channels_last", "general_pointwise_wide_channels_last",
                  "general_strided_channels_last", "general_split_channels_last",
                  "channels_last_tails", "narrow_channels_last", "strip_tiles_channels_last",

@@ -103,6 +103,14 @@ inline bool fill_rule_allowed() { return !is("CONV_POOL_GENERAL_FILL", "0"); }
 // (Plan::tail_n). Read after the tile search (choose_input), so not one of its SearchHooks.
 inline bool narrow_tail_allowed() { return !is("CONV_POOL_GENERAL_NARROW_TAIL", "0"); }
 
+// $CONV_POOL_GENERAL_SUBSAMPLE: which forms run strided layers over only the rows and columns
+// their taps read (general_subsample.h): by default the 3xTF32 form; "all": every form (not
+// yet timed on the TF32 and 16-bit ones); "0": none.
+inline bool subsample_allowed(bool split) {
+  if (is("CONV_POOL_GENERAL_SUBSAMPLE", "0")) return false;
+  return split || is("CONV_POOL_GENERAL_SUBSAMPLE", "all");
+}
+
 // $CONV_POOL_GENERAL_PLAN_CACHE=0: every plan searched afresh (general_plan_cache.h), to
 // time the search or to rule the cache out.
 inline bool plan_cache_allowed() { return !is("CONV_POOL_GENERAL_PLAN_CACHE", "0"); }

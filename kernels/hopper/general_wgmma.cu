@@ -22,6 +22,7 @@
 #include "general_hooks.h"
 #include "general_prepare.cuh"
 #include "general_search.h"
+#include "general_subsample.h"
 #include "general_trace.cuh"
 #include "general_wgmma.h"
 
@@ -316,6 +317,8 @@ const char* general_wgmma_unsupported(const ConvPoolShape& s, const ConvPoolDevi
                                       bool split) {
   if (const char* why = wgmma_unavailable(device)) return why;
   if (split && s.element != kElementFloat32) return "3xTF32 takes float32 operands";
+  if (general_wgmma::subsample_applies(s, split))  // the layer over x' (general_subsample.h)
+    return general_wgmma_unsupported(general_wgmma::subsampled_shape(s), device, split);
   if (s.kernel_w > general_wgmma::kMaxKernelCols) return "the kernel is wider than 64 columns";
   if (s.stride_w > general_wgmma::kMaxStrideW) return "the column stride is above 32";
   // (Whether a plan exists does not depend on the cost: one pass, without the copy term.)
@@ -331,6 +334,12 @@ Plan general_wgmma_plan(const ConvPoolShape& s, const ConvPoolDevice& device,
     const ConvPoolOperands folded = general_wgmma::folded_operands(f, nullptr, nullptr);
     return general_wgmma_plan(f, device, &folded, split);
   }
+  if (general_wgmma::subsample_applies(s, split)) {  // the layer over x' (general_subsample.h)
+    const ConvPoolShape f = general_wgmma::subsampled_shape(s);
+    if (ops == nullptr) return general_wgmma_plan(f, device, nullptr, split);
+    const ConvPoolOperands sub = general_wgmma::subsampled_operands(*ops, s);
+    return general_wgmma_plan(f, device, &sub, split);
+  }
   Plan p = general_wgmma::best_plan(s, device, split, general_wgmma::tma_for(s, ops, split),
                                     general_wgmma::x_in_place(s, ops))
                .plan;
@@ -345,6 +354,12 @@ int64_t general_wgmma_workspace_bytes(const ConvPoolShape& s, const ConvPoolDevi
     const ConvPoolOperands folded = general_wgmma::folded_operands(f, nullptr, nullptr);
     const int64_t inner = general_wgmma_workspace_bytes(f, device, &folded, split);
     return general_wgmma::region_bytes(inner) + general_wgmma::fold_bytes(f);
+  }
+  if (general_wgmma::subsample_applies(s, split)) {  // the layer over x': its copy is smaller
+    const ConvPoolShape f = general_wgmma::subsampled_shape(s);
+    if (ops == nullptr) return general_wgmma_workspace_bytes(f, device, nullptr, split);
+    const ConvPoolOperands sub = general_wgmma::subsampled_operands(*ops, s);
+    return general_wgmma_workspace_bytes(f, device, &sub, split);
   }
   const Plan p = general_wgmma_plan(s, device, ops, split);
   return general_wgmma::region_bytes(p.packed_bytes) +
@@ -365,6 +380,9 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
       return error;
     return general_wgmma_launch(folded, f, device, stream, out_stride, split);
   }
+  if (subsample_applies(s, split))  // x' is a view of x (general_subsample.h)
+    return general_wgmma_launch(subsampled_operands(ops, s), subsampled_shape(s), device,
+                                stream, out_stride, split);
   Plan p = general_wgmma_plan(s, device, &ops, split);
   if (out_stride != nullptr) {
     for (int d = 0; d < 4; ++d) p.out_stride[d] = out_stride[d];
