@@ -1586,6 +1586,39 @@ def test_3xtf32_copies_only_the_rows_and_columns_a_strided_layer_reads(library, 
     print(f"{case.name}: copy of {rows} x {cols} of {case.height} x {case.width} pixels")
 
 
+@pytest.mark.parametrize("setting", ["default", "all", "0"])
+def test_subsampling_keeps_every_geometry_on_the_general_kernel(library, variant_names, seed,
+                                                                setting, monkeypatch):
+    """Whatever $CONV_POOL_GENERAL_SUBSAMPLE says, the general kernel's refusal and its plan
+    agree (a plan exactly where it does not refuse) in every form and dtype on random
+    geometries, and the automatic choice takes a variant that runs the layer."""
+    if setting == "default":
+        monkeypatch.delenv("CONV_POOL_GENERAL_SUBSAMPLE", raising=False)
+    else:
+        monkeypatch.setenv("CONV_POOL_GENERAL_SUBSAMPLE", setting)
+    ids = variant_names_to_ids(variant_names)
+    rng = random.Random(seed)
+    subsampled = 0
+    for i in range(300):
+        case = fuzz_case(rng, f"fuzz_{i}")
+        element = (FLOAT32, FLOAT16, BFLOAT16)[i % 3]
+        subsampled += any(s > 1 and (k == 1 or d % s == 0) for k, s, d in
+                          zip(case.kernel_size, case.stride, case.dilation))
+        for name, split in (("general_wgmma", False), ("general_3xtf32_wgmma", True)):
+            if split and element != FLOAT32:
+                continue
+            refused = unsupported(library, case, ids[name], element=element)
+            plan = general_plan(library, case, element, split=split)
+            assert (plan is None) == (refused is not None), (case, name, refused, plan)
+        for allow_tf32 in (True, False):
+            chosen = choose(library, variant_names, case, allow_tf32=allow_tf32,
+                            element=element)
+            assert unsupported(library, case, ids[chosen], element=element) is None, \
+                (case, chosen)
+    print(f"{subsampled} of 300 random geometries of the subsampled class")
+    assert subsampled > 30
+
+
 def variant_names_to_ids(variant_names: dict) -> dict:
     """{name: config id} for every member's name: the float32 ones and their 16-bit twins'."""
     ids = {name: config for config, name in variant_names.items()}
