@@ -45,10 +45,11 @@ inline SubsampledDim subsampled_cols(const ConvPoolShape& s) {
   return subsampled_dim(s.in_width, s.kernel_w, s.stride_w, s.pad_w, s.dilation_w);
 }
 
-// Whether the launch of `s` (split: the 3xTF32 form) runs on x' instead of x.
+// Whether the launch of `s` (split: the 3xTF32 form) runs on x' instead of x (the geometry
+// first: most layers are not strided, and the hook is read only for those that are).
 inline bool subsample_applies(const ConvPoolShape& s, bool split) {
-  return hooks::subsample_allowed(split) &&
-         (subsampled_rows(s).applies || subsampled_cols(s).applies);
+  return (subsampled_rows(s).applies || subsampled_cols(s).applies) &&
+         hooks::subsample_allowed(split);
 }
 
 // The layer over x'.
@@ -87,6 +88,16 @@ inline ConvPoolOperands subsampled_operands(const ConvPoolOperands& ops,
   else
     o.x16 = ops.x16 + offset;
   return o;
+}
+
+// The same for the plan's optional operands: x' of `ops` in `view`, or nullptr (NCHW) for
+// nullptr.
+inline const ConvPoolOperands* subsampled_operands(const ConvPoolOperands* ops,
+                                                   const ConvPoolShape& s,
+                                                   ConvPoolOperands& view) {
+  if (ops == nullptr) return nullptr;
+  view = subsampled_operands(*ops, s);
+  return &view;
 }
 
 }  // namespace general_wgmma

@@ -335,10 +335,9 @@ Plan general_wgmma_plan(const ConvPoolShape& s, const ConvPoolDevice& device,
     return general_wgmma_plan(f, device, &folded, split);
   }
   if (general_wgmma::subsample_applies(s, split)) {  // the layer over x' (general_subsample.h)
-    const ConvPoolShape f = general_wgmma::subsampled_shape(s);
-    if (ops == nullptr) return general_wgmma_plan(f, device, nullptr, split);
-    const ConvPoolOperands sub = general_wgmma::subsampled_operands(*ops, s);
-    return general_wgmma_plan(f, device, &sub, split);
+    ConvPoolOperands view;
+    return general_wgmma_plan(general_wgmma::subsampled_shape(s), device,
+                              general_wgmma::subsampled_operands(ops, s, view), split);
   }
   Plan p = general_wgmma::best_plan(s, device, split, general_wgmma::tma_for(s, ops, split),
                                     general_wgmma::x_in_place(s, ops))
@@ -356,10 +355,10 @@ int64_t general_wgmma_workspace_bytes(const ConvPoolShape& s, const ConvPoolDevi
     return general_wgmma::region_bytes(inner) + general_wgmma::fold_bytes(f);
   }
   if (general_wgmma::subsample_applies(s, split)) {  // the layer over x': its copy is smaller
-    const ConvPoolShape f = general_wgmma::subsampled_shape(s);
-    if (ops == nullptr) return general_wgmma_workspace_bytes(f, device, nullptr, split);
-    const ConvPoolOperands sub = general_wgmma::subsampled_operands(*ops, s);
-    return general_wgmma_workspace_bytes(f, device, &sub, split);
+    ConvPoolOperands view;
+    return general_wgmma_workspace_bytes(general_wgmma::subsampled_shape(s), device,
+                                         general_wgmma::subsampled_operands(ops, s, view),
+                                         split);
   }
   const Plan p = general_wgmma_plan(s, device, ops, split);
   return general_wgmma::region_bytes(p.packed_bytes) +
