@@ -723,23 +723,66 @@ def check_3xtf32(ext, case, x, w, b, what):
     return error
 
 
+@pytest.fixture(params=["staged", "registers"])
+def split_form(request, monkeypatch):
+    """The 3xTF32 form's two ways to its split x: the launch's split NHWC copy (the default)
+    and the consumers' registers ($CONV_POOL_GENERAL_SPLIT_REGISTERS=1, Plan::split_registers;
+    x read as the TF32 form reads it). Returns the plan's `registers` field the form has."""
+    if request.param == "registers":
+        monkeypatch.setenv("CONV_POOL_GENERAL_SPLIT_REGISTERS", "1")
+    else:
+        monkeypatch.delenv("CONV_POOL_GENERAL_SPLIT_REGISTERS", raising=False)
+    return int(request.param == "registers")
+
+
+def split_plan(lib, device, case, split_form, channels_last=False):
+    """The 3xTF32 plan of `case`, checked to be of the form split_form asked for."""
+    plan = kernel_choice.general_plan(lib, case, ELEMENT[torch.float32], device, split=True,
+                                      channels_last=channels_last)
+    assert plan is not None, f"general_3xtf32_wgmma refused {case}"
+    assert plan["registers"] == split_form, plan
+    return plan
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_3xtf32_random_geometries_match_float64_as_fp32(ext, lib, device, seed, layout):
+def test_3xtf32_random_geometries_match_float64_as_fp32(ext, lib, device, seed, layout,
+                                                        split_form):
     rng = random.Random(seed)
     worst = 0.0
     for i in range(12):
         case = fuzz_case(rng, f"fuzz_{i}")
-        plan = kernel_choice.general_plan(lib, case, ELEMENT[torch.float32], device, split=True)
-        assert plan is not None, f"general_3xtf32_wgmma refused {case}"
+        plan = split_plan(lib, device, case, split_form, layout == "channels_last")
         x, w, b = operands(case, rng.randrange(2**31), torch.float32)
         worst = max(worst, check_3xtf32(ext, case, with_layout(x, layout), w, b,
                                         f"{case} {layout} plan {plan}"))
     print(f"largest relative L2 error {worst:.2e}")
 
 
+def test_3xtf32_registers_form_agrees_with_the_staged_form(ext, lib, device, seed,
+                                                           monkeypatch):
+    """Both forms make the same products in the same order within a step; their steps (and so
+    where the fp32 sums restart) may differ, so the outputs agree within 1e-5 of the output's
+    scale rather than bit for bit (printed: how many of them are bitwise equal)."""
+    rng = random.Random(seed)
+    for i in range(4):
+        case = fuzz_case(rng, f"fuzz_{i}")
+        x, w, b = operands(case, rng.randrange(2**31), torch.float32)
+        outs = []
+        for form in (0, 1):
+            monkeypatch.setenv("CONV_POOL_GENERAL_SPLIT_REGISTERS", str(form))
+            plan = split_plan(lib, device, case, form)
+            outs.append(ext.conv2d_relu_maxpool_forward(x, w, b, *case.op_args(),
+                                                        general3x_config(ext), None))
+        scale = outs[0].abs().max().item()
+        torch.testing.assert_close(outs[1], outs[0], atol=1e-5 * scale, rtol=1e-5,
+                                   msg=lambda m: f"{case} registers plan {plan}: {m}")
+        equal = (outs[0] == outs[1]).sum().item()
+        print(f"{case.name}: {equal} of {outs[0].numel()} outputs bitwise equal")
+
+
 @pytest.mark.parametrize("tile", ["wide_n64", "square_n64"])
 def test_3xtf32_every_tile_and_long_reductions_match_float64(ext, lib, device, seed, tile,
-                                                             monkeypatch):
+                                                             monkeypatch, split_form):
     """Both of its tiles forced, on the tile cases (tails, a split reduction) and on long
     reductions (512 channels x 5 x 5 and 7 x 7), where summing every step in one wgmma
     accumulator would leave ~6e-5."""
@@ -751,8 +794,8 @@ def test_3xtf32_every_tile_and_long_reductions_match_float64(ext, lib, device, s
     ]
     splits = set()
     for case in cases:
-        plan = kernel_choice.general_plan(lib, case, ELEMENT[torch.float32], device, split=True)
-        assert plan is not None and plan["tile"] == tile, plan
+        plan = split_plan(lib, device, case, split_form)
+        assert plan["tile"] == tile, plan
         splits.add(plan["split"] > 1)
         x, w, b = operands(case, seed, torch.float32)
         for layout in LAYOUTS:
@@ -779,7 +822,7 @@ SUBSAMPLED_CASES = [
 
 @pytest.mark.parametrize("subsample", ["subsampled", "whole_x"])
 def test_3xtf32_subsampled_strided_layers_match_float64(ext, lib, device, seed, subsample,
-                                                        monkeypatch):
+                                                        monkeypatch, split_form):
     """The layers above, both layouts, run over x' (the default) and over all of x
     ($CONV_POOL_GENERAL_SUBSAMPLE=0): x' is a view with r0 rows and columns skipped, so its
     copy is a stride-th of x's and the layer's far-side zeros come from the bounds."""
@@ -788,8 +831,7 @@ def test_3xtf32_subsampled_strided_layers_match_float64(ext, lib, device, seed, 
     else:
         monkeypatch.delenv("CONV_POOL_GENERAL_SUBSAMPLE", raising=False)
     for i, case in enumerate(SUBSAMPLED_CASES):
-        plan = kernel_choice.general_plan(lib, case, ELEMENT[torch.float32], device, split=True)
-        assert plan is not None, f"general_3xtf32_wgmma refused {case}"
+        plan = split_plan(lib, device, case, split_form)
         x, w, b = operands(case, seed + i, torch.float32)
         for layout in LAYOUTS:
             check_3xtf32(ext, case, with_layout(x, layout), w, b,
@@ -812,12 +854,14 @@ def test_subsampled_strided_layers_in_every_form_match_float64(ext, lib, device,
 
 
 @pytest.mark.parametrize("integers", [False, True], ids=["random", "integer_inputs"])
-def test_3xtf32_nan_and_inf_propagate_like_float64(ext, seed, integers):
+def test_3xtf32_nan_and_inf_propagate_like_float64(ext, lib, device, seed, integers,
+                                                   split_form):
     """NaN and infinities in x, and an infinite weight; with integer-valued inputs (whose small
     parts are only the 2^-30 term) the cross terms must still give fp32's infinities, not the
     NaN of inf * 0."""
     case = ConvPoolCase("special", 2, 24, 40, 20, 22, (3, 3), padding=(1, 1),
                         pool_kernel=(3, 3), pool_stride=(2, 2), ceil_mode=True)
+    split_plan(lib, device, case, split_form)
     x, w, b = operands(case, seed, torch.float32)
     if integers:
         x = torch.randint(1, 4, x.shape, device=x.device).float()

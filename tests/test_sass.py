@@ -382,25 +382,29 @@ def test_general_kernel_instances_issue_wgmma_of_their_type_from_shared_memory(s
     kernels = {name: code for name, code in sass.items() if is_general_kernel(name)}
     instances = set()
     for name, code in kernels.items():
-        element, tile, path, split = re.search(r"kernelI(\d\w+?)Li(\d)ELi(\d)ELb(\d)E",
+        element, tile, path, split = re.search(r"kernelI(\d\w+?)Li(\d)ELi(\d)ELi(\d)E",
                                                name).groups()
         instances.add((element, int(tile), int(path), int(split)))
         n = GENERAL_TILE_N[int(tile)]
         ours = re.findall(GENERAL_HGMMA[element].format(n=n) + r".*", code)
         assert ours, name
         squares_per_group = (4, 4, 4, 4, 8)[int(tile)] // 2
-        assert len(ours) % squares_per_group == 0, (name, len(ours))
         # Both operands through descriptors: A from shared memory, not registers (the
-        # accumulator input RZ where a wgmma starts a sum: the 3xTF32 form's every step).
-        assert all(re.search(r" R\d+, gdesc\[UR\d+\], (R\d+|RZ, !UPT)", line)
+        # accumulator input RZ where a wgmma starts a sum: the 3xTF32 form's every step); the
+        # 3xTF32 registers form (split 2): A from registers, three wgmmas a square and K step.
+        a_operand = r"R\d+, " if split == "2" else ""
+        assert len(ours) % (squares_per_group * (3 if split == "2" else 1)) == 0, (name, len(ours))
+        assert all(re.search(rf"\.F32\S* R\d+, {a_operand}gdesc\[UR\d+\], (R\d+|RZ, !UPT)", line)
                    for line in ours), name
         others = [line for line in re.findall(r"HGMMA\.\S+.*", code)
                   if not re.match(GENERAL_HGMMA[element].format(n=n), line)]
         assert all(re.match(EMPTY_HGMMA, line) for line in others), (name, others)
-    # (element, tile, input path, 3xTF32): the 3xTF32 form on the N = 64 wide and square tiles.
+    # (element, tile, input path, SplitForm): the 3xTF32 forms on the N = 64 wide and square
+    # tiles, the staged one reading its copy as pixel slices, the registers one either path.
     expected = ({("7Float32", t, p, 0) for t in range(5) for p in (0, 1)}
                 | {(e, t, 1, 0) for e in ("7Float16", "8BFloat16") for t in range(5)}
-                | {("7Float32", t, 1, 1) for t in (2, 3)})
+                | {("7Float32", t, 1, 1) for t in (2, 3)}
+                | {("7Float32", t, p, 2) for t in (2, 3) for p in (0, 1)})
     assert instances == expected, sorted(instances ^ expected)
 
 
@@ -452,15 +456,18 @@ def test_warp_specialized_general_kernel_roles(sass):
 
 def test_general_kernel_keeps_a_step_of_wgmmas_in_flight(sass):
     """The mainloop's wait leaves two wgmma groups pending (the step's own and the empty one
-    after its paths meet, general_kernel.cuh); the only full wait is the one after the loop."""
+    after its paths meet, general_kernel.cuh); the only full wait is the one after the loop.
+    The 3xTF32 forms add each step's sum, so they wait for all of a step's groups once more;
+    the registers form keeps one K step's group in flight while it loads the next one's
+    fragments (two waits with one group pending, general_mainloop.cuh)."""
     for name, code in sass.items():
         if not is_general_kernel(name):
             continue
         waits = re.findall(r"WARPGROUP\.DEPBAR\.LE gsb0, (0x[0-9a-f]+)", code)
-        if "Lb1E" in name:  # the 3xTF32 form adds each step's sum: it waits for all of them
-            assert waits.count("0x2") == 1 and waits.count("0x0") == 2, (name, waits)
-        else:
-            assert waits.count("0x2") == 1 and waits.count("0x0") == 1, (name, waits)
+        split = re.search(r"kernelI\d\w+?Li\dELi\dELi(\d)E", name).group(1)
+        assert waits.count("0x2") == 1 and waits.count("0x0") == (1 if split == "0" else 2), \
+            (name, waits)
+        assert waits.count("0x1") == (2 if split == "2" else 0), (name, waits)
 
 
 def test_swizzle_probe_builds_for_hopper(tmp_path):

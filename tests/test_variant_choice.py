@@ -1533,6 +1533,80 @@ def test_plan_and_workspace_of_the_3xtf32_general_kernel(library, variant_names,
     assert unsupported(library, case, variant, device=A100_LIKE) is not None
 
 
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+@pytest.mark.parametrize("case", [
+    ConvPoolCase("k5", 64, 72, 200, 27, 27, (5, 5), padding=(2, 2), pool_kernel=(3, 3),
+                 pool_stride=(2, 2)),
+    ConvPoolCase("k5_odd_channels", 64, 70, 200, 27, 27, (5, 5), padding=(2, 2)),
+    ConvPoolCase("k3_long", 8, 1024, 16, 14, 14, (3, 3), padding=(1, 1)),
+    ConvPoolCase("k11_s4", 2, 96, 64, 90, 90, (11, 11), stride=(4, 4), padding=(5, 5)),
+], ids=lambda c: c.name)
+def test_plan_and_workspace_of_the_3xtf32_registers_form(library, variant_names, case,
+                                                         channels_last, monkeypatch):
+    """$CONV_POOL_GENERAL_SPLIT_REGISTERS=1: general_3xtf32_wgmma splits x in the registers
+    (Plan::split_registers). x's own chunks, read as the TF32 form's cp.async loaders read it
+    (channels-last in place where its channels fill whole 16-byte slices; else element by
+    element or from the plain NHWC copy, by kNhwcCopyMinWork), no split copy; the weights two
+    parts a chunk; the same tiles, one block an SM. Unset, the staged form (the plan says
+    registers=0). An 11 x 11 kernel at stride 4 over 96 channels falls back to the staged
+    form: one kernel row of two weight parts and its 8 gathered halo rows of 135 columns do not
+    fit three stages, one staged chunk's do."""
+    library.conv_relu_maxpool_workspace_bytes.restype = ctypes.c_int64
+    library.conv_relu_maxpool_workspace_bytes.argtypes = [
+        ctypes.POINTER(ConvPoolShape), ctypes.c_int, ctypes.POINTER(ConvPoolDevice),
+        ctypes.c_void_p]
+    variant = variant_names_to_ids(variant_names)["general_3xtf32_wgmma"]
+    monkeypatch.delenv("CONV_POOL_GENERAL_SPLIT_REGISTERS", raising=False)
+    staged = general_plan(library, case, FLOAT32, split=True, channels_last=channels_last)
+    assert staged["registers"] == 0 and staged["nhwc_copy"] == 1, staged
+    monkeypatch.setenv("CONV_POOL_GENERAL_SPLIT_REGISTERS", "1")
+    plan = general_plan(library, case, FLOAT32, split=True, channels_last=channels_last)
+    if case.name == "k11_s4":
+        assert plan == staged, (plan, staged)
+        return
+    assert plan["registers"] == 1, plan
+    assert plan["tile"] in ("wide_n64", "square_n64") and plan["blocks_per_sm"] == 1, plan
+    chunks = -(-case.in_channels // 8)
+    assert plan["chunks"] == chunks and staged["chunks"] == 3 * chunks, (plan, staged)
+    if channels_last and case.in_channels % 4 == 0:
+        assert plan["input"] == "pixel" and plan["nhwc_copy"] == 0, plan
+    else:
+        assert plan["input"] == ("pixel" if plan["nhwc_copy"] else "planar"), plan
+    if not channels_last:  # (the workspace query's operands are NCHW)
+        runs = -(-chunks // plan["step_chunks"])
+        taps = case.kernel_size[0] * case.kernel_size[1]
+        packed = -(-case.out_channels // 64) * 64 * runs * plan["step_chunks"] * taps * 2 * 16 * 2
+        copy = plan["nhwc_copy"] * case.batch * case.height * case.width * chunks * 8 * 4
+        expected = -(-packed // 256) * 256 + -(-copy // 256) * 256
+        workspace = library.conv_relu_maxpool_workspace_bytes(
+            ctypes.byref(shape_of(case, FLOAT32)), variant, ctypes.byref(H200), None)
+        assert workspace == expected if plan["split"] == 1 else workspace > expected, plan
+    print(f"{case.name}: registers form {plan}")
+
+
+def test_3xtf32_registers_form_runs_every_layer_the_staged_form_runs(library, variant_names,
+                                                                     seed, monkeypatch):
+    """On random geometries under $CONV_POOL_GENERAL_SPLIT_REGISTERS=1: general_3xtf32_wgmma
+    refuses exactly where it has no plan, and exactly where the staged form refuses (the search
+    falls back to the staged form on a tile where one step of the registers form does not fit);
+    most plans are of the registers form."""
+    variant = variant_names_to_ids(variant_names)["general_3xtf32_wgmma"]
+    rng = random.Random(seed)
+    cases = [fuzz_case(rng, f"fuzz_{i}") for i in range(300)]
+    monkeypatch.delenv("CONV_POOL_GENERAL_SPLIT_REGISTERS", raising=False)
+    staged = [general_plan(library, case, FLOAT32, split=True) for case in cases]
+    monkeypatch.setenv("CONV_POOL_GENERAL_SPLIT_REGISTERS", "1")
+    registers = 0
+    for case, staged_plan in zip(cases, staged):
+        refused = unsupported(library, case, variant)
+        plan = general_plan(library, case, FLOAT32, split=True)
+        assert (plan is None) == (refused is not None) == (staged_plan is None), (case, refused)
+        registers += plan is not None and plan["registers"] == 1
+    runs = sum(plan is not None for plan in staged)
+    print(f"{registers} of the {runs} layers with a plan take the registers form")
+    assert runs > 200 and registers > 0.9 * runs
+
+
 @pytest.mark.parametrize("case", [
     ConvPoolCase("pointwise_s2", 128, 64, 96, 28, 27, (1, 1), stride=(2, 2)),
     ConvPoolCase("pointwise_s3x2", 128, 40, 24, 35, 33, (1, 1), stride=(3, 2), padding=(2, 1),

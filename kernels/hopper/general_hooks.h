@@ -111,6 +111,12 @@ inline bool subsample_allowed(bool split) {
   return split || is("CONV_POOL_GENERAL_SUBSAMPLE", "all");
 }
 
+// $CONV_POOL_GENERAL_SPLIT_REGISTERS=1: the 3xTF32 form splits x into its big and small parts
+// in the consumers' registers (Plan::split_registers) instead of reading them from the
+// launch's split NHWC copy, on every tile where one step's stage fits (else the staged form:
+// general_search.cu). Opt-in until it is timed against the staged form (docs/PERF.md).
+inline bool split_registers_allowed() { return is("CONV_POOL_GENERAL_SPLIT_REGISTERS", "1"); }
+
 // $CONV_POOL_GENERAL_PLAN_CACHE=0: every plan searched afresh (general_plan_cache.h), to
 // time the search or to rule the cache out.
 inline bool plan_cache_allowed() { return !is("CONV_POOL_GENERAL_PLAN_CACHE", "0"); }
@@ -166,11 +172,12 @@ inline int forced_group_rows() {
 // too, or the cache would answer for its old value.
 struct SearchHooks {
   int merged, persistent, paired, direct, cluster, swizzle, fill, tile, images, split,
-      step_chunks, group_rows;
+      step_chunks, group_rows, split_registers;
   static SearchHooks read() {
     return {merged_allowed(),    persistent_mode(), pairing_allowed(),    direct_pairs_allowed(),
             cluster_allowed(),   swizzle_allowed(), fill_rule_allowed(),  forced_tile(),
-            forced_images(),     forced_split(),    forced_step_chunks(), forced_group_rows()};
+            forced_images(),     forced_split(),    forced_step_chunks(), forced_group_rows(),
+            split_registers_allowed()};
   }
 };
 

@@ -108,13 +108,21 @@ __device__ __forceinline__ bool reduce_split(
   return true;
 }
 
-// kSplit: the 3xTF32 form (Plan::split_operands; E = Float32, kInput = kPixelInput).
-template <class E, int kTileId, int kInput, bool kSplit = false>
-__global__ void __launch_bounds__(kThreads, kSplit ? 1 : Tile<kTileId>::kMinBlocks)
+// The kernel's math forms (its kSplit): TF32 or 16 bits; 3xTF32 from the staged split copy
+// (Plan::split_operands; kInput = kPixelInput); 3xTF32 split in the registers
+// (Plan::split_registers; x read as TF32 reads it).
+enum SplitForm : int { kUnsplit = 0, kSplitStaged = 1, kSplitRegisters = 2 };
+
+template <class E, int kTileId, int kInput, int kSplit = kUnsplit>
+__global__ void __launch_bounds__(kThreads, kSplit != kUnsplit ? 1 : Tile<kTileId>::kMinBlocks)
     general_conv_pool_kernel(const ConvPoolOperands ops, const ConvPoolShape s, const Plan p) {
-  static_assert(!kSplit || (std::is_same_v<E, Float32> && kInput == kPixelInput &&
-                            Tile<kTileId>::kN == 64 && Tile<kTileId>::kSquaresPerGroup == 2),
-                "3xTF32: float32 from the staged copy, N = 64 tiles of two squares a warpgroup");
+  static_assert(kSplit == kUnsplit ||
+                    (std::is_same_v<E, Float32> && Tile<kTileId>::kN == 64 &&
+                     Tile<kTileId>::kSquaresPerGroup == 2 &&
+                     (kSplit == kSplitRegisters || kInput == kPixelInput)),
+                "3xTF32: float32, N = 64 tiles of two squares a warpgroup; the staged form "
+                "reads its copy as pixel slices");
+  constexpr int kWeightParts = kSplit == kSplitRegisters ? 2 : 1;  // weight_parts(p)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using T = Tile<kTileId>;
   using X = Element<E>;  // the element type's operations
@@ -151,7 +159,8 @@ __global__ void __launch_bounds__(kThreads, kSplit ? 1 : Tile<kTileId>::kMinBloc
     loader.load(s, p, ops, st, col_slot, stage_base(stage));
     cp_async_commit();
     if (threadIdx.x == 0)
-      copy_step_weights<kTileId>(s, p, o, st, stage_base(stage) + p.halo_bytes, landed + stage);
+      copy_step_weights<kTileId, kWeightParts>(s, p, o, st, stage_base(stage) + p.halo_bytes,
+                                               landed + stage);
   };
   __syncthreads();  // the barriers' initialisation, before the copies that complete them
   issue(first_step, 0);
@@ -168,8 +177,9 @@ __global__ void __launch_bounds__(kThreads, kSplit ? 1 : Tile<kTileId>::kMinBloc
 
   float acc[T::kSquaresPerGroup][T::kAccs];  // written by the first wgmma (accumulate = false)
   // 3xTF32: the steps' sums, in fp32 (each step's wgmmas start acc afresh).
-  float sums[kSplit ? T::kSquaresPerGroup : 1][kSplit ? T::kAccs : 1];
-  if constexpr (kSplit) {
+  constexpr bool kSums = kSplit != kUnsplit;
+  float sums[kSums ? T::kSquaresPerGroup : 1][kSums ? T::kAccs : 1];
+  if constexpr (kSums) {
 #pragma unroll
     for (int m = 0; m < T::kSquaresPerGroup; ++m)
 #pragma unroll
@@ -190,9 +200,14 @@ __global__ void __launch_bounds__(kThreads, kSplit ? 1 : Tile<kTileId>::kMinBloc
     // still run, all earlier ones completed.
     mbarrier_wait(landed + stage, (phases >> stage) & 1u);
     phases ^= 1u << stage;
-    issue_step<X, kTileId>(s, p, acc, smem_base + uint32_t(stage * p.stage_bytes), square_slot,
-                           a_leading, a_stride, 0, kstep_table, step,
-                           kSplit || step == first_step);
+    if constexpr (kSplit == kSplitRegisters)
+      issue_split_step<kTileId>(s, p, acc, reinterpret_cast<const float*>(stage_base(stage)),
+                                smem_base + uint32_t(stage * p.stage_bytes), square_slot,
+                                a_leading, a_stride, kstep_table, step);
+    else
+      issue_step<X, kTileId>(s, p, acc, smem_base + uint32_t(stage * p.stage_bytes),
+                             square_slot, a_leading, a_stride, 0, kstep_table, step,
+                             kSums || step == first_step);
     // The step's wgmmas are at least two groups, the last one empty (mma_step commits its own;
     // this commit closes nothing more): keeping two groups in flight keeps this step's running
     // and waits for every earlier one, however many groups each step's path made.
@@ -205,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, kSplit ? 1 : Tile<kTileId>::kMinBloc
     // work through this step.
     __syncthreads();
     if (step + 2 < end_step) issue(step + 2, stage == 0 ? kStages - 1 : stage - 1);
-    if constexpr (kSplit) {
+    if constexpr (kSums) {
       // 3xTF32: the step's sum into fp32 (so this form waits for its wgmmas every step).
       wgmma_wait<0>();
 #pragma unroll
@@ -220,7 +235,7 @@ __global__ void __launch_bounds__(kThreads, kSplit ? 1 : Tile<kTileId>::kMinBloc
   wgmma_wait<0>();
 #pragma unroll
   for (int m = 0; m < T::kSquaresPerGroup; ++m) fence_registers(acc[m]);
-  if constexpr (kSplit) {
+  if constexpr (kSums) {
 #pragma unroll
     for (int m = 0; m < T::kSquaresPerGroup; ++m)
 #pragma unroll

@@ -17,8 +17,9 @@ namespace general_wgmma {
 
 // Raises instance (E, kTileId, kInput)'s dynamic shared-memory limit on the current device as
 // far as a launch needs (cudaFuncSetAttribute once per device and larger size, not per launch).
-// The record is per instance: the instances share one function-pointer type.
-template <class E, int kTileId, int kInput, bool kSplit, class Kernel>
+// The record is per instance: the instances share one function-pointer type. kSplit: the
+// kernel's SplitForm (the warp-specialized kernel's: its cluster instance or not).
+template <class E, int kTileId, int kInput, int kSplit, class Kernel>
 cudaError_t allow_shared_bytes(Kernel kernel, int bytes) {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> allowed[kMaxDevices];
@@ -37,7 +38,7 @@ cudaError_t allow_shared_bytes(Kernel kernel, int bytes) {
   return error;
 }
 
-template <class E, int kTileId, int kInput, bool kSplit = false>
+template <class E, int kTileId, int kInput, int kSplit = kUnsplit>
 cudaError_t launch_instance(const ConvPoolOperands& ops, const ConvPoolShape& s, const Plan& p,
                             cudaStream_t stream) {
   auto kernel = general_conv_pool_kernel<E, kTileId, kInput, kSplit>;
@@ -76,8 +77,8 @@ cudaError_t launch_ws_tile(const ConvPoolOperands& ops, const ConvPoolShape& s, 
                                 : general_ws_kernel<E, kTileId, false>;
   // (The cluster instance's record: kTmaInput with kSplit.)
   const cudaError_t allowed =
-      p.cluster_split ? allow_shared_bytes<E, kTileId, kTmaInput, true>(kernel, p.smem_bytes)
-                      : allow_shared_bytes<E, kTileId, kTmaInput, false>(kernel, p.smem_bytes);
+      p.cluster_split ? allow_shared_bytes<E, kTileId, kTmaInput, 1>(kernel, p.smem_bytes)
+                      : allow_shared_bytes<E, kTileId, kTmaInput, 0>(kernel, p.smem_bytes);
   if (allowed != cudaSuccess) return allowed;
   cudaLaunchAttribute attributes[2];
   int count = 0;

@@ -377,7 +377,8 @@ struct PixelHaloLoader {
 
 // Where a step's weights lie in the packed layout, [channel block][chunk run][tap][chunk][slice]
 // [n][16 bytes] (a short last run padded with zero chunks; a narrow last block, packed_rows,
-// tail_n rows a slice): one contiguous span of bytes.
+// tail_n rows a slice; kParts = weight_parts(p) parts a chunk, [chunk][part][slice][n][16
+// bytes]): one contiguous span of bytes.
 struct WeightSpan {
   int64_t offset;
   uint32_t bytes;
@@ -385,11 +386,12 @@ struct WeightSpan {
 
 // kMayNarrow: the plan may narrow its last block (the warp-specialized kernel's; the other
 // never reads tail_n).
-template <int kTileId, bool kMayNarrow = false>
+template <int kTileId, bool kMayNarrow = false, int kParts = 1>
 __device__ __forceinline__ WeightSpan step_weight_span(const ConvPoolShape& s, const Plan& p,
                                                        const TileOrigin& o, const Step& st) {
+  static_assert(kParts == 1 || !kMayNarrow, "two parts a chunk: the cp.async kernel's");
   constexpr int kN = Tile<kTileId>::kN;
-  const int64_t run_bytes = int64_t(s.taps()) * p.step_chunks * 2 * kN * kSliceBytes;
+  const int64_t run_bytes = int64_t(s.taps()) * p.step_chunks * 2 * kN * kSliceBytes * kParts;
   WeightSpan span;
   if constexpr (kMayNarrow) {
     // A narrow last block after the full ones, its runs and taps `rows` rows a slice.
@@ -404,19 +406,20 @@ __device__ __forceinline__ WeightSpan step_weight_span(const ConvPoolShape& s, c
     }
   }
   const int64_t block = int64_t(o.channel0 / kN) * p.chunk_steps + st.chunk0 / p.step_chunks;
-  span.offset = block * run_bytes +
-                int64_t(st.kernel_row0) * s.kernel_w * p.step_chunks * 2 * kN * kSliceBytes;
-  span.bytes = uint32_t(st.kernel_rows * s.kernel_w * p.step_chunks * 2 * kN * kSliceBytes);
+  span.offset = block * run_bytes + int64_t(st.kernel_row0) * s.kernel_w * p.step_chunks * 2 *
+                                       kN * kSliceBytes * kParts;
+  span.bytes =
+      uint32_t(st.kernel_rows * s.kernel_w * p.step_chunks * 2 * kN * kSliceBytes * kParts);
   return span;
 }
 
 // A step's weights: one bulk copy of the step's span into the stage, completing `landed`.
-// Thread 0 only.
-template <int kTileId>
+// Thread 0 only. kParts: weight_parts(p).
+template <int kTileId, int kParts = 1>
 __device__ __forceinline__ void copy_step_weights(const ConvPoolShape& s, const Plan& p,
                                                   const TileOrigin& o, const Step& st,
                                                   unsigned char* weights, uint64_t* landed) {
-  const WeightSpan span = step_weight_span<kTileId>(s, p, o, st);
+  const WeightSpan span = step_weight_span<kTileId, false, kParts>(s, p, o, st);
   mbarrier_arrive_expect_tx(landed, span.bytes);
   bulk_copy_to_shared(weights, static_cast<const unsigned char*>(p.packed) + span.offset,
                       span.bytes, landed);
@@ -525,6 +528,97 @@ __device__ __forceinline__ void issue_step(
   } else {
     mma_step<E, kTileId, T::kN>(acc, a0, b0, T::kN, kstep_table, taps, p.step_chunks,
                                 first_step);
+  }
+  wgmma_commit();
+}
+
+// The registers form of 3xTF32 (Plan::split_registers). A K step's A fragment of one square
+// for this thread, split into big and small parts (split_tf32_operand): rows 16 w + g and
+// 16 w + g + 8 of the square's 64 x 8 operand, columns t and t + 4 (conv_pool_wgmma.cuh's TF32
+// layout; w: the warp in the warpgroup, g = lane / 4, t = lane % 4). Row 8 r + c is the
+// square's conv row r, pixel c: the operand's core matrices, 8 pixels' 16-byte slots a_stride
+// bytes apart along the rows and a_leading (the slice plane) along K, the same ones the SS
+// form's descriptors name. `a`: the fragment's first float (row 16 w + g, column t); stride
+// and leading: a_stride and a_leading in floats.
+struct SplitFragment {
+  uint32_t big[4], small[4];
+  __device__ __forceinline__ void load(const float* a, int stride, int leading) {
+    const float v[4] = {a[0], a[stride], a[leading], a[stride + leading]};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float b, sm;
+      split_tf32_operand(v[j], b, sm);
+      big[j] = __float_as_uint(b);
+      small[j] = __float_as_uint(sm);
+    }
+  }
+};
+
+// One K step's wgmmas for this warpgroup's squares, one group: per square big x big w, small
+// x big w, big x small w (b_big, b_small: the K step's two parts of the weights), the products
+// and order of the staged form's three chunks; fresh: the first starts the sums afresh.
+template <int kTileId>
+__device__ __forceinline__ void mma_split_kstep(
+    float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs],
+    const SplitFragment (&f)[Tile<kTileId>::kSquaresPerGroup], uint64_t b_big,
+    uint64_t b_small, bool fresh) {
+  using T = Tile<kTileId>;
+  wgmma_fence();  // the fragments just written, and acc read since the last step
+#pragma unroll
+  for (int m = 0; m < T::kSquaresPerGroup; ++m) wgmma_tf32_rs_n64(acc[m], f[m].big, b_big, !fresh);
+#pragma unroll
+  for (int m = 0; m < T::kSquaresPerGroup; ++m) wgmma_tf32_rs_n64(acc[m], f[m].small, b_big, true);
+#pragma unroll
+  for (int m = 0; m < T::kSquaresPerGroup; ++m) wgmma_tf32_rs_n64(acc[m], f[m].big, b_small, true);
+  wgmma_commit();
+}
+
+// A step's wgmmas in the registers form, from the stage at `stage` (generic address: the
+// fragments are plain shared-memory loads) and shared address `halo` (the same bytes, for the
+// weights' descriptors); square_slot, a_leading, a_stride and the K-step table as issue_step's.
+// The weights of K step i are parts 2 i (big) and 2 i + 1 (small), [tap][chunk][part][slice]
+// [n][16 bytes]. Each K step is one group: its fragments are loaded and split while the
+// previous group's wgmmas run, and two sets of fragment registers take turns, each loaded again
+// only after a wgmma_wait<1> has seen its last group complete (wgmma reads A from the
+// registers until then). A loop over the K steps, not unrolled sequences as issue_step's: each
+// K step is a group of its own anyway, and ptxas serialized every wgmma of the unrolled
+// sequences (C7511, short of registers for the pipeline). Starts the step's sums afresh;
+// returns with its last group pending and one empty group after it (the caller's wait<2>
+// then counts as after issue_step).
+template <int kTileId>
+__device__ __forceinline__ void issue_split_step(
+    const ConvPoolShape& s, const Plan& p,
+    float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs], const float* stage,
+    uint32_t halo, const uint32_t (&square_slot)[Tile<kTileId>::kSquaresPerGroup],
+    uint32_t a_leading, uint32_t a_stride, const int* kstep_table, int step) {
+  using T = Tile<kTileId>;
+  const int group = step % p.groups;
+  const int ksteps = min(p.group_rows, s.kernel_h - group * p.group_rows) * s.kernel_w *
+                     p.step_chunks;
+  const int stride = int(a_stride / 4), leading = int(a_leading / 4);
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+  // This thread's row 16 w + g, column t: conv row 2 w of the square, pixel g, channel t.
+  const int lane_offset = 2 * warp * stride + 4 * (lane / 4) + lane % 4;
+  int a_base[T::kSquaresPerGroup];
+#pragma unroll
+  for (int m = 0; m < T::kSquaresPerGroup; ++m) a_base[m] = 4 * int(square_slot[m]) + lane_offset;
+  const uint64_t b0 = matrix_descriptor(halo + uint32_t(p.halo_bytes), T::kN * kSliceBytes,
+                                        8 * kSliceBytes);
+  SplitFragment f[2][T::kSquaresPerGroup];
+  auto kstep = [&](int i, SplitFragment(&set)[T::kSquaresPerGroup]) {
+    const int offset = 4 * kstep_table[i];  // 16-byte slots to floats
+#pragma unroll
+    for (int m = 0; m < T::kSquaresPerGroup; ++m)
+      set[m].load(stage + a_base[m] + offset, stride, leading);
+    mma_split_kstep<kTileId>(acc, set, b0 + uint64_t(4 * i * T::kN),
+                             b0 + uint64_t((4 * i + 2) * T::kN), i == 0);
+  };
+  for (int i = 0; i < ksteps; i += 2) {
+    kstep(i, f[0]);
+    if (i + 1 == ksteps) break;
+    wgmma_wait<1>();
+    kstep(i + 1, f[1]);
+    if (i + 2 < ksteps) wgmma_wait<1>();
   }
   wgmma_commit();
 }

@@ -98,9 +98,9 @@ struct Plan {
   // three, [big x, small x, big x] against [big w, big w, small w] (chunks counts those), so
   // that each K step's products are 3xTF32's; each step's sum starts afresh in the wgmmas'
   // accumulators and is added into fp32 registers (a run of wgmma additions carries an error
-  // that scales with the sum: docs/PERF.md, fp32-accurate paths). x is always read from the
-  // staged copy. N = 64 tiles of two squares a warpgroup (accumulators and sums: 128
-  // registers), one block per SM.
+  // that scales with the sum: docs/PERF.md, fp32-accurate paths). x is read from the staged
+  // copy (split_registers: its other form). N = 64 tiles of two squares a warpgroup
+  // (accumulators and sums: 128 registers), one block per SM.
   bool split_operands;
   // Tiles: pooled outputs per tile, tiles per image dimension, channel blocks; in all
   // batch x tiles_h x tiles_w x channel_blocks (< 2^31), channel block fastest.
@@ -235,11 +235,23 @@ struct Plan {
   // (out_channels - (channel_blocks - 1) x n) fit the tile's narrow_width, else 0 (the tile's
   // n). Its wgmmas write the first tail_n / 2 accumulators of each square; its packed weights
   // hold tail_n rows a slice (packed_rows: a step brings half the bytes), weights read in place
-  // the tile's n, whose first tail_n rows the wgmmas read. Last, so
-  // that the fields before it keep their offsets in the kernels' parameters (and the kernels
-  // that never read it their machine code).
+  // the tile's n, whose first tail_n rows the wgmmas read. Last with split_registers, so
+  // that the fields before them keep their offsets in the kernels' parameters (and the kernels
+  // that never read them their machine code).
   int tail_n;
+  // The 3xTF32 form with x's operand from registers (split_operands as well; opt-in,
+  // $CONV_POOL_GENERAL_SPLIT_REGISTERS=1): x staged as for TF32 (chunks count x's chunks; read
+  // in place, element by element or from the NHWC copy, as choose_input says) and split into
+  // big and small parts in the consumers' registers at each K step; the weights packed as two
+  // parts a chunk, [big w, small w] (weight_parts), against which each K step issues three
+  // wgmmas with A from registers: big x big w, small x big w, big x small w, the same products
+  // in the same order as the staged form's three chunks.
+  bool split_registers;
 };
+
+// Weight parts a chunk of x in the packed layout: two (big, small) in the registers form of
+// 3xTF32 (Plan::split_registers), else one (the staged form counts its three in chunks).
+CONV_POOL_HD inline int weight_parts(const Plan& p) { return p.split_registers ? 2 : 1; }
 
 // The narrow wgmma width a tile of n channels issues for its last channel block where that
 // holds at most as many channels (Plan::tail_n): half of n. (A quarter too, n / 4, made the

@@ -22,7 +22,8 @@ namespace {
 // zeros past the channels (and for a short last run's missing chunks), a narrow last block
 // (Plan::tail_n) tail_n rows a slice: one thread per 16 bytes.
 // 3xTF32 (p.split_operands, Raw = float): packed chunk j holds chunk j / 3 of the weight, its
-// big parts (j % 3 = 0, 1) or small parts (2).
+// big parts (j % 3 = 0, 1) or small parts (2); in the registers form (p.split_registers) each
+// chunk two parts, [chunk][part][slice][n][16 bytes], big then small.
 template <class Raw>
 struct PackJob {
   const Raw* weight;
@@ -52,6 +53,11 @@ __device__ __forceinline__ void pack_weights(const PackJob<Raw>& job, const Conv
     rest /= rows;
     const int slice = int(rest % 2);
     rest /= 2;
+    int part = 0;
+    if (p.split_registers) {
+      part = int(rest % 2);
+      rest /= 2;
+    }
     const int chunk_in_run = int(rest % p.step_chunks);
     rest /= p.step_chunks;
     const int tap = int(rest % s.taps());
@@ -59,8 +65,8 @@ __device__ __forceinline__ void pack_weights(const PackJob<Raw>& job, const Conv
     const int run = int(rest % p.chunk_steps);
     const int block = narrow ? p.channel_blocks - 1 : int(rest / p.chunk_steps);
     const int k = block * n + k_in_block;
-    int chunk = run * p.step_chunks + chunk_in_run, part = 0;
-    if (p.split_operands) {
+    int chunk = run * p.step_chunks + chunk_in_run;
+    if (p.split_operands && !p.split_registers) {
       part = chunk % 3;
       chunk /= 3;
     }
@@ -76,7 +82,7 @@ __device__ __forceinline__ void pack_weights(const PackJob<Raw>& job, const Conv
         if (p.split_operands) {
           float big, small;
           split_tf32_operand(values[e], big, small);
-          values[e] = part == 2 ? small : big;
+          values[e] = (p.split_registers ? part == 1 : part == 2) ? small : big;
         }
       }
     }

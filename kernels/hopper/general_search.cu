@@ -74,7 +74,7 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
                      bool swizzle) {
   const bool tma = p.input == kTmaInput;
   const int tile_rows = 8 * t.square_rows;
-  const int weight_slice_bytes = t.n * kSliceBytes;
+  const int weight_slice_bytes = t.n * kSliceBytes * weight_parts(p);
   bool found = false;
   int64_t best_volume = 0;
   int best_work = 0;
@@ -145,17 +145,19 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
 }
 
 // The plan of tile `tile_id` with `images` images side by side for `s` (why_not set where it
-// cannot run it); x_in_place: the copy engine would read x in place (no slice-planar copy);
-// copy_term: the cost counts a step's copies (best_plan says where).
+// cannot run it); registers: 3xTF32's registers form (Plan::split_registers); x_in_place: the
+// copy engine would read x in place (no slice-planar copy); copy_term: the cost counts a step's
+// copies (best_plan says where).
 Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int tile_id,
-                    int images, bool split, bool allow_tma, bool x_in_place, int want_split,
-                    bool copy_term) {
+                    int images, bool split, bool registers, bool allow_tma, bool x_in_place,
+                    int want_split, bool copy_term) {
   Candidate c;
   const TileSpec& t = kTileSpecs[tile_id];
   Plan& p = c.plan;
   p.tile = tile_id;
   p.images = images;
   p.split_operands = split;
+  p.split_registers = split && registers;
   if (split && (t.n != 64 || t.square_rows * t.square_cols != 4)) {
     c.why_not = "3xTF32 runs the N = 64 tiles of two squares a warpgroup";
     return c;
@@ -193,7 +195,8 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
     return c;
   }
   const int chunk = chunk_channels(s.element);
-  p.chunks = (split ? 3 : 1) * int(ceil_div(s.in_channels, chunk));
+  // 3xTF32: three chunks a chunk of x staged, or (split_registers) x's own chunks.
+  p.chunks = (split && !p.split_registers ? 3 : 1) * int(ceil_div(s.in_channels, chunk));
   p.image_cols = (share_cols - 1) * s.stride_w + (s.kernel_w - 1) * s.dilation_w + 1;
   p.image_span = images > 1 ? round_up(p.image_cols, s.stride_w) : p.image_cols;
   p.halo_cols = images * p.image_span;
@@ -311,8 +314,8 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
       std::max(1, std::min(min_blocks, sm_shared_bytes(device) /
                                            (p.smem_bytes + kReservedPerBlock)));
   p.packed_bytes = int64_t(p.channel_blocks) * t.n * p.chunk_steps * p.step_chunks * s.taps() *
-                   2 * kSliceBytes;
-  // Whole chunks (a short run's missing ones: zeros); 3xTF32: three a chunk of x.
+                   2 * kSliceBytes * weight_parts(p);
+  // Whole chunks (a short run's missing ones: zeros); the staged 3xTF32: three a chunk of x.
   p.staged_channels = p.chunks * chunk;
 
   // Cost: waves of blocks; per SM and wave, its blocks' K steps and their fixed work. Layers
@@ -356,7 +359,8 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
     if (split > 1 && (!runs || split_steps < kMinSplitSteps)) continue;
     // The busiest SM's blocks run one after another on its tensor cores (two at a time share
     // them); their fixed work overlaps where two are resident.
-    const double k_steps = double(p.chunks) * s.taps() / split;
+    // (split_registers: three wgmmas a K step, as the staged form's three chunks.)
+    const double k_steps = double(p.chunks) * s.taps() * (p.split_registers ? 3 : 1) / split;
     const double blocks = double(ceil_div(p.tiles * split, device.sm_count));
     // Partials through the cluster: each block stages its tile and reads its share of all.
     const double reduce =
@@ -408,7 +412,10 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
 
 // The cheapest (tile, images) that runs `s`, fewer images on a tie, by the cost with or
 // without its copy term; why_not of the last one tried when none does. The hooks
-// (general_hooks.h) restrict the candidates where that leaves one.
+// (general_hooks.h) restrict the candidates where that leaves one. 3xTF32's registers form
+// ($CONV_POOL_GENERAL_SPLIT_REGISTERS=1) falls back to the staged form where one step's
+// stage does not fit (its weights are two parts a chunk of x, the staged form's one a staged
+// chunk), so that it runs every layer the staged form runs.
 Candidate search_plan(const ConvPoolShape& s, const ConvPoolDevice& device, bool split,
                       bool allow_tma, bool x_in_place, bool copy_term) {
   Candidate best, forced;
@@ -418,8 +425,12 @@ Candidate search_plan(const ConvPoolShape& s, const ConvPoolDevice& device, bool
   for (int tile = 0; tile < kTileCount; ++tile)
     for (int images = 1; images <= kTileSpecs[tile].square_cols; images *= 2) {
       if (images > 1 && images > s.batch) break;
-      Candidate c = plan_tile(s, device, tile, images, split, allow_tma, x_in_place, want_split,
-                              copy_term);
+      const bool registers = split && split_registers_allowed();
+      Candidate c = plan_tile(s, device, tile, images, split, registers, allow_tma, x_in_place,
+                              want_split, copy_term);
+      if (c.why_not != nullptr && registers)
+        c = plan_tile(s, device, tile, images, split, false, allow_tma, x_in_place, want_split,
+                      copy_term);
       if (c.why_not != nullptr) {
         if (best.why_not != nullptr) best.why_not = c.why_not;
         continue;

@@ -146,8 +146,10 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops,
     return;
   }
   p.tail_n = 0;
-  p.staged_copy = !slices || p.split_operands;
-  if (s.element == kElementFloat32 && !slices && !p.split_operands) {
+  // The staged 3xTF32 form reads its split NHWC copy; its registers form reads x as TF32 does.
+  const bool split_copy = p.split_operands && !p.split_registers;
+  p.staged_copy = !slices || split_copy;
+  if (s.element == kElementFloat32 && !slices && !split_copy) {
     const int forced = forced_nhwc();
     p.staged_copy = forced >= 0 ? forced == 1
                                 : int64_t(s.out_channels) * s.taps() >= kNhwcCopyMinWork;
@@ -414,7 +416,7 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
           : prepare<uint16_t, 8>(ops.weight16, ops, s, p, copy_in_preparation, separate,
                                  stream);
   if (prepared != cudaSuccess) return prepared;
-  if (p.split_operands) {
+  if (p.split_operands && !p.split_registers) {
     float* staged = static_cast<float*>(const_cast<void*>(p.staged_input));
     const int64_t pixels = int64_t(s.batch) * s.in_height * s.in_width;
     const dim3 blocks(unsigned(ceil_div(pixels, 32)),
@@ -460,6 +462,7 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
         error != cudaSuccess)
       return error;
   }
+  if (p.split_operands) return general_wgmma_launch_float32_3xtf32(ops, s, p, stream);
   switch (s.element) {
     case kElementFloat32:
       return general_wgmma_launch_float32(ops, s, p, stream);

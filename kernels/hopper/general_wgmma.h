@@ -63,6 +63,10 @@ cudaError_t general_wgmma_launch_float32_3xtf32(const ConvPoolOperands& operands
                                                 const ConvPoolShape& shape,
                                                 const general_wgmma::Plan& plan,
                                                 cudaStream_t stream);
+cudaError_t general_wgmma_launch_float32_3xtf32_registers(const ConvPoolOperands& operands,
+                                                          const ConvPoolShape& shape,
+                                                          const general_wgmma::Plan& plan,
+                                                          cudaStream_t stream);
 cudaError_t general_wgmma_launch_bfloat16(const ConvPoolOperands& operands,
                                           const ConvPoolShape& shape,
                                           const general_wgmma::Plan& plan, cudaStream_t stream);
