@@ -723,6 +723,12 @@ def check_3xtf32(ext, case, x, w, b, what):
     return error
 
 
+# The path hooks change no 3xTF32 plan (it is the cp.async kernel's, unsplit across a cluster,
+# never persistent, never narrowed), so its tests run under the default path alone, not ten
+# times over.
+ONE_PATH = pytest.mark.parametrize("path", ["tma"], indirect=True)
+
+
 @pytest.fixture(params=["staged", "registers"])
 def split_form(request, monkeypatch):
     """The 3xTF32 form's two ways to its split x: the launch's split NHWC copy (the default)
@@ -744,6 +750,7 @@ def split_plan(lib, device, case, split_form, channels_last=False):
     return plan
 
 
+@ONE_PATH
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_3xtf32_random_geometries_match_float64_as_fp32(ext, lib, device, seed, layout,
                                                         split_form):
@@ -758,6 +765,7 @@ def test_3xtf32_random_geometries_match_float64_as_fp32(ext, lib, device, seed, 
     print(f"largest relative L2 error {worst:.2e}")
 
 
+@ONE_PATH
 def test_3xtf32_registers_form_agrees_with_the_staged_form(ext, lib, device, seed,
                                                            monkeypatch):
     """Both forms make the same products in the same order within a step; their steps (and so
@@ -780,6 +788,7 @@ def test_3xtf32_registers_form_agrees_with_the_staged_form(ext, lib, device, see
         print(f"{case.name}: {equal} of {outs[0].numel()} outputs bitwise equal")
 
 
+@ONE_PATH
 @pytest.mark.parametrize("tile", ["wide_n64", "square_n64"])
 def test_3xtf32_every_tile_and_long_reductions_match_float64(ext, lib, device, seed, tile,
                                                              monkeypatch, split_form):
@@ -820,6 +829,7 @@ SUBSAMPLED_CASES = [
 ]
 
 
+@ONE_PATH
 @pytest.mark.parametrize("subsample", ["subsampled", "whole_x"])
 def test_3xtf32_subsampled_strided_layers_match_float64(ext, lib, device, seed, subsample,
                                                         monkeypatch, split_form):
@@ -853,6 +863,7 @@ def test_subsampled_strided_layers_in_every_form_match_float64(ext, lib, device,
             check(ext, case, with_layout(x, layout), w, b, dtype, f"{case} {layout} plan {plan}")
 
 
+@ONE_PATH
 @pytest.mark.parametrize("integers", [False, True], ids=["random", "integer_inputs"])
 def test_3xtf32_nan_and_inf_propagate_like_float64(ext, lib, device, seed, integers,
                                                    split_form):

@@ -422,10 +422,10 @@ Candidate search_plan(const ConvPoolShape& s, const ConvPoolDevice& device, bool
   best.why_not = forced.why_not = "no tile";
   const int want_tile = forced_tile(), want_images = forced_images();
   const int want_split = forced_split();
+  const bool registers = split && split_registers_allowed();
   for (int tile = 0; tile < kTileCount; ++tile)
     for (int images = 1; images <= kTileSpecs[tile].square_cols; images *= 2) {
       if (images > 1 && images > s.batch) break;
-      const bool registers = split && split_registers_allowed();
       Candidate c = plan_tile(s, device, tile, images, split, registers, allow_tma, x_in_place,
                               want_split, copy_term);
       if (c.why_not != nullptr && registers)
