@@ -741,12 +741,13 @@ def split_form(request, monkeypatch):
     return int(request.param == "registers")
 
 
-def split_plan(lib, device, case, split_form, channels_last=False):
-    """The 3xTF32 plan of `case`, checked to be of the form split_form asked for."""
+def split_plan(lib, device, case, split_form, channels_last=False, fallback=False):
+    """The 3xTF32 plan of `case`, checked to be of the form split_form asked for (fallback:
+    or the staged form, where the registers form's step does not fit: general_search.cu)."""
     plan = kernel_choice.general_plan(lib, case, ELEMENT[torch.float32], device, split=True,
                                       channels_last=channels_last)
     assert plan is not None, f"general_3xtf32_wgmma refused {case}"
-    assert plan["registers"] == split_form, plan
+    assert plan["registers"] == split_form or (fallback and plan["registers"] == 0), plan
     return plan
 
 
@@ -755,14 +756,18 @@ def split_plan(lib, device, case, split_form, channels_last=False):
 def test_3xtf32_random_geometries_match_float64_as_fp32(ext, lib, device, seed, layout,
                                                         split_form):
     rng = random.Random(seed)
-    worst = 0.0
+    worst, forms = 0.0, []
     for i in range(12):
         case = fuzz_case(rng, f"fuzz_{i}")
-        plan = split_plan(lib, device, case, split_form, layout == "channels_last")
+        plan = split_plan(lib, device, case, split_form, layout == "channels_last",
+                          fallback=True)
+        forms.append(plan["registers"])
         x, w, b = operands(case, rng.randrange(2**31), torch.float32)
         worst = max(worst, check_3xtf32(ext, case, with_layout(x, layout), w, b,
                                         f"{case} {layout} plan {plan}"))
-    print(f"largest relative L2 error {worst:.2e}")
+    print(f"largest relative L2 error {worst:.2e}; plans of the registers form: "
+          f"{sum(forms)} of {len(forms)}")
+    assert split_form == 0 or sum(forms) >= len(forms) // 2, forms
 
 
 @ONE_PATH
