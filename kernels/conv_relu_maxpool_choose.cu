@@ -101,14 +101,16 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
     // Hopper: the general kernel's 3xTF32 form before the mma.sync chunks, for more than 32
     // output channels over a reduction of kGeneral3xTf32MinReduction terms or more, for 32 or
     // fewer (at least kGeneral3xTf32NarrowMinChannels) over kGeneral3xTf32NarrowMinReduction
-    // or more, and for any narrower layer where its plan splits the reduction (few tiles).
+    // or more, and for any narrower layer of so few tiles that two blocks of each fit the SMs
+    // (its reduction may split; tiled_3xtf32's blocks would leave most SMs idle).
     const int64_t reduction = int64_t(s->in_channels) * s->taps();
     if (runs(kVariantGeneral3xTf32Wgmma) &&
         (s->out_channels > kNarrowBlockMaxChannels
              ? reduction >= kGeneral3xTf32MinReduction
              : (s->out_channels >= kGeneral3xTf32NarrowMinChannels &&
                 reduction >= kGeneral3xTf32NarrowMinReduction) ||
-                   general_wgmma_plan(*s, *device, nullptr, true).split > 1))
+                   2 * general_wgmma_plan(*s, *device, nullptr, true).tiles <=
+                       device->sm_count))
       return kVariantGeneral3xTf32Wgmma;
     if (runs(kVariantTiled3xTf32)) return kVariantTiled3xTf32;
     if (runs(kVariantTiled3xTf32Flat)) return kVariantTiled3xTf32Flat;

@@ -731,13 +731,13 @@ ONE_PATH = pytest.mark.parametrize("path", ["tma"], indirect=True)
 
 @pytest.fixture(params=["staged", "registers"])
 def split_form(request, monkeypatch):
-    """The 3xTF32 form's two ways to its split x: the launch's split NHWC copy (the default)
-    and the consumers' registers ($CONV_POOL_GENERAL_SPLIT_REGISTERS=1, Plan::split_registers;
-    x read as the TF32 form reads it). Returns the plan's `registers` field the form has."""
+    """The 3xTF32 form's two ways to its split x: the consumers' registers (the default,
+    Plan::split_registers; x read as the TF32 form reads it) and the launch's split NHWC copy
+    ($CONV_POOL_GENERAL_SPLIT_REGISTERS=0). Returns the plan's `registers` field the form has."""
     if request.param == "registers":
-        monkeypatch.setenv("CONV_POOL_GENERAL_SPLIT_REGISTERS", "1")
-    else:
         monkeypatch.delenv("CONV_POOL_GENERAL_SPLIT_REGISTERS", raising=False)
+    else:
+        monkeypatch.setenv("CONV_POOL_GENERAL_SPLIT_REGISTERS", "0")
     return int(request.param == "registers")
 
 

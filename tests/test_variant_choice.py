@@ -1440,8 +1440,8 @@ def test_fp32_accurate_choice_prefers_the_general_3xtf32_kernel_on_hopper(librar
     """allow_tf32 = False on Hopper, off the 3 x 3 / 2 x 2 path, 8 or more input channels: the
     general kernel's 3xTF32 form rather than tiled_3xtf32 for more than 32 output channels over
     a reduction of 64 terms or more (kGeneral3xTf32MinReduction), for 16-32 over 1,024 or more
-    (kGeneral3xTf32NarrowMin*), and for any fewer where its plan splits the reduction. sm_80
-    keeps tiled_3xtf32."""
+    (kGeneral3xTf32NarrowMin*), and for any fewer on so few tiles that two blocks of each fit the
+    SMs (its reduction may split). sm_80 keeps tiled_3xtf32."""
     def conv1x1(name, batch, cin, cout, size, stride=1, pool=2):
         return ConvPoolCase(name, batch, cin, cout, size, size, (1, 1), stride=(stride, stride),
                             pool_kernel=(pool, pool), pool_stride=(2, 2))
@@ -1449,6 +1449,8 @@ def test_fp32_accurate_choice_prefers_the_general_3xtf32_kernel_on_hopper(librar
                conv1x1("inception_v3_c80", 128, 1280, 448, 8),
                ConvPoolCase("vgg16_c8_p3s2", 128, 512, 512, 28, 28, (3, 3), padding=(1, 1),
                             pool_kernel=(3, 3), pool_stride=(2, 2)),
+               # 32 outputs of a 192-term reduction for one image: 10 tiles.
+               conv1x1("inception_v3_c11", 1, 192, 32, 35),
                # 24 outputs of a 1024-channel 5 x 4 kernel for one image: few tiles, split.
                ConvPoolCase("fuzz_60", 1, 1024, 24, 22, 130, (5, 4), stride=(2, 1),
                             padding=(5, 3), dilation=(2, 1), pool_kernel=(1, 2),
@@ -1461,7 +1463,8 @@ def test_fp32_accurate_choice_prefers_the_general_3xtf32_kernel_on_hopper(librar
     chunked = [conv1x1("squeezenet1_1_c1", 32, 64, 16, 55),      # 16 outputs, many tiles
                conv1x1("regnet_y_400mf_c6", 128, 48, 104, 56, stride=2, pool=3),  # 48 terms
                conv1x1("squeezenet1_0_c2", 1, 16, 64, 54, pool=3),                # 16 terms
-               # 3 outputs of a 7,680-term reduction, 12 of a 288-term one: many tiles.
+               # 3 outputs of a 7,680-term reduction (80 tiles), 12 of a 288-term one: more
+               # tiles than two blocks each fit the SMs.
                ConvPoolCase("fuzz_102", 8, 768, 3, 151, 60, (2, 5), stride=(2, 2),
                             padding=(1, 2), dilation=(1, 3), pool_kernel=(4, 1),
                             pool_stride=(4, 1), pool_padding=(2, 0)),
@@ -1479,23 +1482,31 @@ def test_fp32_accurate_choice_prefers_the_general_3xtf32_kernel_on_hopper(librar
         assert choose(library, variant_names, case, allow_tf32=False) == "tiled_3xtf32", \
             case.name
     assert general_plan(library, chunked[0], FLOAT32, split=True)["split"] == 1
+    assert general_plan(library, general[3], FLOAT32, split=True)["tiles"] * 2 <= 132
+    assert general_plan(library, chunked[3], FLOAT32, split=True)["tiles"] * 2 > 132
     # Random geometries: no layer the rule gives the general form takes tiled_3xtf32.
     rng = random.Random(seed)
     ids = variant_names_to_ids(variant_names)
-    checked = {False: 0, True: 0}
+    checked = {"wide": 0, "narrow": 0, "few tiles": 0}
     for i in range(600):
         case = fuzz_case(rng, f"fuzz_{i}")
-        reduction = case.in_channels * case.kernel_size[0] * case.kernel_size[1]
-        wide = case.out_channels > 32 and reduction >= 64
-        narrow = 16 <= case.out_channels <= 32 and reduction >= 1024
-        if (not (wide or narrow) or case.in_channels < 8 or
+        if (case.in_channels < 8 or
                 unsupported(library, case, ids["general_3xtf32_wgmma"]) is not None):
             continue
-        checked[narrow] += 1
+        reduction = case.in_channels * case.kernel_size[0] * case.kernel_size[1]
+        if case.out_channels > 32:
+            rule = "wide" if reduction >= 64 else None
+        elif case.out_channels >= 16 and reduction >= 1024:
+            rule = "narrow"
+        else:
+            tiles = general_plan(library, case, FLOAT32, split=True)["tiles"]
+            rule = "few tiles" if 2 * tiles <= H200.sm_count else None
+        if rule is None:
+            continue
+        checked[rule] += 1
         assert choose(library, variant_names, case, allow_tf32=False) != "tiled_3xtf32", case
-    print(f"random geometries checked: {checked[False]} of more than 32 output channels, "
-          f"{checked[True]} of 16-32 over 1,024 terms or more")
-    assert checked[False] > 100 and checked[True] > 5
+    print(f"random geometries checked by rule: {checked}")
+    assert checked["wide"] > 100 and checked["narrow"] > 5 and checked["few tiles"] > 0
 
 
 @pytest.mark.parametrize("case", [
@@ -1504,11 +1515,14 @@ def test_fp32_accurate_choice_prefers_the_general_3xtf32_kernel_on_hopper(librar
     ConvPoolCase("k11_s4", 2, 96, 64, 90, 90, (11, 11), stride=(4, 4), padding=(5, 5)),
     ConvPoolCase("pool9", 2, 16, 17, 38, 26, (3, 3), pool_kernel=(9, 3), pool_stride=(9, 3)),
 ], ids=lambda c: c.name)
-def test_plan_and_workspace_of_the_3xtf32_general_kernel(library, variant_names, case):
-    """general_3xtf32_wgmma: N = 64 tiles of two squares a warpgroup, one block per SM, three
-    staged chunks per chunk of 8 input channels (big x, small x, big x against big w, big w,
-    small w), x always from its split NHWC copy; workspace: the packed weights of those chunks,
-    then that copy (256-byte aligned), then any split reduction's partial sums. float32 only."""
+def test_plan_and_workspace_of_the_3xtf32_general_kernel(library, variant_names, case,
+                                                         monkeypatch):
+    """general_3xtf32_wgmma's staged form ($CONV_POOL_GENERAL_SPLIT_REGISTERS=0): N = 64 tiles
+    of two squares a warpgroup, one block per SM, three staged chunks per chunk of 8 input
+    channels (big x, small x, big x against big w, big w, small w), x always from its split
+    NHWC copy; workspace: the packed weights of those chunks, then that copy (256-byte
+    aligned), then any split reduction's partial sums. float32 only."""
+    monkeypatch.setenv("CONV_POOL_GENERAL_SPLIT_REGISTERS", "0")
     library.conv_relu_maxpool_workspace_bytes.restype = ctypes.c_int64
     library.conv_relu_maxpool_workspace_bytes.argtypes = [
         ctypes.POINTER(ConvPoolShape), ctypes.c_int, ctypes.POINTER(ConvPoolDevice),
@@ -1543,12 +1557,12 @@ def test_plan_and_workspace_of_the_3xtf32_general_kernel(library, variant_names,
 ], ids=lambda c: c.name)
 def test_plan_and_workspace_of_the_3xtf32_registers_form(library, variant_names, case,
                                                          channels_last, monkeypatch):
-    """$CONV_POOL_GENERAL_SPLIT_REGISTERS=1: general_3xtf32_wgmma splits x in the registers
-    (Plan::split_registers). x's own chunks, read as the TF32 form's cp.async loaders read it
-    (channels-last in place where its channels fill whole 16-byte slices; else element by
-    element or from the plain NHWC copy, by kNhwcCopyMinWork), no split copy; the weights two
-    parts a chunk; the same tiles, one block an SM. Unset, the staged form (the plan says
-    registers=0). An 11 x 11 kernel at stride 4 over 96 channels falls back to the staged
+    """By default general_3xtf32_wgmma splits x in the registers (Plan::split_registers):
+    x's own chunks, read as the TF32 form's cp.async loaders read it (channels-last in place
+    where its channels fill whole 16-byte slices; else element by element or from the plain
+    NHWC copy, by kNhwcCopyMinWork), no split copy; the weights two parts a chunk; the same
+    tiles, one block an SM. $CONV_POOL_GENERAL_SPLIT_REGISTERS=0: the staged form (the plan
+    says registers=0). An 11 x 11 kernel at stride 4 over 96 channels falls back to the staged
     form: one kernel row of two weight parts and its 8 gathered halo rows of 135 columns do not
     fit three stages, one staged chunk's do."""
     library.conv_relu_maxpool_workspace_bytes.restype = ctypes.c_int64
@@ -1556,10 +1570,10 @@ def test_plan_and_workspace_of_the_3xtf32_registers_form(library, variant_names,
         ctypes.POINTER(ConvPoolShape), ctypes.c_int, ctypes.POINTER(ConvPoolDevice),
         ctypes.c_void_p]
     variant = variant_names_to_ids(variant_names)["general_3xtf32_wgmma"]
-    monkeypatch.delenv("CONV_POOL_GENERAL_SPLIT_REGISTERS", raising=False)
+    monkeypatch.setenv("CONV_POOL_GENERAL_SPLIT_REGISTERS", "0")
     staged = general_plan(library, case, FLOAT32, split=True, channels_last=channels_last)
     assert staged["registers"] == 0 and staged["nhwc_copy"] == 1, staged
-    monkeypatch.setenv("CONV_POOL_GENERAL_SPLIT_REGISTERS", "1")
+    monkeypatch.delenv("CONV_POOL_GENERAL_SPLIT_REGISTERS", raising=False)
     plan = general_plan(library, case, FLOAT32, split=True, channels_last=channels_last)
     if case.name == "k11_s4":
         assert plan == staged, (plan, staged)
@@ -1586,16 +1600,16 @@ def test_plan_and_workspace_of_the_3xtf32_registers_form(library, variant_names,
 
 def test_3xtf32_registers_form_runs_every_layer_the_staged_form_runs(library, variant_names,
                                                                      seed, monkeypatch):
-    """On random geometries under $CONV_POOL_GENERAL_SPLIT_REGISTERS=1: general_3xtf32_wgmma
+    """On random geometries, by default: general_3xtf32_wgmma
     refuses exactly where it has no plan, and exactly where the staged form refuses (the search
     falls back to the staged form on a tile where one step of the registers form does not fit);
     most plans are of the registers form."""
     variant = variant_names_to_ids(variant_names)["general_3xtf32_wgmma"]
     rng = random.Random(seed)
     cases = [fuzz_case(rng, f"fuzz_{i}") for i in range(300)]
-    monkeypatch.delenv("CONV_POOL_GENERAL_SPLIT_REGISTERS", raising=False)
+    monkeypatch.setenv("CONV_POOL_GENERAL_SPLIT_REGISTERS", "0")
     staged = [general_plan(library, case, FLOAT32, split=True) for case in cases]
-    monkeypatch.setenv("CONV_POOL_GENERAL_SPLIT_REGISTERS", "1")
+    monkeypatch.delenv("CONV_POOL_GENERAL_SPLIT_REGISTERS", raising=False)
     registers = 0
     for case, staged_plan in zip(cases, staged):
         refused = unsupported(library, case, variant)
@@ -1623,7 +1637,9 @@ def test_3xtf32_copies_only_the_rows_and_columns_a_strided_layer_reads(library, 
     or a dilation that is a multiple of it) runs the layer over x's rows r0, r0 + stride, ...
     (r0 = (-pad) mod stride; general_subsample.h), so its split NHWC copy holds
     ceil((in - r0) / stride) of them; $CONV_POOL_GENERAL_SUBSAMPLE=0 copies all of x. A 3 x 3
-    kernel at stride 2 without dilation reads every row: its copy is x's either way."""
+    kernel at stride 2 without dilation reads every row: its copy is x's either way. (The
+    staged form, $CONV_POOL_GENERAL_SPLIT_REGISTERS=0, whose copy is the split one.)"""
+    monkeypatch.setenv("CONV_POOL_GENERAL_SPLIT_REGISTERS", "0")
     library.conv_relu_maxpool_workspace_bytes.restype = ctypes.c_int64
     library.conv_relu_maxpool_workspace_bytes.argtypes = [
         ctypes.POINTER(ConvPoolShape), ctypes.c_int, ctypes.POINTER(ConvPoolDevice),

@@ -147,9 +147,10 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
-memcheck  general_large_kernel_channels_last general_3xtf32_wgmma float32 CONV_POOL_GENERAL_SPLIT_REGISTERS=1
-racecheck general_strided general_3xtf32_wgmma float32 CONV_POOL_GENERAL_SPLIT_REGISTERS=1
-memcheck  general_split_channels_last general_3xtf32_wgmma float32 CONV_POOL_GENERAL_SPLIT_REGISTERS=1
+memcheck  general_split_channels_last general_3xtf32_wgmma float32
+racecheck general_strided general_3xtf32_wgmma float32
+memcheck  general_split_channels_last general_3xtf32_wgmma float32 CONV_POOL_GENERAL_SPLIT_REGISTERS=0
+memcheck  general_large_kernel_channels_last general_3xtf32_wgmma float32
 memcheck  general_subsampled_channels_last general_3xtf32_wgmma float32
 racecheck general_pointwise_phased general_3xtf32_wgmma float32
 memcheck  general_pointwise_phased general_wgmma float16 CONV_POOL_GENERAL_SUBSAMPLE=all

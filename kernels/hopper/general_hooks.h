@@ -111,11 +111,11 @@ inline bool subsample_allowed(bool split) {
   return split || is("CONV_POOL_GENERAL_SUBSAMPLE", "all");
 }
 
-// $CONV_POOL_GENERAL_SPLIT_REGISTERS=1: the 3xTF32 form splits x into its big and small parts
-// in the consumers' registers (Plan::split_registers) instead of reading them from the
-// launch's split NHWC copy, on every tile where one step's stage fits (else the staged form:
-// general_search.cu). Opt-in until it is timed against the staged form (docs/PERF.md).
-inline bool split_registers_allowed() { return is("CONV_POOL_GENERAL_SPLIT_REGISTERS", "1"); }
+// $CONV_POOL_GENERAL_SPLIT_REGISTERS=0: the 3xTF32 form reads x's big and small parts from the
+// launch's split NHWC copy (the staged form) rather than splitting x in the consumers'
+// registers (Plan::split_registers, the default on every tile where one step's stage fits;
+// else the staged form: general_search.cu). For A/B timing and tests.
+inline bool split_registers_allowed() { return !is("CONV_POOL_GENERAL_SPLIT_REGISTERS", "0"); }
 
 // $CONV_POOL_GENERAL_PLAN_CACHE=0: every plan searched afresh (general_plan_cache.h), to
 // time the search or to rule the cache out.

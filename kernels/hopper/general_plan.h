@@ -239,8 +239,8 @@ struct Plan {
   // that the fields before them keep their offsets in the kernels' parameters (and the kernels
   // that never read them their machine code).
   int tail_n;
-  // The 3xTF32 form with x's operand from registers (split_operands as well; opt-in,
-  // $CONV_POOL_GENERAL_SPLIT_REGISTERS=1): x staged as for TF32 (chunks count x's chunks; read
+  // The 3xTF32 form with x's operand from registers (split_operands as well; the default,
+  // $CONV_POOL_GENERAL_SPLIT_REGISTERS=0 turns it off): x staged as for TF32 (chunks count x's chunks; read
   // in place, element by element or from the NHWC copy, as choose_input says) and split into
   // big and small parts in the consumers' registers at each K step; the weights packed as two
   // parts a chunk, [big w, small w] (weight_parts), against which each K step issues three

@@ -413,7 +413,7 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
 // The cheapest (tile, images) that runs `s`, fewer images on a tie, by the cost with or
 // without its copy term; why_not of the last one tried when none does. The hooks
 // (general_hooks.h) restrict the candidates where that leaves one. 3xTF32's registers form
-// ($CONV_POOL_GENERAL_SPLIT_REGISTERS=1) falls back to the staged form where one step's
+// (unless $CONV_POOL_GENERAL_SPLIT_REGISTERS=0) falls back to the staged form where one step's
 // stage does not fit (its weights are two parts a chunk of x, the staged form's one a staged
 // chunk), so that it runs every layer the staged form runs.
 Candidate search_plan(const ConvPoolShape& s, const ConvPoolDevice& device, bool split,
