@@ -68,24 +68,6 @@ constexpr int kFewChannelGeneralMaxTaps = 49;
 constexpr int kFewChannelGeneralMaxStride = 3;
 constexpr int kFewChannelGeneralMaxStride16ChannelsLast = 4;
 
-// With allow_tf32 = False on Hopper, off the 3 x 3 / 2 x 2 path, the general kernel's 3xTF32
-// form rather than the mma.sync one (tiled_3xtf32) for more than kNarrowBlockMaxChannels
-// output channels over a reduction of at least kGeneral3xTf32MinReduction terms (in channels
-// x taps); for at most that many (its N = 64 tiles then multiply zeros) over a reduction of
-// at least kGeneral3xTf32NarrowMinReduction terms into kGeneral3xTf32NarrowMinChannels or
-// more, and for any narrower layer where the general plan splits its reduction (few tiles:
-// tiled_3xtf32's blocks would leave SMs idle). H100, both forced in one process, the general
-// form's kernel time over tiled_3xtf32's, on the layers tiled_3xtf32 took: zoo (float32),
-// 0.05-0.96x on the 33 above 32 channels (1 x 1 layers of 512-2048 channels at batch 1
-// 0.05-0.10x, 3 x 3 512 -> 512 at batch 128 0.45x); 64 -> 16 (1 x 1) 1.85-2.12x, 48 -> 104
-// (1 x 1 / 2) 1.48x, 16 -> 64 1.16x. Fuzz (float32): above 32 channels 0.10-0.91x; at most 32
-// with a split plan 0.08-0.32x; at most 32 without, with the tiled split copy: 16-32 channels
-// over 1,024-12,800 terms 0.61-0.79x, 24 over 400 0.98x, 12 over 288 1.27x, 3 over 7,680
-// 1.13x (docs/PERF.md).
-constexpr int kGeneral3xTf32MinReduction = 64;
-constexpr int kGeneral3xTf32NarrowMinReduction = 1024;
-constexpr int kGeneral3xTf32NarrowMinChannels = 16;
-
 // ---- the general kernel (general_wgmma) -------------------------------------------------
 
 // Cost model of the tile choice (plan_tile), in SM clock cycles. A K step (32 bytes of every

@@ -91,32 +91,21 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   if (allow_tf32 && stem && runs(kVariantStem)) return kVariantStem;
   // fp32-accurate tensor-core paths (3xTF32) as the TF32 ones below: the flat reduction for
   // fewer than 8 input channels off the fast path (AlexNet's first layer took `direct`, whose
-  // 8-channel tiles do not fit its 11 x 11 halo), the 3 x 3 wgmma kernel on its path, the
-  // general kernel's 3xTF32 form (kGeneral3xTf32MinReduction), else the 8-channel chunks.
+  // 8-channel tiles do not fit its 11 x 11 halo), the 3 x 3 wgmma kernel on its path, then on
+  // Hopper the general kernel's 3xTF32 form wherever it runs, else the 8-channel mma.sync
+  // chunks. With x split in registers (no split copy) the general form took 0.35-0.90x of
+  // tiled_3xtf32's kernel time on each of the 8 zoo and fuzz layers that the former reduction
+  // and channel thresholds gave tiled_3xtf32 (16 -> 64 to 48 -> 104 1 x 1 layers, reductions
+  // of 16-48 terms; 3-24 outputs over many tiles), and tiled_3xtf32 took 1.55x its time on
+  // random narrow layers of few tiles (H100, docs/PERF.md).
   if (!allow_tf32) {
     if (s->in_channels < kTiledChannelChunk && !fast_path_applies(*s) &&
         runs(kVariantTiled3xTf32Flat))
       return kVariantTiled3xTf32Flat;
     if (runs(kVariantTiled3xTf32Wgmma)) return kVariantTiled3xTf32Wgmma;
-    // Hopper: the general kernel's 3xTF32 form before the mma.sync chunks, for more than 32
-    // output channels over a reduction of kGeneral3xTf32MinReduction terms or more, for 32 or
-    // fewer (at least kGeneral3xTf32NarrowMinChannels) over kGeneral3xTf32NarrowMinReduction
-    // or more, and for any narrower layer of so few tiles that two blocks of each fit the SMs
-    // (its reduction may split; tiled_3xtf32's blocks would leave most SMs idle).
-    const int64_t reduction = int64_t(s->in_channels) * s->taps();
-    if (runs(kVariantGeneral3xTf32Wgmma) &&
-        (s->out_channels > kNarrowBlockMaxChannels
-             ? reduction >= kGeneral3xTf32MinReduction
-             : (s->out_channels >= kGeneral3xTf32NarrowMinChannels &&
-                reduction >= kGeneral3xTf32NarrowMinReduction) ||
-                   2 * general_wgmma_plan(*s, *device, nullptr, true).tiles <=
-                       device->sm_count))
-      return kVariantGeneral3xTf32Wgmma;
+    if (runs(kVariantGeneral3xTf32Wgmma)) return kVariantGeneral3xTf32Wgmma;
     if (runs(kVariantTiled3xTf32)) return kVariantTiled3xTf32;
-    if (runs(kVariantTiled3xTf32Flat)) return kVariantTiled3xTf32Flat;
-    // Hopper, what none of those runs (large kernels, wide strides over 8 or more channels):
-    // the general kernel's 3xTF32 form, which streams the weights, rather than `direct`.
-    return runs(kVariantGeneral3xTf32Wgmma) ? kVariantGeneral3xTf32Wgmma : kVariantDirect;
+    return runs(kVariantTiled3xTf32Flat) ? kVariantTiled3xTf32Flat : kVariantDirect;
   }
   // Fewer than 8 input channels off the fast path: the flattened reduction skips the
   // zero channels an 8-channel chunk would multiply, and it fits large kernels

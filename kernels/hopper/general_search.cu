@@ -356,7 +356,9 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
     if (fill_rule && runs && split <= kFillSplit && split_steps >= kFillSplitMinSteps &&
         p.tiles * split <= device.sm_count && (cluster || fill_split))
       fill = split;
-    if (split > 1 && (!runs || split_steps < kMinSplitSteps)) continue;
+    // (split_registers: a step's three wgmmas a chunk count as the staged form's three steps.)
+    const int split_kstep_sets = split_steps * (p.split_registers ? 3 : 1);
+    if (split > 1 && (!runs || split_kstep_sets < kMinSplitSteps)) continue;
     // The busiest SM's blocks run one after another on its tensor cores (two at a time share
     // them); their fixed work overlaps where two are resident.
     // (split_registers: three wgmmas a K step, as the staged form's three chunks.)
