@@ -1082,6 +1082,42 @@ def test_json_cases_are_named_with_their_dtype_and_layout(monkeypatch, capsys):
     assert "fuzz_999 is not in" in capsys.readouterr().err
 
 
+def test_kernel_breakdown_draws_random_layers_and_keeps_those_of_a_chosen_variant(capsys, seed):
+    """tools/kernel_breakdown.py --random SEED:COUNT: COUNT layers of utils.suite.fuzz_case from
+    SEED (named r<SEED>_<i>, in --dtype and layout); --chosen keeps those the automatic choice
+    (--no-tf32 as given) gives one of the named variants; --plan under --no-tf32 filters the
+    3xTF32 form's plans. A malformed --random and a --chosen that keeps nothing are refused."""
+    from tools import kernel_breakdown as kb
+    from utils import kernel_choice
+    from utils.suite import fuzz_case
+    import cuda_extension
+    lib = kernel_choice.load(cuda_extension)
+    count = 60
+    rng = random.Random(seed)
+    cases = [fuzz_case(rng, f"r{seed}_{i}") for i in range(count)]
+    for no_tf32, variant in ((False, "general_wgmma"), (True, "general_3xtf32_wgmma")):
+        expected = [case.name for case in cases
+                    if kernel_choice.chosen_variant(lib, case, allow_tf32=not no_tf32) == variant]
+        argv = ["--random", f"{seed}:{count}", "--chosen", variant, "--list"]
+        assert kb.main(argv + ["--no-tf32"] * no_tf32) == 0
+        listed = [line.split() for line in capsys.readouterr().out.strip().splitlines()]
+        assert [name for name, _, _ in listed] == expected and expected, (seed, variant)
+        assert all(dtype == "float32" and layout == "nchw" for _, dtype, layout in listed)
+    split = [case.name for case in cases
+             if kernel_choice.chosen_variant(lib, case, allow_tf32=False) == "general_3xtf32_wgmma"
+             and kernel_choice.general_plan(lib, case, split=True)["split"] > 1]
+    assert split, seed  # (28-42 of 60 on seeds 0-29)
+    assert kb.main(["--random", f"{seed}:{count}", "--no-tf32", "--plan", "split=2,3,4,5,6,"
+                    "7,8,9,10,11,12,13,14,15,16", "--list"]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.strip().splitlines()]
+    assert listed == split
+    with pytest.raises(SystemExit):
+        kb.main(["--random", "one:2", "--list"])
+    with pytest.raises(SystemExit):
+        kb.main(["--random", f"{seed}:{count}", "--chosen", "no_such_variant", "--list"])
+    capsys.readouterr()
+
+
 def test_kernel_breakdown_picks_cases_by_their_general_plan(capsys):
     """tools/kernel_breakdown.py --plan KEY=VALUE keeps the JSON's cases that the automatic
     choice gives the general kernel and whose host plan there has that value (here every

@@ -25,7 +25,13 @@ wgmmas, each timed without and with them:
 
     python tools/kernel_breakdown.py --json docs/fuzz_h200.json --all --plan tail_n=32,64 \
         --configs auto@CONV_POOL_GENERAL_NARROW_TAIL=0,auto --summary
---summary ends with one row per case: each config's kernel time and its ratio to the first,
+--random SEED:COUNT adds COUNT random geometries of the tests' generator (utils.suite.fuzz_case)
+and --chosen VARIANT keeps the cases the automatic choice gives that variant, e.g. the random
+layers a choice rule gives the general 3xTF32 form, against the kernel it displaced:
+
+    python tools/kernel_breakdown.py --random 1:600 --random 2:600 --no-tf32 \
+        --chosen general_3xtf32_wgmma --configs auto,tiled_3xtf32 --summary
+ each config's kernel time and its ratio to the first,
 then one row per kernel: its time summed over the cases under eager and each config.
 A config named more than once is timed each time, its repeats shown as CONFIG#2, CONFIG#3
 (e.g. `--configs auto,auto@HOOK=1,auto`: the run's own noise beside the change).
@@ -39,6 +45,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import statistics
 import sys
 from pathlib import Path
@@ -50,7 +57,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import cuda_extension  # noqa: E402
 from utils.profiling import L2_FLUSH_BYTES, time_calls  # noqa: E402
-from utils.suite import ConvPoolCase  # noqa: E402
+from utils.suite import ConvPoolCase, fuzz_case  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 CALLS = 20
@@ -283,21 +290,43 @@ def print_kernel_sums(kernel_sums: dict, keys: list[str]) -> None:
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 
-def plan_matches(lib, item, wanted) -> bool:
-    """Whether the automatic choice takes the general kernel for a (case, dtype, channels_last)
-    work item and that kernel's host plan (kernel_choice.load's `lib`) has every (key, value)
-    of `wanted` (values compared as text; a value may list alternatives, comma-separated)."""
+def chosen_name(lib, item, allow_tf32: bool) -> str:
+    """The variant the automatic choice (the host's, for the H200) takes for a (case, dtype,
+    channels_last) work item."""
     from utils import kernel_choice
     case, dtype, channels_last = item
     element = kernel_choice.ELEMENT_BY_NAME[str(dtype).removeprefix("torch.")]
-    if kernel_choice.chosen_variant(lib, case, element,
-                                    channels_last=channels_last) != "general_wgmma":
+    return kernel_choice.chosen_variant(lib, case, element, allow_tf32=allow_tf32,
+                                        channels_last=channels_last)
+
+
+def plan_matches(lib, item, wanted, allow_tf32: bool = True) -> bool:
+    """Whether the automatic choice takes the general kernel (or its 3xTF32 form) for a (case,
+    dtype, channels_last) work item and that kernel's host plan (kernel_choice.load's `lib`) has
+    every (key, value) of `wanted` (values compared as text; a value may list alternatives,
+    comma-separated)."""
+    from utils import kernel_choice
+    case, dtype, channels_last = item
+    element = kernel_choice.ELEMENT_BY_NAME[str(dtype).removeprefix("torch.")]
+    chosen = chosen_name(lib, item, allow_tf32)
+    if chosen not in ("general_wgmma", "general_3xtf32_wgmma"):
         return False
-    plan = kernel_choice.general_plan(lib, case, element, channels_last=channels_last)
+    plan = kernel_choice.general_plan(lib, case, element, split=chosen != "general_wgmma",
+                                      channels_last=channels_last)
     if plan is None:
         return False
     plan["rounds"] = kernel_choice.general_rounds(plan)
     return all(str(plan.get(key)) in value.split(",") for key, value in wanted)
+
+
+def random_cases(text: str) -> list[ConvPoolCase]:
+    """SEED:COUNT: COUNT random geometries of utils.suite.fuzz_case (the tests' generator),
+    named r<SEED>_<i>; ValueError on another form."""
+    seed, _, count = text.partition(":")
+    if not seed.lstrip("-").isdigit() or not count.isdigit():
+        raise ValueError(f"--random wants SEED:COUNT, got {text!r}")
+    rng = random.Random(int(seed))
+    return [fuzz_case(rng, f"r{seed}_{i}") for i in range(int(count))]
 
 
 def main(argv=None) -> int:
@@ -324,6 +353,12 @@ def main(argv=None) -> int:
                              "kernel and whose plan there (the host's, for the H200, the hooks "
                              "as set) has KEY = VALUE, e.g. paired=1, rounds=1 or tail_n=32,64 "
                              "(one of the values; repeatable)")
+    parser.add_argument("--random", action="append", default=[], metavar="SEED:COUNT",
+                        help="COUNT random geometries of the tests' generator (utils.suite."
+                             "fuzz_case) from SEED, in --dtype (and --channels-last); repeatable")
+    parser.add_argument("--chosen", metavar="VARIANT[,VARIANT]",
+                        help="keep only the cases that the automatic choice (the host's, for the "
+                             "H200; --no-tf32 as given) gives one of these variants")
     parser.add_argument("--no-tf32", action="store_true",
                         help="torch.backends.cudnn.allow_tf32 (and cuda.matmul.allow_tf32) False "
                              "for every config and eager: the fp32-accurate paths (float32)")
@@ -357,15 +392,27 @@ def main(argv=None) -> int:
             work.append((case_from_spec(spec), DTYPES[args.dtype], args.channels_last))
         except ValueError as error:
             parser.error(str(error))
+    for text in args.random:
+        try:
+            work += [(case, DTYPES[args.dtype], args.channels_last) for case in random_cases(text)]
+        except ValueError as error:
+            parser.error(str(error))
     if not work:
-        parser.error("name at least one case (names with --json, or --spec)")
+        parser.error("name at least one case (names with --json, --spec or --random)")
+    if args.chosen:
+        from utils import kernel_choice
+        lib = kernel_choice.load(cuda_extension)
+        names = args.chosen.split(",")
+        work = [item for item in work if chosen_name(lib, item, not args.no_tf32) in names]
+        if not work:
+            parser.error(f"no case is chosen for {args.chosen}")
     if args.plan:
         wanted = [text.split("=", 1) for text in args.plan]
         if any(len(pair) != 2 or not pair[0] for pair in wanted):
             parser.error(f"--plan wants KEY=VALUE, got {args.plan}")
         from utils import kernel_choice
         lib = kernel_choice.load(cuda_extension)
-        work = [item for item in work if plan_matches(lib, item, wanted)]
+        work = [item for item in work if plan_matches(lib, item, wanted, not args.no_tf32)]
         if not work:
             parser.error(f"no case has a general-kernel plan with {' '.join(args.plan)}")
     if args.list:
