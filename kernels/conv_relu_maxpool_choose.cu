@@ -10,7 +10,6 @@
 #include "conv_relu_maxpool.h"
 #include "conv_relu_maxpool_small.h"
 #include "conv_relu_maxpool_tiled.h"
-#include "hopper/general_wgmma.h"
 
 using namespace conv_pool_heuristics;
 

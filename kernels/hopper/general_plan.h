@@ -240,12 +240,12 @@ struct Plan {
   // that never read them their machine code).
   int tail_n;
   // The 3xTF32 form with x's operand from registers (split_operands as well; the default,
-  // $CONV_POOL_GENERAL_SPLIT_REGISTERS=0 turns it off): x staged as for TF32 (chunks count x's chunks; read
-  // in place, element by element or from the NHWC copy, as choose_input says) and split into
-  // big and small parts in the consumers' registers at each K step; the weights packed as two
-  // parts a chunk, [big w, small w] (weight_parts), against which each K step issues three
-  // wgmmas with A from registers: big x big w, small x big w, big x small w, the same products
-  // in the same order as the staged form's three chunks.
+  // $CONV_POOL_GENERAL_SPLIT_REGISTERS=0 turns it off): x staged as for TF32 (chunks count
+  // x's chunks; read in place, element by element or from the NHWC copy, as choose_input
+  // says) and split into big and small parts in the consumers' registers at each K step; the
+  // weights packed as two parts a chunk, [big w, small w] (weight_parts), against which each
+  // K step issues three wgmmas with A from registers: big x big w, small x big w, big x small
+  // w, the same products in the same order as the staged form's three chunks.
   bool split_registers;
 };
 
