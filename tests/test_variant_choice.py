@@ -1571,6 +1571,35 @@ def test_plan_and_workspace_of_the_3xtf32_registers_form(library, variant_names,
     print(f"{case.name}: registers form {plan}")
 
 
+def test_3xtf32_registers_form_splits_shares_of_four_wgmma_sets(library, seed, monkeypatch):
+    """A split share of the 3xTF32 form holds at least four wgmma sets a chunk (kMinSplitSteps):
+    four steps of the staged form, whose steps are staged chunks, or two of the registers form,
+    whose every step issues three sets. Inception v3's `c11` at batch 1 (192 -> 32, 1 x 1, 10
+    tiles): its registers plan of 4 steps splits over 2 blocks a tile, its staged plan of 11
+    over 3. On random geometries every split plan keeps that floor, and some registers plans
+    split into shares of fewer than four steps."""
+    case = ConvPoolCase("inception_v3_c11", 1, 192, 32, 35, 35, (1, 1), pool_kernel=(2, 2),
+                        pool_stride=(2, 2))
+    monkeypatch.delenv("CONV_POOL_GENERAL_SPLIT_REGISTERS", raising=False)
+    plan = general_plan(library, case, FLOAT32, split=True)
+    assert (plan["registers"], plan["steps"], plan["split"]) == (1, 4, 2), plan
+    monkeypatch.setenv("CONV_POOL_GENERAL_SPLIT_REGISTERS", "0")
+    plan = general_plan(library, case, FLOAT32, split=True)
+    assert (plan["registers"], plan["steps"], plan["split"]) == (0, 11, 3), plan
+    monkeypatch.delenv("CONV_POOL_GENERAL_SPLIT_REGISTERS")
+    rng = random.Random(seed)
+    short = 0
+    for i in range(300):
+        plan = general_plan(library, fuzz_case(rng, f"fuzz_{i}"), FLOAT32, split=True)
+        if plan is None or plan["split"] == 1:
+            continue
+        share = -(-plan["steps"] // plan["split"])
+        assert share * (3 if plan["registers"] else 1) >= 4, plan
+        short += share < 4
+    print(f"{short} split registers plans of shares under four steps")
+    assert short > 0
+
+
 def test_3xtf32_registers_form_runs_every_layer_the_staged_form_runs(library, variant_names,
                                                                      seed, monkeypatch):
     """On random geometries, by default: general_3xtf32_wgmma
