@@ -31,7 +31,8 @@ layers a choice rule gives the general 3xTF32 form, against the kernel it displa
 
     python tools/kernel_breakdown.py --random 1:600 --random 2:600 --no-tf32 \
         --chosen general_3xtf32_wgmma --configs auto,tiled_3xtf32 --summary
- each config's kernel time and its ratio to the first,
+
+--summary ends with one row per case: each config's kernel time and its ratio to the first,
 then one row per kernel: its time summed over the cases under eager and each config.
 A config named more than once is timed each time, its repeats shown as CONFIG#2, CONFIG#3
 (e.g. `--configs auto,auto@HOOK=1,auto`: the run's own noise beside the change).
