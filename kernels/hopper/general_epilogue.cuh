@@ -162,25 +162,46 @@ __device__ __forceinline__ void store_pooled_pairs(
   }
 }
 
-// One pooled position of the tile (images side by side: image i's conv columns start at i x
-// kCols / images): where its window lies in the staged conv tile (the window's first pixel and
-// its rows x cols inside the conv output; kPaired: its maximum's place among the staged 2 x 2
-// windows) and the output address of channel channel_base. False where the position lies past
-// the output or the batch.
+// The pooled positions the pooling hands its threads, image by image, row-major: with
+// Plan::pool_rect the tile's pooled rectangle clipped to the output (tiles at an image's
+// bottom and right edges, and tiles wider than a small image, hold fewer than pooled_rows x
+// pooled_cols) and its images to the batch, so that no thread takes a position past them;
+// else the whole rectangle, whose positions past the output pooled_window refuses.
+struct PooledRect {
+  int rows, cols, positions;
+};
+__device__ __forceinline__ PooledRect pooled_rect(const ConvPoolShape& s, const Plan& p,
+                                                  const TileOrigin& o) {
+  PooledRect r{p.pooled_rows, p.pooled_cols, p.images * p.pooled_rows * p.pooled_cols};
+  if (p.pool_rect) {
+    r.rows = min(r.rows, s.out_height - o.out_row0);
+    r.cols = min(r.cols, s.out_width - o.out_col0);
+    const int64_t images_left = s.batch - o.image;
+    r.positions = int(min(int64_t(p.images), images_left)) * r.rows * r.cols;
+  }
+  return r;
+}
+
+// One pooled position of the tile's PooledRect (images side by side: image i's conv columns
+// start at i x kCols / images): where its window lies in the staged conv tile (the window's
+// first pixel and its rows x cols inside the conv output; kPaired: its maximum's place among
+// the staged 2 x 2 windows) and the output address of channel channel_base. False where the
+// position lies past the output or the batch.
 template <class E, int kTileId, bool kPaired>
 __device__ __forceinline__ bool pooled_window(const ConvPoolShape& s, const Plan& p,
                                               const ConvPoolOperands& ops, const TileOrigin& o,
-                                              int position, int channel_base, int& window,
-                                              int& rows, int& cols, typename E::Raw*& out) {
+                                              const PooledRect& rect, int position,
+                                              int channel_base, int& window, int& rows,
+                                              int& cols, typename E::Raw*& out) {
   using T = Tile<kTileId>;
   int image = 0;
   if (p.images > 1) {
-    const int image_positions = p.pooled_rows * p.pooled_cols;
+    const int image_positions = rect.rows * rect.cols;
     image = position / image_positions;
     position -= image * image_positions;
   }
-  const int pooled_row = position / p.pooled_cols;
-  const int pooled_col = position - pooled_row * p.pooled_cols;
+  const int pooled_row = position / rect.cols;
+  const int pooled_col = position - pooled_row * rect.cols;
   const int out_row = o.out_row0 + pooled_row, out_col = o.out_col0 + pooled_col;
   if (out_row >= s.out_height || out_col >= s.out_width || o.image + image >= s.batch)
     return false;
@@ -240,7 +261,8 @@ __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
                                           int pass_channels) {
   using T = Tile<kTileId>;
   using Raw = typename E::Raw;
-  const int positions = p.images * p.pooled_rows * p.pooled_cols;
+  const PooledRect rect = pooled_rect(s, p, o);
+  const int positions = rect.positions;
   const int bias_base = pass * pass_channels;
   const int channel_base = o.channel0 + bias_base;
   const int channels = min(pass_channels, s.out_channels - channel_base);
@@ -258,8 +280,8 @@ __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
       if (group >= groups) break;
       int window, rows, cols;
       Raw* out;
-      if (!pooled_window<E, kTileId, kPaired>(s, p, ops, o, position, channel_base, window,
-                                              rows, cols, out))
+      if (!pooled_window<E, kTileId, kPaired>(s, p, ops, o, rect, position, channel_base,
+                                              window, rows, cols, out))
         continue;
       const int c0 = group * kVector;
       union {
@@ -297,8 +319,8 @@ __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
        position += kThreads) {
     int window, rows, cols;
     Raw* out;
-    if (!pooled_window<E, kTileId, kPaired>(s, p, ops, o, position, channel_base, window,
-                                            rows, cols, out))
+    if (!pooled_window<E, kTileId, kPaired>(s, p, ops, o, rect, position, channel_base,
+                                            window, rows, cols, out))
       continue;
     int k = k_first;
     out += int64_t(k) * p.out_stride[1];

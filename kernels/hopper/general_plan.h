@@ -247,6 +247,10 @@ struct Plan {
   // K step issues three wgmmas with A from registers: big x big w, small x big w, big x small
   // w, the same products in the same order as the staged form's three chunks.
   bool split_registers;
+  // The epilogue hands its threads only the tile's pooled outputs inside the output
+  // (pooled_rect), and the warp-specialized kernel reads a block's first bias under its first
+  // copies; opt-in ($CONV_POOL_GENERAL_POOL_RECT=1) until timed. A launch setting.
+  bool pool_rect = false;
 };
 
 // Weight parts a chunk of x in the packed layout: two (big, small) in the registers form of

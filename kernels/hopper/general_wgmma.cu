@@ -393,6 +393,7 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
     p.out_stride[1] = p.out_stride[2] * s.out_height;
     p.out_stride[0] = p.out_stride[1] * s.out_channels;
   }
+  p.pool_rect = pool_rect_enabled();
   unsigned char* workspace = reinterpret_cast<unsigned char*>(ops.workspace);
   p.packed = workspace;
   p.staged_input = workspace + region_bytes(p.packed_bytes);

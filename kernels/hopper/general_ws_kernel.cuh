@@ -271,6 +271,14 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
     square_slots<kTileId>(s, p, p.phases * (p.plane_bytes / kSliceBytes), set_slot);
   float* conv_tile = reinterpret_cast<float*>(smem + p.epilogue_offset);
   grid_dependency_wait();
+  // Plan::pool_rect: the first item's bias, read while its first copies are under way (its own
+  // bytes, past the stages: the item's barriers before the pooling order it); later items'
+  // (and every item's without it) after their steps, once the previous item's pooling has
+  // read it.
+  const bool early_bias = p.pool_rect && (kCluster || !p.direct_pairs);
+  if (early_bias)
+    load_bias<X, kTileId>(s, ops, tile_origin<kTileId>(s, p, work_item(p, blockIdx.x).tile),
+                          bias);
 
   int stage = 0;
   uint32_t full_parity = 0;
@@ -333,7 +341,7 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
         continue;
       }
     }
-    load_bias<X, kTileId>(s, ops, o, bias);
+    if (!early_bias || w != blockIdx.x) load_bias<X, kTileId>(s, ops, o, bias);
     // The bias is written; no wgmma reads the stages any more (where the epilogue tile lies in
     // them: one tile a block, every copy into them landed).
     consumer_sync();
