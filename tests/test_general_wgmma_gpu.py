@@ -48,9 +48,9 @@ TOLERANCE = {torch.float32: 1e-2, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 # them from the registers), also persistent (tma_persistent_staged: a barrier between a
 # block's tiles). tma_full_tail: the default form with $CONV_POOL_GENERAL_NARROW_TAIL=0 (a last
 # channel block at most half full runs the tile's N, not half of it: Plan::tail_n = 0).
-# The *_pool_rect forms: $CONV_POOL_GENERAL_POOL_RECT=1 (Plan::pool_rect: the pooling's threads
-# over the tile's outputs inside the output only, the first bias read early) on the default,
-# persistent and cp.async forms.
+# tma_whole_rect: the default form with $CONV_POOL_GENERAL_POOL_RECT=0 (Plan::pool_rect off: the
+# pooling's threads over the tile's whole pooled rectangle, positions past the output refused one
+# by one; the first bias read after the first steps).
 PATH_HOOKS = {"tma": {}, "tma_slices": {"CONV_POOL_GENERAL_TMA_MERGED": "0"},
               "tma_full_tail": {"CONV_POOL_GENERAL_NARROW_TAIL": "0"},
               "tma_narrow_pool": {"CONV_POOL_GENERAL_WIDE_POOL": "0"},
@@ -60,15 +60,11 @@ PATH_HOOKS = {"tma": {}, "tma_slices": {"CONV_POOL_GENERAL_TMA_MERGED": "0"},
               "tma_global_split": {"CONV_POOL_GENERAL_CLUSTER": "0"},
               "tma_persistent": {"CONV_POOL_GENERAL_PERSISTENT": "1"},
               "tma_pdl": {"CONV_POOL_GENERAL_PDL": "1"},
-              "tma_pool_rect": {"CONV_POOL_GENERAL_POOL_RECT": "1"},
-              "tma_persistent_pool_rect": {"CONV_POOL_GENERAL_PERSISTENT": "1",
-                                           "CONV_POOL_GENERAL_POOL_RECT": "1"},
-              "cpasync": {"CONV_POOL_GENERAL_TMA": "0"},
-              "cpasync_pool_rect": {"CONV_POOL_GENERAL_TMA": "0",
-                                    "CONV_POOL_GENERAL_POOL_RECT": "1"}}
+              "tma_whole_rect": {"CONV_POOL_GENERAL_POOL_RECT": "0"},
+              "cpasync": {"CONV_POOL_GENERAL_TMA": "0"}}
 # The forms whose plans are the default's (split reductions through the cluster).
 CLUSTER_PATHS = ("tma", "tma_slices", "tma_pdl", "tma_narrow_pool", "tma_staged_pairs",
-                 "tma_full_tail", "tma_pool_rect")
+                 "tma_full_tail", "tma_whole_rect")
 # The forms whose paired plans without a split store from the registers (Plan::direct_pairs).
 DIRECT_PATHS = tuple(path for path, hooks in PATH_HOOKS.items()
                      if path.startswith("tma") and "CONV_POOL_GENERAL_DIRECT_PAIRS" not in hooks)
@@ -733,8 +729,8 @@ def check_3xtf32(ext, case, x, w, b, what):
 
 # The path hooks change no 3xTF32 plan (it is the cp.async kernel's, unsplit across a cluster,
 # never persistent, never narrowed), so its tests run under the default path alone, not once a
-# form; and under tma_pool_rect, whose pooling the 3xTF32 form shares.
-ONE_PATH = pytest.mark.parametrize("path", ["tma", "tma_pool_rect"], indirect=True)
+# form; and under tma_whole_rect, whose pooling the 3xTF32 form shares.
+ONE_PATH = pytest.mark.parametrize("path", ["tma", "tma_whole_rect"], indirect=True)
 
 
 @pytest.fixture(params=["staged", "registers"])

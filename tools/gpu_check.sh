@@ -147,11 +147,11 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
-memcheck  general_split general_wgmma float16 CONV_POOL_GENERAL_POOL_RECT=1
-racecheck general_split general_wgmma float32 CONV_POOL_GENERAL_POOL_RECT=1
-memcheck  general_strided_channels_last general_wgmma bfloat16 CONV_POOL_GENERAL_POOL_RECT=1
-racecheck general_pointwise general_wgmma float16 CONV_POOL_GENERAL_POOL_RECT=1
-memcheck  general_paired_channels_last general_wgmma float16 CONV_POOL_GENERAL_POOL_RECT=1 CONV_POOL_GENERAL_PERSISTENT=1
+memcheck  general_split general_wgmma float16
+racecheck general_split general_wgmma float32
+memcheck  general_strided_channels_last general_wgmma bfloat16
+racecheck general_pointwise general_wgmma float16
+memcheck  general_paired_channels_last general_wgmma float16 CONV_POOL_GENERAL_PERSISTENT=1
 memcheck  general_split_channels_last general_3xtf32_wgmma float32
 racecheck general_strided general_3xtf32_wgmma float32
 memcheck  general_split_channels_last general_3xtf32_wgmma float32 CONV_POOL_GENERAL_SPLIT_REGISTERS=0

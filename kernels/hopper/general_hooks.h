@@ -89,9 +89,10 @@ inline bool fold_allowed() { return !is("CONV_POOL_GENERAL_FOLD", "0"); }
 // setting, not the plan's.
 inline bool wide_pool_allowed() { return !is("CONV_POOL_GENERAL_WIDE_POOL", "0"); }
 
-// $CONV_POOL_GENERAL_POOL_RECT=1: Plan::pool_rect (the pooling's threads over the outputs a
-// tile holds; the first bias read early). A launch setting, not the plan's.
-inline bool pool_rect_enabled() { return is("CONV_POOL_GENERAL_POOL_RECT", "1"); }
+// $CONV_POOL_GENERAL_POOL_RECT=0: Plan::pool_rect off (the pooling's threads over the tile's
+// whole pooled rectangle; the first bias read after the first steps). A launch setting, not the
+// plan's.
+inline bool pool_rect_enabled() { return !is("CONV_POOL_GENERAL_POOL_RECT", "0"); }
 
 // $CONV_POOL_GENERAL_DIRECT_PAIRS=0: paired plans without a split stage their windows for the
 // pooling loops, as split ones do, instead of storing the windows' outputs from the registers

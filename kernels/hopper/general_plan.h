@@ -249,8 +249,8 @@ struct Plan {
   bool split_registers;
   // The epilogue hands its threads only the tile's pooled outputs inside the output
   // (pooled_rect), and the warp-specialized kernel reads a block's first bias under its first
-  // copies; opt-in ($CONV_POOL_GENERAL_POOL_RECT=1) until timed. A launch setting.
-  bool pool_rect = false;
+  // copies (off: $CONV_POOL_GENERAL_POOL_RECT=0). A launch setting.
+  bool pool_rect = true;
 };
 
 // Weight parts a chunk of x in the packed layout: two (big, small) in the registers form of
