@@ -215,7 +215,6 @@ memcheck  general_strided_channels_last general_wgmma float16
 memcheck  general_dilated general_wgmma bfloat16
 racecheck general_dilated general_wgmma
 memcheck  general_pointwise general_wgmma
-racecheck general_pointwise general_wgmma float16
 memcheck  general_split general_wgmma
 memcheck  general_split_channels_last general_wgmma bfloat16
 racecheck general_split_channels_last general_wgmma float16
@@ -251,14 +250,12 @@ memcheck  flat_channel_blocks tiled_tf32_flat_wgmma
 racecheck flat_channel_blocks tiled_tf32_flat_wgmma
 memcheck  flat_k96_7x7 tiled_tf32_flat_wgmma
 memcheck  stem_rows stem_tf32
-racecheck stem_rows stem_tf32
 memcheck  stem_rows stem_16bit float16
 racecheck stem_rows stem_16bit bfloat16
 memcheck  stem_columns stem_tf32
 racecheck stem_columns stem_16bit float16
 memcheck  stem_columns stem_16bit bfloat16
 memcheck  stem_columns_channels_last stem_tf32
-memcheck  stem_columns_channels_last stem_16bit float16
 memcheck  flush_runs tiled_3xtf32_wgmma
 racecheck flush_runs tiled_3xtf32_wgmma
 memcheck  flush_runs_strips tiled_3xtf32_wgmma
