@@ -842,6 +842,33 @@ def test_sanitize_cases_takes_hook_settings_anywhere_among_its_arguments():
             assert f'"{name}"' in hooks, line
 
 
+def test_gpu_check_sanitize_numbers_its_runs_and_starts_at_sanitize_from(tmp_path):
+    """gpu_check.sh's sanitize stage (with a stand-in compute-sanitizer that only records its
+    arguments): each run's line number heads it, in the list's order, and SANITIZE_FROM=n
+    skips the first n - 1 lines, so that a call can go on where a capped one stopped."""
+    script = (REPO / "tools" / "gpu_check.sh").read_text()
+    runs = script.split("<<'RUNS'\n")[1].split("\nRUNS\n")[0].splitlines()
+    function = script[script.index("sanitize() {"):]
+    function = function[:function.index("\n}\n") + 3]
+    stub = tmp_path / "compute-sanitizer"
+    stub.write_text('#!/bin/sh\necho "ran $2 $*" >> "$STUB_LOG"\n')
+    stub.chmod(0o755)
+    for start in (None, len(runs) - 2):
+        log = tmp_path / f"runs_{start}.log"
+        env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}", STUB_LOG=str(log))
+        if start is not None:
+            env["SANITIZE_FROM"] = str(start)
+        out = subprocess.run(["bash", "-c", function + "sanitize"], env=env, cwd=REPO,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        first = start or 1
+        heads = [f"[{n}] {' '.join(runs[n - 1].split())}" for n in range(first, len(runs) + 1)]
+        assert out.stdout.splitlines() == heads, out.stdout[-500:]
+        ran = log.read_text().splitlines()
+        assert len(ran) == len(runs) - first + 1
+        assert ran[0].split()[1] == runs[first - 1].split()[0]  # the tool of its first line
+
+
 def test_sanitize_cases_lists_its_cases_on_help_or_an_unknown_name():
     """tools/sanitize_cases.py --help prints its usage and every case name (exit 0); an
     unknown case does the same on exit 2, where it raised a KeyError."""

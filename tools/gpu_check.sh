@@ -27,8 +27,10 @@
 # float16 channels-last, float32 both layouts and bfloat16, FEWCHANNEL_CONFIGS (default
 # auto,auto@CONV_POOL_GENERAL_FOLD=0) against auto, FEWCHANNEL_SPECS (space-separated
 # kernel_breakdown specs) instead of those layers, FEWCHANNEL_FORMS (';'-separated, e.g.
-# "float16 --channels-last;float32") instead of those four forms. SECONDS caps one stage (timeout), so a
-# long stage cannot eat the others' device time. Each stage's log lands in $OUT/<stage>.log;
+# "float16 --channels-last;float32") instead of those four forms. sanitize: compute-sanitizer
+# over the list in sanitize(), each run's line number in the log, SANITIZE_FROM=n from line n
+# on. SECONDS caps one stage (timeout), so a long stage cannot eat the others' device time.
+# Each stage's log lands in $OUT/<stage>.log;
 # the suite also writes $OUT/suite.json and $OUT/suite.png, suite16 (the suite in float16, then
 # bfloat16) $OUT/suite_float16.json and $OUT/suite_bfloat16.json, vgg16 $OUT/vgg16.json, notebook
 # $OUT/quickstart.ipynb (executed copy). The notebook stage installs the Jupyter wheels in .whl/
@@ -141,9 +143,13 @@ sanitize() {
   # One run per line: tool, then tools/sanitize_cases.py's arguments (case [variants [dtype
   # [prepacked]]] [NAME=VALUE ...], the last setting a hook of the general kernel). The kernels
   # changed last first, so that a time cap cuts the ones checked before; the first failure
-  # stops the list.
-  local tool args
+  # stops the list. Each run's line number heads its output ("[n] tool args"); SANITIZE_FROM=n
+  # starts at line n, so that a later call goes on where a capped one stopped.
+  local tool args line=0
   while read -r tool args; do
+    line=$((line + 1))
+    [ "$line" -lt "${SANITIZE_FROM:-1}" ] && continue
+    echo "[$line] $tool $args"
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
