@@ -266,6 +266,41 @@ def test_ptxas_report_parser_reads_spills():
     assert parse_ptxas_report(sample) == {"_Z6kernelv": (16, 8, 4)}
 
 
+def test_ptxas_reports_keep_what_a_stopped_build_finished(tmp_path):
+    """compile.sh's ptxas_reports: each nvcc command's ptxas lines from ninja's "[k/n]" log go
+    to a report named after its .cu. From a build stopped part way (finished = 0) every block
+    but the last (which may be cut short) is kept, so that the next build compiles only the
+    objects without a report; from a finished build every block."""
+    script = COMPILE_SH.read_text()
+    function = script[script.index("ptxas_reports() {"):]
+    function = function[:function.index("\n}\n") + 3]
+    root = "/repo"
+    nvcc = "[{k}/9] /usr/local/cuda/bin/nvcc -O3 -c {root}/kernels/{name}.cu -o x.o"
+    log = "\n".join([
+        nvcc.format(k=1, root=root, name="a"),
+        "ptxas info    : Used 40 registers", "a warning that is not ptxas's",
+        "[2/9] c++ -c /repo/binding.cpp -o binding.o", "ptxas info    : not an nvcc block",
+        nvcc.format(k=3, root=root, name="hopper/b"),
+        "ptxas info    : Used 90 registers", "    0 bytes stack frame, 0 bytes spill stores",
+        nvcc.format(k=4, root=root, name="c"), "ptxas info    : Used 12 regis"]) + "\n"
+    (tmp_path / "build.log").write_text(log)
+    for finished in (0, 1):
+        reports = tmp_path / f"reports_{finished}"
+        reports.mkdir()
+        out = subprocess.run(
+            ["bash", "-c", f'{function}ptxas_reports "$0" {finished}', tmp_path / "build.log"],
+            env=dict(os.environ, reports=str(reports), ROOT=root), capture_output=True,
+            text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        written = {path.name: path.read_text() for path in reports.iterdir()}
+        expected = {"kernels__a.cu.log": "ptxas info    : Used 40 registers\n",
+                    "kernels__hopper__b.cu.log": "ptxas info    : Used 90 registers\n"
+                                                 "    0 bytes stack frame, 0 bytes spill stores\n"}
+        if finished:
+            expected["kernels__c.cu.log"] = "ptxas info    : Used 12 regis\n"
+        assert written == expected, (finished, written)
+
+
 def test_no_kernel_has_its_wgmmas_serialized():
     """ptxas says so ("wgmma.mma_async instructions are serialized", with a code per reason:
     C7520 e.g. for a __syncwarp in a branch between them, C7511 short of registers for the

@@ -6,7 +6,9 @@
 # as `pip install --no-build-isolation -e .`). Incremental: ninja recompiles only the sources whose
 # text, headers (depfiles) or command lines changed. `--force` makes setuptools hand every build
 # to ninja: on its own it compares only file times, so it would skip a build whose flags or
-# TORCH_CUDA_ARCH_LIST changed. The cost of --force is a relink, about a second.
+# TORCH_CUDA_ARCH_LIST changed. The cost of --force is a relink, about a second. A build stopped
+# part way (a time cap, Ctrl-C) keeps the objects it finished, all but its last one: the next
+# build compiles only the rest.
 #
 # Before anything is written, utils/build_env.py checks torch, the CUDA toolkit (CUDA_HOME /
 # CUDA_PATH, else the nvcc on PATH, else /usr/local/cuda), their CUDA major versions, and picks
@@ -83,6 +85,35 @@ log=build/build.log
 reports=build/ptxas          # one ptxas report per .cu, kept across incremental builds
 mkdir -p "$reports"
 
+# ninja -v prints "[k/n] <command>" when a command finishes, followed by its output: each nvcc
+# command's ptxas lines go to a report named after its .cu. A command's output counts once the
+# next "[k/n]" line follows it, or the log's end where the build finished ($2 = 1): the last
+# block of a build stopped part way (a time cap) may be cut short, so its object is rebuilt.
+ptxas_reports() {
+  awk -v reports="$reports" -v root="$ROOT/" -v finished="$2" '
+    function flush() {
+      if (report != "") { printf "%s", lines > report; close(report) }
+      report = ""; lines = ""
+    }
+    /^\[[0-9]+\/[0-9]+\] / {
+      flush()
+      if ($0 ~ /nvcc/ && match($0, / -c [^ ]+\.cu( |$)/)) {
+        source = substr($0, RSTART + 4, RLENGTH - 4); sub(/ $/, "", source)
+        if (index(source, root) == 1) source = substr(source, length(root) + 1)
+        gsub("/", "__", source)
+        report = reports "/" source ".log"
+      }
+      next
+    }
+    report != "" && (/^ptxas / || /bytes stack frame/) { lines = lines $0 "\n" }
+    END { if (finished) flush() }
+  ' "$1"
+}
+
+# The objects a previous build finished before it was stopped keep their reports (its log is
+# overwritten below), so that they are not compiled again.
+[[ -f "$log" ]] && ptxas_reports "$log" 0
+
 # A kernel whose object is up to date but has no report (built by pip, or before reports were
 # kept) is recompiled, so that build/ptxas.log always covers every kernels/*.cu.
 mapfile -t kernel_sources < <(find kernels -name '*.cu' | sort)
@@ -126,22 +157,7 @@ if (( status != 0 )); then
   fail "build failed after $(elapsed) (compiler output above; full log in $log)"
 fi
 
-# ninja -v prints "[k/n] <command>" when a command finishes, followed by its output: keep the
-# ptxas lines that follow each nvcc command, in a report named after its .cu.
-awk -v reports="$reports" -v root="$ROOT/" '
-  /^\[[0-9]+\/[0-9]+\] / {
-    report = ""
-    if ($0 ~ /nvcc/ && match($0, / -c [^ ]+\.cu( |$)/)) {
-      source = substr($0, RSTART + 4, RLENGTH - 4); sub(/ $/, "", source)
-      if (index(source, root) == 1) source = substr(source, length(root) + 1)
-      gsub("/", "__", source)
-      report = reports "/" source ".log"
-      printf "" > report
-    }
-    next
-  }
-  report != "" && (/^ptxas / || /bytes stack frame/) { print > report }
-' "$log"
+ptxas_reports "$log" 1
 
 : > build/ptxas.log
 for source in "${kernel_sources[@]}"; do
