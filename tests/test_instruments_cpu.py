@@ -813,6 +813,12 @@ def test_ratio_table_tile_use_counts_the_pooled_outputs_and_channels_a_plan_fill
     assert f"| at least half full | 1 | {ratio['full']:.2f}x |" in text, text
 
 
+def sanitizer_runs():
+    """The lines of gpu_check.sh's sanitizer list (its RUNS here-document), in order."""
+    script = (REPO / "tools" / "gpu_check.sh").read_text()
+    return script.split("<<'RUNS'\n")[1].split("\nRUNS\n")[0].splitlines()
+
+
 def test_sanitize_cases_takes_hook_settings_anywhere_among_its_arguments():
     """tools/sanitize_cases.py: NAME=VALUE arguments are environment settings (the general
     kernel's hooks), the rest main's positional arguments, and a wrong count is refused."""
@@ -828,8 +834,7 @@ def test_sanitize_cases_takes_hook_settings_anywhere_among_its_arguments():
             sanitize_cases.split_arguments(wrong)
     # Every line of gpu_check.sh's sanitizer list parses, and its settings name hooks that
     # the kernels' sources read (general_hooks.h's, the stem launch's).
-    script = (REPO / "tools" / "gpu_check.sh").read_text()
-    runs = script.split("<<'RUNS'\n")[1].split("\nRUNS\n")[0].splitlines()
+    runs = sanitizer_runs()
     hooks = "".join(path.read_text() for path in sorted((REPO / "kernels").rglob("*"))
                     if path.suffix in (".h", ".cu", ".cuh"))
     assert len(runs) > 100
@@ -847,7 +852,7 @@ def test_gpu_check_sanitize_numbers_its_runs_and_starts_at_sanitize_from(tmp_pat
     arguments): each run's line number heads it, in the list's order, and SANITIZE_FROM=n
     skips the first n - 1 lines, so that a call can go on where a capped one stopped."""
     script = (REPO / "tools" / "gpu_check.sh").read_text()
-    runs = script.split("<<'RUNS'\n")[1].split("\nRUNS\n")[0].splitlines()
+    runs = sanitizer_runs()
     function = script[script.index("sanitize() {"):]
     function = function[:function.index("\n}\n") + 3]
     stub = tmp_path / "compute-sanitizer"
