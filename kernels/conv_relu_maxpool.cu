@@ -382,7 +382,7 @@ static void general_plan_text(const ConvPoolShape& s, const ConvPoolDevice& devi
            "group_rows=%d gathered=%d halo=%dx%d phases=%d stage_bytes=%d passes=%d smem=%d "
            "blocks_per_sm=%d nhwc_copy=%d chunks=%d input=%s stages=%d persistent=%d merged=%d "
            "cluster=%d weights=%s paired=%d direct=%d read=%dx%d copy_rows=%d:%x swizzle=%d "
-           "tail_n=%d registers=%d",
+           "tail_n=%d registers=%d windows=%d",
            general_wgmma::kTileSpecs[p.tile].name, p.images, p.pooled_rows, p.pooled_cols,
            static_cast<long long>(p.tiles), p.split, p.steps, p.step_chunks, p.group_rows,
            int(p.gathered_rows), p.halo_rows, p.halo_cols, __builtin_popcount(p.phase_mask),
@@ -394,7 +394,8 @@ static void general_plan_text(const ConvPoolShape& s, const ConvPoolDevice& devi
            p.stages, int(p.persistent), int(p.merged_cols), int(p.cluster_split),
            p.weights_in_place ? "in_place" : "packed", int(p.paired_pool),
            int(p.direct_pairs), p.read_rows,
-           p.read_cols, rows.phases, rows.mask, p.x_swizzle, p.tail_n, int(p.split_registers));
+           p.read_cols, rows.phases, rows.mask, p.x_swizzle, p.tail_n, int(p.split_registers),
+           int(general_wgmma::windows_apply(s)));
 }
 
 extern "C" bool conv_relu_maxpool_variant_plan(const ConvPoolShape* s, int variant,

@@ -950,3 +950,61 @@ def test_channels_last_in_gives_channels_last_out_from_every_kind_of_variant(ext
                                        msg=lambda m: f"config {config}: {m}")
     nchw = ext.conv2d_relu_maxpool_forward(x, w, b, *case.op_args(), -1, None)
     assert nchw.is_contiguous()
+
+
+# Window-major 1 x 1 layers (kernels/hopper/general_windows.cu, $CONV_POOL_GENERAL_WINDOWS=1):
+# x' holds the pooling windows' conv pixels side by side and the layer's outputs are put back
+# window by window. Odd conv sizes (floor mode drops a row and a column), a strided padded conv
+# under a padded ceil-mode pool (window elements in the padding repeat the window's own pixels),
+# 3 x 3 / 3 and 2 x 1 / 2 windows, pools whose stride skips conv pixels, no pool at all and a
+# 1 x 1 / 2 one, a batch-1 layer of fewer windows than a row of x', channels past the last block,
+# and a layer whose dense channels-last output the kernel writes itself (256 windows: whole rows).
+WINDOW_CASES = [
+    ConvPoolCase("w2_odd", 3, 40, 72, 15, 23, (1, 1)),
+    ConvPoolCase("w2_ceil_pad", 2, 24, 40, 21, 26, (1, 1), stride=(2, 3), padding=(1, 2),
+                 pool_kernel=(2, 2), pool_stride=(2, 2), pool_padding=(1, 1), ceil_mode=True),
+    ConvPoolCase("w3_s3", 2, 32, 48, 20, 17, (1, 1), pool_kernel=(3, 3), pool_stride=(3, 3),
+                 ceil_mode=True),
+    ConvPoolCase("w2x1_gaps", 2, 16, 64, 19, 25, (1, 1), pool_kernel=(2, 1), pool_stride=(3, 2),
+                 bias=False),
+    ConvPoolCase("w_identity", 2, 24, 40, 9, 13, (1, 1), pool_kernel=(1, 1), pool_stride=(1, 1)),
+    ConvPoolCase("w1_s2", 1, 40, 24, 13, 18, (1, 1), pool_kernel=(1, 1), pool_stride=(2, 2)),
+    ConvPoolCase("w2_batch1", 1, 64, 136, 7, 7, (1, 1)),
+    ConvPoolCase("w2_whole_rows", 2, 48, 72, 16, 32, (1, 1)),
+]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+def test_window_major_pointwise_layers_match_float64(ext, lib, device, seed, dtype, layout,
+                                                     monkeypatch):
+    """Every case above runs windowed (the plan says so) in every form of the kernel and
+    matches float64 from every layout of x, its output memory NaN before the call."""
+    monkeypatch.setenv("CONV_POOL_GENERAL_WINDOWS", "1")
+    rng = random.Random(seed)
+    for case in WINDOW_CASES:
+        plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device,
+                                          channels_last=layout == "channels_last")
+        assert plan is not None and plan["windows"] == 1, (case, plan)
+        x, w, b = operands(case, rng.randrange(2**31), dtype)
+        # (the allocator hands the output this block back: unwritten outputs would be NaN)
+        poison = torch.full(reference(case, x, w, b).shape, float("nan"), dtype=dtype,
+                            device="cuda")
+        del poison
+        check(ext, case, with_layout(x, layout), w, b, dtype, f"{case} {layout} plan {plan}")
+    monkeypatch.setenv("CONV_POOL_GENERAL_WINDOWS", "0")
+    plan = kernel_choice.general_plan(lib, WINDOW_CASES[0], ELEMENT[dtype], device)
+    assert plan["windows"] == 0, plan
+
+
+@ONE_PATH
+def test_3xtf32_window_major_pointwise_layers_match_float64(ext, lib, device, seed, monkeypatch,
+                                                            split_form):
+    """The same layers in the 3xTF32 form, judged as fp32."""
+    monkeypatch.setenv("CONV_POOL_GENERAL_WINDOWS", "1")
+    for i, case in enumerate(WINDOW_CASES):
+        plan = split_plan(lib, device, case, split_form, fallback=True)
+        assert plan["windows"] == 1, (case, plan)
+        x, w, b = operands(case, seed + i, torch.float32)
+        for layout in LAYOUTS:
+            check_3xtf32(ext, case, with_layout(x, layout), w, b, f"{case} {layout} {plan}")

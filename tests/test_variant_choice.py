@@ -2143,6 +2143,44 @@ def test_column_folding_plans_the_folded_layer(library, variant_names, monkeypat
                                               element)["general"] == three
 
 
+def test_window_major_plans_pointwise_layers_as_windows(library, variant_names, monkeypatch):
+    """Window-major 1 x 1 layers (kernels/hopper/general_windows.cu, $CONV_POOL_GENERAL_WINDOWS=1;
+    off by default): a 1 x 1 layer under a pool whose windows do not overlap is planned as one
+    image of its windows side by side, 32 windows a row (ResNeXt's 1024 -> 1024 at 14 x 14
+    under 2 x 2 / 2: 6,272 windows, from 1,024 tiles of 16 x 16 pixels to 784 of 8 x 32), read
+    in place (no slice-planar copy), in both forms and from either layout; the workspace adds x'
+    and the windowed output. Never windowed: other kernels, overlapping windows, channels short
+    of a slice."""
+    ids = variant_names_to_ids(variant_names)
+    layer = ConvPoolCase("resnext_c30", 128, 1024, 1024, 14, 14, (1, 1))
+    refused = [replace(layer, kernel_size=(3, 3), padding=(1, 1)),
+               replace(layer, pool_kernel=(3, 3), pool_stride=(2, 2)),
+               replace(layer, in_channels=1018)]
+
+    def workspace(case, element):
+        shape = shape_of(case, element)
+        return library.conv_relu_maxpool_workspace_bytes(
+            ctypes.byref(shape), ids["general_wgmma"], ctypes.byref(H200), None)
+    for element, size in ((FLOAT32, 4), (FLOAT16, 2), (BFLOAT16, 2)):
+        monkeypatch.delenv("CONV_POOL_GENERAL_WINDOWS", raising=False)
+        plain, plain_bytes = general_plan(library, layer, element), workspace(layer, element)
+        monkeypatch.setenv("CONV_POOL_GENERAL_WINDOWS", "1")
+        windowed = general_plan(library, layer, element)
+        assert plain["windows"] == 0 and windowed["windows"] == 1, (plain, windowed)
+        assert plain["tiles"] == 1024 and windowed["tiles"] < plain["tiles"], windowed
+        assert windowed["nhwc_copy"] == 0, windowed
+        assert workspace(layer, element) >= 6272 * 4 * 1024 * size + 6272 * 1024 * size, \
+            plain_bytes
+        assert general_plan(library, layer, element, channels_last=True)["windows"] == 1
+        for case in refused:
+            assert general_plan(library, case, element)["windows"] == 0, case
+        monkeypatch.setenv("CONV_POOL_GENERAL_WINDOWS", "0")
+        assert general_plan(library, layer, element) == plain
+    monkeypatch.setenv("CONV_POOL_GENERAL_WINDOWS", "1")
+    split = kernel_choice.general_plan(library, layer, FLOAT32, split=True)
+    assert split["windows"] == 1, split
+
+
 def test_stem_kernel_limits(library, variant_names):
     # stem_tf32 / stem_16bit: a reduction (in_channels x taps) of at most 32, at most 64 output
     # channels, a 2x2 / stride 2 pool whose windows all lie inside the conv output.

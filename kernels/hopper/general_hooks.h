@@ -84,6 +84,12 @@ inline bool dependent_launch() { return is("CONV_POOL_GENERAL_PDL", "1"); }
 // one-column kernel over a folded copy of x).
 inline bool fold_allowed() { return !is("CONV_POOL_GENERAL_FOLD", "0"); }
 
+// $CONV_POOL_GENERAL_WINDOWS=1: 1 x 1 layers under pools whose windows do not overlap run
+// window-major (general_windows.cu: the windows' conv pixels side by side in a copy of x, the
+// outputs put back by a copy of their own). Off by default: on an H100 the copies cost more
+// than the fuller tiles gave on every layer of the zoo measured (docs/PERF.md).
+inline bool windows_allowed() { return is("CONV_POOL_GENERAL_WINDOWS", "1"); }
+
 // $CONV_POOL_GENERAL_WIDE_POOL=0: the pooling's window loops take 2 channels at once even where
 // the accumulators are dead and could take 16 bytes of channels (Plan::wide_pool). A launch
 // setting, not the plan's.

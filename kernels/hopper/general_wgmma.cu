@@ -319,6 +319,8 @@ const char* general_wgmma_unsupported(const ConvPoolShape& s, const ConvPoolDevi
                                       bool split) {
   if (const char* why = wgmma_unavailable(device)) return why;
   if (split && s.element != kElementFloat32) return "3xTF32 takes float32 operands";
+  if (general_wgmma::windows_apply(s))  // the windowed layer (general_windows.cu)
+    return general_wgmma_unsupported(general_wgmma::windowed_shape(s), device, split);
   if (general_wgmma::subsample_applies(s, split))  // the layer over x' (general_subsample.h)
     return general_wgmma_unsupported(general_wgmma::subsampled_shape(s), device, split);
   if (s.kernel_w > general_wgmma::kMaxKernelCols) return "the kernel is wider than 64 columns";
@@ -335,6 +337,11 @@ Plan general_wgmma_plan(const ConvPoolShape& s, const ConvPoolDevice& device,
     const ConvPoolShape f = general_wgmma::folded_shape(s);
     const ConvPoolOperands folded = general_wgmma::folded_operands(f, nullptr, nullptr);
     return general_wgmma_plan(f, device, &folded, split);
+  }
+  if (general_wgmma::windows_apply(s)) {  // the windowed layer's plan
+    const ConvPoolShape f = general_wgmma::windowed_shape(s);
+    const ConvPoolOperands windowed = general_wgmma::windowed_operands(f, ops, nullptr);
+    return general_wgmma_plan(f, device, &windowed, split);
   }
   if (general_wgmma::subsample_applies(s, split)) {  // the layer over x' (general_subsample.h)
     ConvPoolOperands view;
@@ -355,6 +362,12 @@ int64_t general_wgmma_workspace_bytes(const ConvPoolShape& s, const ConvPoolDevi
     const ConvPoolOperands folded = general_wgmma::folded_operands(f, nullptr, nullptr);
     const int64_t inner = general_wgmma_workspace_bytes(f, device, &folded, split);
     return general_wgmma::region_bytes(inner) + general_wgmma::fold_bytes(f);
+  }
+  if (general_wgmma::windows_apply(s)) {  // the windowed layer's, x', its output
+    const ConvPoolShape f = general_wgmma::windowed_shape(s);
+    const ConvPoolOperands windowed = general_wgmma::windowed_operands(f, ops, nullptr);
+    const int64_t inner = general_wgmma_workspace_bytes(f, device, &windowed, split);
+    return general_wgmma::region_bytes(inner) + general_wgmma::windows_bytes(f);
   }
   if (general_wgmma::subsample_applies(s, split)) {  // the layer over x': its copy is smaller
     ConvPoolOperands view;
@@ -381,6 +394,8 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
       return error;
     return general_wgmma_launch(folded, f, device, stream, out_stride, split);
   }
+  if (windows_apply(s))  // x' a window-major copy of x (general_windows.cu)
+    return launch_windowed(ops, s, device, stream, out_stride, split);
   if (subsample_applies(s, split))  // x' is a view of x (general_subsample.h)
     return general_wgmma_launch(subsampled_operands(ops, s), subsampled_shape(s), device,
                                 stream, out_stride, split);

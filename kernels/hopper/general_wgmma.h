@@ -45,6 +45,19 @@ int64_t fold_bytes(const ConvPoolShape& folded);
 cudaError_t fold_inputs(const ConvPoolOperands& operands, const ConvPoolShape& shape,
                         const ConvPoolShape& folded_shape, void* region, cudaStream_t stream,
                         ConvPoolOperands* folded);
+// Window-major 1 x 1 layers (general_windows.cu; $CONV_POOL_GENERAL_WINDOWS=1): whether `shape`
+// runs windowed; the windowed shape; its operands (x' at `x`: dense channels-last; the rest
+// `operands`', or contiguous weights for nullptr); the bytes of x' and of the windowed output;
+// and the launch: x' into the workspace past the windowed layer's own, that layer, and the
+// copy of its output into the layer's where it does not write that itself.
+bool windows_apply(const ConvPoolShape& shape);
+ConvPoolShape windowed_shape(const ConvPoolShape& shape);
+ConvPoolOperands windowed_operands(const ConvPoolShape& windowed,
+                                   const ConvPoolOperands* operands, void* x);
+int64_t windows_bytes(const ConvPoolShape& windowed);
+cudaError_t launch_windowed(const ConvPoolOperands& operands, const ConvPoolShape& shape,
+                            const ConvPoolDevice& device, cudaStream_t stream,
+                            const int64_t* out_stride, bool split);
 }  // namespace general_wgmma
 
 // The instance launchers, one file per element type and input path so that they compile in
