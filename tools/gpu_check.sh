@@ -153,6 +153,9 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  general_windows general_wgmma float16 CONV_POOL_GENERAL_WINDOWS=1
+racecheck general_windows general_wgmma bfloat16 CONV_POOL_GENERAL_WINDOWS=1
+memcheck  general_windows_channels_last general_wgmma float32 CONV_POOL_GENERAL_WINDOWS=1
 memcheck  general_split general_wgmma float16
 racecheck general_split general_wgmma float32
 memcheck  general_strided_channels_last general_wgmma bfloat16

@@ -192,6 +192,14 @@ CASES = {
                                     pool_padding=(1, 1), ceil_mode=True),
     "general_dilated": ConvPoolCase("general_dilated", 2, 20, 200, 40, 36, (3, 3),
                                     padding=(2, 2), dilation=(2, 2)),
+    # Window-major 1 x 1 layers ($CONV_POOL_GENERAL_WINDOWS=1): a strided padded conv under a
+    # padded ceil-mode pool (the NCHW gather, the output copy), and whole rows of windows (the
+    # kernel writes the channels-last output itself).
+    "general_windows": ConvPoolCase("general_windows", 2, 24, 40, 21, 26, (1, 1), stride=(2, 3),
+                                    padding=(1, 2), pool_kernel=(2, 2), pool_stride=(2, 2),
+                                    pool_padding=(1, 1), ceil_mode=True),
+    "general_windows_channels_last": ConvPoolCase("general_windows_channels_last", 2, 48, 72, 16,
+                                                  32, (1, 1)),
     "general_pointwise": ConvPoolCase("general_pointwise", 4, 96, 130, 28, 28, (1, 1),
                                       pool_kernel=(3, 3), pool_stride=(2, 2),
                                       pool_padding=(1, 1)),
@@ -242,7 +250,7 @@ CHANNELS_LAST = {"unpooled_strips_channels_last", "general_large_kernel_channels
                  "few_tiles_channels_last", "few_tiles_packed_apart_channels_last",
                  "narrow_squares_channels_last", "split_square_channels_last",
                  "stem_columns_channels_last", "stem_odd_channels_last",
-                 "stem_vec4_channels_last"}
+                 "stem_vec4_channels_last", "general_windows_channels_last"}
 
 
 def main(name: str, variants: str = "all", dtype_name: str = "float32",

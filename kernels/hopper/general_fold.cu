@@ -128,6 +128,14 @@ ConvPoolShape folded_shape(const ConvPoolShape& s) {
   return f;
 }
 
+void set_dense_channels_last_x(const ConvPoolShape& f, ConvPoolOperands* o) {
+  const int64_t c = f.in_channels;
+  o->x_stride[0] = int64_t(f.in_height) * f.in_width * c;
+  o->x_stride[1] = 1;
+  o->x_stride[2] = int64_t(f.in_width) * c;
+  o->x_stride[3] = c;
+}
+
 ConvPoolOperands folded_operands(const ConvPoolShape& f, void* folded_x, void* folded_w) {
   ConvPoolOperands o{};
   if (f.element == kElementFloat32) {
@@ -138,10 +146,7 @@ ConvPoolOperands folded_operands(const ConvPoolShape& f, void* folded_x, void* f
     o.weight16 = static_cast<const uint16_t*>(folded_w);
   }
   const int64_t c = f.in_channels;
-  o.x_stride[0] = int64_t(f.in_height) * f.in_width * c;
-  o.x_stride[1] = 1;
-  o.x_stride[2] = int64_t(f.in_width) * c;
-  o.x_stride[3] = c;
+  set_dense_channels_last_x(f, &o);
   o.weight_stride[0] = c * f.kernel_h;
   o.weight_stride[1] = f.kernel_h;
   o.weight_stride[2] = 1;

@@ -34,6 +34,9 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& operands, const ConvPoo
                                  const int64_t* out_stride, bool split = false);
 
 namespace general_wgmma {
+// x's strides in `operands` for a dense channels-last x of `shape` (the copies that the folded
+// and windowed layers read in place).
+void set_dense_channels_last_x(const ConvPoolShape& shape, ConvPoolOperands* operands);
 // Column folding (general_fold.cu; off with $CONV_POOL_GENERAL_FOLD=0): whether `shape` runs
 // folded; the folded shape; the dense channels-last operands' strides with the given pointers;
 // the bytes of the folded x and weight; and the launch that writes them into `region` (folded:

@@ -214,13 +214,9 @@ ConvPoolOperands windowed_operands(const ConvPoolShape& f, const ConvPoolOperand
     o.x = static_cast<const float*>(windowed_x);
   else
     o.x16 = static_cast<const uint16_t*>(windowed_x);
-  const int64_t c = f.in_channels;
-  o.x_stride[0] = int64_t(f.in_height) * f.in_width * c;
-  o.x_stride[1] = 1;
-  o.x_stride[2] = int64_t(f.in_width) * c;
-  o.x_stride[3] = c;
+  set_dense_channels_last_x(f, &o);
   if (ops == nullptr) {  // the weight as the plans take it without operands: contiguous
-    o.weight_stride[0] = c;
+    o.weight_stride[0] = f.in_channels;
     o.weight_stride[1] = o.weight_stride[2] = o.weight_stride[3] = 1;
   }
   return o;
