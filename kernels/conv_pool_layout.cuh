@@ -109,9 +109,12 @@ __device__ __forceinline__ void to_slices_place(const ToSlices<Raw>& job, int64_
 }
 
 // Item `index` of the job: its slot's kGroupSlices x kSlice channel loads, then one 16-byte
-// store a slice. Slots past the row's columns (phases > 1) get zeros.
-template <class Raw>
-__device__ __forceinline__ void to_slices_item(const ToSlices<Raw>& job, int64_t index) {
+// store a slice. Slots past the row's columns (phases > 1) get zeros. source(image, h, w): the
+// element offset of the pixel's channel 0 in src, or -1 for zeros (the plain copy: its image,
+// row and column strides; a window-major copy its own map, general_windows.cuh).
+template <class Raw, class Source>
+__device__ __forceinline__ void to_slices_item(const ToSlices<Raw>& job, int64_t index,
+                                               const Source& source) {
   using Job = ToSlices<Raw>;
   constexpr int kSlice = Job::kSlice, kGroup = Job::kGroupSlices;
   if (index >= job.positions) return;
@@ -129,8 +132,9 @@ __device__ __forceinline__ void to_slices_item(const ToSlices<Raw>& job, int64_t
     if (!((job.phase_mask >> phase) & 1u)) return;  // a phase no tap reads
     w = (col - phase * job.phase_width) * job.phases + phase;
   }
-  const Raw* pixel = job.src + image * job.stride[0] + h * job.stride[2] + w * job.stride[3];
-  const int live = w < job.width ? job.channels - group * kGroup * kSlice : 0;
+  const int64_t at = w < job.width ? source(image, h, w) : -1;
+  const Raw* pixel = job.src + at;
+  const int live = at >= 0 ? job.channels - group * kGroup * kSlice : 0;
   union Vector {
     Raw raw[kSlice];
     uint4 bits;
@@ -150,5 +154,12 @@ __device__ __forceinline__ void to_slices_item(const ToSlices<Raw>& job, int64_t
     const int slice = group * kGroup + g;
     if (slice < job.slices) out[(image * job.slices + slice) * job.plane + slot] = by_slice[g].bits;
   }
+}
+
+template <class Raw>
+__device__ __forceinline__ void to_slices_item(const ToSlices<Raw>& job, int64_t index) {
+  to_slices_item(job, index, [&](int64_t image, int h, int w) {
+    return image * job.stride[0] + h * job.stride[2] + w * job.stride[3];
+  });
 }
 #endif

@@ -371,7 +371,8 @@ static const char* flat_tiling_name(const ConvPoolShape& s, int variant,
 }
 
 // The general kernel's plan (split: its 3xTF32 form) for operands `ops` (null: NCHW) as
-// "key=value ..." text into `text`.
+// "key=value ..." text into `text` (windows: 0 not windowed, 1 x' gathered, 2 x' made by the
+// preparation launch's copy; general_windows.cu).
 static void general_plan_text(const ConvPoolShape& s, const ConvPoolDevice& device,
                               const ConvPoolOperands* ops, bool split, char* text,
                               int capacity) {
@@ -395,7 +396,9 @@ static void general_plan_text(const ConvPoolShape& s, const ConvPoolDevice& devi
            p.weights_in_place ? "in_place" : "packed", int(p.paired_pool),
            int(p.direct_pairs), p.read_rows,
            p.read_cols, rows.phases, rows.mask, p.x_swizzle, p.tail_n, int(p.split_registers),
-           int(general_wgmma::windows_apply(s)));
+           !general_wgmma::windows_apply(s)                          ? 0
+           : general_wgmma::windows_fused(s, device, ops, split) ? 2
+                                                                  : 1);
 }
 
 extern "C" bool conv_relu_maxpool_variant_plan(const ConvPoolShape* s, int variant,

@@ -98,8 +98,8 @@ def is_packing_kernel(name: str) -> bool:
     return ("pack_input_kernel" in name or "pack_weights_kernel" in name
             or "to_channels_last_kernel" in name or "to_slices_kernel" in name
             or "prepare_kernel" in name or "fold_kernel" in name
-            or "gather_slices_kernel" in name or "gather_planes_kernel" in name
-            or "scatter_windows_kernel" in name)  # copies only
+            or "gather_slices_kernel" in name
+            or "gather_planes_kernel" in name)  # copies only
 
 
 def is_general_kernel(name: str) -> bool:

@@ -2147,10 +2147,11 @@ def test_window_major_plans_pointwise_layers_as_windows(library, variant_names, 
     """Window-major 1 x 1 layers (kernels/hopper/general_windows.cu, $CONV_POOL_GENERAL_WINDOWS=1;
     off by default): a 1 x 1 layer under a pool whose windows do not overlap is planned as one
     image of its windows side by side, 32 windows a row (ResNeXt's 1024 -> 1024 at 14 x 14
-    under 2 x 2 / 2: 6,272 windows, from 1,024 tiles of 16 x 16 pixels to 784 of 8 x 32), read
-    in place (no slice-planar copy), in both forms and from either layout; the workspace adds x'
-    and the windowed output. Never windowed: other kernels, overlapping windows, channels short
-    of a slice."""
+    under 2 x 2 / 2: 6,272 windows, from 1,024 tiles of 16 x 16 pixels to 784 of 8 x 32). From
+    NCHW x the preparation launch's slice-planar copy makes x' (windows=2: the workspace holds
+    that copy and no other); from channels-last x, in the 3xTF32 form and with the copy in a
+    launch of its own, a gather does (windows=1), and the kernel reads x' in place. Never
+    windowed: other kernels, overlapping windows, channels short of a slice."""
     ids = variant_names_to_ids(variant_names)
     layer = ConvPoolCase("resnext_c30", 128, 1024, 1024, 14, 14, (1, 1))
     refused = [replace(layer, kernel_size=(3, 3), padding=(1, 1)),
@@ -2161,17 +2162,25 @@ def test_window_major_plans_pointwise_layers_as_windows(library, variant_names, 
         shape = shape_of(case, element)
         return library.conv_relu_maxpool_workspace_bytes(
             ctypes.byref(shape), ids["general_wgmma"], ctypes.byref(H200), None)
+    x_bytes = 6272 * 4 * 1024  # x' (elements)
     for element, size in ((FLOAT32, 4), (FLOAT16, 2), (BFLOAT16, 2)):
         monkeypatch.delenv("CONV_POOL_GENERAL_WINDOWS", raising=False)
+        monkeypatch.delenv("CONV_POOL_GENERAL_SEPARATE_PREP", raising=False)
         plain, plain_bytes = general_plan(library, layer, element), workspace(layer, element)
         monkeypatch.setenv("CONV_POOL_GENERAL_WINDOWS", "1")
         windowed = general_plan(library, layer, element)
-        assert plain["windows"] == 0 and windowed["windows"] == 1, (plain, windowed)
+        assert plain["windows"] == 0 and windowed["windows"] == 2, (plain, windowed)
         assert plain["tiles"] == 1024 and windowed["tiles"] < plain["tiles"], windowed
-        assert windowed["nhwc_copy"] == 0, windowed
-        assert workspace(layer, element) >= 6272 * 4 * 1024 * size + 6272 * 1024 * size, \
-            plain_bytes
-        assert general_plan(library, layer, element, channels_last=True)["windows"] == 1
+        assert windowed["nhwc_copy"] == 1 and windowed["input"] == "tma", windowed
+        copied_bytes = workspace(layer, element)
+        assert x_bytes * size <= copied_bytes < 2 * x_bytes * size, (copied_bytes, plain_bytes)
+        gathered = general_plan(library, layer, element, channels_last=True)
+        assert gathered["windows"] == 1 and gathered["nhwc_copy"] == 0, gathered
+        monkeypatch.setenv("CONV_POOL_GENERAL_SEPARATE_PREP", "1")
+        separate = general_plan(library, layer, element)
+        assert separate["windows"] == 1 and separate["nhwc_copy"] == 0, separate
+        assert workspace(layer, element) >= x_bytes * size, copied_bytes
+        monkeypatch.delenv("CONV_POOL_GENERAL_SEPARATE_PREP")
         for case in refused:
             assert general_plan(library, case, element)["windows"] == 0, case
         monkeypatch.setenv("CONV_POOL_GENERAL_WINDOWS", "0")

@@ -156,6 +156,8 @@ sanitize() {
 memcheck  general_windows general_wgmma float16 CONV_POOL_GENERAL_WINDOWS=1
 racecheck general_windows general_wgmma bfloat16 CONV_POOL_GENERAL_WINDOWS=1
 memcheck  general_windows_channels_last general_wgmma float32 CONV_POOL_GENERAL_WINDOWS=1
+memcheck  general_windows general_wgmma float32 CONV_POOL_GENERAL_WINDOWS=1
+memcheck  general_windows general_wgmma float16 CONV_POOL_GENERAL_WINDOWS=1 CONV_POOL_GENERAL_SEPARATE_PREP=1
 memcheck  general_split general_wgmma float16
 racecheck general_split general_wgmma float32
 memcheck  general_strided_channels_last general_wgmma bfloat16

@@ -112,6 +112,26 @@ __device__ __forceinline__ void load_lane_bias(const ConvPoolShape& s, const Con
   }
 }
 
+// Plan::windows: window w's place in the layer's output (its channel 0's element offset).
+__device__ __forceinline__ int64_t window_output(const Plan& p, int w) {
+  const int positions = p.window_rows * p.window_cols;
+  const int n = w / positions, at = w - n * positions;
+  const int ph = at / p.window_cols, pw = at - ph * p.window_cols;
+  return n * p.out_stride[0] + ph * p.out_stride[2] + pw * p.out_stride[3];
+}
+
+// The output offset of pooled position (out_row, out_col) of image `image`'s channel 0, or -1
+// where a windowed launch (Plan::windows) has no window there.
+__device__ __forceinline__ int64_t output_offset(const ConvPoolShape& s, const Plan& p,
+                                                 int64_t image, int out_row, int out_col) {
+  if (p.windows > 0) {
+    const int w = out_row * s.out_width + out_col;
+    return w < p.windows ? window_output(p, w) : -1;
+  }
+  return image * p.out_stride[0] + int64_t(out_row) * p.out_stride[2] +
+         int64_t(out_col) * p.out_stride[3];
+}
+
 // Plan::direct_pairs (paired plans without a split): the same 2 x 2 maxima stored from the
 // registers, each lane its window's output of one channel (channel 8 j + 2 (lane % 4) + odd of
 // each group), after bias (load_lane_bias's) and ReLU, with the arithmetic of pool_tile's
@@ -146,12 +166,11 @@ __device__ __forceinline__ void store_pooled_pairs(
     const int image = window_col * p.images / kWindowCols;
     const int pooled_col = window_col - image * image_windows;
     const int out_row = o.out_row0 + window_row, out_col = o.out_col0 + pooled_col;
-    const bool inside = window_row < p.pooled_rows && pooled_col < p.pooled_cols &&
-                        out_row < s.out_height && out_col < s.out_width &&
-                        o.image + image < s.batch;
-    Raw* out = ElementOperands<E>::out(ops) + (o.image + image) * p.out_stride[0] +
-               int64_t(first) * p.out_stride[1] + int64_t(out_row) * p.out_stride[2] +
-               int64_t(out_col) * p.out_stride[3];
+    bool inside = window_row < p.pooled_rows && pooled_col < p.pooled_cols &&
+                  out_row < s.out_height && out_col < s.out_width && o.image + image < s.batch;
+    const int64_t place = inside ? output_offset(s, p, o.image + image, out_row, out_col) : 0;
+    inside = inside && place >= 0;
+    Raw* out = ElementOperands<E>::out(ops) + int64_t(first) * p.out_stride[1] + place;
 #pragma unroll
     for (int j = 0; j < T::kN / 8; ++j, out += out_step) {
       // (Every lane shuffles: the pair's partner and the bias of channel first + 8 j.)
@@ -205,6 +224,8 @@ __device__ __forceinline__ bool pooled_window(const ConvPoolShape& s, const Plan
   const int out_row = o.out_row0 + pooled_row, out_col = o.out_col0 + pooled_col;
   if (out_row >= s.out_height || out_col >= s.out_width || o.image + image >= s.batch)
     return false;
+  const int64_t place = output_offset(s, p, o.image + image, out_row, out_col);
+  if (place < 0) return false;
   const int row_begin = max(pooled_row * s.pool_stride_h, -o.conv_row0);
   const int col_begin = max(pooled_col * s.pool_stride_w, -o.conv_col0);
   rows = min(pooled_row * s.pool_stride_h + s.pool_h, s.conv_height - o.conv_row0) - row_begin;
@@ -214,9 +235,7 @@ __device__ __forceinline__ bool pooled_window(const ConvPoolShape& s, const Plan
   window = kPaired
                ? pooled_row * (T::kCols / 2) + image * (T::kCols / 2 / p.images) + pooled_col
                : row_begin * T::kCols + image * (T::kCols / p.images) + col_begin;
-  out = ElementOperands<E>::out(ops) + (o.image + image) * p.out_stride[0] +
-        int64_t(channel_base) * p.out_stride[1] + int64_t(out_row) * p.out_stride[2] +
-        int64_t(out_col) * p.out_stride[3];
+  out = ElementOperands<E>::out(ops) + int64_t(channel_base) * p.out_stride[1] + place;
   return true;
 }
 

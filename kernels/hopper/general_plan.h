@@ -251,6 +251,12 @@ struct Plan {
   // (pooled_rect), and the warp-specialized kernel reads a block's first bias under its first
   // copies (off: $CONV_POOL_GENERAL_POOL_RECT=0). A launch setting.
   bool pool_rect = true;
+  // Window-major 1 x 1 layers (general_windows.cu): the launch runs the windowed layer, whose
+  // pooled position (r, q) is the layer's window w = r x out_width + q (none past `windows`),
+  // stored at (n, ph, pw) = (w / (window_rows x window_cols), ...) of the layer's output
+  // (out_stride: the layer's); 0: the output is the launch's own layer's. A launch setting.
+  int windows = 0;
+  int window_rows = 0, window_cols = 0;
 };
 
 // Weight parts a chunk of x in the packed layout: two (big, small) in the registers form of

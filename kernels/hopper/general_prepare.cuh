@@ -14,6 +14,7 @@
 #include "../conv_pool_layout.cuh"
 #include "../conv_pool_wgmma.cuh"
 #include "general_plan.h"
+#include "general_windows.cuh"
 
 namespace general_wgmma {
 namespace {
@@ -93,13 +94,14 @@ __device__ __forceinline__ void pack_weights(const PackJob<Raw>& job, const Conv
 
 // The launch's preparation, one grid of independent jobs: blocks [0, pack_blocks) zero the split
 // reduction's tile counters and pack the weights; the blocks after them (if any) make the
-// slice-planar copy of x, one item a thread. One launch where there were up to three: on layers
+// slice-planar copy of x, one item a thread (windows.cols > 0: of a windowed layer's x' from
+// the layer's x, general_windows.cuh). One launch where there were up to three: on layers
 // of a few tiles each launch costs microseconds of latency (docs/PERF.md).
 template <class Raw, int kSliceChannels>
 __global__ void __launch_bounds__(256)
     prepare_kernel(const PackJob<Raw> pack, const ConvPoolShape s, const Plan p,
-                   int64_t pack_blocks, const ToSlices<Raw> copy, uint32_t* counters,
-                   int counter_words) {
+                   int64_t pack_blocks, const ToSlices<Raw> copy, const WindowSource windows,
+                   uint32_t* counters, int counter_words) {
   // The general kernel, when launched as this launch's programmatic dependent
   // ($CONV_POOL_GENERAL_PDL=1), may start its blocks' setup now: it waits for this launch's
   // writes before reading them.
@@ -111,7 +113,13 @@ __global__ void __launch_bounds__(256)
     pack_weights<Raw, kSliceChannels>(pack, s, p, blockIdx.x, pack_blocks);
     return;
   }
-  to_slices_item(copy, (blockIdx.x - pack_blocks) * int64_t(blockDim.x) + threadIdx.x);
+  const int64_t item = (blockIdx.x - pack_blocks) * int64_t(blockDim.x) + threadIdx.x;
+  if (windows.cols > 0)
+    to_slices_item(copy, item, [&](int64_t, int h, int w) {
+      return window_source(windows, copy.stride[0], copy.stride[2], copy.stride[3], h, w);
+    });
+  else
+    to_slices_item(copy, item);
 }
 
 // 3xTF32's NHWC copy of x: staged_channels a pixel, staged chunk j holding chunk j / 3 of x

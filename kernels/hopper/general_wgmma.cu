@@ -25,6 +25,7 @@
 #include "general_subsample.h"
 #include "general_trace.cuh"
 #include "general_wgmma.h"
+#include "general_windows.cuh"
 
 namespace general_wgmma {
 namespace {
@@ -271,10 +272,12 @@ cudaError_t encode_weight_map(const ConvPoolShape& s, const ConvPoolOperands& op
 }
 
 // The preparation launch (prepare_kernel): the split counters zeroed (a memset instead where
-// `separate`), the weights packed, and with copy_x the slice-planar copy of x.
+// `separate`), the weights packed, and with copy_x the slice-planar copy of x (`windows`: of
+// the windowed layer's x' from the layer's x, or nullptr).
 template <class Raw, int kSliceChannels>
 cudaError_t prepare(const Raw* weight, const ConvPoolOperands& ops, const ConvPoolShape& s,
-                    const Plan& p, bool copy_x, bool separate, cudaStream_t stream) {
+                    const Plan& p, bool copy_x, const WindowedLayer* windows, bool separate,
+                    cudaStream_t stream) {
   const PackJob<Raw> pack{weight,
                           ops.weight_stride[0],
                           ops.weight_stride[1],
@@ -295,9 +298,13 @@ cudaError_t prepare(const Raw* weight, const ConvPoolOperands& ops, const ConvPo
     counter_words = 0;
   }
   ToSlices<Raw> copy{};
+  WindowSource source{};  // (cols 0: the plain copy)
   int64_t copy_blocks = 0;
   if (copy_x) {
-    copy = to_slices_job<Raw>(input_data(s, ops), ops.x_stride, s.batch, s.in_channels,
+    if (windows != nullptr) source = windows->source;
+    copy = to_slices_job<Raw>(input_data(s, ops),
+                              windows != nullptr ? windows->x_stride : ops.x_stride, s.batch,
+                              s.in_channels,
                               s.in_height, s.in_width, copy_phases(s, p), copy_phase_mask(s, p),
                               conv_pool_copy_rows(s), p.staged_channels / kSliceChannels,
                               const_cast<void*>(p.staged_input));
@@ -306,7 +313,7 @@ cudaError_t prepare(const Raw* weight, const ConvPoolOperands& ops, const ConvPo
   }
   if (units == 0 && counter_words == 0 && copy_blocks == 0) return cudaSuccess;  // nothing to do
   prepare_kernel<Raw, kSliceChannels><<<unsigned(pack_blocks + copy_blocks), 256, 0, stream>>>(
-      pack, s, p, pack_blocks, copy, counters, counter_words);
+      pack, s, p, pack_blocks, copy, source, counters, counter_words);
   return cudaGetLastError();
 }
 
@@ -339,9 +346,9 @@ Plan general_wgmma_plan(const ConvPoolShape& s, const ConvPoolDevice& device,
     return general_wgmma_plan(f, device, &folded, split);
   }
   if (general_wgmma::windows_apply(s)) {  // the windowed layer's plan
-    const ConvPoolShape f = general_wgmma::windowed_shape(s);
-    const ConvPoolOperands windowed = general_wgmma::windowed_operands(f, ops, nullptr);
-    return general_wgmma_plan(f, device, &windowed, split);
+    const ConvPoolOperands windowed =
+        general_wgmma::windowed_operands(s, device, ops, split, nullptr);
+    return general_wgmma_plan(general_wgmma::windowed_shape(s), device, &windowed, split);
   }
   if (general_wgmma::subsample_applies(s, split)) {  // the layer over x' (general_subsample.h)
     ConvPoolOperands view;
@@ -364,10 +371,12 @@ int64_t general_wgmma_workspace_bytes(const ConvPoolShape& s, const ConvPoolDevi
     return general_wgmma::region_bytes(inner) + general_wgmma::fold_bytes(f);
   }
   if (general_wgmma::windows_apply(s)) {  // the windowed layer's, x', its output
-    const ConvPoolShape f = general_wgmma::windowed_shape(s);
-    const ConvPoolOperands windowed = general_wgmma::windowed_operands(f, ops, nullptr);
-    const int64_t inner = general_wgmma_workspace_bytes(f, device, &windowed, split);
-    return general_wgmma::region_bytes(inner) + general_wgmma::windows_bytes(f);
+    const ConvPoolOperands windowed =
+        general_wgmma::windowed_operands(s, device, ops, split, nullptr);
+    const int64_t inner = general_wgmma_workspace_bytes(general_wgmma::windowed_shape(s),
+                                                        device, &windowed, split);
+    return general_wgmma::region_bytes(inner) +
+           general_wgmma::windows_bytes(s, device, ops, split);
   }
   if (general_wgmma::subsample_applies(s, split)) {  // the layer over x': its copy is smaller
     ConvPoolOperands view;
@@ -399,6 +408,14 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
   if (subsample_applies(s, split))  // x' is a view of x (general_subsample.h)
     return general_wgmma_launch(subsampled_operands(ops, s), subsampled_shape(s), device,
                                 stream, out_stride, split);
+  return launch_shape(ops, s, device, stream, out_stride, split, nullptr);
+}
+
+cudaError_t general_wgmma::launch_shape(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                        const ConvPoolDevice& device, cudaStream_t stream,
+                                        const int64_t* out_stride, bool split,
+                                        const WindowedLayer* windowed) {
+  using namespace general_wgmma;
   Plan p = general_wgmma_plan(s, device, &ops, split);
   if (out_stride != nullptr) {
     for (int d = 0; d < 4; ++d) p.out_stride[d] = out_stride[d];
@@ -409,6 +426,12 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
     p.out_stride[0] = p.out_stride[1] * s.out_channels;
   }
   p.pool_rect = pool_rect_enabled();
+  if (windowed != nullptr) {  // (out_stride: the layer's)
+    const ConvPoolShape& layer = windowed->source.layer;
+    p.windows = int(int64_t(layer.batch) * layer.out_height * layer.out_width);
+    p.window_rows = layer.out_height;
+    p.window_cols = layer.out_width;
+  }
   unsigned char* workspace = reinterpret_cast<unsigned char*>(ops.workspace);
   p.packed = workspace;
   p.staged_input = workspace + region_bytes(p.packed_bytes);
@@ -420,6 +443,10 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
   // $CONV_POOL_GENERAL_SEPARATE_PREP=1: conv_pool_to_slices' own launch).
   const bool separate = separate_preparation();
   const bool copy_in_preparation = p.input == kTmaInput && p.staged_copy && !separate;
+  // A windowed x' from x is the preparation's copy (windows_fused asked for this plan).
+  const WindowedLayer* copy_windows =
+      windowed != nullptr && windowed->copy_x ? windowed : nullptr;
+  if (copy_windows != nullptr && !copy_in_preparation) return cudaErrorInvalidValue;
   if (p.input == kTmaInput && p.staged_copy && copy_poisoned()) {
     if (cudaError_t error = cudaMemsetAsync(const_cast<void*>(p.staged_input), 0xff,
                                             size_t(p.staged_input_bytes), stream);
@@ -428,9 +455,10 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
   }
   cudaError_t prepared =
       s.element == kElementFloat32
-          ? prepare<float, 4>(ops.weight, ops, s, p, copy_in_preparation, separate, stream)
-          : prepare<uint16_t, 8>(ops.weight16, ops, s, p, copy_in_preparation, separate,
-                                 stream);
+          ? prepare<float, 4>(ops.weight, ops, s, p, copy_in_preparation, copy_windows,
+                              separate, stream)
+          : prepare<uint16_t, 8>(ops.weight16, ops, s, p, copy_in_preparation, copy_windows,
+                                 separate, stream);
   if (prepared != cudaSuccess) return prepared;
   if (p.split_operands && !p.split_registers) {
     float* staged = static_cast<float*>(const_cast<void*>(p.staged_input));

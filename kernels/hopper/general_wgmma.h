@@ -49,18 +49,28 @@ cudaError_t fold_inputs(const ConvPoolOperands& operands, const ConvPoolShape& s
                         const ConvPoolShape& folded_shape, void* region, cudaStream_t stream,
                         ConvPoolOperands* folded);
 // Window-major 1 x 1 layers (general_windows.cu; $CONV_POOL_GENERAL_WINDOWS=1): whether `shape`
-// runs windowed; the windowed shape; its operands (x' at `x`: dense channels-last; the rest
-// `operands`', or contiguous weights for nullptr); the bytes of x' and of the windowed output;
-// and the launch: x' into the workspace past the windowed layer's own, that layer, and the
-// copy of its output into the layer's where it does not write that itself.
+// runs windowed; the windowed shape; whether the launch's slice-planar copy makes x' from x
+// (fused) rather than a gather of its own; the windowed layer's operands as its plan and launch
+// take them (x' at `x` where gathered; the rest `operands`', or contiguous weights for nullptr);
+// the bytes of a gathered x'; and the launch: x' (gathered into the workspace past the windowed
+// layer's own, or by its copy), then that layer, storing each window's outputs in place.
 bool windows_apply(const ConvPoolShape& shape);
 ConvPoolShape windowed_shape(const ConvPoolShape& shape);
-ConvPoolOperands windowed_operands(const ConvPoolShape& windowed,
-                                   const ConvPoolOperands* operands, void* x);
-int64_t windows_bytes(const ConvPoolShape& windowed);
+bool windows_fused(const ConvPoolShape& shape, const ConvPoolDevice& device,
+                   const ConvPoolOperands* operands, bool split);
+ConvPoolOperands windowed_operands(const ConvPoolShape& shape, const ConvPoolDevice& device,
+                                   const ConvPoolOperands* operands, bool split, void* x);
+int64_t windows_bytes(const ConvPoolShape& shape, const ConvPoolDevice& device,
+                      const ConvPoolOperands* operands, bool split);
 cudaError_t launch_windowed(const ConvPoolOperands& operands, const ConvPoolShape& shape,
                             const ConvPoolDevice& device, cudaStream_t stream,
                             const int64_t* out_stride, bool split);
+// The launch of `shape` itself (general_wgmma_launch after its fold, windows and view
+// choices); `windowed`: a window-major launch's remaps (general_windows.cuh), or nullptr.
+struct WindowedLayer;
+cudaError_t launch_shape(const ConvPoolOperands& operands, const ConvPoolShape& shape,
+                         const ConvPoolDevice& device, cudaStream_t stream,
+                         const int64_t* out_stride, bool split, const WindowedLayer* windowed);
 }  // namespace general_wgmma
 
 // The instance launchers, one file per element type and input path so that they compile in
