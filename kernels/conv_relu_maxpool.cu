@@ -396,7 +396,7 @@ static void general_plan_text(const ConvPoolShape& s, const ConvPoolDevice& devi
            p.weights_in_place ? "in_place" : "packed", int(p.paired_pool),
            int(p.direct_pairs), p.read_rows,
            p.read_cols, rows.phases, rows.mask, p.x_swizzle, p.tail_n, int(p.split_registers),
-           !general_wgmma::windows_apply(s)                          ? 0
+           !general_wgmma::windows_chosen(s, device, ops, split)    ? 0
            : general_wgmma::windows_fused(s, device, ops, split) ? 2
                                                                   : 1);
 }

@@ -955,11 +955,12 @@ def test_channels_last_in_gives_channels_last_out_from_every_kind_of_variant(ext
 # Window-major 1 x 1 layers (kernels/hopper/general_windows.cu, $CONV_POOL_GENERAL_WINDOWS=1):
 # x' holds the pooling windows' conv pixels side by side (made by the preparation launch's
 # slice-planar copy from NCHW x in the warp-specialized forms, else gathered) and the epilogue
-# stores each window's outputs at its place in the layer's output. Odd conv sizes (floor mode drops a row and a column), a strided padded conv
-# under a padded ceil-mode pool (window elements in the padding repeat the window's own pixels),
-# 3 x 3 / 3 and 2 x 1 / 2 windows, pools whose stride skips conv pixels, no pool at all and a
-# 1 x 1 / 2 one, a batch-1 layer of fewer windows than a row of x', channels past the last block,
-# and a layer whose dense channels-last output the kernel writes itself (256 windows: whole rows).
+# stores each window's outputs at its place in the layer's output. Odd conv sizes (floor mode
+# drops a row and a column), a strided padded conv under a padded ceil-mode pool (window
+# elements in the padding repeat the window's own pixels), 3 x 3 / 3 and 2 x 1 / 2 windows,
+# pools whose stride skips conv pixels, no pool at all and a 1 x 1 / 2 one, a batch-1 layer of
+# fewer windows than a row of x', channels past the last block, and a layer of whole rows of
+# windows (256).
 WINDOW_CASES = [
     ConvPoolCase("w2_odd", 3, 40, 72, 15, 23, (1, 1)),
     ConvPoolCase("w2_ceil_pad", 2, 24, 40, 21, 26, (1, 1), stride=(2, 3), padding=(1, 2),

@@ -2144,14 +2144,17 @@ def test_column_folding_plans_the_folded_layer(library, variant_names, monkeypat
 
 
 def test_window_major_plans_pointwise_layers_as_windows(library, variant_names, monkeypatch):
-    """Window-major 1 x 1 layers (kernels/hopper/general_windows.cu, $CONV_POOL_GENERAL_WINDOWS=1;
-    off by default): a 1 x 1 layer under a pool whose windows do not overlap is planned as one
-    image of its windows side by side, 32 windows a row (ResNeXt's 1024 -> 1024 at 14 x 14
-    under 2 x 2 / 2: 6,272 windows, from 1,024 tiles of 16 x 16 pixels to 784 of 8 x 32). From
-    NCHW x the preparation launch's slice-planar copy makes x' (windows=2: the workspace holds
-    that copy and no other); from channels-last x, in the 3xTF32 form and with the copy in a
-    launch of its own, a gather does (windows=1), and the kernel reads x' in place. Never
-    windowed: other kernels, overlapping windows, channels short of a slice."""
+    """Window-major 1 x 1 layers (kernels/hopper/general_windows.cu): a 1 x 1 layer under a pool
+    whose windows do not overlap can be planned as one image of its windows side by side, 32
+    windows a row (ResNeXt's 1024 -> 1024 at 14 x 14 under 2 x 2 / 2: 6,272 windows, from 1,024
+    tiles of 16 x 16 pixels to 784 of 8 x 32). From NCHW x the preparation launch's slice-planar
+    copy makes x' (windows=2: the workspace holds that copy and no other); from channels-last x,
+    in the 3xTF32 form and with the copy in a launch of its own, a gather does (windows=1), and
+    the kernel reads x' in place. By default (the hook unset) only the first form, and only
+    where it cuts the layer's waves of blocks to at most kWindowsMaxWaveShare of two or more
+    (here 8 -> 6; at batch 32, 2 -> 2: not). $CONV_POOL_GENERAL_WINDOWS=1 windows every layer it
+    can, =0 none. Never windowed: other kernels, overlapping windows, channels short of a
+    slice."""
     ids = variant_names_to_ids(variant_names)
     layer = ConvPoolCase("resnext_c30", 128, 1024, 1024, 14, 14, (1, 1))
     refused = [replace(layer, kernel_size=(3, 3), padding=(1, 1)),
@@ -2163,19 +2166,25 @@ def test_window_major_plans_pointwise_layers_as_windows(library, variant_names, 
         return library.conv_relu_maxpool_workspace_bytes(
             ctypes.byref(shape), ids["general_wgmma"], ctypes.byref(H200), None)
     x_bytes = 6272 * 4 * 1024  # x' (elements)
+    monkeypatch.delenv("CONV_POOL_GENERAL_SEPARATE_PREP", raising=False)
     for element, size in ((FLOAT32, 4), (FLOAT16, 2), (BFLOAT16, 2)):
-        monkeypatch.delenv("CONV_POOL_GENERAL_WINDOWS", raising=False)
-        monkeypatch.delenv("CONV_POOL_GENERAL_SEPARATE_PREP", raising=False)
-        plain, plain_bytes = general_plan(library, layer, element), workspace(layer, element)
-        monkeypatch.setenv("CONV_POOL_GENERAL_WINDOWS", "1")
-        windowed = general_plan(library, layer, element)
-        assert plain["windows"] == 0 and windowed["windows"] == 2, (plain, windowed)
-        assert plain["tiles"] == 1024 and windowed["tiles"] < plain["tiles"], windowed
-        assert windowed["nhwc_copy"] == 1 and windowed["input"] == "tma", windowed
+        monkeypatch.setenv("CONV_POOL_GENERAL_WINDOWS", "0")
+        plain = general_plan(library, layer, element)
+        assert plain["windows"] == 0 and plain["tiles"] == 1024, plain
+        monkeypatch.delenv("CONV_POOL_GENERAL_WINDOWS")
+        chosen = general_plan(library, layer, element)
+        assert chosen["windows"] == 2 and chosen["tiles"] == 784, chosen
+        assert chosen["nhwc_copy"] == 1 and chosen["input"] == "tma", chosen
         copied_bytes = workspace(layer, element)
-        assert x_bytes * size <= copied_bytes < 2 * x_bytes * size, (copied_bytes, plain_bytes)
+        assert x_bytes * size <= copied_bytes < 2 * x_bytes * size, copied_bytes
+        for kept in (general_plan(library, layer, element, channels_last=True),
+                     general_plan(library, replace(layer, batch=32), element)):
+            assert kept["windows"] == 0, kept
+        monkeypatch.setenv("CONV_POOL_GENERAL_WINDOWS", "1")
+        assert general_plan(library, layer, element) == chosen
         gathered = general_plan(library, layer, element, channels_last=True)
         assert gathered["windows"] == 1 and gathered["nhwc_copy"] == 0, gathered
+        assert general_plan(library, replace(layer, batch=32), element)["windows"] == 2
         monkeypatch.setenv("CONV_POOL_GENERAL_SEPARATE_PREP", "1")
         separate = general_plan(library, layer, element)
         assert separate["windows"] == 1 and separate["nhwc_copy"] == 0, separate
@@ -2183,11 +2192,11 @@ def test_window_major_plans_pointwise_layers_as_windows(library, variant_names, 
         monkeypatch.delenv("CONV_POOL_GENERAL_SEPARATE_PREP")
         for case in refused:
             assert general_plan(library, case, element)["windows"] == 0, case
-        monkeypatch.setenv("CONV_POOL_GENERAL_WINDOWS", "0")
-        assert general_plan(library, layer, element) == plain
-    monkeypatch.setenv("CONV_POOL_GENERAL_WINDOWS", "1")
     split = kernel_choice.general_plan(library, layer, FLOAT32, split=True)
     assert split["windows"] == 1, split
+    monkeypatch.delenv("CONV_POOL_GENERAL_WINDOWS")
+    split = kernel_choice.general_plan(library, layer, FLOAT32, split=True)
+    assert split["windows"] == 0, split
 
 
 def test_stem_kernel_limits(library, variant_names):

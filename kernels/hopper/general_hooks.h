@@ -84,11 +84,15 @@ inline bool dependent_launch() { return is("CONV_POOL_GENERAL_PDL", "1"); }
 // one-column kernel over a folded copy of x).
 inline bool fold_allowed() { return !is("CONV_POOL_GENERAL_FOLD", "0"); }
 
-// $CONV_POOL_GENERAL_WINDOWS=1: 1 x 1 layers under pools whose windows do not overlap run
-// window-major (general_windows.cu: the windows' conv pixels side by side in a copy of x, the
-// outputs put back by a copy of their own). Off by default: on an H100 the copies cost more
-// than the fuller tiles gave on every layer of the zoo measured (docs/PERF.md).
-inline bool windows_allowed() { return is("CONV_POOL_GENERAL_WINDOWS", "1"); }
+// $CONV_POOL_GENERAL_WINDOWS=1: every 1 x 1 layer under pools whose windows do not overlap runs
+// window-major (general_windows.cu: the windows' conv pixels side by side in a copy of x, each
+// window's outputs stored in place); =0: none; unset (-1): where the rule says
+// (kWindowsMaxWaveShare).
+inline int windows_forced() {
+  const char* value = conv_pool_env::hook_env("CONV_POOL_GENERAL_WINDOWS");
+  if (value == nullptr || (value[0] != '0' && value[0] != '1') || value[1] != '\0') return -1;
+  return value[0] - '0';
+}
 
 // $CONV_POOL_GENERAL_WIDE_POOL=0: the pooling's window loops take 2 channels at once even where
 // the accumulators are dead and could take 16 bytes of channels (Plan::wide_pool). A launch

@@ -326,7 +326,7 @@ const char* general_wgmma_unsupported(const ConvPoolShape& s, const ConvPoolDevi
                                       bool split) {
   if (const char* why = wgmma_unavailable(device)) return why;
   if (split && s.element != kElementFloat32) return "3xTF32 takes float32 operands";
-  if (general_wgmma::windows_apply(s))  // the windowed layer (general_windows.cu)
+  if (general_wgmma::windows_chosen(s, device, nullptr, split))  // (general_windows.cu)
     return general_wgmma_unsupported(general_wgmma::windowed_shape(s), device, split);
   if (general_wgmma::subsample_applies(s, split))  // the layer over x' (general_subsample.h)
     return general_wgmma_unsupported(general_wgmma::subsampled_shape(s), device, split);
@@ -345,7 +345,7 @@ Plan general_wgmma_plan(const ConvPoolShape& s, const ConvPoolDevice& device,
     const ConvPoolOperands folded = general_wgmma::folded_operands(f, nullptr, nullptr);
     return general_wgmma_plan(f, device, &folded, split);
   }
-  if (general_wgmma::windows_apply(s)) {  // the windowed layer's plan
+  if (general_wgmma::windows_chosen(s, device, ops, split)) {  // the windowed layer's plan
     const ConvPoolOperands windowed =
         general_wgmma::windowed_operands(s, device, ops, split, nullptr);
     return general_wgmma_plan(general_wgmma::windowed_shape(s), device, &windowed, split);
@@ -355,10 +355,13 @@ Plan general_wgmma_plan(const ConvPoolShape& s, const ConvPoolDevice& device,
     return general_wgmma_plan(general_wgmma::subsampled_shape(s), device,
                               general_wgmma::subsampled_operands(ops, s, view), split);
   }
-  Plan p = general_wgmma::best_plan(s, device, split, general_wgmma::tma_for(s, ops, split),
-                                    general_wgmma::x_in_place(s, ops))
-               .plan;
-  general_wgmma::choose_input(s, ops, device, p);
+  return general_wgmma::shape_plan(s, device, ops, split);
+}
+
+Plan general_wgmma::shape_plan(const ConvPoolShape& s, const ConvPoolDevice& device,
+                               const ConvPoolOperands* ops, bool split) {
+  Plan p = best_plan(s, device, split, tma_for(s, ops, split), x_in_place(s, ops)).plan;
+  choose_input(s, ops, device, p);
   return p;
 }
 
@@ -370,7 +373,7 @@ int64_t general_wgmma_workspace_bytes(const ConvPoolShape& s, const ConvPoolDevi
     const int64_t inner = general_wgmma_workspace_bytes(f, device, &folded, split);
     return general_wgmma::region_bytes(inner) + general_wgmma::fold_bytes(f);
   }
-  if (general_wgmma::windows_apply(s)) {  // the windowed layer's, x', its output
+  if (general_wgmma::windows_chosen(s, device, ops, split)) {  // the windowed layer's, x'
     const ConvPoolOperands windowed =
         general_wgmma::windowed_operands(s, device, ops, split, nullptr);
     const int64_t inner = general_wgmma_workspace_bytes(general_wgmma::windowed_shape(s),
@@ -403,7 +406,7 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
       return error;
     return general_wgmma_launch(folded, f, device, stream, out_stride, split);
   }
-  if (windows_apply(s))  // x' a window-major copy of x (general_windows.cu)
+  if (windows_chosen(s, device, &ops, split))  // x' a window-major copy of x (general_windows.cu)
     return launch_windowed(ops, s, device, stream, out_stride, split);
   if (subsample_applies(s, split))  // x' is a view of x (general_subsample.h)
     return general_wgmma_launch(subsampled_operands(ops, s), subsampled_shape(s), device,

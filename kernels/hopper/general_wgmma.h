@@ -48,13 +48,16 @@ int64_t fold_bytes(const ConvPoolShape& folded);
 cudaError_t fold_inputs(const ConvPoolOperands& operands, const ConvPoolShape& shape,
                         const ConvPoolShape& folded_shape, void* region, cudaStream_t stream,
                         ConvPoolOperands* folded);
-// Window-major 1 x 1 layers (general_windows.cu; $CONV_POOL_GENERAL_WINDOWS=1): whether `shape`
-// runs windowed; the windowed shape; whether the launch's slice-planar copy makes x' from x
+// Window-major 1 x 1 layers (general_windows.cu; $CONV_POOL_GENERAL_WINDOWS): whether `shape`
+// can run windowed (its geometry); whether it does (the hook, else the rule of
+// kWindowsMaxWaveShare); the windowed shape; whether the launch's slice-planar copy makes x' from x
 // (fused) rather than a gather of its own; the windowed layer's operands as its plan and launch
 // take them (x' at `x` where gathered; the rest `operands`', or contiguous weights for nullptr);
 // the bytes of a gathered x'; and the launch: x' (gathered into the workspace past the windowed
 // layer's own, or by its copy), then that layer, storing each window's outputs in place.
 bool windows_apply(const ConvPoolShape& shape);
+bool windows_chosen(const ConvPoolShape& shape, const ConvPoolDevice& device,
+                    const ConvPoolOperands* operands, bool split);
 ConvPoolShape windowed_shape(const ConvPoolShape& shape);
 bool windows_fused(const ConvPoolShape& shape, const ConvPoolDevice& device,
                    const ConvPoolOperands* operands, bool split);
@@ -65,6 +68,10 @@ int64_t windows_bytes(const ConvPoolShape& shape, const ConvPoolDevice& device,
 cudaError_t launch_windowed(const ConvPoolOperands& operands, const ConvPoolShape& shape,
                             const ConvPoolDevice& device, cudaStream_t stream,
                             const int64_t* out_stride, bool split);
+// The plan of `shape` itself, x read as `operands` say (general_wgmma_plan after its fold,
+// windows and view choices).
+Plan shape_plan(const ConvPoolShape& shape, const ConvPoolDevice& device,
+                const ConvPoolOperands* operands, bool split);
 // The launch of `shape` itself (general_wgmma_launch after its fold, windows and view
 // choices); `windowed`: a window-major launch's remaps (general_windows.cuh), or nullptr.
 struct WindowedLayer;

@@ -193,7 +193,6 @@ bool windows_apply(const ConvPoolShape& s) {
   if (s.kernel_h != 1 || s.kernel_w != 1 || s.in_channels % slice_channels(s.element) != 0 ||
       s.pool_h > s.pool_stride_h || s.pool_w > s.pool_stride_w || s.output_elements() == 0)
     return false;
-  if (!hooks::windows_allowed()) return false;
   // The windows and x''s pixels in int (window_source, the epilogue's Plan::windows).
   const ConvPoolShape f = windowed_shape(s);
   if (window_count(s) > INT_MAX || int64_t(f.in_height) * f.in_width > INT_MAX) return false;
@@ -221,6 +220,24 @@ ConvPoolShape windowed_shape(const ConvPoolShape& s) {
   f.out_height = rows;
   f.out_width = cols;
   return f;
+}
+
+bool windows_chosen(const ConvPoolShape& s, const ConvPoolDevice& device,
+                    const ConvPoolOperands* ops, bool split) {
+  const int forced = hooks::windows_forced();
+  if (forced == 0 || !windows_apply(s)) return false;
+  if (forced == 1) return true;
+  if (!windows_fused(s, device, ops, split)) return false;
+  const auto waves = [&](const Plan& p) {
+    const int64_t resident = int64_t(device.sm_count) * p.blocks_per_sm;
+    return (p.tiles * p.split + resident - 1) / resident;
+  };
+  const int64_t plain = waves(shape_plan(s, device, ops, split));
+  const ConvPoolShape f = windowed_shape(s);
+  const ConvPoolOperands copied = windowed_x_operands(f, ops, true, nullptr);
+  return plain >= conv_pool_heuristics::kWindowsMinWaves &&
+         double(waves(general_wgmma_plan(f, device, &copied, split))) <=
+             conv_pool_heuristics::kWindowsMaxWaveShare * double(plain);
 }
 
 bool windows_fused(const ConvPoolShape& s, const ConvPoolDevice& device,
