@@ -212,7 +212,7 @@ constexpr int kRoundChunks = 7;  // a round's fixed time (prologue, epilogue, re
 // windowed tiles cut the layer's waves of blocks (tiles x split over the resident blocks,
 // rounded up) to at most kWindowsMaxWaveShare of at least kWindowsMinWaves. A layer of one wave
 // takes one block's chain whatever its tiles hold, and a cut of one wave in many is within the
-// copy's own cost: H100, the zoo's 16 windowable NCHW rows (docs/PERF.md, v96), ResNeXt's 1024
+// copy's own cost: H100, the zoo's 16 windowable NCHW rows (docs/PERF.md), ResNeXt's 1024
 // -> 1024 at 14 x 14 (8 -> 6 waves) 0.78x / 0.76x of the kernel time (float16 / float32),
 // Inception's 256 -> 64 at 35 x 35 (5 -> 3) 0.93x, one-wave rows 0.89-1.11x, 14 -> 12 and
 // 7 -> 6 waves 0.95-1.02x.
