@@ -222,31 +222,47 @@ ConvPoolShape windowed_shape(const ConvPoolShape& s) {
   return f;
 }
 
+namespace {
+
+// Whether x' could come from the preparation launch's copy: x without contiguous channels
+// (channels-last x is read in place unwindowed, so any copy of it is extra), the copy in that
+// launch.
+bool copy_may_window(const ConvPoolOperands* ops) {
+  return (ops == nullptr || ops->x_stride[1] != 1) && !hooks::separate_preparation();
+}
+
+// The windowed layer's plan with x' from that copy (x's own pointer, NCHW strides of the
+// windowed shape), and whether the plan makes the copy there.
+Plan copied_plan(const ConvPoolShape& s, const ConvPoolDevice& device,
+                 const ConvPoolOperands* ops, bool split) {
+  const ConvPoolShape f = windowed_shape(s);
+  const ConvPoolOperands copied = windowed_x_operands(f, ops, true, nullptr);
+  return general_wgmma_plan(f, device, &copied, split);
+}
+bool copies_in_preparation(const Plan& p) { return p.input == kTmaInput && p.staged_copy; }
+
+}  // namespace
+
 bool windows_chosen(const ConvPoolShape& s, const ConvPoolDevice& device,
                     const ConvPoolOperands* ops, bool split) {
   const int forced = hooks::windows_forced();
   if (forced == 0 || !windows_apply(s)) return false;
   if (forced == 1) return true;
-  if (!windows_fused(s, device, ops, split)) return false;
+  if (!copy_may_window(ops)) return false;
+  const Plan windowed = copied_plan(s, device, ops, split);
+  if (!copies_in_preparation(windowed)) return false;
   const auto waves = [&](const Plan& p) {
     const int64_t resident = int64_t(device.sm_count) * p.blocks_per_sm;
     return (p.tiles * p.split + resident - 1) / resident;
   };
   const int64_t plain = waves(shape_plan(s, device, ops, split));
-  const ConvPoolShape f = windowed_shape(s);
-  const ConvPoolOperands copied = windowed_x_operands(f, ops, true, nullptr);
   return plain >= conv_pool_heuristics::kWindowsMinWaves &&
-         double(waves(general_wgmma_plan(f, device, &copied, split))) <=
-             conv_pool_heuristics::kWindowsMaxWaveShare * double(plain);
+         double(waves(windowed)) <= conv_pool_heuristics::kWindowsMaxWaveShare * double(plain);
 }
 
 bool windows_fused(const ConvPoolShape& s, const ConvPoolDevice& device,
                    const ConvPoolOperands* ops, bool split) {
-  if ((ops != nullptr && ops->x_stride[1] == 1) || hooks::separate_preparation()) return false;
-  const ConvPoolShape f = windowed_shape(s);
-  const ConvPoolOperands copied = windowed_x_operands(f, ops, true, nullptr);
-  const Plan p = general_wgmma_plan(f, device, &copied, split);
-  return p.input == kTmaInput && p.staged_copy;
+  return copy_may_window(ops) && copies_in_preparation(copied_plan(s, device, ops, split));
 }
 
 ConvPoolOperands windowed_operands(const ConvPoolShape& s, const ConvPoolDevice& device,
