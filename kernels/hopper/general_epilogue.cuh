@@ -120,11 +120,12 @@ __device__ __forceinline__ int64_t window_output(const Plan& p, int w) {
   return n * p.out_stride[0] + ph * p.out_stride[2] + pw * p.out_stride[3];
 }
 
-// The output offset of pooled position (out_row, out_col) of image `image`'s channel 0, or -1
-// where a windowed launch (Plan::windows) has no window there.
+// The output offset of pooled position (out_row, out_col) of image `image`'s channel 0, or
+// (kWindows: a windowed launch, Plan::windows > 0) -1 where the launch has no window there.
+template <bool kWindows>
 __device__ __forceinline__ int64_t output_offset(const ConvPoolShape& s, const Plan& p,
                                                  int64_t image, int out_row, int out_col) {
-  if (p.windows > 0) {
+  if constexpr (kWindows) {
     const int w = out_row * s.out_width + out_col;
     return w < p.windows ? window_output(p, w) : -1;
   }
@@ -136,9 +137,10 @@ __device__ __forceinline__ int64_t output_offset(const ConvPoolShape& s, const P
 // registers, each lane its window's output of one channel (channel 8 j + 2 (lane % 4) + odd of
 // each group), after bias (load_lane_bias's) and ReLU, with the arithmetic of pool_tile's
 // paired form (so the same values). Nothing goes through shared memory: no barrier. A warp's
-// store covers 4 consecutive pooled columns of 8 channels.
-template <class E, int kTileId>
-__device__ __forceinline__ void store_pooled_pairs(
+// store covers 4 consecutive pooled columns of 8 channels. kWindows: Plan::windows > 0 (its
+// own code, so that the unwindowed form keeps the address arithmetic without the window map).
+template <class E, int kTileId, bool kWindows>
+__device__ __forceinline__ void store_pooled_pairs_of(
     const ConvPoolShape& s, const Plan& p, const ConvPoolOperands& ops, const TileOrigin& o,
     const float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs],
     const float (&lane_bias)[Tile<kTileId>::kN / 32]) {
@@ -168,8 +170,8 @@ __device__ __forceinline__ void store_pooled_pairs(
     const int out_row = o.out_row0 + window_row, out_col = o.out_col0 + pooled_col;
     bool inside = window_row < p.pooled_rows && pooled_col < p.pooled_cols &&
                   out_row < s.out_height && out_col < s.out_width && o.image + image < s.batch;
-    const int64_t place = inside ? output_offset(s, p, o.image + image, out_row, out_col) : 0;
-    inside = inside && place >= 0;
+    const int64_t place = output_offset<kWindows>(s, p, o.image + image, out_row, out_col);
+    if constexpr (kWindows) inside = inside && place >= 0;
     Raw* out = ElementOperands<E>::out(ops) + int64_t(first) * p.out_stride[1] + place;
 #pragma unroll
     for (int j = 0; j < T::kN / 8; ++j, out += out_step) {
@@ -179,6 +181,17 @@ __device__ __forceinline__ void store_pooled_pairs(
       if (inside && 8 * j < left) *out = E::from_float(relu_keeping_nan(best + add));
     }
   }
+}
+
+template <class E, int kTileId>
+__device__ __forceinline__ void store_pooled_pairs(
+    const ConvPoolShape& s, const Plan& p, const ConvPoolOperands& ops, const TileOrigin& o,
+    const float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs],
+    const float (&lane_bias)[Tile<kTileId>::kN / 32]) {
+  if (p.windows > 0)
+    store_pooled_pairs_of<E, kTileId, true>(s, p, ops, o, acc, lane_bias);
+  else
+    store_pooled_pairs_of<E, kTileId, false>(s, p, ops, o, acc, lane_bias);
 }
 
 // The pooled positions the pooling hands its threads, image by image, row-major: with
@@ -205,8 +218,8 @@ __device__ __forceinline__ PooledRect pooled_rect(const ConvPoolShape& s, const 
 // start at i x kCols / images): where its window lies in the staged conv tile (the window's
 // first pixel and its rows x cols inside the conv output; kPaired: its maximum's place among
 // the staged 2 x 2 windows) and the output address of channel channel_base. False where the
-// position lies past the output or the batch.
-template <class E, int kTileId, bool kPaired>
+// position lies past the output or the batch (kWindows: or has no window of Plan::windows).
+template <class E, int kTileId, bool kPaired, bool kWindows>
 __device__ __forceinline__ bool pooled_window(const ConvPoolShape& s, const Plan& p,
                                               const ConvPoolOperands& ops, const TileOrigin& o,
                                               const PooledRect& rect, int position,
@@ -224,8 +237,8 @@ __device__ __forceinline__ bool pooled_window(const ConvPoolShape& s, const Plan
   const int out_row = o.out_row0 + pooled_row, out_col = o.out_col0 + pooled_col;
   if (out_row >= s.out_height || out_col >= s.out_width || o.image + image >= s.batch)
     return false;
-  const int64_t place = output_offset(s, p, o.image + image, out_row, out_col);
-  if (place < 0) return false;
+  const int64_t place = output_offset<kWindows>(s, p, o.image + image, out_row, out_col);
+  if (kWindows && place < 0) return false;
   const int row_begin = max(pooled_row * s.pool_stride_h, -o.conv_row0);
   const int col_begin = max(pooled_col * s.pool_stride_w, -o.conv_col0);
   rows = min(pooled_row * s.pool_stride_h + s.pool_h, s.conv_height - o.conv_row0) - row_begin;
@@ -272,12 +285,12 @@ __device__ __forceinline__ void window_max(const float* window, int step, int ro
 // epilogue's accumulators are still live; kWide (Plan::wide_pool, one pass, the accumulators
 // dead; one-block tiles): channels-last, a whole 16-byte group at once, so that more loads
 // are in flight. (8 channels in NCHW, and 4 or 8 in the two-block tiles' 80-register
-// instances, spilled.)
-template <class E, int kTileId, bool kPaired = false, bool kWide = false>
-__device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
-                                          const ConvPoolOperands& ops, const TileOrigin& o,
-                                          const float* tile, const float* bias, int pass,
-                                          int pass_channels) {
+// instances, spilled.) kWindows: Plan::windows > 0 (its own code, as in store_pooled_pairs).
+template <class E, int kTileId, bool kPaired, bool kWide, bool kWindows>
+__device__ __forceinline__ void pool_tile_of(const ConvPoolShape& s, const Plan& p,
+                                             const ConvPoolOperands& ops, const TileOrigin& o,
+                                             const float* tile, const float* bias, int pass,
+                                             int pass_channels) {
   using T = Tile<kTileId>;
   using Raw = typename E::Raw;
   const PooledRect rect = pooled_rect(s, p, o);
@@ -299,8 +312,8 @@ __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
       if (group >= groups) break;
       int window, rows, cols;
       Raw* out;
-      if (!pooled_window<E, kTileId, kPaired>(s, p, ops, o, rect, position, channel_base,
-                                              window, rows, cols, out))
+      if (!pooled_window<E, kTileId, kPaired, kWindows>(s, p, ops, o, rect, position,
+                                                        channel_base, window, rows, cols, out))
         continue;
       const int c0 = group * kVector;
       union {
@@ -338,8 +351,8 @@ __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
        position += kThreads) {
     int window, rows, cols;
     Raw* out;
-    if (!pooled_window<E, kTileId, kPaired>(s, p, ops, o, rect, position, channel_base,
-                                            window, rows, cols, out))
+    if (!pooled_window<E, kTileId, kPaired, kWindows>(s, p, ops, o, rect, position,
+                                                      channel_base, window, rows, cols, out))
       continue;
     int k = k_first;
     out += int64_t(k) * p.out_stride[1];
@@ -358,6 +371,18 @@ __device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
       out[0] = E::from_float(relu_keeping_nan(best[0] + pass_bias[k]));
     }
   }
+}
+
+template <class E, int kTileId, bool kPaired = false, bool kWide = false>
+__device__ __forceinline__ void pool_tile(const ConvPoolShape& s, const Plan& p,
+                                          const ConvPoolOperands& ops, const TileOrigin& o,
+                                          const float* tile, const float* bias, int pass,
+                                          int pass_channels) {
+  if (p.windows > 0)
+    pool_tile_of<E, kTileId, kPaired, kWide, true>(s, p, ops, o, tile, bias, pass, pass_channels);
+  else
+    pool_tile_of<E, kTileId, kPaired, kWide, false>(s, p, ops, o, tile, bias, pass,
+                                                    pass_channels);
 }
 
 // The tile's bias (n floats, zeros past the channels and where there is none) into shared

@@ -94,10 +94,11 @@ __device__ __forceinline__ void pack_weights(const PackJob<Raw>& job, const Conv
 
 // The launch's preparation, one grid of independent jobs: blocks [0, pack_blocks) zero the split
 // reduction's tile counters and pack the weights; the blocks after them (if any) make the
-// slice-planar copy of x, one item a thread (windows.cols > 0: of a windowed layer's x' from
-// the layer's x, general_windows.cuh). One launch where there were up to three: on layers
-// of a few tiles each launch costs microseconds of latency (docs/PERF.md).
-template <class Raw, int kSliceChannels>
+// slice-planar copy of x, one item a thread (kWindows: of a windowed layer's x' from the
+// layer's x through `windows`, general_windows.cuh; its own instance, so that the plain
+// copy's code carries no window map). One launch where there were up to three: on layers of
+// a few tiles each launch costs microseconds of latency (docs/PERF.md).
+template <class Raw, int kSliceChannels, bool kWindows>
 __global__ void __launch_bounds__(256)
     prepare_kernel(const PackJob<Raw> pack, const ConvPoolShape s, const Plan p,
                    int64_t pack_blocks, const ToSlices<Raw> copy, const WindowSource windows,
@@ -114,7 +115,7 @@ __global__ void __launch_bounds__(256)
     return;
   }
   const int64_t item = (blockIdx.x - pack_blocks) * int64_t(blockDim.x) + threadIdx.x;
-  if (windows.cols > 0)
+  if constexpr (kWindows)
     to_slices_item(copy, item, [&](int64_t, int h, int w) {
       return window_source(windows, copy.stride[0], copy.stride[2], copy.stride[3], h, w);
     });

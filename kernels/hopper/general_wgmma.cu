@@ -312,8 +312,13 @@ cudaError_t prepare(const Raw* weight, const ConvPoolOperands& ops, const ConvPo
     copy_blocks = ceil_div(copy.items(), 256);
   }
   if (units == 0 && counter_words == 0 && copy_blocks == 0) return cudaSuccess;  // nothing to do
-  prepare_kernel<Raw, kSliceChannels><<<unsigned(pack_blocks + copy_blocks), 256, 0, stream>>>(
-      pack, s, p, pack_blocks, copy, source, counters, counter_words);
+  const unsigned blocks = unsigned(pack_blocks + copy_blocks);
+  if (source.cols > 0)
+    prepare_kernel<Raw, kSliceChannels, true><<<blocks, 256, 0, stream>>>(
+        pack, s, p, pack_blocks, copy, source, counters, counter_words);
+  else
+    prepare_kernel<Raw, kSliceChannels, false><<<blocks, 256, 0, stream>>>(
+        pack, s, p, pack_blocks, copy, source, counters, counter_words);
   return cudaGetLastError();
 }
 
