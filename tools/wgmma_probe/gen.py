@@ -14,7 +14,7 @@ outputs of any PROBE other than 0 are wrong by design.
     PROBE_SOURCE=saved/kernels python3 tools/wgmma_probe/gen.py OUTPUT.cu  # another version
 
 The kernel's code is spread over conv_relu_maxpool_wgmma.cu and hopper/tiled_*.cuh: the output
-is one file with those headers inlined.
+is one file with those headers inlined and the TF32 launches' instances after them.
 """
 import os
 import re
@@ -25,11 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "kernels"
 
 
-def amalgamated(path: Path, base: Path, seen: set) -> str:
-    """`path` with its hopper/tiled_*.cuh headers inlined (once each, in include order, so the
-    knock-outs below find the kernel's code in one text) and every other header of ours
-    included by absolute path; `path`'s own includes resolve against `base`, a header's
-    against its folder."""
+def amalgamated(path: Path, base: Path, seen: set, text: str = "") -> str:
+    """`path` (or `text` in its place) with its hopper/tiled_*.cuh headers inlined (once each,
+    in include order, so the knock-outs below find the kernel's code in one text) and every
+    other header of ours included by absolute path; `path`'s own includes resolve against
+    `base`, a header's against its folder."""
     def include(match: "re.Match") -> str:
         header = (base / match.group(1)).resolve()
         if header.parent.name == "hopper" and header.name.startswith("tiled_"):
@@ -38,16 +38,24 @@ def amalgamated(path: Path, base: Path, seen: set) -> str:
             seen.add(header)
             return amalgamated(header, header.parent, seen).replace("#pragma once\n", "")
         return f'#include "{header}"'
-    return re.sub(r'#include "([^"]+)"', include, path.read_text())
+    return re.sub(r'#include "([^"]+)"', include, text or path.read_text())
 
 
 # PROBE_SOURCE: a saved kernels/ folder (every header its own), or a saved copy of
 # conv_relu_maxpool_wgmma.cu alone (today's headers in kernels/).
 source = Path(os.environ.get("PROBE_SOURCE", KERNELS)).resolve()
-if source.is_dir():
-    src = amalgamated(source / "conv_relu_maxpool_wgmma.cu", source, set())
-else:
-    src = amalgamated(source, KERNELS, set())
+base = source if source.is_dir() else KERNELS
+interface = source / "conv_relu_maxpool_wgmma.cu" if source.is_dir() else source
+seen: set = set()
+src = amalgamated(interface, base, seen)
+# Where the launches live in hopper/tiled_launch.cuh (compiled one operand type a file under
+# hopper/instances/), the TF32 ones follow the interface.
+if '"hopper/tiled_host.cuh"' in interface.read_text():
+    src += amalgamated(interface, base, seen, text=(
+        '#include "hopper/tiled_launch.cuh"\n'
+        "TILED_WGMMA_LAUNCH_INSTANCE(tiled_wgmma::Tf32Operands)\n"
+        "TILED_WGMMA_PACK_INSTANCE(tiled_wgmma::Tf32Operands)\n"
+        "TILED_WGMMA_LAUNCH_INSTANCE(tiled_wgmma::Tf32SplitOperands)\n"))
 
 
 def replace(old: str, new: str) -> None:
