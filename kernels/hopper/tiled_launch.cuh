@@ -91,6 +91,19 @@ cudaError_t launch_instance(const ConvPoolOperands& ops, const ConvPoolShape& s,
                                        Tile::kSmemBytes, stream);
 }
 
+// The packing kernel of Tile's weights into p.packed, on every SM: one work item per (channel
+// block, chunk, slice, out channel), a grid-stride loop.
+template <class Tile>
+cudaError_t launch_packing(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                           const WgmmaPlan& p, const ConvPoolDevice& device,
+                           cudaStream_t stream) {
+  const int64_t items = int64_t(p.channel_blocks) * p.chunks * 2 * Tile::kN;
+  const int64_t blocks = std::min<int64_t>((items + kThreads - 1) / kThreads,
+                                           int64_t(8) * std::max(device.sm_count, 1));
+  pack_weights_kernel<Tile><<<unsigned(blocks), kThreads, 0, stream>>>(ops, s, p);
+  return cudaGetLastError();
+}
+
 // The weights -> the workspace, by a kernel of its own on every SM (docs/PERF.md); the
 // operands the kernel instance for packed weights then reads.
 template <class Tile>
@@ -99,15 +112,11 @@ cudaError_t pack_into_workspace(const ConvPoolOperands& ops, const ConvPoolShape
                                 cudaStream_t stream, ConvPoolOperands& packed_ops) {
   WgmmaPlan packing = p;
   packing.packed = ops.workspace;
-  const int64_t items = int64_t(p.channel_blocks) * p.chunks * 2 * Tile::kN;
-  const int64_t blocks = std::min<int64_t>((items + kThreads - 1) / kThreads,
-                                           int64_t(8) * std::max(device.sm_count, 1));
-  // (The wide tile of the same operands and N packs the same layout: no new instance.)
-  pack_weights_kernel<WideTile<typename Tile::Operands, Tile::kN>>
-      <<<unsigned(blocks), kThreads, 0, stream>>>(ops, s, packing);
   packed_ops = ops;
   packed_ops.packed_weight = ops.workspace;
-  return cudaGetLastError();
+  // (The wide tile of the same operands and N packs the same layout: no new instance.)
+  return launch_packing<WideTile<typename Tile::Operands, Tile::kN>>(ops, s, packing, device,
+                                                                     stream);
 }
 
 // The split instance, p.tiles clusters of p.split blocks (one tile each, not persistent).
@@ -220,12 +229,7 @@ cudaError_t pack_operands(const ConvPoolOperands& ops, const ConvPoolShape& s, f
     WgmmaPlan p = packing_plan<Tile>(s);
     p.vector_weights = vectorizable_weights(ops, s, Tile::Operands::kSliceChannels);
     p.packed = packed;
-    // One work item per (channel block, chunk, slice, out channel), a grid-stride loop.
-    const int64_t items = int64_t(p.channel_blocks) * p.chunks * 2 * Tile::kN;
-    const int64_t blocks = std::min<int64_t>((items + kThreads - 1) / kThreads,
-                                             int64_t(8) * std::max(device.sm_count, 1));
-    pack_weights_kernel<Tile><<<unsigned(blocks), kThreads, 0, stream>>>(ops, s, p);
-    return cudaGetLastError();
+    return launch_packing<Tile>(ops, s, p, device, stream);
   });
 }
 
