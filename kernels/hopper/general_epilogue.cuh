@@ -285,7 +285,7 @@ __device__ __forceinline__ void window_max(const float* window, int step, int ro
 // epilogue's accumulators are still live; kWide (Plan::wide_pool, one pass, the accumulators
 // dead; one-block tiles): channels-last, a whole 16-byte group at once, so that more loads
 // are in flight. (8 channels in NCHW, and 4 or 8 in the two-block tiles' 80-register
-// instances, spilled.) kWindows: Plan::windows > 0 (its own code, as in store_pooled_pairs).
+// instances, spilled.) kWindows: Plan::windows > 0 (its own code, as store_pooled_pairs_of).
 template <class E, int kTileId, bool kPaired, bool kWide, bool kWindows>
 __device__ __forceinline__ void pool_tile_of(const ConvPoolShape& s, const Plan& p,
                                              const ConvPoolOperands& ops, const TileOrigin& o,
