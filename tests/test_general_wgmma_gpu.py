@@ -358,7 +358,8 @@ def test_paired_pools_of_images_side_by_side_match_float64(ext, lib, device, see
     # groups of kernel rows, the last one short.
     ConvPoolCase("row_groups", 2, 512, 192, 27, 27, (5, 5), padding=(2, 2), pool_kernel=(3, 3),
                  pool_stride=(2, 2)),
-    # Stride 2: one halo row per conv row (gathered rows), two column phases.
+    # Stride 2 read over x's gathered rows ($CONV_POOL_GENERAL_SUBSAMPLE=split): one halo row
+    # per conv row, two column phases.
     ConvPoolCase("gathered_rows", 2, 64, 128, 57, 57, (1, 1), stride=(2, 2)),
     # Stride 4, dilation 3, 11 x 11: four column phases, a wide halo.
     ConvPoolCase("strided_dilated", 1, 16, 64, 90, 90, (11, 11), stride=(4, 4), padding=(5, 5),
@@ -374,6 +375,8 @@ def test_staging_modes_match_float64(ext, lib, device, seed, case, dtype, monkey
         # An N = 128 tile, whose stage cannot hold one chunk's weights of all 5 kernel rows in
         # any dtype (the cost model may pick an N = 64 tile, whose stage can in float32).
         monkeypatch.setenv("CONV_POOL_GENERAL_TILE", "square_n128")
+    if case.name == "gathered_rows":
+        monkeypatch.setenv("CONV_POOL_GENERAL_SUBSAMPLE", "split")
     plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
     assert plan is not None
     if case.name == "row_groups":
@@ -822,7 +825,7 @@ def test_3xtf32_every_tile_and_long_reductions_match_float64(ext, lib, device, s
 
 
 # Strided layers whose taps read every stride-th row or column alone (a one-tap kernel, or a
-# dilation the stride divides): the 3xTF32 form runs them over those rows and columns
+# dilation the stride divides): every form runs them over those rows and columns
 # (general_subsample.h); the paddings leave r0 = (-pad) mod stride of 0 to 3.
 SUBSAMPLED_CASES = [
     ConvPoolCase("pointwise_s2", 2, 64, 96, 28, 27, (1, 1), stride=(2, 2)),
@@ -857,13 +860,17 @@ def test_3xtf32_subsampled_strided_layers_match_float64(ext, lib, device, seed, 
                          f"{case} {layout} {subsample} plan {plan}")
 
 
+@pytest.mark.parametrize("subsample", ["subsampled", "gathered"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 def test_subsampled_strided_layers_in_every_form_match_float64(ext, lib, device, seed, dtype,
-                                                               monkeypatch):
-    """$CONV_POOL_GENERAL_SUBSAMPLE=all: the TF32 and 16-bit forms over x' as well (their
-    inputs read in place, from the slice-planar copy or by the cp.async loaders, as each
-    plan says)."""
-    monkeypatch.setenv("CONV_POOL_GENERAL_SUBSAMPLE", "all")
+                                                               subsample, monkeypatch):
+    """The TF32 and 16-bit forms over x' (the default: their inputs read in place, from the
+    slice-planar copy or by the cp.async loaders, as each plan says) and over x's gathered
+    rows ($CONV_POOL_GENERAL_SUBSAMPLE=split: x' in the 3xTF32 form alone)."""
+    if subsample == "gathered":
+        monkeypatch.setenv("CONV_POOL_GENERAL_SUBSAMPLE", "split")
+    else:
+        monkeypatch.delenv("CONV_POOL_GENERAL_SUBSAMPLE", raising=False)
     for i, case in enumerate(SUBSAMPLED_CASES):
         plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
         assert plan is not None, f"general_wgmma refused {case}"

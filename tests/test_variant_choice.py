@@ -1678,7 +1678,7 @@ def test_3xtf32_copies_only_the_rows_and_columns_a_strided_layer_reads(library, 
     print(f"{case.name}: copy of {rows} x {cols} of {case.height} x {case.width} pixels")
 
 
-@pytest.mark.parametrize("setting", ["default", "all", "0"])
+@pytest.mark.parametrize("setting", ["default", "split", "0"])
 def test_subsampling_keeps_every_geometry_on_the_general_kernel(library, variant_names, seed,
                                                                 setting, monkeypatch):
     """Whatever $CONV_POOL_GENERAL_SUBSAMPLE says, the general kernel's refusal and its plan

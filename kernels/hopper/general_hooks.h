@@ -119,11 +119,11 @@ inline bool fill_rule_allowed() { return !is("CONV_POOL_GENERAL_FILL", "0"); }
 inline bool narrow_tail_allowed() { return !is("CONV_POOL_GENERAL_NARROW_TAIL", "0"); }
 
 // $CONV_POOL_GENERAL_SUBSAMPLE: which forms run strided layers over only the rows and columns
-// their taps read (general_subsample.h): by default the 3xTF32 form; "all": every form (not
-// yet timed on the TF32 and 16-bit ones); "0": none.
+// their taps read (general_subsample.h): by default every form; "split": the 3xTF32 form
+// alone (the TF32 and 16-bit forms reading x's gathered rows instead); "0": none.
 inline bool subsample_allowed(bool split) {
   if (is("CONV_POOL_GENERAL_SUBSAMPLE", "0")) return false;
-  return split || is("CONV_POOL_GENERAL_SUBSAMPLE", "all");
+  return split || !is("CONV_POOL_GENERAL_SUBSAMPLE", "split");
 }
 
 // $CONV_POOL_GENERAL_SPLIT_REGISTERS=0: the 3xTF32 form reads x's big and small parts from the
