@@ -1678,6 +1678,32 @@ def test_3xtf32_copies_only_the_rows_and_columns_a_strided_layer_reads(library, 
     print(f"{case.name}: copy of {rows} x {cols} of {case.height} x {case.width} pixels")
 
 
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+@pytest.mark.parametrize("element", [FLOAT32, FLOAT16, BFLOAT16],
+                         ids=["float32", "float16", "bfloat16"])
+def test_strided_layers_are_subsampled_in_every_form_by_default(library, element,
+                                                                channels_last, monkeypatch):
+    """By default the TF32 and 16-bit forms run a 1 x 1 / 2 layer (RegNet-Y 400MF's 104 -> 208 at
+    28^2) over x's even rows and columns: no gathered halo rows, and a halo of half the
+    columns; $CONV_POOL_GENERAL_SUBSAMPLE=split (the 3xTF32 form alone) gathers every second
+    row of x and stages whole column runs, as "0" does."""
+    layer = ConvPoolCase("regnet_s2", 32, 104, 208, 28, 28, (1, 1), stride=(2, 2))
+    plans = {}
+    for setting in ("default", "split", "0"):
+        if setting == "default":
+            monkeypatch.delenv("CONV_POOL_GENERAL_SUBSAMPLE", raising=False)
+        else:
+            monkeypatch.setenv("CONV_POOL_GENERAL_SUBSAMPLE", setting)
+        plans[setting] = general_plan(library, layer, element, channels_last=channels_last)
+    default, split, off = plans["default"], plans["split"], plans["0"]
+    assert split == off, (split, off)
+    assert default["gathered"] == 0 and split["gathered"] == 1, (default, split)
+    columns = {k: int(plan["halo"].split("x")[1]) for k, plan in plans.items()}
+    assert 2 * columns["default"] <= columns["split"] + 1, columns
+    assert (default["tile"], default["tiles"], default["steps"]) == \
+        (split["tile"], split["tiles"], split["steps"]), (default, split)
+
+
 @pytest.mark.parametrize("setting", ["default", "split", "0"])
 def test_subsampling_keeps_every_geometry_on_the_general_kernel(library, variant_names, seed,
                                                                 setting, monkeypatch):
