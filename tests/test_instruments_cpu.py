@@ -737,6 +737,58 @@ def test_ratio_table_classes_and_the_comparison_with_older_records(tmp_path, see
         in moved and "  a (" not in moved, text
 
 
+def test_ratio_table_slower_lists_each_slower_case_with_its_plan_and_reason(extension, seed):
+    """--slower (host plans, no GPU): only the cases slower than torch.compile, slowest first;
+    each with its share of the floor for both targets and the first reason that holds: a
+    batch-1 7 x 7 layer's one round, a batch-128 layer of 3 output channels' under-filled
+    tiles (several rounds), a large dense layer over a compute floor the mainloop's rate, a
+    memory floor where the bytes set it, another variant before any of them."""
+    from tools import ratio_table
+    from utils import kernel_choice
+    from utils.profiling import DEFAULT_HALF_TFLOPS
+    from utils.suite import ConvPoolCase
+    lib = kernel_choice.load(extension)
+    rng = random.Random(seed)
+    layers = {"few": ConvPoolCase("few", 1, 256, 100, 7, 7, (1, 1)),
+              "narrow": ConvPoolCase("narrow", 128, 256, 3, 64, 64, (1, 1)),
+              "dense": ConvPoolCase("dense", 128, 512, 512, 56, 56, (3, 3), padding=(1, 1)),
+              "bytes": ConvPoolCase("bytes", 128, 512, 512, 56, 56, (3, 3), padding=(1, 1)),
+              "other": ConvPoolCase("other", 8, 3, 64, 64, 64, (3, 3), padding=(1, 1)),
+              "faster": ConvPoolCase("faster", 1, 256, 100, 7, 7, (1, 1))}
+    ratio = {name: rng.uniform(0.3, 0.95) for name in layers}
+    ratio["faster"] = 1.5
+    record = _profiling_record(
+        [(c.name, c.label(), [1, 1], [1, 1], list(c.conv_out()), False,
+          "tiled_16bit_flat" if c.name == "other" else "general_wgmma",
+          {"new": 100.0, "eager": 50.0, "compile": 100.0 * ratio[c.name]})
+         for c in layers.values()], dtype="float16")
+    for entry, layer in zip(record["cases"], layers.values()):
+        entry["case"] = dict(layer.to_dict(), flops=layer.flops())
+        compute_us = layer.flops() / (DEFAULT_HALF_TFLOPS * 1e12) * 1e6
+        entry["floor_us"] = compute_us * (3.0 if layer.name == "bytes" else 1.0)
+    cases = {c["name"]: c for c in record["cases"]}
+    assert ratio_table.rounds(cases["few"], lib) == 1
+    assert ratio_table.rounds(cases["narrow"], lib) > 1
+    assert ratio_table.tile_use(cases["narrow"], lib) < 0.5
+    assert ratio_table.rounds(cases["dense"], lib) > 1
+    assert ratio_table.tile_use(cases["dense"], lib) >= 0.5
+    expected = {"few": "one round", "narrow": "tiles under half full",
+                "dense": "mainloop rate", "bytes": "memory floor", "other": "another kernel"}
+    for name, why in expected.items():
+        assert ratio_table.reason(cases[name], lib) == why, name
+    text = ratio_table.slower_table(record["cases"], "kernel", lib)
+    listed = [line.split(" | ")[0][2:] for line in text.splitlines()
+              if line.startswith("| ") and line.split(" | ")[0][2:] in layers]
+    assert listed == sorted(expected, key=ratio.get), (listed, text)
+    for name, why in expected.items():
+        floor = cases[name]["floor_us"]
+        assert f" | {floor / 100:.0%} / {floor / (100 * ratio[name]):.0%} | " in text, name
+        assert [line for line in text.splitlines() if line.startswith(f"| {name} |")][0] \
+            .endswith(f" | {why} |"), (name, text)
+    for why in expected.values():
+        assert f"| {why} | 1 | " in text, text
+
+
 def test_ratio_table_rounds_sorts_the_general_cases_by_rounds_and_pool(extension, seed):
     """--rounds (host plans, no GPU): a batch-1 7 x 7 layer's few tiles fit one round of the
     H200's resident blocks, a batch-128 64 x 64 one takes several; a 3 x 3 / 2 pool is another

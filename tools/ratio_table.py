@@ -20,6 +20,10 @@ built extension: no GPU), the cases split at half full.
 H200 (one round: a block's serial chain is the layer's time) or take several, and by pool
 (2 x 2 / 2 or other); per class the geometric mean, the op's time share, and the geometric
 mean of every case if that class were at 1.0x (what closing it is worth).
+--slower: every case slower than torch.compile, slowest first, with each target's share of
+the floor, whether the floor is compute or memory, the general kernel's plan now, and the
+first reason of REASONS that holds (another kernel, one round of blocks, tiles under half
+full, a memory floor, else the mainloop's rate); then the cases by reason.
 """
 import argparse
 import json
@@ -239,6 +243,77 @@ def tile_use_table(cases, by: str, lib, peer: str = "compile") -> str:
     return "\n".join(lines)
 
 
+# Why a case is slower than its peer, from the host plan of the case on the H200 and its record:
+# the first of these that holds (REASONS order).
+REASONS = (
+    ("another kernel", "not the general kernel (the choice's variant)"),
+    ("one round", "the general kernel's blocks all fit one round of the resident blocks: the "
+                  "layer's time is one block's chain (setup, first copies, steps, epilogue)"),
+    ("tiles under half full", "the plan's tiles hold under half of their pooled outputs and "
+                              "channels (small or odd images, few channels)"),
+    ("memory floor", "the layer's floor is its bytes at HBM bandwidth, not its FLOPs"),
+    ("mainloop rate", "several rounds of fuller tiles over a compute floor: the mainloop's "
+                      "rate and the epilogue's share"),
+)
+
+
+def floor_kind(case: dict) -> str:
+    """"memory" where the record's floor (utils.profiling.floor_us) is the case's minimum bytes
+    at the HBM bandwidth it was computed with (the default), else "compute"."""
+    from utils.profiling import DEFAULT_HALF_TFLOPS, DEFAULT_TF32_TFLOPS
+    geometry = case["case"]
+    rate = DEFAULT_TF32_TFLOPS if case["dtype"] == "float32" else DEFAULT_HALF_TFLOPS
+    compute_us = geometry["flops"] / (rate * 1e12) * 1e6
+    return "memory" if case["floor_us"] > 1.001 * compute_us else "compute"
+
+
+def reason(case: dict, lib) -> str:
+    """The first of REASONS that holds for a case (host plans: the record's times are of the
+    plans its run took, which later versions may have changed)."""
+    if case["variant"] != "general_wgmma":
+        return "another kernel"
+    if rounds(case, lib) == 1:
+        return "one round"
+    if tile_use(case, lib) < 0.5:
+        return "tiles under half full"
+    return "memory floor" if floor_kind(case) == "memory" else "mainloop rate"
+
+
+def slower_table(cases, by: str, lib, peer: str = "compile") -> str:
+    """Every case slower than `peer`, slowest first, with what tells why: each target's share of
+    the floor, the general kernel's plan (tile, blocks, steps, rounds, tile use) and the first
+    reason of REASONS that holds; then the cases by reason."""
+    slower = sorted((r, c) for r, c in ratios(cases, peer, by) if r < 1.0)
+    total = sum(case_time(c, "new", by) for _, c in ratios(cases, peer, by))
+    lines = [f"cases slower than {peer} "
+             f"({'kernel time' if by == 'kernel' else 'event median'}), by their plans now",
+             f"| case | dtype, layout | × {peer} | op µs | {peer} µs | op / {peer} of the floor "
+             "| floor | plan | reason |", "|---|---|---:|---:|---:|---|---|---|---|"]
+    by_reason = {}
+    for ratio, case in slower:
+        why = reason(case, lib)
+        by_reason.setdefault(why, []).append((ratio, case))
+        new, other = case_time(case, "new", by), case_time(case, peer, by)
+        plan = "-"
+        if case["variant"] == "general_wgmma":
+            p = _general_plan(case, lib)
+            plan = (f"{p['tile']} {p['tiles']}x{p['split']}, {p['steps']} steps, "
+                    f"{rounds(case, lib)} rounds, tiles {tile_use(case, lib):.0%} full")
+        layout = "channels-last" if case.get("channels_last") else "NCHW"
+        lines.append(f"| {case['name']} | {case['dtype']}, {layout} | {ratio:.2f}x | {new:.1f} | "
+                     f"{other:.1f} | {case['floor_us'] / new:.0%} / "
+                     f"{case['floor_us'] / other:.0%} | {floor_kind(case)} | {plan} | {why} |")
+    lines += ["", "| reason | cases | geomean | op time share of all |", "|---|---:|---:|---:|"]
+    for name, _ in REASONS:
+        part = by_reason.get(name, [])
+        if part:
+            share = sum(case_time(c, "new", by) for _, c in part) / total
+            lines.append(f"| {name} | {len(part)} | {geomean([r for r, _ in part]):.2f}x | "
+                         f"{share:.0%} |")
+    lines += [""] + [f"{name}: {text}" for name, text in REASONS]
+    return "\n".join(lines)
+
+
 def rows(cases, by: str) -> str:
     lines = ["| case | geometry | dtype | layout | GFLOP | variant | op µs | eager µs | compile µs "
              "| × eager | × compile |", "|---|---|---|---|---:|---|---:|---:|---:|---:|---:|"]
@@ -270,6 +345,9 @@ def main(argv=None) -> int:
                         help="also print the general kernel's cases by whether their blocks fit "
                              "one round of the resident blocks, and by pool (needs the built "
                              "extension, not a GPU)")
+    parser.add_argument("--slower", action="store_true",
+                        help="also print every case slower than torch.compile with its share of "
+                             "the floor, its plan and why (needs the built extension, not a GPU)")
     parser.add_argument("--against", nargs="+", metavar="OLD",
                         help="older records of the same cases: the op's time then and now")
     args = parser.parse_args(argv)
@@ -278,7 +356,7 @@ def main(argv=None) -> int:
     if args.classes:
         print()
         print(classes(cases, args.by))
-    if args.tile_use or args.rounds:
+    if args.tile_use or args.rounds or args.slower:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         import cuda_extension
         from utils import kernel_choice
@@ -289,6 +367,9 @@ def main(argv=None) -> int:
         if args.rounds:
             print()
             print(rounds_table(cases, args.by, lib))
+        if args.slower:
+            print()
+            print(slower_table(cases, args.by, lib))
     if args.against:
         print()
         print(against(cases, load(args.against), args.by))
