@@ -283,8 +283,9 @@ def slower_table(cases, by: str, lib, peer: str = "compile") -> str:
     """Every case slower than `peer`, slowest first, with what tells why: each target's share of
     the floor, the general kernel's plan (tile, blocks, steps, rounds, tile use) and the first
     reason of REASONS that holds; then the cases by reason."""
-    slower = sorted((r, c) for r, c in ratios(cases, peer, by) if r < 1.0)
-    total = sum(case_time(c, "new", by) for _, c in ratios(cases, peer, by))
+    everything = ratios(cases, peer, by)
+    slower = sorted(((r, c) for r, c in everything if r < 1.0), key=lambda rc: rc[0])
+    total = sum(case_time(c, "new", by) for _, c in everything)
     lines = [f"cases slower than {peer} "
              f"({'kernel time' if by == 'kernel' else 'event median'}), by their plans now",
              f"| case | dtype, layout | × {peer} | op µs | {peer} µs | op / {peer} of the floor "
