@@ -163,13 +163,13 @@ def against(cases, old_cases, by: str, moved: float = 0.03) -> str:
     return "\n".join(lines)
 
 
-def tile_use(case: dict, lib) -> float:
-    """The share of the general kernel's tiles (its plan for the case on the H200) that hold
-    the layer's pooled outputs: images x pooled pixels over tiles x pooled pixels a tile, times
-    output channels over the channel blocks' width."""
+def tile_use(case: dict, lib, plan=None) -> float:
+    """The share of the general kernel's tiles (its plan for the case on the H200, or `plan`)
+    that hold the layer's pooled outputs: images x pooled pixels over tiles x pooled pixels a
+    tile, times output channels over the channel blocks' width."""
     from utils.suite import ConvPoolCase
     layer = ConvPoolCase.from_dict(case["case"])
-    plan = _general_plan(case, lib)
+    plan = plan or _general_plan(case, lib)
     width = int(plan["tile"].rsplit("_n", 1)[1])  # N of the tile ("wide_n128": 128)
     channel_blocks = -(-layer.out_channels // width)
     rows, cols = (int(v) for v in plan["pooled"].split("x"))
@@ -188,11 +188,11 @@ def _general_plan(case: dict, lib):
                                       channels_last=bool(case.get("channels_last")))
 
 
-def rounds(case: dict, lib) -> int:
+def rounds(case: dict, lib, plan=None) -> int:
     """How many rounds of the H200's resident blocks the general kernel's plan for the case
-    takes (kernel_choice.general_rounds)."""
+    (or `plan`) takes (kernel_choice.general_rounds)."""
     from utils import kernel_choice
-    return kernel_choice.general_rounds(_general_plan(case, lib))
+    return kernel_choice.general_rounds(plan or _general_plan(case, lib))
 
 
 def rounds_table(cases, by: str, lib, peer: str = "compile") -> str:
@@ -267,14 +267,16 @@ def floor_kind(case: dict) -> str:
     return "memory" if case["floor_us"] > 1.001 * compute_us else "compute"
 
 
-def reason(case: dict, lib) -> str:
-    """The first of REASONS that holds for a case (host plans: the record's times are of the
-    plans its run took, which later versions may have changed)."""
+def reason(case: dict, lib, plan=None) -> str:
+    """The first of REASONS that holds for a case (host plans, or the general kernel's `plan`
+    for it: the record's times are of the plans its run took, which later versions may have
+    changed)."""
     if case["variant"] != "general_wgmma":
         return "another kernel"
-    if rounds(case, lib) == 1:
+    plan = plan or _general_plan(case, lib)
+    if rounds(case, lib, plan) == 1:
         return "one round"
-    if tile_use(case, lib) < 0.5:
+    if tile_use(case, lib, plan) < 0.5:
         return "tiles under half full"
     return "memory floor" if floor_kind(case) == "memory" else "mainloop rate"
 
@@ -292,14 +294,14 @@ def slower_table(cases, by: str, lib, peer: str = "compile") -> str:
              "| floor | plan | reason |", "|---|---|---:|---:|---:|---|---|---|---|"]
     by_reason = {}
     for ratio, case in slower:
-        why = reason(case, lib)
+        p = _general_plan(case, lib) if case["variant"] == "general_wgmma" else None
+        why = reason(case, lib, p)
         by_reason.setdefault(why, []).append((ratio, case))
         new, other = case_time(case, "new", by), case_time(case, peer, by)
         plan = "-"
-        if case["variant"] == "general_wgmma":
-            p = _general_plan(case, lib)
+        if p is not None:
             plan = (f"{p['tile']} {p['tiles']}x{p['split']}, {p['steps']} steps, "
-                    f"{rounds(case, lib)} rounds, tiles {tile_use(case, lib):.0%} full")
+                    f"{rounds(case, lib, p)} rounds, tiles {tile_use(case, lib, p):.0%} full")
         layout = "channels-last" if case.get("channels_last") else "NCHW"
         lines.append(f"| {case['name']} | {case['dtype']}, {layout} | {ratio:.2f}x | {new:.1f} | "
                      f"{other:.1f} | {case['floor_us'] / new:.0%} / "
