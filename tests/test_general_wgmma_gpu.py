@@ -879,6 +879,41 @@ def test_subsampled_strided_layers_in_every_form_match_float64(ext, lib, device,
             check(ext, case, with_layout(x, layout), w, b, dtype, f"{case} {layout} plan {plan}")
 
 
+# Small and narrow images, whose tiles lie mostly past their edge, and pools whose windows
+# leave a tile's last rows and columns unread: each tile's halo holds the input under the
+# conv pixels its pooling reads alone (general_search.cu's clip_halo), the other squares
+# reading whatever the stage holds past it.
+CLIPPED_CASES = [
+    ConvPoolCase("pointwise_7x7", 1, 96, 64, 7, 7, (1, 1), pool_kernel=(3, 3),
+                 pool_stride=(2, 2)),
+    ConvPoolCase("k3_14x14_images", 3, 48, 72, 14, 14, (3, 3), padding=(1, 1)),
+    ConvPoolCase("narrow_k7_s2x4", 2, 40, 48, 56, 5, (7, 7), stride=(2, 4), padding=(2, 1),
+                 pool_kernel=(3, 3), pool_stride=(3, 3), pool_padding=(1, 1)),
+    ConvPoolCase("pool3s3_ceil", 2, 32, 40, 17, 23, (2, 3), padding=(0, 1),
+                 pool_kernel=(3, 3), pool_stride=(3, 3), ceil_mode=True),
+    ConvPoolCase("dilated_17x17", 1, 64, 128, 17, 17, (3, 3), padding=(2, 2),
+                 dilation=(2, 2), pool_kernel=(3, 3), pool_stride=(2, 2)),
+]
+
+
+@pytest.mark.parametrize("clip", ["clipped", "whole_tile"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+def test_clipped_halos_match_float64(ext, lib, device, seed, dtype, clip, monkeypatch):
+    """The layers above, both layouts, with each halo clipped to the pixels the pooling reads
+    (the default) and whole ($CONV_POOL_GENERAL_CLIP=0)."""
+    if clip == "whole_tile":
+        monkeypatch.setenv("CONV_POOL_GENERAL_CLIP", "0")
+    else:
+        monkeypatch.delenv("CONV_POOL_GENERAL_CLIP", raising=False)
+    for i, case in enumerate(CLIPPED_CASES):
+        plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
+        assert plan is not None, f"general_wgmma refused {case}"
+        x, w, b = operands(case, seed + i, dtype)
+        for layout in LAYOUTS:
+            check(ext, case, with_layout(x, layout), w, b, dtype,
+                  f"{case} {layout} {clip} plan {plan}")
+
+
 @ONE_PATH
 @pytest.mark.parametrize("integers", [False, True], ids=["random", "integer_inputs"])
 def test_3xtf32_nan_and_inf_propagate_like_float64(ext, lib, device, seed, integers,

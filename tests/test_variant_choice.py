@@ -710,12 +710,13 @@ def test_general_kernel_puts_small_images_side_by_side(library, element, seed, m
         assert plan["images"] == 4 and plan["tile"] == "wide_n128", plan
         assert plan["tiles"] == case.batch // 4 * -(-case.out_channels // 128), plan
     # Four images of 8 conv columns: 17 input columns each at stride 2, rounded up to 18; both
-    # forms stage the dense span of 17 rows that the 3 x 3 taps read (the warp-specialized
-    # form's three stages of it fit beside the weights: 231 KB).
+    # forms stage the dense span of 15 rows that the 3 x 3 taps read under the 7 conv rows the
+    # 3 x 3 / 2 pool reads (the warp-specialized form's three stages of it fit beside the
+    # weights).
     plan = general_plan(library, resnet, element)
-    assert (plan["halo"], plan["gathered"], plan["input"]) == ("17x72", 0, "tma"), plan
+    assert (plan["halo"], plan["gathered"], plan["input"]) == ("15x72", 0, "tma"), plan
     monkeypatch.setenv("CONV_POOL_GENERAL_TMA", "0")
-    assert general_plan(library, resnet, element)["halo"] == "17x72"
+    assert general_plan(library, resnet, element)["halo"] == "15x72"
     monkeypatch.delenv("CONV_POOL_GENERAL_TMA")
     assert general_plan(library, replace(resnet, batch=1), element)["images"] == 1
     rng = random.Random(seed)
@@ -1702,6 +1703,63 @@ def test_strided_layers_are_subsampled_in_every_form_by_default(library, element
     assert 2 * columns["default"] <= columns["split"] + 1, columns
     assert (default["tile"], default["tiles"], default["steps"]) == \
         (split["tile"], split["tiles"], split["steps"]), (default, split)
+
+
+@pytest.mark.parametrize("element", [FLOAT32, FLOAT16, BFLOAT16],
+                         ids=["float32", "float16", "bfloat16"])
+def test_halos_hold_only_the_input_the_pooling_reads(library, element, seed, monkeypatch):
+    """A tile's halo holds the input under the conv pixels its pooling reads (read_rows and,
+    one image a tile, read_cols), not the whole tile's, with the same steps; its stage no larger
+    ($CONV_POOL_GENERAL_CLIP=0: the whole tile). DenseNet-121's 896 -> 128 at 7^2 under a
+    2 x 2 / 2 pool reads 6 x 6 pixels of an 8 x 32 tile; on random geometries the clipped
+    halo still covers every tap under those pixels."""
+    def plans(case, **forced):
+        for name, value in forced.items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.delenv("CONV_POOL_GENERAL_CLIP", raising=False)
+        clipped = general_plan(library, case, element)
+        monkeypatch.setenv("CONV_POOL_GENERAL_CLIP", "0")
+        whole = general_plan(library, case, element)
+        monkeypatch.delenv("CONV_POOL_GENERAL_CLIP")
+        for name in forced:
+            monkeypatch.delenv(name)
+        return clipped, whole
+
+    densenet = ConvPoolCase("densenet_c112", 1, 896, 128, 7, 7, (1, 1))
+    tile = general_plan(library, densenet, element)["tile"]
+    clipped, whole = plans(densenet, CONV_POOL_GENERAL_TILE=tile)
+    rows, cols = (int(v) for v in clipped["read"].split("x"))
+    assert clipped["halo"] == f"{rows}x{cols}" and rows * cols < 64, (clipped, whole)
+    assert whole["halo"] == ("8x32" if tile.startswith("wide") else "16x16"), whole
+    staging = ("steps", "step_chunks", "group_rows", "gathered", "swizzle")
+    rng = random.Random(seed)
+    smaller = 0
+    for i in range(300):
+        case = fuzz_case(rng, f"fuzz_{i}")
+        plan = general_plan(library, case, element)
+        if plan is None:
+            continue
+        clipped, whole = plans(case, CONV_POOL_GENERAL_TILE=plan["tile"],
+                               CONV_POOL_GENERAL_IMAGES=str(plan["images"]))
+        assert [clipped[k] for k in staging] == [whole[k] for k in staging], (case, clipped, whole)
+        assert clipped["stage_bytes"] <= whole["stage_bytes"], (case, clipped, whole)
+        halo_rows, halo_cols = (int(v) for v in clipped["halo"].split("x"))
+        read_rows, read_cols = (int(v) for v in clipped["read"].split("x"))
+        # (over x' where the layer is subsampled: general_subsample.h)
+        (kh, sh, dh), (kw, sw, dw) = (
+            (k, 1, d // s if k > 1 else 1) if s > 1 and (k == 1 or d % s == 0) else (k, s, d)
+            for k, s, d in zip(case.kernel_size, case.stride, case.dilation))
+        if clipped["gathered"]:
+            assert halo_rows >= read_rows, (case, clipped)
+        elif clipped["halo"] != whole["halo"]:
+            group = clipped["group_rows"]
+            assert halo_rows >= (read_rows - 1) * sh + (group - 1) * dh + 1, (case, clipped)
+        folded = case.in_channels < 16 and kw > 1  # (maybe columns as channels: general_fold)
+        if clipped["images"] == 1 and clipped["halo"] != whole["halo"] and not folded:
+            assert halo_cols >= (read_cols - 1) * sw + (kw - 1) * dw + 1, (case, clipped)
+        smaller += clipped["halo"] != whole["halo"]
+    print(f"{smaller} of the random plans clipped")
+    assert smaller >= 20, smaller
 
 
 @pytest.mark.parametrize("setting", ["default", "split", "0"])

@@ -126,6 +126,10 @@ inline bool subsample_allowed(bool split) {
   return split || !is("CONV_POOL_GENERAL_SUBSAMPLE", "split");
 }
 
+// $CONV_POOL_GENERAL_CLIP=0: a tile's halo spans its whole conv tile instead of the rows and
+// (one image a tile) columns under the pixels its pooling reads (general_search.cu's clip).
+inline bool clip_allowed() { return !is("CONV_POOL_GENERAL_CLIP", "0"); }
+
 // $CONV_POOL_GENERAL_SPLIT_REGISTERS=0: the 3xTF32 form reads x's big and small parts from the
 // launch's split NHWC copy (the staged form) rather than splitting x in the consumers'
 // registers (Plan::split_registers, the default on every tile where one step's stage fits;
@@ -187,12 +191,12 @@ inline int forced_group_rows() {
 // too, or the cache would answer for its old value.
 struct SearchHooks {
   int merged, persistent, paired, direct, cluster, swizzle, fill, tile, images, split,
-      step_chunks, group_rows, split_registers;
+      step_chunks, group_rows, split_registers, clip;
   static SearchHooks read() {
     return {merged_allowed(),    persistent_mode(), pairing_allowed(),    direct_pairs_allowed(),
             cluster_allowed(),   swizzle_allowed(), fill_rule_allowed(),  forced_tile(),
             forced_images(),     forced_split(),    forced_step_chunks(), forced_group_rows(),
-            split_registers_allowed()};
+            split_registers_allowed(), clip_allowed()};
   }
 };
 

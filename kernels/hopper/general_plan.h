@@ -133,8 +133,9 @@ struct Plan {
   bool gathered_rows;
   int halo_rows;      // staged rows of the largest group
   int halo_cols;      // staged input columns: images x image_span
-  int image_cols;     // of them read by one image's taps:
-                      // (tile_cols / images - 1) * stride_w + (kernel_w - 1) * dilation_w + 1
+  int image_cols;     // of them read by one image's taps: (c - 1) * stride_w + (kernel_w - 1)
+                      // * dilation_w + 1, c its conv columns (tile_cols / images, or
+                      // read_cols with one image a tile: general_search.cu's clip_halo)
   int image_span;     // columns per image: image_cols (images = 1), else rounded up to stride_w
   uint32_t phase_mask;  // bit r: column phase r (residue mod stride_w) is staged
   int phase_cols;     // slots per staged phase: ceil(halo_cols / stride_w)

@@ -144,6 +144,44 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
   return found;
 }
 
+// The clip (unless $CONV_POOL_GENERAL_CLIP=0), on a plan staged for its whole conv tile: the
+// halo holds only the input under the conv pixels its pooling reads, read_rows and (one image
+// a tile) read_cols, with the same steps (a small image's tile lies mostly past its edge). The
+// squares' pixels past them read on into the stage's next slots, values that only conv pixels
+// no window reads take; the stage runs at least that far past its halo (its weights, or
+// padding), so those reads stay in it. Left whole where that would make the stage larger.
+void clip_halo(const ConvPoolShape& s, const TileSpec& t, Plan& p) {
+  const bool tma = p.input == kTmaInput;
+  const int tile_rows = 8 * t.square_rows, tile_cols = 8 * t.square_cols;
+  const int conv_cols = p.images == 1 ? p.read_cols : tile_cols / p.images;
+  const int image_cols = (conv_cols - 1) * s.stride_w + (s.kernel_w - 1) * s.dilation_w + 1;
+  const int image_span = p.images > 1 ? round_up(image_cols, s.stride_w) : image_cols;
+  const int halo_cols = p.images * image_span;
+  const int phase_cols = int(ceil_div(tma ? image_cols : halo_cols, s.stride_w));
+  const int row_pitch = tma ? phase_cols : p.phases * phase_cols;
+  const int row_rate = p.gathered_rows ? 1 : s.stride_h;  // halo rows a conv row
+  const int halo_rows = p.halo_rows - (tile_rows - p.read_rows) * row_rate;
+  const int halo_bytes =
+      tma ? p.images * p.phases *
+                tma_plane_bytes(halo_rows, phase_cols, p.step_chunks, p.x_swizzle)
+          : round_up(2 * p.step_chunks * halo_rows * row_pitch * kSliceBytes, 128);
+  // 16-byte slots (W-byte groups in a swizzled stage) past the last one staged.
+  const int past = (tile_rows - p.read_rows) * row_rate * row_pitch + tile_cols -
+                   p.images * conv_cols;
+  const int past_bytes = past * std::max(kSliceBytes, p.x_swizzle);
+  const int stage_bytes = round_up(halo_bytes + std::max(p.weight_stage_bytes, past_bytes),
+                                   stage_alignment(p.x_swizzle));
+  if (stage_bytes > p.stage_bytes) return;
+  p.image_cols = image_cols;
+  p.image_span = image_span;
+  p.halo_cols = halo_cols;
+  p.phase_cols = phase_cols;
+  p.row_pitch = row_pitch;
+  p.halo_rows = halo_rows;
+  p.halo_bytes = halo_bytes;
+  p.stage_bytes = stage_bytes;
+}
+
 // The plan of tile `tile_id` with `images` images side by side for `s` (why_not set where it
 // cannot run it); registers: 3xTF32's registers form (Plan::split_registers); x_in_place: the
 // copy engine would read x in place (no slice-planar copy); copy_term: the cost counts a step's
@@ -241,6 +279,7 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
     c.why_not = "one stage of the input halo and weights does not fit in shared memory";
     return c;
   }
+  if (clip_allowed()) clip_halo(s, t, p);
   p.chunk_steps = int(ceil_div(p.chunks, p.step_chunks));
   p.steps = p.chunk_steps * p.groups;
   p.slice_plane = tma ? p.halo_rows * p.phase_cols : p.halo_rows * p.row_pitch;
