@@ -279,6 +279,9 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
     c.why_not = "one stage of the input halo and weights does not fit in shared memory";
     return c;
   }
+  // The cost's copy term counts the whole tile's halo, so the clip leaves the tile choice as
+  // it was (counting the clipped bytes moved it to tiles that measured slower: docs/PERF.md).
+  const int whole_halo_bytes = p.halo_bytes;
   if (clip_allowed()) clip_halo(s, t, p);
   p.chunk_steps = int(ceil_div(p.chunks, p.step_chunks));
   p.steps = p.chunk_steps * p.groups;
@@ -411,7 +414,7 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
     // blocks share, where that is longer than its wgmmas.
     const double copy_cycles =
         copy_rate > 0.0 ? double(p.steps) / split *
-                              (p.halo_bytes / copy_rate +
+                              (whole_halo_bytes / copy_rate +
                                p.weight_stage_bytes / kCopyBytesPerCycleMerged)
                         : 0.0;
     const double cost =
