@@ -127,7 +127,8 @@ inline bool subsample_allowed(bool split) {
 }
 
 // $CONV_POOL_GENERAL_CLIP=0: a tile's halo spans its whole conv tile instead of the rows and
-// (one image a tile) columns under the pixels its pooling reads (general_search.cu's clip).
+// (one image a tile) columns under the pixels its pooling reads (general_search.cu's
+// clip_halo).
 inline bool clip_allowed() { return !is("CONV_POOL_GENERAL_CLIP", "0"); }
 
 // $CONV_POOL_GENERAL_SPLIT_REGISTERS=0: the 3xTF32 form reads x's big and small parts from the
