@@ -871,12 +871,19 @@ def test_subsampled_strided_layers_in_every_form_match_float64(ext, lib, device,
         monkeypatch.setenv("CONV_POOL_GENERAL_SUBSAMPLE", "split")
     else:
         monkeypatch.delenv("CONV_POOL_GENERAL_SUBSAMPLE", raising=False)
-    for i, case in enumerate(SUBSAMPLED_CASES):
+    check_cases(ext, lib, device, seed, dtype, SUBSAMPLED_CASES, subsample)
+
+
+def check_cases(ext, lib, device, seed, dtype, cases, label):
+    """Each case in both layouts against float64 on the general kernel, whose plan must run it
+    (the message names the plan of the NCHW input)."""
+    for i, case in enumerate(cases):
         plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
         assert plan is not None, f"general_wgmma refused {case}"
         x, w, b = operands(case, seed + i, dtype)
         for layout in LAYOUTS:
-            check(ext, case, with_layout(x, layout), w, b, dtype, f"{case} {layout} plan {plan}")
+            check(ext, case, with_layout(x, layout), w, b, dtype,
+                  f"{case} {layout} {label} plan {plan}")
 
 
 # Small and narrow images, whose tiles lie mostly past their edge, and pools whose windows
@@ -905,13 +912,7 @@ def test_clipped_halos_match_float64(ext, lib, device, seed, dtype, clip, monkey
         monkeypatch.setenv("CONV_POOL_GENERAL_CLIP", "0")
     else:
         monkeypatch.delenv("CONV_POOL_GENERAL_CLIP", raising=False)
-    for i, case in enumerate(CLIPPED_CASES):
-        plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
-        assert plan is not None, f"general_wgmma refused {case}"
-        x, w, b = operands(case, seed + i, dtype)
-        for layout in LAYOUTS:
-            check(ext, case, with_layout(x, layout), w, b, dtype,
-                  f"{case} {layout} {clip} plan {plan}")
+    check_cases(ext, lib, device, seed, dtype, CLIPPED_CASES, clip)
 
 
 @ONE_PATH
