@@ -97,6 +97,7 @@
 #include "conv_relu_maxpool_tiled.h"
 #include "conv_relu_maxpool_wgmma.h"
 #include "hopper/general_wgmma.h"
+#include "hopper/general_transpose.h"
 #include "sm80/flat_kernel.cuh"
 #include "sm80/tiled_kernel.cuh"
 
@@ -377,13 +378,16 @@ static void general_plan_text(const ConvPoolShape& s, const ConvPoolDevice& devi
                               const ConvPoolOperands* ops, bool split, char* text,
                               int capacity) {
   const general_wgmma::Plan p = general_wgmma_plan(s, device, ops, split);
-  const CopyRows rows = conv_pool_copy_rows(s);  // of the slice-planar copy (nhwc_copy, tma)
+  // (transposed: the plan is the transposed layer's, general_transpose.h)
+  const bool transposed = general_wgmma::transpose_chosen(s, device, ops, split);
+  const CopyRows rows =  // of the slice-planar copy (nhwc_copy, tma)
+      conv_pool_copy_rows(transposed ? general_wgmma::transposed_shape(s) : s);
   snprintf(text, size_t(capacity),
            "tile=%s images=%d pooled=%dx%d tiles=%lld split=%d steps=%d step_chunks=%d "
            "group_rows=%d gathered=%d halo=%dx%d phases=%d stage_bytes=%d passes=%d smem=%d "
            "blocks_per_sm=%d nhwc_copy=%d chunks=%d input=%s stages=%d persistent=%d merged=%d "
            "cluster=%d weights=%s paired=%d direct=%d read=%dx%d copy_rows=%d:%x swizzle=%d "
-           "tail_n=%d registers=%d windows=%d",
+           "tail_n=%d registers=%d windows=%d transposed=%d",
            general_wgmma::kTileSpecs[p.tile].name, p.images, p.pooled_rows, p.pooled_cols,
            static_cast<long long>(p.tiles), p.split, p.steps, p.step_chunks, p.group_rows,
            int(p.gathered_rows), p.halo_rows, p.halo_cols, __builtin_popcount(p.phase_mask),
@@ -398,7 +402,8 @@ static void general_plan_text(const ConvPoolShape& s, const ConvPoolDevice& devi
            p.read_cols, rows.phases, rows.mask, p.x_swizzle, p.tail_n, int(p.split_registers),
            !general_wgmma::windows_chosen(s, device, ops, split)    ? 0
            : general_wgmma::windows_fused(s, device, ops, split) ? 2
-                                                                  : 1);
+                                                                  : 1,
+           int(transposed));
 }
 
 extern "C" bool conv_relu_maxpool_variant_plan(const ConvPoolShape* s, int variant,

@@ -915,6 +915,58 @@ def test_clipped_halos_match_float64(ext, lib, device, seed, dtype, clip, monkey
     check_cases(ext, lib, device, seed, dtype, CLIPPED_CASES, clip)
 
 
+# Layers the kernel may run as their transpose (general_transpose.h): tall or narrow images,
+# kernels, strides, dilations and pools unlike along rows and columns, a one-column kernel,
+# ceil mode and pool padding. Their channels fill whole 16-byte slices, so channels-last x is
+# read in place, the condition for transposing.
+TRANSPOSED_CASES = [
+    ConvPoolCase("tall_k5_s2x3", 2, 64, 96, 67, 11, (5, 5), stride=(2, 3), padding=(1, 3),
+                 pool_kernel=(2, 4), pool_stride=(2, 4), pool_padding=(1, 0)),
+    ConvPoolCase("column_kernel", 2, 48, 40, 40, 9, (7, 1), stride=(1, 2), padding=(3, 0),
+                 pool_kernel=(3, 2), pool_stride=(2, 2), ceil_mode=True),
+    ConvPoolCase("dilated_narrow", 1, 32, 72, 50, 6, (3, 2), padding=(2, 1), dilation=(2, 1),
+                 pool_kernel=(4, 1), pool_stride=(4, 1)),
+    ConvPoolCase("pointwise_tall", 3, 64, 48, 45, 4, (1, 1), pool_kernel=(3, 3),
+                 pool_stride=(2, 2), pool_padding=(1, 1)),
+]
+
+
+@pytest.mark.parametrize("transpose", ["force", "1"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+def test_transposed_layers_match_float64(ext, lib, device, seed, dtype, transpose, monkeypatch):
+    """The layers above, both layouts, with $CONV_POOL_GENERAL_TRANSPOSE=force (every
+    channels-last one runs transposed, as its plan says; NCHW ones never do) and =1 (where the
+    cost model says)."""
+    monkeypatch.setenv("CONV_POOL_GENERAL_TRANSPOSE", transpose)
+    if transpose == "force":
+        for case in TRANSPOSED_CASES:
+            for channels_last in (False, True):
+                plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device,
+                                                  channels_last=channels_last)
+                assert plan["transposed"] == int(channels_last), (case, plan)
+    check_cases(ext, lib, device, seed, dtype, TRANSPOSED_CASES, f"transpose={transpose}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+def test_transposed_random_geometries_match_float64(ext, lib, device, seed, dtype, path,
+                                                    monkeypatch):
+    """Random channels-last layers of the fuzz space (channels rounded up to whole 16-byte
+    slices) with $CONV_POOL_GENERAL_TRANSPOSE=force, in every form: most run transposed (here,
+    the host plans of 200 such layers: all in float32, ~3/4 in 16 bits, the rest folded)."""
+    monkeypatch.setenv("CONV_POOL_GENERAL_TRANSPOSE", "force")
+    rng = random.Random(seed)
+    transposed = 0
+    for i in range(12):
+        case = fuzz_case(rng, f"fuzz_{i}")
+        case = replace(case, in_channels=-(-case.in_channels // 8) * 8)
+        plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device, channels_last=True)
+        assert plan is not None, f"general_wgmma refused {case}"
+        transposed += plan["transposed"]
+        x, w, b = operands(case, rng.randrange(2**31), dtype)
+        check(ext, case, with_layout(x, "channels_last"), w, b, dtype, f"{case} plan {plan}")
+    assert transposed >= 3, transposed
+
+
 @ONE_PATH
 @pytest.mark.parametrize("integers", [False, True], ids=["random", "integer_inputs"])
 def test_3xtf32_nan_and_inf_propagate_like_float64(ext, lib, device, seed, integers,

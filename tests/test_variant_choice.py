@@ -1762,6 +1762,66 @@ def test_halos_hold_only_the_input_the_pooling_reads(library, element, seed, mon
     assert smaller >= 20, smaller
 
 
+def transposed_case(case: ConvPoolCase) -> ConvPoolCase:
+    """The layer with rows and columns exchanged (general_transpose.h)."""
+    def swap(pair):
+        return None if pair is None else (pair[1], pair[0])
+    return replace(case, height=case.width, width=case.height,
+                   kernel_size=swap(case.kernel_size), stride=swap(case.stride),
+                   padding=swap(case.padding), dilation=swap(case.dilation),
+                   pool_kernel=swap(case.pool_kernel), pool_stride=swap(case.pool_stride),
+                   pool_padding=swap(case.pool_padding))
+
+
+@pytest.mark.parametrize("element", [FLOAT32, FLOAT16, BFLOAT16],
+                         ids=["float32", "float16", "bfloat16"])
+def test_layers_run_transposed_where_the_hook_and_the_cost_say(library, element, seed,
+                                                              monkeypatch):
+    """$CONV_POOL_GENERAL_TRANSPOSE=1 runs a layer whose channels-last x is read in place as its
+    transpose (general_transpose.h) where the cost model finds that plan cheaper: the plan is
+    then the transposed layer's own, and that layer is not transposed back. A tall layer of 5
+    conv columns (the fuzz's worst row on an H100, `fuzz_137`: 64 -> 192, 67 x 11, 5 x 5 at
+    2 x 3, a 2 x 4 pool) runs transposed, on 16 x 16 tiles 13% full before. NCHW x never runs
+    transposed, not even with "force", which transposes every channels-last layer whose
+    transpose has a plan; unset, nothing is."""
+    def plan(case, channels_last=True, setting=None):
+        if setting is None:
+            monkeypatch.delenv("CONV_POOL_GENERAL_TRANSPOSE", raising=False)
+        else:
+            monkeypatch.setenv("CONV_POOL_GENERAL_TRANSPOSE", setting)
+        return general_plan(library, case, element, channels_last=channels_last)
+
+    def without_flag(p):
+        return {k: v for k, v in p.items() if k != "transposed"}
+
+    tall = ConvPoolCase("fuzz_137", 32, 64, 192, 67, 11, (5, 5), stride=(2, 3),
+                        padding=(1, 3), pool_kernel=(2, 4), pool_stride=(2, 4),
+                        pool_padding=(1, 0))
+    chosen = plan(tall, setting="1")
+    assert chosen["transposed"] == 1, chosen
+    assert without_flag(chosen) == without_flag(plan(transposed_case(tall))), chosen
+    assert plan(tall)["transposed"] == 0
+    rng = random.Random(seed)
+    counts = {"1": 0, "force": 0}
+    for i in range(200):
+        case = fuzz_case(rng, f"fuzz_{i}")
+        case = replace(case, in_channels=-(-case.in_channels // 8) * 8)
+        if plan(case) is None:
+            continue
+        assert plan(case)["transposed"] == 0, case
+        assert plan(case, channels_last=False, setting="force")["transposed"] == 0, case
+        flipped = transposed_case(case)
+        for setting in counts:
+            chosen = plan(case, setting=setting)
+            if chosen["transposed"]:
+                counts[setting] += 1
+                assert without_flag(chosen) == without_flag(plan(flipped)), (case, chosen)
+                if setting == "1":
+                    assert plan(flipped, setting="1")["transposed"] == 0, case
+    print(f"of 200 random channels-last layers, transposed: {counts}")
+    assert counts["force"] >= 100 and counts["force"] > counts["1"] >= 5, counts
+
+
 @pytest.mark.parametrize("setting", ["default", "split", "0"])
 def test_subsampling_keeps_every_geometry_on_the_general_kernel(library, variant_names, seed,
                                                                 setting, monkeypatch):

@@ -131,6 +131,15 @@ inline bool subsample_allowed(bool split) {
 // clip_halo).
 inline bool clip_allowed() { return !is("CONV_POOL_GENERAL_CLIP", "0"); }
 
+// $CONV_POOL_GENERAL_TRANSPOSE: "1" runs a layer whose x has contiguous channels as its
+// transpose (general_transpose.h) where the cost model finds that plan cheaper by
+// kTransposeGain; "force" wherever the transposed layer has a plan (tests); unset or "0":
+// never, the default until timed. Read per launch (it picks between two searched plans).
+inline int transpose_mode() {
+  if (is("CONV_POOL_GENERAL_TRANSPOSE", "force")) return 2;
+  return is("CONV_POOL_GENERAL_TRANSPOSE", "1") ? 1 : 0;
+}
+
 // $CONV_POOL_GENERAL_SPLIT_REGISTERS=0: the 3xTF32 form reads x's big and small parts from the
 // launch's split NHWC copy (the staged form) rather than splitting x in the consumers'
 // registers (Plan::split_registers, the default on every tile where one step's stage fits;

@@ -24,6 +24,7 @@
 #include "general_search.h"
 #include "general_subsample.h"
 #include "general_trace.cuh"
+#include "general_transpose.h"
 #include "general_wgmma.h"
 #include "general_windows.cuh"
 
@@ -345,23 +346,92 @@ const char* general_wgmma_unsupported(const ConvPoolShape& s, const ConvPoolDevi
 
 Plan general_wgmma_plan(const ConvPoolShape& s, const ConvPoolDevice& device,
                         const ConvPoolOperands* ops, bool split) {
-  if (general_wgmma::fold_applies(s, split)) {  // the folded layer's plan (general_fold.cu)
-    const ConvPoolShape f = general_wgmma::folded_shape(s);
-    const ConvPoolOperands folded = general_wgmma::folded_operands(f, nullptr, nullptr);
-    return general_wgmma_plan(f, device, &folded, split);
+  if (general_wgmma::transpose_chosen(s, device, ops, split)) {  // (general_transpose.h)
+    const ConvPoolOperands view = general_wgmma::transposed_operands(*ops);
+    return general_wgmma::layer_plan(general_wgmma::transposed_shape(s), device, &view, split);
   }
-  if (general_wgmma::windows_chosen(s, device, ops, split)) {  // the windowed layer's plan
-    const ConvPoolOperands windowed =
-        general_wgmma::windowed_operands(s, device, ops, split, nullptr);
-    return general_wgmma_plan(general_wgmma::windowed_shape(s), device, &windowed, split);
-  }
-  if (general_wgmma::subsample_applies(s, split)) {  // the layer over x' (general_subsample.h)
-    ConvPoolOperands view;
-    return general_wgmma_plan(general_wgmma::subsampled_shape(s), device,
-                              general_wgmma::subsampled_operands(ops, s, view), split);
-  }
-  return general_wgmma::shape_plan(s, device, ops, split);
+  return general_wgmma::layer_plan(s, device, ops, split);
 }
+
+int64_t general_wgmma_workspace_bytes(const ConvPoolShape& s, const ConvPoolDevice& device,
+                                      const ConvPoolOperands* ops, bool split) {
+  if (general_wgmma::transpose_chosen(s, device, ops, split)) {
+    const ConvPoolOperands view = general_wgmma::transposed_operands(*ops);
+    return general_wgmma::layer_workspace_bytes(general_wgmma::transposed_shape(s), device,
+                                                &view, split);
+  }
+  return general_wgmma::layer_workspace_bytes(s, device, ops, split);
+}
+
+cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                 const ConvPoolDevice& device, cudaStream_t stream,
+                                 const int64_t* out_stride, bool split) {
+  if (general_wgmma::transpose_chosen(s, device, &ops, split)) {
+    int64_t transposed[4];
+    general_wgmma::transposed_out_stride(s, out_stride, transposed);
+    return general_wgmma::layer_launch(general_wgmma::transposed_operands(ops),
+                                       general_wgmma::transposed_shape(s), device, stream,
+                                       transposed, split);
+  }
+  return general_wgmma::layer_launch(ops, s, device, stream, out_stride, split);
+}
+
+namespace general_wgmma {
+
+namespace {
+
+// The cost model's estimate for `s` as layer_plan runs it (after its subsampling), by the cost
+// with the copy term where that is allowed (the fuller estimate; best_plan drops the term on
+// plans of few steps); < 0 where no plan runs it.
+double plain_cost(const ConvPoolShape& s, const ConvPoolDevice& device,
+                  const ConvPoolOperands* ops, bool split) {
+  ConvPoolOperands view;
+  const bool subsampled = subsample_applies(s, split);
+  const ConvPoolShape f = subsampled ? subsampled_shape(s) : s;
+  const ConvPoolOperands* o = subsampled ? subsampled_operands(ops, s, view) : ops;
+  const Candidate c = cheapest_plan(f, device, split, tma_for(f, o, split), x_in_place(f, o),
+                                    copy_cost_allowed());
+  return c.why_not != nullptr ? -1.0 : c.cost;
+}
+
+}  // namespace
+
+bool transpose_chosen(const ConvPoolShape& s, const ConvPoolDevice& device,
+                      const ConvPoolOperands* ops, bool split) {
+  const int mode = transpose_mode();
+  if (mode == 0 || split || !x_in_place(s, ops)) return false;
+  const ConvPoolShape t = transposed_shape(s);
+  const ConvPoolOperands view = transposed_operands(*ops);
+  if (fold_applies(s, split) || fold_applies(t, split) || windows_chosen(s, device, ops, split) ||
+      windows_chosen(t, device, &view, split) ||
+      general_wgmma_unsupported(t, device, split) != nullptr)
+    return false;
+  const double other = plain_cost(t, device, &view, split);
+  if (other < 0.0) return false;
+  if (mode == 2) return true;
+  const double own = plain_cost(s, device, ops, split);
+  return own >= 0.0 && other < kTransposeGain * own;
+}
+
+Plan layer_plan(const ConvPoolShape& s, const ConvPoolDevice& device,
+                const ConvPoolOperands* ops, bool split) {
+  if (fold_applies(s, split)) {  // the folded layer's plan (general_fold.cu)
+    const ConvPoolShape f = folded_shape(s);
+    const ConvPoolOperands folded = folded_operands(f, nullptr, nullptr);
+    return layer_plan(f, device, &folded, split);
+  }
+  if (windows_chosen(s, device, ops, split)) {  // the windowed layer's plan
+    const ConvPoolOperands windowed = windowed_operands(s, device, ops, split, nullptr);
+    return layer_plan(windowed_shape(s), device, &windowed, split);
+  }
+  if (subsample_applies(s, split)) {  // the layer over x' (general_subsample.h)
+    ConvPoolOperands view;
+    return layer_plan(subsampled_shape(s), device, subsampled_operands(ops, s, view), split);
+  }
+  return shape_plan(s, device, ops, split);
+}
+
+}  // namespace general_wgmma
 
 Plan general_wgmma::shape_plan(const ConvPoolShape& s, const ConvPoolDevice& device,
                                const ConvPoolOperands* ops, bool split) {
@@ -370,52 +440,46 @@ Plan general_wgmma::shape_plan(const ConvPoolShape& s, const ConvPoolDevice& dev
   return p;
 }
 
-int64_t general_wgmma_workspace_bytes(const ConvPoolShape& s, const ConvPoolDevice& device,
-                                      const ConvPoolOperands* ops, bool split) {
-  if (general_wgmma::fold_applies(s, split)) {  // the folded layer's, then x' and w'
-    const ConvPoolShape f = general_wgmma::folded_shape(s);
-    const ConvPoolOperands folded = general_wgmma::folded_operands(f, nullptr, nullptr);
-    const int64_t inner = general_wgmma_workspace_bytes(f, device, &folded, split);
-    return general_wgmma::region_bytes(inner) + general_wgmma::fold_bytes(f);
+int64_t general_wgmma::layer_workspace_bytes(const ConvPoolShape& s,
+                                              const ConvPoolDevice& device,
+                                              const ConvPoolOperands* ops, bool split) {
+  if (fold_applies(s, split)) {  // the folded layer's, then x' and w'
+    const ConvPoolShape f = folded_shape(s);
+    const ConvPoolOperands folded = folded_operands(f, nullptr, nullptr);
+    return region_bytes(layer_workspace_bytes(f, device, &folded, split)) + fold_bytes(f);
   }
-  if (general_wgmma::windows_chosen(s, device, ops, split)) {  // the windowed layer's, x'
-    const ConvPoolOperands windowed =
-        general_wgmma::windowed_operands(s, device, ops, split, nullptr);
-    const int64_t inner = general_wgmma_workspace_bytes(general_wgmma::windowed_shape(s),
-                                                        device, &windowed, split);
-    return general_wgmma::region_bytes(inner) +
-           general_wgmma::windows_bytes(s, device, ops, split);
+  if (windows_chosen(s, device, ops, split)) {  // the windowed layer's, x'
+    const ConvPoolOperands windowed = windowed_operands(s, device, ops, split, nullptr);
+    const int64_t inner = layer_workspace_bytes(windowed_shape(s), device, &windowed, split);
+    return region_bytes(inner) + windows_bytes(s, device, ops, split);
   }
-  if (general_wgmma::subsample_applies(s, split)) {  // the layer over x': its copy is smaller
+  if (subsample_applies(s, split)) {  // the layer over x': its copy is smaller
     ConvPoolOperands view;
-    return general_wgmma_workspace_bytes(general_wgmma::subsampled_shape(s), device,
-                                         general_wgmma::subsampled_operands(ops, s, view),
-                                         split);
+    return layer_workspace_bytes(subsampled_shape(s), device, subsampled_operands(ops, s, view),
+                                 split);
   }
-  const Plan p = general_wgmma_plan(s, device, ops, split);
-  return general_wgmma::region_bytes(p.packed_bytes) +
-         general_wgmma::region_bytes(p.staged_input_bytes) + p.partial_bytes;
+  const Plan p = layer_plan(s, device, ops, split);
+  return region_bytes(p.packed_bytes) + region_bytes(p.staged_input_bytes) + p.partial_bytes;
 }
 
-cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
-                                 const ConvPoolDevice& device, cudaStream_t stream,
-                                 const int64_t* out_stride, bool split) {
-  using namespace general_wgmma;
+cudaError_t general_wgmma::layer_launch(const ConvPoolOperands& ops, const ConvPoolShape& s,
+                                        const ConvPoolDevice& device, cudaStream_t stream,
+                                        const int64_t* out_stride, bool split) {
   if (fold_applies(s, split)) {  // x' and w' after the folded layer's workspace, then its launch
     const ConvPoolShape f = folded_shape(s);
     const ConvPoolOperands layout = folded_operands(f, nullptr, nullptr);
-    const int64_t inner = region_bytes(general_wgmma_workspace_bytes(f, device, &layout, split));
+    const int64_t inner = region_bytes(layer_workspace_bytes(f, device, &layout, split));
     unsigned char* region = reinterpret_cast<unsigned char*>(ops.workspace) + inner;
     ConvPoolOperands folded;
     if (cudaError_t error = fold_inputs(ops, s, f, region, stream, &folded); error != cudaSuccess)
       return error;
-    return general_wgmma_launch(folded, f, device, stream, out_stride, split);
+    return layer_launch(folded, f, device, stream, out_stride, split);
   }
   if (windows_chosen(s, device, &ops, split))  // x' a window-major copy of x (general_windows.cu)
     return launch_windowed(ops, s, device, stream, out_stride, split);
   if (subsample_applies(s, split))  // x' is a view of x (general_subsample.h)
-    return general_wgmma_launch(subsampled_operands(ops, s), subsampled_shape(s), device,
-                                stream, out_stride, split);
+    return layer_launch(subsampled_operands(ops, s), subsampled_shape(s), device, stream,
+                        out_stride, split);
   return launch_shape(ops, s, device, stream, out_stride, split, nullptr);
 }
 
@@ -424,7 +488,7 @@ cudaError_t general_wgmma::launch_shape(const ConvPoolOperands& ops, const ConvP
                                         const int64_t* out_stride, bool split,
                                         const WindowedLayer* windowed) {
   using namespace general_wgmma;
-  Plan p = general_wgmma_plan(s, device, &ops, split);
+  Plan p = layer_plan(s, device, &ops, split);
   if (out_stride != nullptr) {
     for (int d = 0; d < 4; ++d) p.out_stride[d] = out_stride[d];
   } else {

@@ -68,11 +68,26 @@ int64_t windows_bytes(const ConvPoolShape& shape, const ConvPoolDevice& device,
 cudaError_t launch_windowed(const ConvPoolOperands& operands, const ConvPoolShape& shape,
                             const ConvPoolDevice& device, cudaStream_t stream,
                             const int64_t* out_stride, bool split);
-// The plan of `shape` itself, x read as `operands` say (general_wgmma_plan after its fold,
-// windows and view choices).
+// Whether the general_wgmma_* functions above run `shape` as its transpose
+// (general_transpose.h; $CONV_POOL_GENERAL_TRANSPOSE): x read in place with contiguous
+// channels, neither orientation folded or windowed, and the transposed layer's plan cheaper by
+// kTransposeGain; `operands` as for general_wgmma_plan.
+bool transpose_chosen(const ConvPoolShape& shape, const ConvPoolDevice& device,
+                      const ConvPoolOperands* operands, bool split);
+// The plan, workspace bytes and launch of `shape` as given (general_wgmma_* after the
+// orientation: their fold, windows and view choices, then shape_plan / launch_shape).
+Plan layer_plan(const ConvPoolShape& shape, const ConvPoolDevice& device,
+                const ConvPoolOperands* operands, bool split);
+int64_t layer_workspace_bytes(const ConvPoolShape& shape, const ConvPoolDevice& device,
+                              const ConvPoolOperands* operands, bool split);
+cudaError_t layer_launch(const ConvPoolOperands& operands, const ConvPoolShape& shape,
+                         const ConvPoolDevice& device, cudaStream_t stream,
+                         const int64_t* out_stride, bool split);
+// The plan of `shape` itself, x read as `operands` say (layer_plan after its fold, windows and
+// view choices).
 Plan shape_plan(const ConvPoolShape& shape, const ConvPoolDevice& device,
                 const ConvPoolOperands* operands, bool split);
-// The launch of `shape` itself (general_wgmma_launch after its fold, windows and view
+// The launch of `shape` itself (layer_launch after its fold, windows and view
 // choices); `windowed`: a window-major launch's remaps (general_windows.cuh), or nullptr.
 struct WindowedLayer;
 cudaError_t launch_shape(const ConvPoolOperands& operands, const ConvPoolShape& shape,

@@ -237,7 +237,7 @@ Plan copied_plan(const ConvPoolShape& s, const ConvPoolDevice& device,
                  const ConvPoolOperands* ops, bool split) {
   const ConvPoolShape f = windowed_shape(s);
   const ConvPoolOperands copied = windowed_x_operands(f, ops, true, nullptr);
-  return general_wgmma_plan(f, device, &copied, split);
+  return layer_plan(f, device, &copied, split);
 }
 bool copies_in_preparation(const Plan& p) { return p.input == kTmaInput && p.staged_copy; }
 
@@ -284,7 +284,7 @@ cudaError_t launch_windowed(const ConvPoolOperands& ops, const ConvPoolShape& s,
   std::copy(ops.x_stride, ops.x_stride + 4, layer.x_stride);
   const ConvPoolOperands plan_ops = windowed_x_operands(f, &ops, layer.copy_x, nullptr);
   unsigned char* x_region = reinterpret_cast<unsigned char*>(ops.workspace) +
-                            region(general_wgmma_workspace_bytes(f, device, &plan_ops, split));
+                            region(layer_workspace_bytes(f, device, &plan_ops, split));
   const ConvPoolOperands windowed = windowed_x_operands(f, &ops, layer.copy_x, x_region);
   if (!layer.copy_x) {
     if (cudaError_t error = gather_windows(ops, s, f, x_region, stream); error != cudaSuccess)
