@@ -24,13 +24,17 @@ struct ToSlices {
   // A thread copies one slot's pixel, kGroupSlices slices of it: its loads are kGroupSlices x
   // kSlice channels of one pixel (one contiguous run where the channels are: channels-last),
   // and a warp's loads of one channel are consecutive pixels (along a row of an NCHW plane);
-  // each of its stores is a warp's 512 contiguous bytes (or one run a phase).
+  // each of its stores is a warp's 512 contiguous bytes (or one run a phase). Where x's column
+  // stride is the larger (columns_first: a transposed NCHW view, general_transpose.h) a warp
+  // takes consecutive rows of one column instead, so that its loads stay consecutive; its
+  // stores are then a row's pitch apart.
   static constexpr int kGroupSlices = 4;
   static constexpr int kBlockThreads = 256;
   const Raw* src;
   int64_t stride[4];  // src's (image, channel, row, column) strides, elements
   int channels, slices, groups;  // groups: ceil(slices / kGroupSlices)
-  int width, phases, phase_width, pitch;  // a dst row: pitch = phases x phase_width slots
+  int height, width, phases, phase_width, pitch;  // a dst row: pitch = phases x phase_width
+  bool columns_first;                             // a warp's items down a column
   uint32_t phase_mask;                    // the phases copied (all where phases = 1)
   int row_phases;                         // rows h copied: bit h mod row_phases of row_mask
   uint32_t row_mask;
@@ -54,7 +58,9 @@ ToSlices<Raw> to_slices_job(const void* src, const int64_t* stride, int64_t batc
   job.channels = channels;
   job.slices = slices;
   job.groups = (slices + ToSlices<Raw>::kGroupSlices - 1) / ToSlices<Raw>::kGroupSlices;
+  job.height = height;
   job.width = width;
+  job.columns_first = stride[2] > 0 && stride[3] > stride[2];
   job.phases = phases;
   job.phase_width = conv_pool_phase_width(width, phases);
   job.pitch = phases * job.phase_width;
@@ -95,15 +101,22 @@ __device__ __forceinline__ void load_channel_tile(const Raw* src, int64_t s0, in
   }
 }
 
-// Position `index`'s image, slice group, slot in their plane and that slot's row; I = 32-bit
-// indices where every position fits them.
+// Position `index`'s image, slice group, slot in their plane and that slot's row (within the
+// plane, slots row by row, or with columns_first column by column); I = 32-bit indices where
+// every position fits them.
 template <class I, class Raw>
 __device__ __forceinline__ void to_slices_place(const ToSlices<Raw>& job, int64_t index,
                                                 int64_t& image, int& group, int64_t& slot,
                                                 int& h) {
   const I row = I(index) / I(job.plane), within = I(index) - row * I(job.plane);
-  slot = int64_t(within);
-  h = int(within / I(job.pitch));
+  if (job.columns_first) {
+    const I col = within / I(job.height);
+    h = int(within - col * I(job.height));
+    slot = int64_t(h) * job.pitch + int64_t(col);
+  } else {
+    slot = int64_t(within);
+    h = int(within / I(job.pitch));
+  }
   image = int64_t(row / I(job.groups));
   group = int(row - I(image) * I(job.groups));
 }

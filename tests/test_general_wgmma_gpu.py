@@ -918,7 +918,8 @@ def test_clipped_halos_match_float64(ext, lib, device, seed, dtype, clip, monkey
 # Layers the kernel may run as their transpose (general_transpose.h): tall or narrow images,
 # kernels, strides, dilations and pools unlike along rows and columns, a one-column kernel,
 # ceil mode and pool padding. Their channels fill whole 16-byte slices, so channels-last x is
-# read in place, the condition for transposing.
+# read in place; NCHW x is transposed where the copy engine reads the preparation launch's
+# copy of it.
 TRANSPOSED_CASES = [
     ConvPoolCase("tall_k5_s2x3", 2, 64, 96, 67, 11, (5, 5), stride=(2, 3), padding=(1, 3),
                  pool_kernel=(2, 4), pool_stride=(2, 4), pool_padding=(1, 0)),
@@ -931,39 +932,55 @@ TRANSPOSED_CASES = [
 ]
 
 
-@pytest.mark.parametrize("transpose", ["force", "1"])
+def transposed_storage(x: torch.Tensor) -> torch.Tensor:
+    """x's values with its rows and columns exchanged in memory (strides n, c, 1, height): the
+    slice-planar copy's warps then walk columns (ToSlices::columns_first)."""
+    return x.transpose(2, 3).contiguous().transpose(2, 3)
+
+
+@pytest.mark.parametrize("transpose", ["force", "1", "0"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 def test_transposed_layers_match_float64(ext, lib, device, seed, dtype, transpose, monkeypatch):
-    """The layers above, both layouts, with $CONV_POOL_GENERAL_TRANSPOSE=force (every
-    channels-last one runs transposed, as its plan says; NCHW ones never do) and =1 (where the
-    cost model says)."""
+    """The layers above in every layout and in x stored transposed, with
+    $CONV_POOL_GENERAL_TRANSPOSE=force (every channels-last one runs transposed, and every
+    NCHW one the copy engine reads: their plans say so), =1 (where the cost model says) and =0
+    (never: x stored transposed is then the copy's own case)."""
     monkeypatch.setenv("CONV_POOL_GENERAL_TRANSPOSE", transpose)
     if transpose == "force":
         for case in TRANSPOSED_CASES:
             for channels_last in (False, True):
                 plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device,
                                                   channels_last=channels_last)
-                assert plan["transposed"] == int(channels_last), (case, plan)
+                want = channels_last or plan["input"] == "tma"
+                assert plan["transposed"] == int(want), (case, plan)
     check_cases(ext, lib, device, seed, dtype, TRANSPOSED_CASES, f"transpose={transpose}")
+    for i, case in enumerate(TRANSPOSED_CASES):
+        x, w, b = operands(case, seed + 100 + i, dtype)
+        check(ext, case, transposed_storage(x), w, b, dtype,
+              f"{case} stored transposed, transpose={transpose}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 def test_transposed_random_geometries_match_float64(ext, lib, device, seed, dtype, path,
                                                     monkeypatch):
-    """Random channels-last layers of the fuzz space (channels rounded up to whole 16-byte
-    slices) with $CONV_POOL_GENERAL_TRANSPOSE=force, in every form: most run transposed (here,
-    the host plans of 200 such layers: all in float32, ~3/4 in 16 bits, the rest folded)."""
+    """Random layers of the fuzz space (channels rounded up to whole 16-byte slices), NCHW and
+    channels-last, with $CONV_POOL_GENERAL_TRANSPOSE=force, in every form: most channels-last
+    ones run transposed (here, the host plans of 200 such layers: all in float32, ~3/4 in 16
+    bits, the rest folded)."""
     monkeypatch.setenv("CONV_POOL_GENERAL_TRANSPOSE", "force")
     rng = random.Random(seed)
     transposed = 0
     for i in range(12):
         case = fuzz_case(rng, f"fuzz_{i}")
         case = replace(case, in_channels=-(-case.in_channels // 8) * 8)
-        plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device, channels_last=True)
-        assert plan is not None, f"general_wgmma refused {case}"
-        transposed += plan["transposed"]
         x, w, b = operands(case, rng.randrange(2**31), dtype)
-        check(ext, case, with_layout(x, "channels_last"), w, b, dtype, f"{case} plan {plan}")
+        for channels_last in (False, True):
+            plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device,
+                                              channels_last=channels_last)
+            assert plan is not None, f"general_wgmma refused {case}"
+            transposed += channels_last and plan["transposed"]
+            layout = "channels_last" if channels_last else "dense"
+            check(ext, case, with_layout(x, layout), w, b, dtype, f"{case} {layout} {plan}")
     assert transposed >= 3, transposed
 
 

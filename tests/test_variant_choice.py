@@ -1777,19 +1777,24 @@ def transposed_case(case: ConvPoolCase) -> ConvPoolCase:
                          ids=["float32", "float16", "bfloat16"])
 def test_layers_run_transposed_where_the_hook_and_the_cost_say(library, element, seed,
                                                               monkeypatch):
-    """$CONV_POOL_GENERAL_TRANSPOSE=1 runs a layer whose channels-last x is read in place as its
-    transpose (general_transpose.h) where the cost model finds that plan cheaper: the plan is
-    then the transposed layer's own, and that layer is not transposed back. A tall layer of 5
-    conv columns (the fuzz's worst row on an H100, `fuzz_137`: 64 -> 192, 67 x 11, 5 x 5 at
-    2 x 3, a 2 x 4 pool) runs transposed, on 16 x 16 tiles 13% full before. NCHW x never runs
-    transposed, not even with "force", which transposes every channels-last layer whose
-    transpose has a plan; unset, nothing is."""
-    def plan(case, channels_last=True, setting=None):
+    """$CONV_POOL_GENERAL_TRANSPOSE=1 runs a layer as its transpose (general_transpose.h) where
+    the cost model finds that plan cheaper: the plan is then the transposed layer's own, and
+    that layer is not transposed back. A tall layer of 5 conv columns (the fuzz's worst row on
+    an H100, `fuzz_137`: 64 -> 192, 67 x 11, 5 x 5 at 2 x 3, a 2 x 4 pool) runs transposed, on
+    16 x 16 tiles 13% full before. "force" transposes every channels-last layer whose transpose
+    has a plan, and every NCHW one the copy engine reads from the preparation launch's copy;
+    NCHW x on the cp.async loaders ($CONV_POOL_GENERAL_TMA=0) never; unset, nothing is."""
+    def plan(case, channels_last=True, setting=None, **hooks):
         if setting is None:
             monkeypatch.delenv("CONV_POOL_GENERAL_TRANSPOSE", raising=False)
         else:
             monkeypatch.setenv("CONV_POOL_GENERAL_TRANSPOSE", setting)
-        return general_plan(library, case, element, channels_last=channels_last)
+        for name, value in hooks.items():
+            monkeypatch.setenv(name, value)
+        found = general_plan(library, case, element, channels_last=channels_last)
+        for name in hooks:
+            monkeypatch.delenv(name)
+        return found
 
     def without_flag(p):
         return {k: v for k, v in p.items() if k != "transposed"}
@@ -1802,24 +1807,31 @@ def test_layers_run_transposed_where_the_hook_and_the_cost_say(library, element,
     assert without_flag(chosen) == without_flag(plan(transposed_case(tall))), chosen
     assert plan(tall)["transposed"] == 0
     rng = random.Random(seed)
-    counts = {"1": 0, "force": 0}
+    counts = {(layout, setting): 0 for layout in ("nchw", "channels_last")
+              for setting in ("1", "force")}
     for i in range(200):
         case = fuzz_case(rng, f"fuzz_{i}")
         case = replace(case, in_channels=-(-case.in_channels // 8) * 8)
         if plan(case) is None:
             continue
-        assert plan(case)["transposed"] == 0, case
-        assert plan(case, channels_last=False, setting="force")["transposed"] == 0, case
         flipped = transposed_case(case)
-        for setting in counts:
-            chosen = plan(case, setting=setting)
+        for layout, setting in counts:
+            channels_last = layout == "channels_last"
+            assert plan(case, channels_last)["transposed"] == 0, case
+            chosen = plan(case, channels_last, setting)
+            if not channels_last:
+                assert plan(case, False, setting, CONV_POOL_GENERAL_TMA="0")["transposed"] == 0
             if chosen["transposed"]:
-                counts[setting] += 1
-                assert without_flag(chosen) == without_flag(plan(flipped)), (case, chosen)
+                counts[layout, setting] += 1
+                assert chosen["input"] == "tma" or channels_last, (case, chosen)
+                assert without_flag(chosen) == without_flag(plan(flipped, channels_last)), (
+                    case, layout, chosen)
                 if setting == "1":
-                    assert plan(flipped, setting="1")["transposed"] == 0, case
-    print(f"of 200 random channels-last layers, transposed: {counts}")
-    assert counts["force"] >= 100 and counts["force"] > counts["1"] >= 5, counts
+                    assert plan(flipped, channels_last, "1")["transposed"] == 0, case
+    print(f"of 200 random layers, transposed: {counts}")
+    for layout in ("nchw", "channels_last"):
+        assert counts[layout, "force"] >= 100, counts
+        assert counts[layout, "force"] > counts[layout, "1"] >= 5, counts
 
 
 @pytest.mark.parametrize("setting", ["default", "split", "0"])

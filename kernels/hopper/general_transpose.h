@@ -4,7 +4,7 @@
 // (lengths, kernel, stride, padding, dilation, pool window, pool stride and padding; ceil mode
 // is one for both), writes the layer's output with rows and columns exchanged:
 //   x'[n, c, j, i] = x[n, c, i, j],  w'[k, c, q, r] = w[k, c, r, q],  out' likewise
-// A view: the row and column strides of x, the weight and the output swapped, no copy. The
+// A view: the row and column strides of x, the weight and the output swapped. The
 // general kernel's tiles (8 x 32, 16 x 16 or 32 x 8 conv pixels, small images side by side
 // along the columns) and its steps (whole kernel rows a stage) are not symmetric, so a tall,
 // narrow layer or a kernel of one column can plan fewer or fuller tiles, or fewer steps, the

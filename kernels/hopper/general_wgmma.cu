@@ -380,18 +380,20 @@ namespace general_wgmma {
 
 namespace {
 
-// The cost model's estimate for `s` as layer_plan runs it (after its subsampling), by the cost
-// with the copy term where that is allowed (the fuller estimate; best_plan drops the term on
-// plans of few steps); < 0 where no plan runs it.
+// The cheapest plan of `s` as layer_plan runs it (after its subsampling) by the cost with the
+// copy term where that is allowed (the fuller estimate; best_plan drops the term on plans of
+// few steps): its cost, or < 0 where no plan runs it or (copy_engine) where the copy engine
+// would not read x (a stride or a box past its limits).
 double plain_cost(const ConvPoolShape& s, const ConvPoolDevice& device,
-                  const ConvPoolOperands* ops, bool split) {
+                  const ConvPoolOperands* ops, bool split, bool copy_engine) {
   ConvPoolOperands view;
   const bool subsampled = subsample_applies(s, split);
   const ConvPoolShape f = subsampled ? subsampled_shape(s) : s;
   const ConvPoolOperands* o = subsampled ? subsampled_operands(ops, s, view) : ops;
   const Candidate c = cheapest_plan(f, device, split, tma_for(f, o, split), x_in_place(f, o),
                                     copy_cost_allowed());
-  return c.why_not != nullptr ? -1.0 : c.cost;
+  if (c.why_not != nullptr || (copy_engine && c.plan.input != kTmaInput)) return -1.0;
+  return c.cost;
 }
 
 }  // namespace
@@ -399,17 +401,22 @@ double plain_cost(const ConvPoolShape& s, const ConvPoolDevice& device,
 bool transpose_chosen(const ConvPoolShape& s, const ConvPoolDevice& device,
                       const ConvPoolOperands* ops, bool split) {
   const int mode = transpose_mode();
-  if (mode == 0 || split || !x_in_place(s, ops)) return false;
+  if (mode == 0 || split || ops == nullptr) return false;
+  // x read in place, or by the copy engine from the preparation launch's slice-planar copy
+  // (its warps walk the view's columns: ToSlices::columns_first); not by the cp.async loaders,
+  // whose reads of an NCHW view would lie a row apart.
+  const bool copied = !x_in_place(s, ops);
+  if (copied && (!tma_for(s, ops, split) || separate_preparation())) return false;
   const ConvPoolShape t = transposed_shape(s);
   const ConvPoolOperands view = transposed_operands(*ops);
   if (fold_applies(s, split) || fold_applies(t, split) || windows_chosen(s, device, ops, split) ||
       windows_chosen(t, device, &view, split) ||
       general_wgmma_unsupported(t, device, split) != nullptr)
     return false;
-  const double other = plain_cost(t, device, &view, split);
+  const double other = plain_cost(t, device, &view, split, copied);
   if (other < 0.0) return false;
   if (mode == 2) return true;
-  const double own = plain_cost(s, device, ops, split);
+  const double own = plain_cost(s, device, ops, split, false);
   return own >= 0.0 && other < kTransposeGain * own;
 }
 
