@@ -234,6 +234,15 @@ CASES = {
     "general_pointwise_wide_channels_last": ConvPoolCase(
         "general_pointwise_wide_channels_last", 2, 256, 136, 20, 36, (1, 1),
         pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1)),
+    # A tall layer 5 conv columns wide, run as its transpose under
+    # $CONV_POOL_GENERAL_TRANSPOSE=force (general_transpose.h): the NCHW one through the
+    # preparation launch's copy of the transposed view, the channels-last one in place.
+    "general_tall": ConvPoolCase("general_tall", 2, 64, 96, 67, 11, (5, 5), stride=(2, 3),
+                                 padding=(1, 3), pool_kernel=(2, 4), pool_stride=(2, 4),
+                                 pool_padding=(1, 0)),
+    "general_tall_channels_last": ConvPoolCase(
+        "general_tall_channels_last", 2, 64, 96, 67, 11, (5, 5), stride=(2, 3), padding=(1, 3),
+        pool_kernel=(2, 4), pool_stride=(2, 4), pool_padding=(1, 0)),
     # A 2 x 2 / 2 pool taken in registers (Plan::paired_pool), odd sizes (floor mode drops the
     # last row and column), an output-channel tail; and channels-last.
     "general_paired": ConvPoolCase("general_paired", 3, 96, 130, 29, 31, (1, 1)),
@@ -250,7 +259,8 @@ CHANNELS_LAST = {"unpooled_strips_channels_last", "general_large_kernel_channels
                  "few_tiles_channels_last", "few_tiles_packed_apart_channels_last",
                  "narrow_squares_channels_last", "split_square_channels_last",
                  "stem_columns_channels_last", "stem_odd_channels_last",
-                 "stem_vec4_channels_last", "general_windows_channels_last"}
+                 "stem_vec4_channels_last", "general_windows_channels_last",
+                 "general_tall_channels_last"}
 
 
 def main(name: str, variants: str = "all", dtype_name: str = "float32",
