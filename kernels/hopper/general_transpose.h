@@ -12,7 +12,6 @@
 // their terms).
 #pragma once
 
-#include <cstdint>
 #include <utility>
 
 #include "../conv_relu_maxpool.h"
@@ -41,21 +40,6 @@ inline ConvPoolOperands transposed_operands(const ConvPoolOperands& ops) {
   std::swap(t.x_stride[2], t.x_stride[3]);
   std::swap(t.weight_stride[2], t.weight_stride[3]);
   return t;
-}
-
-// The output's element strides (n, c, h, w) for the transposed layer, from the layer's
-// (out_stride; nullptr: NCHW contiguous).
-inline void transposed_out_stride(const ConvPoolShape& s, const int64_t* out_stride,
-                                  int64_t (&t)[4]) {
-  if (out_stride != nullptr) {
-    for (int d = 0; d < 4; ++d) t[d] = out_stride[d];
-  } else {
-    t[3] = 1;
-    t[2] = s.out_width;
-    t[1] = t[2] * s.out_height;
-    t[0] = t[1] * s.out_channels;
-  }
-  std::swap(t[2], t[3]);
 }
 
 }  // namespace general_wgmma

@@ -368,7 +368,8 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& ops, const ConvPoolShap
                                  const int64_t* out_stride, bool split) {
   if (general_wgmma::transpose_chosen(s, device, &ops, split)) {
     int64_t transposed[4];
-    general_wgmma::transposed_out_stride(s, out_stride, transposed);
+    general_wgmma::output_strides(s, out_stride, transposed);
+    std::swap(transposed[2], transposed[3]);
     return general_wgmma::layer_launch(general_wgmma::transposed_operands(ops),
                                        general_wgmma::transposed_shape(s), device, stream,
                                        transposed, split);
@@ -496,14 +497,7 @@ cudaError_t general_wgmma::launch_shape(const ConvPoolOperands& ops, const ConvP
                                         const WindowedLayer* windowed) {
   using namespace general_wgmma;
   Plan p = layer_plan(s, device, &ops, split);
-  if (out_stride != nullptr) {
-    for (int d = 0; d < 4; ++d) p.out_stride[d] = out_stride[d];
-  } else {
-    p.out_stride[3] = 1;
-    p.out_stride[2] = s.out_width;
-    p.out_stride[1] = p.out_stride[2] * s.out_height;
-    p.out_stride[0] = p.out_stride[1] * s.out_channels;
-  }
+  output_strides(s, out_stride, p.out_stride);
   p.pool_rect = pool_rect_enabled();
   if (windowed != nullptr) {  // (out_stride: the layer's)
     const ConvPoolShape& layer = windowed->source.layer;

@@ -34,6 +34,18 @@ cudaError_t general_wgmma_launch(const ConvPoolOperands& operands, const ConvPoo
                                  const int64_t* out_stride, bool split = false);
 
 namespace general_wgmma {
+// The output's element strides (n, c, h, w): out_stride's, or NCHW contiguous for nullptr.
+inline void output_strides(const ConvPoolShape& shape, const int64_t* out_stride,
+                           int64_t (&strides)[4]) {
+  if (out_stride != nullptr) {
+    for (int d = 0; d < 4; ++d) strides[d] = out_stride[d];
+    return;
+  }
+  strides[3] = 1;
+  strides[2] = shape.out_width;
+  strides[1] = strides[2] * shape.out_height;
+  strides[0] = strides[1] * shape.out_channels;
+}
 // x's strides in `operands` for a dense channels-last x of `shape` (the copies that the folded
 // and windowed layers read in place).
 void set_dense_channels_last_x(const ConvPoolShape& shape, ConvPoolOperands* operands);

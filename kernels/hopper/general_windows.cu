@@ -291,14 +291,7 @@ cudaError_t launch_windowed(const ConvPoolOperands& ops, const ConvPoolShape& s,
       return error;
   }
   int64_t os[4];
-  if (out_stride != nullptr) {
-    std::copy(out_stride, out_stride + 4, os);
-  } else {
-    os[3] = 1;
-    os[2] = s.out_width;
-    os[1] = os[2] * s.out_height;
-    os[0] = os[1] * s.out_channels;
-  }
+  output_strides(s, out_stride, os);
   return launch_shape(windowed, f, device, stream, os, split, &layer);
 }
 
