@@ -219,9 +219,9 @@ constexpr int kRoundChunks = 7;  // a round's fixed time (prologue, epilogue, re
 constexpr double kWindowsMaxWaveShare = 0.8;
 constexpr int64_t kWindowsMinWaves = 2;
 
-// A layer runs transposed ($CONV_POOL_GENERAL_TRANSPOSE=1: general_transpose.h) where the
+// A layer runs transposed (general_transpose.h; $CONV_POOL_GENERAL_TRANSPOSE) where the
 // transposed layer's plan costs at most this share of its own by the cost model (the margin
-// for the model's error on two different plans). Not yet timed.
+// for the model's error on two different plans).
 constexpr double kTransposeGain = 0.9;
 
 }  // namespace conv_pool_heuristics

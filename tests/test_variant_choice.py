@@ -1777,13 +1777,14 @@ def transposed_case(case: ConvPoolCase) -> ConvPoolCase:
                          ids=["float32", "float16", "bfloat16"])
 def test_layers_run_transposed_where_the_hook_and_the_cost_say(library, element, seed,
                                                               monkeypatch):
-    """$CONV_POOL_GENERAL_TRANSPOSE=1 runs a layer as its transpose (general_transpose.h) where
-    the cost model finds that plan cheaper: the plan is then the transposed layer's own, and
-    that layer is not transposed back. A tall layer of 5 conv columns (the fuzz's worst row on
-    an H100, `fuzz_137`: 64 -> 192, 67 x 11, 5 x 5 at 2 x 3, a 2 x 4 pool) runs transposed, on
-    16 x 16 tiles 13% full before. "force" transposes every channels-last layer whose transpose
-    has a plan, and every NCHW one the copy engine reads from the preparation launch's copy;
-    NCHW x on the cp.async loaders ($CONV_POOL_GENERAL_TMA=0) never; unset, nothing is."""
+    """A layer runs as its transpose (general_transpose.h) where the cost model finds that plan
+    cheaper ($CONV_POOL_GENERAL_TRANSPOSE unset or "1"): the plan is then the transposed
+    layer's own, and that layer is not transposed back. A tall layer of 5 conv columns (the
+    fuzz's worst row on an H100, `fuzz_137`: 64 -> 192, 67 x 11, 5 x 5 at 2 x 3, a 2 x 4 pool)
+    runs transposed, on 16 x 16 tiles 13% full before. "force" transposes every channels-last
+    layer whose transpose has a plan, and every NCHW one the copy engine reads from the
+    preparation launch's copy; NCHW x on the cp.async loaders ($CONV_POOL_GENERAL_TMA=0)
+    never; "0", nothing is."""
     def plan(case, channels_last=True, setting=None, **hooks):
         if setting is None:
             monkeypatch.delenv("CONV_POOL_GENERAL_TRANSPOSE", raising=False)
@@ -1802,10 +1803,11 @@ def test_layers_run_transposed_where_the_hook_and_the_cost_say(library, element,
     tall = ConvPoolCase("fuzz_137", 32, 64, 192, 67, 11, (5, 5), stride=(2, 3),
                         padding=(1, 3), pool_kernel=(2, 4), pool_stride=(2, 4),
                         pool_padding=(1, 0))
-    chosen = plan(tall, setting="1")
+    chosen = plan(tall)
     assert chosen["transposed"] == 1, chosen
-    assert without_flag(chosen) == without_flag(plan(transposed_case(tall))), chosen
-    assert plan(tall)["transposed"] == 0
+    assert plan(tall, setting="1") == chosen
+    assert without_flag(chosen) == without_flag(plan(transposed_case(tall), setting="0")), chosen
+    assert plan(tall, setting="0")["transposed"] == 0
     rng = random.Random(seed)
     counts = {(layout, setting): 0 for layout in ("nchw", "channels_last")
               for setting in ("1", "force")}
@@ -1817,14 +1819,16 @@ def test_layers_run_transposed_where_the_hook_and_the_cost_say(library, element,
         flipped = transposed_case(case)
         for layout, setting in counts:
             channels_last = layout == "channels_last"
-            assert plan(case, channels_last)["transposed"] == 0, case
+            assert plan(case, channels_last, "0")["transposed"] == 0, case
             chosen = plan(case, channels_last, setting)
+            if setting == "1":
+                assert plan(case, channels_last) == chosen, case
             if not channels_last:
                 assert plan(case, False, setting, CONV_POOL_GENERAL_TMA="0")["transposed"] == 0
             if chosen["transposed"]:
                 counts[layout, setting] += 1
                 assert chosen["input"] == "tma" or channels_last, (case, chosen)
-                assert without_flag(chosen) == without_flag(plan(flipped, channels_last)), (
+                assert without_flag(chosen) == without_flag(plan(flipped, channels_last, "0")), (
                     case, layout, chosen)
                 if setting == "1":
                     assert plan(flipped, channels_last, "1")["transposed"] == 0, case

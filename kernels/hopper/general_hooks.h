@@ -131,14 +131,13 @@ inline bool subsample_allowed(bool split) {
 // clip_halo).
 inline bool clip_allowed() { return !is("CONV_POOL_GENERAL_CLIP", "0"); }
 
-// $CONV_POOL_GENERAL_TRANSPOSE: "1" runs a layer as its transpose (general_transpose.h) where
-// the cost model finds that plan cheaper by kTransposeGain (general_wgmma.cu's
-// transpose_chosen says which layers may); "force" wherever the transposed layer has a plan
-// (tests); unset or "0": never, the default until timed. Read per launch (it picks between two
-// searched plans).
+// $CONV_POOL_GENERAL_TRANSPOSE: a layer runs as its transpose (general_transpose.h) where the
+// cost model finds that plan cheaper by kTransposeGain (general_wgmma.cu's transpose_chosen
+// says which layers may), the default; "0": never; "force": wherever the transposed layer has
+// a plan (tests). Read per launch (it picks between two searched plans).
 inline int transpose_mode() {
   if (is("CONV_POOL_GENERAL_TRANSPOSE", "force")) return 2;
-  return is("CONV_POOL_GENERAL_TRANSPOSE", "1") ? 1 : 0;
+  return is("CONV_POOL_GENERAL_TRANSPOSE", "0") ? 0 : 1;
 }
 
 // $CONV_POOL_GENERAL_SPLIT_REGISTERS=0: the 3xTF32 form reads x's big and small parts from the
