@@ -944,8 +944,7 @@ def test_transposed_layers_match_float64(ext, lib, device, seed, dtype, transpos
     """The layers above in every layout and in x stored transposed, with
     $CONV_POOL_GENERAL_TRANSPOSE=force (every channels-last one runs transposed, and every
     NCHW one the copy engine reads: their plans say so), =1 (where the cost model says: the
-    default) and =0
-    (never: x stored transposed is then the copy's own case)."""
+    default) and =0 (never: x stored transposed is then the copy's own case)."""
     monkeypatch.setenv("CONV_POOL_GENERAL_TRANSPOSE", transpose)
     if transpose == "force":
         for case in TRANSPOSED_CASES:
