@@ -984,9 +984,11 @@ def test_general_kernel_reads_whole_slice_weights_in_place(library, variant_name
     of larger kernels, channel counts that are not whole slices, misaligned weights, the
     cp.async loaders ($CONV_POOL_GENERAL_TMA=0), the 3xTF32 form and
     $CONV_POOL_GENERAL_PACK=1 keep the packing."""
-    # Few-channel layers unfolded: the rules below are the unfolded shape's (folding has its
-    # own test, test_column_folding_plans_the_folded_layer).
+    # Few-channel layers unfolded and every layer as given: the rules below are the unfolded
+    # shape's in its own orientation (folding and transposition have their own tests,
+    # test_column_folding_plans_the_folded_layer, test_layers_run_transposed_where_...).
     monkeypatch.setenv("CONV_POOL_GENERAL_FOLD", "0")
+    monkeypatch.setenv("CONV_POOL_GENERAL_TRANSPOSE", "0")
     variant = variant_names_to_ids(variant_names)["general_wgmma"]
     per_slice = 4 if element == FLOAT32 else 8
     element_bytes = 4 if element == FLOAT32 else 2
@@ -1777,14 +1779,14 @@ def transposed_case(case: ConvPoolCase) -> ConvPoolCase:
                          ids=["float32", "float16", "bfloat16"])
 def test_layers_run_transposed_where_the_hook_and_the_cost_say(library, element, seed,
                                                               monkeypatch):
-    """A layer runs as its transpose (general_transpose.h) where the cost model finds that plan
-    cheaper ($CONV_POOL_GENERAL_TRANSPOSE unset or "1"): the plan is then the transposed
-    layer's own, and that layer is not transposed back. A tall layer of 5 conv columns (the
-    fuzz's worst row on an H100, `fuzz_137`: 64 -> 192, 67 x 11, 5 x 5 at 2 x 3, a 2 x 4 pool)
-    runs transposed, on 16 x 16 tiles 13% full before. "force" transposes every channels-last
-    layer whose transpose has a plan, and every NCHW one the copy engine reads from the
-    preparation launch's copy; NCHW x on the cp.async loaders ($CONV_POOL_GENERAL_TMA=0)
-    never; "0", nothing is."""
+    """A layer runs as its transpose (general_transpose.h) where x is read in place and the
+    cost model finds that plan cheaper ($CONV_POOL_GENERAL_TRANSPOSE unset or "1"): the plan is
+    then the transposed layer's own, and that layer is not transposed back; NCHW x (copied by
+    the preparation launch) never. A tall layer of 5 conv columns (`fuzz_137`: 64 -> 192,
+    67 x 11, 5 x 5 at 2 x 3, a 2 x 4 pool) runs transposed, on 16 x 16 tiles 13% full before.
+    "force" transposes every channels-last layer whose transpose has a plan, and every NCHW
+    one the copy engine reads from the preparation launch's copy; NCHW x on the cp.async
+    loaders ($CONV_POOL_GENERAL_TMA=0) never; "0", nothing is."""
     def plan(case, channels_last=True, setting=None, **hooks):
         if setting is None:
             monkeypatch.delenv("CONV_POOL_GENERAL_TRANSPOSE", raising=False)
@@ -1828,6 +1830,7 @@ def test_layers_run_transposed_where_the_hook_and_the_cost_say(library, element,
             if chosen["transposed"]:
                 counts[layout, setting] += 1
                 assert chosen["input"] == "tma" or channels_last, (case, chosen)
+                assert setting == "force" or chosen["nhwc_copy"] == 0, (case, chosen)
                 assert without_flag(chosen) == without_flag(plan(flipped, channels_last, "0")), (
                     case, layout, chosen)
                 if setting == "1":
@@ -1835,7 +1838,8 @@ def test_layers_run_transposed_where_the_hook_and_the_cost_say(library, element,
     print(f"of 200 random layers, transposed: {counts}")
     for layout in ("nchw", "channels_last"):
         assert counts[layout, "force"] >= 100, counts
-        assert counts[layout, "force"] > counts[layout, "1"] >= 5, counts
+    assert counts["nchw", "1"] == 0, counts
+    assert counts["channels_last", "force"] > counts["channels_last", "1"] >= 5, counts
 
 
 @pytest.mark.parametrize("setting", ["default", "split", "0"])

@@ -417,6 +417,10 @@ bool transpose_chosen(const ConvPoolShape& s, const ConvPoolDevice& device,
   const double other = plain_cost(t, device, &view, split, copied);
   if (other < 0.0) return false;
   if (mode == 2) return true;
+  // The rule reads x in place only: the preparation launch's copy of a transposed NCHW view
+  // (ToSlices::columns_first) stores its 16-byte slots a row's pitch apart, and took 2-3.4x the
+  // copy of the layer as given, more than the kernel saved on most of those layers.
+  if (copied) return false;
   const double own = plain_cost(s, device, ops, split, false);
   return own >= 0.0 && other < kTransposeGain * own;
 }
