@@ -25,16 +25,19 @@ struct ToSlices {
   // kSlice channels of one pixel (one contiguous run where the channels are: channels-last),
   // and a warp's loads of one channel are consecutive pixels (along a row of an NCHW plane);
   // each of its stores is a warp's 512 contiguous bytes (or one run a phase). Where x's column
-  // stride is the larger (columns_first: a transposed NCHW view, general_transpose.h) a warp
-  // takes consecutive rows of one column instead, so that its loads stay consecutive; its
-  // stores are then a row's pitch apart.
+  // stride is the larger (columns_first: a transposed NCHW view, general_transpose.h) the
+  // slots go by bands of kBand columns, row by row within a band (to_slices_band_slot), so
+  // that a warp's loads of one channel are 32 / kBand consecutive elements (one 32-byte
+  // sector) of each of kBand columns, and its stores kBand consecutive slots of each of
+  // 32 / kBand rows: whole sectors both ways.
   static constexpr int kGroupSlices = 4;
   static constexpr int kBlockThreads = 256;
+  static constexpr int kBand = int(sizeof(Raw));  // columns a band: 32 bytes / (32 / kBand)
   const Raw* src;
   int64_t stride[4];  // src's (image, channel, row, column) strides, elements
   int channels, slices, groups;  // groups: ceil(slices / kGroupSlices)
   int height, width, phases, phase_width, pitch;  // a dst row: pitch = phases x phase_width
-  bool columns_first;                             // a warp's items down a column
+  bool columns_first;                             // slots by bands of kBand columns
   uint32_t phase_mask;                    // the phases copied (all where phases = 1)
   int row_phases;                         // rows h copied: bit h mod row_phases of row_mask
   uint32_t row_mask;
@@ -101,17 +104,30 @@ __device__ __forceinline__ void load_channel_tile(const Raw* src, int64_t s0, in
   }
 }
 
+// The row h and column col of the slot at position `within` of a plane of height x pitch
+// slots that goes by bands of `band` columns (the last one narrower where band does not divide
+// pitch), row by row within a band: a bijection of [0, height x pitch) onto the plane.
+template <class I>
+CONV_POOL_HD inline void to_slices_band_slot(I within, int height, int pitch, int band, int& h,
+                                             int& col) {
+  const I first = within / (I(height) * I(band)) * I(band);  // the band's first column
+  const I width = I(pitch) - first < I(band) ? I(pitch) - first : I(band);
+  const I k = within - first * I(height);
+  h = int(k / width);
+  col = int(first + (k - I(h) * width));
+}
+
 // Position `index`'s image, slice group, slot in their plane and that slot's row (within the
-// plane, slots row by row, or with columns_first column by column); I = 32-bit indices where
-// every position fits them.
+// plane, slots row by row, or with columns_first by bands of columns); I = 32-bit indices
+// where every position fits them.
 template <class I, class Raw>
 __device__ __forceinline__ void to_slices_place(const ToSlices<Raw>& job, int64_t index,
                                                 int64_t& image, int& group, int64_t& slot,
                                                 int& h) {
   const I row = I(index) / I(job.plane), within = I(index) - row * I(job.plane);
   if (job.columns_first) {
-    const I col = within / I(job.height);
-    h = int(within - col * I(job.height));
+    int col;
+    to_slices_band_slot<I>(within, job.height, job.pitch, ToSlices<Raw>::kBand, h, col);
     slot = int64_t(h) * job.pitch + int64_t(col);
   } else {
     slot = int64_t(within);

@@ -934,7 +934,7 @@ TRANSPOSED_CASES = [
 
 def transposed_storage(x: torch.Tensor) -> torch.Tensor:
     """x's values with its rows and columns exchanged in memory (strides n, c, 1, height): the
-    slice-planar copy's warps then walk columns (ToSlices::columns_first)."""
+    slice-planar copy then goes by bands of columns (ToSlices::columns_first)."""
     return x.transpose(2, 3).contiguous().transpose(2, 3)
 
 

@@ -404,7 +404,7 @@ bool transpose_chosen(const ConvPoolShape& s, const ConvPoolDevice& device,
   const int mode = transpose_mode();
   if (mode == 0 || split || ops == nullptr) return false;
   // x read in place, or by the copy engine from the preparation launch's slice-planar copy
-  // (its warps walk the view's columns: ToSlices::columns_first); not by the cp.async loaders,
+  // (by bands of the view's columns: ToSlices::columns_first); not by the cp.async loaders,
   // whose reads of an NCHW view would lie a row apart.
   const bool copied = !x_in_place(s, ops);
   if (copied && (!tma_for(s, ops, split) || separate_preparation())) return false;
@@ -417,9 +417,9 @@ bool transpose_chosen(const ConvPoolShape& s, const ConvPoolDevice& device,
   const double other = plain_cost(t, device, &view, split, copied);
   if (other < 0.0) return false;
   if (mode == 2) return true;
-  // The rule reads x in place only: the preparation launch's copy of a transposed NCHW view
-  // (ToSlices::columns_first) stores its 16-byte slots a row's pitch apart, and took 2-3.4x the
-  // copy of the layer as given, more than the kernel saved on most of those layers.
+  // The rule reads x in place only. "force" also takes the preparation launch's copy of a
+  // transposed NCHW view (ToSlices::columns_first); docs/PERF.md (v101, v102) has what that
+  // copy cost against what the kernel saved.
   if (copied) return false;
   const double own = plain_cost(s, device, ops, split, false);
   return own >= 0.0 && other < kTransposeGain * own;
