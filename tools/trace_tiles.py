@@ -2,9 +2,11 @@
 ($CONV_POOL_GENERAL_TRACE, kernels/hopper/general_trace.cuh) for one launch, summed up.
 
     python tools/trace_tiles.py 32,128,128,56,56,1,1,0,2,2 --dtype float16 [--channels-last]
+    python tools/trace_tiles.py fuzz_149 --json docs/fuzz_h100.json
 
 The case is N,C,K,H,W,kernel,stride,padding,pool kernel,pool stride (tools/run_case.py's
-spec). It runs the op --calls times with the hook on and reads the last launch's record: per
+spec), or with --json a case name of a utils.profiling JSON (its dtype and layout unless
+given). It runs the op --calls times with the hook on and reads the last launch's record: per
 block, the cycles from entry to the consumers' readiness, to the first step's copies, through
 the steps, the pooling and stores (split over a cluster: its staging, the wait for the other
 blocks, the sum and the pooling of the block's share), and the producer's issue times; per SM,
@@ -117,10 +119,12 @@ def summarize(header: dict, blocks: np.ndarray) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("case", help="N,C,K,H,W,k,s,p,pk,ps")
+    parser.add_argument("case", help="N,C,K,H,W,k,s,p,pk,ps, or with --json a case name")
     parser.add_argument("--calls", type=int, default=3, help="calls (the last one is read)")
     parser.add_argument("--channels-last", action="store_true", help="x in channels-last")
-    parser.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default="float32")
+    parser.add_argument("--dtype", choices=("float32", "float16", "bfloat16"),
+                        help="x, weight and bias dtype (default float32, or the JSON case's)")
+    parser.add_argument("--json", type=Path, help="a utils.profiling JSON (zoo, fuzz, suite)")
     parser.add_argument("--file", help="read this trace file instead of running")
     args = parser.parse_args()
     if args.file:
@@ -129,11 +133,20 @@ def main() -> int:
         path = Path(tempfile.mkdtemp()) / "trace.bin"
         os.environ["CONV_POOL_GENERAL_TRACE"] = str(path)
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from tools.kernel_breakdown import case_from_spec
+        from tools.kernel_breakdown import case_from_spec, json_cases
         from tools.run_case import run_calls
 
-        run_calls(case_from_spec(args.case), "general_wgmma", args.calls, args.dtype,
-                  args.channels_last)
+        if args.json is not None:
+            try:
+                ((_, case, dtype, channels_last),) = json_cases(args.json, [args.case])
+            except ValueError as error:
+                parser.error(str(error))
+            args.dtype = args.dtype or dtype
+            args.channels_last = args.channels_last or channels_last
+        else:
+            case = case_from_spec(args.case)
+        args.dtype = args.dtype or "float32"
+        run_calls(case, "general_wgmma", args.calls, args.dtype, args.channels_last)
     records = read_records(path)
     if not records:
         print("no traced launch (not the warp-specialized kernel?)")
