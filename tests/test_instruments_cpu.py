@@ -8,8 +8,10 @@ import math
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -1064,6 +1066,68 @@ def test_ab_build_times_both_builds_alternately_and_restores_the_tree(tmp_path):
         assert run.returncode == 2 and "set one of AB_PATCH" in run.stderr, run.stderr
 
 # ---- tools/kernel_breakdown.py --------------------------------------------------------------
+
+def test_prebuilt_packs_the_module_for_the_sources_it_was_built_from(tmp_path):
+    """tools/prebuilt.sh: `pack` copies the files a device call sends (tracked and untracked,
+    not ignored) into its build tree, builds there (a stand-in compile.sh) and packs the
+    module with the hash of the build's inputs; `unpack` in a tree of the same sources brings
+    the module and the ptxas report back, and refuses, writing nothing, where a kernel source
+    differs. A second pack copies a changed file, drops a deleted one and keeps the tree's
+    build outputs (the build there is incremental)."""
+    repo, tree = tmp_path / "repo", tmp_path / "tree"
+    for folder in ("tools", "utils", "kernels"):
+        (repo / folder).mkdir(parents=True)
+    (repo / "tools" / "prebuilt.sh").write_text((REPO / "tools" / "prebuilt.sh").read_text())
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    (repo / "utils" / "compile.sh").write_text(
+        'cd "$(dirname "$0")/.." && mkdir -p build && echo built >> build/count && '
+        f'cat kernels/*.cu > cuda_extension{suffix} && echo report > build/ptxas.log && '
+        "echo log > build/build.log\n")
+    (repo / "utils" / "build_env.py").write_text("")
+    for name in ("binding.cpp", "setup.py", "binding_registry.h"):
+        (repo / name).write_text(name)
+    (repo / "kernels" / "a.cu").write_text("kernel a\n")
+    (repo / "kernels" / "b.cu").write_text("kernel b\n")
+    (repo / ".gitignore").write_text("build/\n*.so\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "c"], check=True)
+    (repo / "kernels" / "c.cu").write_text("kernel c, untracked\n")
+
+    def prebuilt(*args, cwd=repo):
+        return subprocess.run(["bash", "tools/prebuilt.sh", *args], cwd=cwd, capture_output=True,
+                              text=True, timeout=60, env=dict(os.environ, PREBUILT_TREE=str(tree)))
+
+    archive = tmp_path / "module.tar.gz"
+    run = prebuilt("pack", sys.executable, str(archive))
+    assert run.returncode == 0, run.stderr
+    assert (tree / f"cuda_extension{suffix}").read_text() == (
+        "kernel a\nkernel b\nkernel c, untracked\n")
+    device = tmp_path / "device"
+    shutil.copytree(repo, device, ignore=shutil.ignore_patterns(".git"))
+    run = prebuilt("unpack", str(archive), cwd=device)
+    assert run.returncode == 0, run.stderr
+    assert (device / f"cuda_extension{suffix}").read_text() == (
+        tree / f"cuda_extension{suffix}").read_text()
+    assert (device / "build" / "ptxas.log").read_text() == "report\n"
+
+    other = tmp_path / "other"
+    shutil.copytree(repo, other, ignore=shutil.ignore_patterns(".git"))
+    (other / "kernels" / "a.cu").write_text("kernel a, changed\n")
+    run = prebuilt("unpack", str(archive), cwd=other)
+    assert run.returncode != 0 and "other sources" in run.stderr, run.stderr
+    assert not (other / f"cuda_extension{suffix}").exists()
+
+    (repo / "kernels" / "a.cu").write_text("kernel a, changed\n")
+    (repo / "kernels" / "b.cu").unlink()
+    run = prebuilt("pack", sys.executable, str(archive))
+    assert run.returncode == 0, run.stderr
+    assert not (tree / "kernels" / "b.cu").exists()
+    assert (tree / "build" / "count").read_text() == "built\nbuilt\n"
+    (other / "kernels" / "b.cu").unlink()
+    assert prebuilt("unpack", str(archive), cwd=other).returncode == 0
+
 
 def test_kernel_breakdown_configs_carry_hook_settings_and_restore_them(monkeypatch, capsys):
     """tools/kernel_breakdown.py: `auto@NAME=VALUE@...` is a config with environment settings,

@@ -46,6 +46,9 @@
 #       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #       --platform manylinux1_x86_64 -d .whl "$p"; done
 #
+# PREBUILT=<archive> (tools/prebuilt.sh pack, carried with the call) lets the build stage
+# unpack the module built here instead of building it there.
+#
 # The device machine's copy of the tree may carry an older .git; to record the commit the files
 # came from in the JSON outputs, start it as `SOURCE_COMMIT=<hash> bash tools/gpu_check.sh ...`
 # with the hash written out here (`$(git rev-parse HEAD)` run on the device reads its stale .git).
@@ -400,7 +403,13 @@ for entry in "${stages[@]}"; do
   [[ "$entry" == *:* ]] && seconds=${entry#*:}
   case $stage in
     env) run_stage env "$seconds" bash -c 'nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used --format=csv; python3 -c "import torch, sys; print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.backends.cudnn.version())"; nvcc --version | tail -n 2' ;;
-    build) run_stage build "$seconds" bash utils/compile.sh || break ;;
+    # PREBUILT: tools/prebuilt.sh's archive of the module built elsewhere for this machine's
+    # torch, unpacked where its sources are this tree's (else the build runs).
+    build) if [ -n "${PREBUILT:-}" ] && run_stage prebuilt 60 bash tools/prebuilt.sh unpack "$PREBUILT"; then
+             :
+           else
+             run_stage build "$seconds" bash utils/compile.sh || break
+           fi ;;
     # TEST_ARGS: shell words, so a quoted -k expression stays one argument.
     test) eval "test_args=(${TEST_ARGS:-tests})"
           run_stage test "$seconds" python3 -m pytest -q -p no:cacheprovider "${test_args[@]}" ;;
