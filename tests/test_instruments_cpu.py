@@ -939,6 +939,16 @@ def test_sanitize_cases_lists_its_cases_on_help_or_an_unknown_name():
         assert "general_split_channels_last" in run.stderr and "Traceback" not in run.stderr
 
 
+def git_commit_all(repo: Path) -> list[str]:
+    """A git repository at `repo` with every file in it committed; returns the git command
+    prefix for it (`-C repo` and an author)."""
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git[:3] + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "c"], check=True)
+    return git
+
+
 def test_gpu_check_warns_when_source_commit_is_the_checkouts_own_stale_head(tmp_path):
     """gpu_check.sh names SOURCE_COMMIT in the JSONs; on the device machine `git rev-parse
     HEAD` reads the copy's stale .git, so a SOURCE_COMMIT equal to HEAD while tracked files
@@ -946,10 +956,7 @@ def test_gpu_check_warns_when_source_commit_is_the_checkouts_own_stale_head(tmp_
     repo = tmp_path / "repo"
     (repo / "tools").mkdir(parents=True)
     (repo / "tools" / "gpu_check.sh").write_text((REPO / "tools" / "gpu_check.sh").read_text())
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run(git[:3] + ["init", "-q"], check=True)
-    subprocess.run(git + ["add", "-A"], check=True)
-    subprocess.run(git + ["commit", "-q", "-m", "c"], check=True)
+    git = git_commit_all(repo)
     head = subprocess.run(git[:3] + ["rev-parse", "HEAD"], capture_output=True, text=True,
                           check=True).stdout.strip()
 
@@ -1004,10 +1011,7 @@ def test_ab_build_times_both_builds_alternately_and_restores_the_tree(tmp_path):
     (repo / "tools" / "ab_build.sh").write_text((REPO / "tools" / "ab_build.sh").read_text())
     (repo / "utils" / "compile.sh").write_text("cp kernel.txt cuda_extension.test.so\n")
     (repo / "kernel.txt").write_text("variant A\n")
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run(git[:3] + ["init", "-q"], check=True)
-    subprocess.run(git + ["add", "-A"], check=True)
-    subprocess.run(git + ["commit", "-q", "-m", "c"], check=True)
+    git = git_commit_all(repo)
     subprocess.run(["bash", "utils/compile.sh"], cwd=repo, check=True)
     (repo / "kernel.txt").write_text("variant B\n")
     patch = subprocess.run(git[:3] + ["diff"], capture_output=True, text=True,
@@ -1089,10 +1093,7 @@ def test_prebuilt_packs_the_module_for_the_sources_it_was_built_from(tmp_path):
     (repo / "kernels" / "a.cu").write_text("kernel a\n")
     (repo / "kernels" / "b.cu").write_text("kernel b\n")
     (repo / ".gitignore").write_text("build/\n*.so\n")
-    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run(git[:3] + ["init", "-q"], check=True)
-    subprocess.run(git + ["add", "-A"], check=True)
-    subprocess.run(git + ["commit", "-q", "-m", "c"], check=True)
+    git = git_commit_all(repo)
     (repo / "kernels" / "c.cu").write_text("kernel c, untracked\n")
 
     def prebuilt(*args, cwd=repo):

@@ -22,6 +22,23 @@ from tools.kernel_breakdown import case_from_spec, json_cases  # noqa: E402
 from utils.suite import find_case  # noqa: E402
 
 
+def resolve_case(parser: argparse.ArgumentParser, args: argparse.Namespace):
+    """args.case as a ConvPoolCase, with args.dtype and args.channels_last settled: with
+    args.json the JSON case's dtype and layout unless given, else a spec or a suite or grid
+    name, in float32 unless args.dtype says. A name the JSON lacks is the parser's error."""
+    if args.json is not None:
+        try:
+            ((_, case, dtype, channels_last),) = json_cases(args.json, [args.case])
+        except ValueError as error:
+            parser.error(str(error))
+        args.dtype = args.dtype or dtype
+        args.channels_last = args.channels_last or channels_last
+    else:
+        case = case_from_spec(args.case) if "," in args.case else find_case(args.case)
+    args.dtype = args.dtype or "float32"
+    return case
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("case", help="suite or grid case name, or N,C,K,H,W,k,s,p,pk,ps, or "
@@ -34,16 +51,7 @@ def main() -> int:
                         help="x, weight and bias dtype (default float32, or the JSON case's)")
     parser.add_argument("--json", type=Path, help="a utils.profiling JSON (zoo, fuzz, suite)")
     args = parser.parse_args()
-    if args.json is not None:
-        try:
-            ((_, case, dtype, channels_last),) = json_cases(args.json, [args.case])
-        except ValueError as error:
-            parser.error(str(error))
-        args.dtype = args.dtype or dtype
-        args.channels_last = args.channels_last or channels_last
-    else:
-        case = case_from_spec(args.case) if "," in args.case else find_case(args.case)
-    args.dtype = args.dtype or "float32"
+    case = resolve_case(parser, args)
     if args.batch:
         case = replace(case, batch=args.batch)
     run_calls(case, args.variant, args.calls, args.dtype, args.channels_last)

@@ -133,20 +133,10 @@ def main() -> int:
         path = Path(tempfile.mkdtemp()) / "trace.bin"
         os.environ["CONV_POOL_GENERAL_TRACE"] = str(path)
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from tools.kernel_breakdown import case_from_spec, json_cases
-        from tools.run_case import run_calls
+        from tools.run_case import resolve_case, run_calls
 
-        if args.json is not None:
-            try:
-                ((_, case, dtype, channels_last),) = json_cases(args.json, [args.case])
-            except ValueError as error:
-                parser.error(str(error))
-            args.dtype = args.dtype or dtype
-            args.channels_last = args.channels_last or channels_last
-        else:
-            case = case_from_spec(args.case)
-        args.dtype = args.dtype or "float32"
-        run_calls(case, "general_wgmma", args.calls, args.dtype, args.channels_last)
+        run_calls(resolve_case(parser, args), "general_wgmma", args.calls, args.dtype,
+                  args.channels_last)
     records = read_records(path)
     if not records:
         print("no traced launch (not the warp-specialized kernel?)")
