@@ -918,8 +918,8 @@ def test_clipped_halos_match_float64(ext, lib, device, seed, dtype, clip, monkey
 # Layers the kernel may run as their transpose (general_transpose.h): tall or narrow images,
 # kernels, strides, dilations and pools unlike along rows and columns, a one-column kernel,
 # ceil mode and pool padding. Their channels fill whole 16-byte slices, so channels-last x is
-# read in place; NCHW x, which the copy engine reads from the preparation launch's copy, is
-# transposed under $CONV_POOL_GENERAL_TRANSPOSE=force only (the rule reads x in place only).
+# read in place; NCHW x the copy engine reads from the preparation launch's copy (of the
+# transposed view where the layer runs transposed).
 TRANSPOSED_CASES = [
     ConvPoolCase("tall_k5_s2x3", 2, 64, 96, 67, 11, (5, 5), stride=(2, 3), padding=(1, 3),
                  pool_kernel=(2, 4), pool_stride=(2, 4), pool_padding=(1, 0)),

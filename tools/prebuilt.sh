@@ -72,7 +72,10 @@ for top, dirs, names in os.walk(tree):
     have=$(inputs_hash "$ROOT")
     [ "$want" = "$have" ] || fail "$archive was built from other sources ($want, this tree $have)"
     tag=$(python3 -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
-    tar -tzf "$archive" | grep -qx "cuda_extension$tag" ||
+    # (the listing whole before grep: grep -q stops reading at its match, and tar, still
+    # writing the names after the module's, would die of SIGPIPE and fail the pipe)
+    names=$(tar -tzf "$archive")
+    grep -qx "cuda_extension$tag" <<< "$names" ||
       fail "$archive holds no cuda_extension$tag for this python3"
     mkdir -p "$ROOT/build"
     tar -xzf "$archive" -C "$ROOT"

@@ -408,10 +408,8 @@ bool transpose_chosen(const ConvPoolShape& s, const ConvPoolDevice& device,
   // whose reads of an NCHW view would lie a row apart.
   const bool copied = !x_in_place(s, ops);
   if (copied && (!tma_for(s, ops, split) || separate_preparation())) return false;
-  // The rule reads x in place only. "force" also takes the preparation launch's copy of a
-  // transposed NCHW view (ToSlices::columns_first); docs/PERF.md (v101, v102) has what that
-  // copy cost against what the kernel saved.
-  if (copied && mode != 2) return false;
+  // (The cost compares the kernels' plans alone; the copy of a transposed view, by bands of
+  // columns, is not in it: docs/PERF.md has its time against the plain copy's.)
   const ConvPoolShape t = transposed_shape(s);
   const ConvPoolOperands view = transposed_operands(*ops);
   if (fold_applies(s, split) || fold_applies(t, split) || windows_chosen(s, device, ops, split) ||

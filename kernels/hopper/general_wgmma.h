@@ -81,9 +81,9 @@ cudaError_t launch_windowed(const ConvPoolOperands& operands, const ConvPoolShap
                             const ConvPoolDevice& device, cudaStream_t stream,
                             const int64_t* out_stride, bool split);
 // Whether the general_wgmma_* functions above run `shape` as its transpose
-// (general_transpose.h; $CONV_POOL_GENERAL_TRANSPOSE): x read in place by the copy engine
-// ("force": or from the preparation launch's copy), neither orientation folded or windowed,
-// and the transposed layer's plan cheaper by kTransposeGain; `operands` as for
+// (general_transpose.h; $CONV_POOL_GENERAL_TRANSPOSE): x read by the copy engine, in place or
+// from the preparation launch's copy, neither orientation folded or windowed, and the
+// transposed layer's plan cheaper by kTransposeGain; `operands` as for
 // general_wgmma_plan (nullptr: never).
 bool transpose_chosen(const ConvPoolShape& shape, const ConvPoolDevice& device,
                       const ConvPoolOperands* operands, bool split);
