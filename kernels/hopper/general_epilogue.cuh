@@ -273,12 +273,52 @@ __device__ __forceinline__ void window_max(const float* window, int step, int ro
   }
 }
 
+// One 16-byte group of channels-last outputs (channels c0 .. c0 + 16 bytes) of the pooled
+// position whose window and output address pooled_window gave: its maxima, bias and ReLU, one
+// store where the group is whole and aligned. kWide: the window loops take the whole group at
+// once, else 2 channels at a time (a multi-pass epilogue's accumulators are still live).
+template <class E, int kTileId, bool kPaired, bool kWide>
+__device__ __forceinline__ void pool_channel_group(const Plan& p, const float* tile,
+                                                   const float* pass_bias, int window, int rows,
+                                                   int cols, typename E::Raw* out, int c0,
+                                                   int channels) {
+  using T = Tile<kTileId>;
+  using Raw = typename E::Raw;
+  constexpr int kVector = 16 / int(sizeof(Raw));
+  union {
+    Raw raw[kVector];
+    uint4 bits;
+  } v;
+  constexpr int kAtOnce = kWide ? kVector : 2;
+#pragma unroll
+  for (int h = 0; h < kVector; h += kAtOnce) {
+    float best[kAtOnce];
+    window_max<kAtOnce, T::kCols, kPaired>(tile + (c0 + h) * p.tile_pitch + window,
+                                           p.tile_pitch, rows, cols, best);
+#pragma unroll
+    for (int j = 0; j < kAtOnce; ++j)
+      v.raw[h + j] = E::from_float(relu_keeping_nan(best[j] + pass_bias[c0 + h + j]));
+  }
+  Raw* dst = out + c0;
+  if (c0 + kVector <= channels && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
+    *reinterpret_cast<uint4*>(dst) = v.bits;
+  } else {
+#pragma unroll
+    for (int j = 0; j < kVector; ++j)
+      if (c0 + j < channels) dst[j] = v.raw[j];
+  }
+}
+
 // Pooled outputs of channels [pass x pass_channels, + pass_channels) of the tile from the
 // staged conv tile, then bias and ReLU. A position's window and output address are worked out
 // once for the channels a thread takes:
-//   * channels-last outputs (unit channel stride): a thread takes kVector consecutive channels
-//     (16 bytes of output) of one position and stores them at once; consecutive threads take
-//     consecutive positions, so that a warp's reads of a channel plane spread over the banks;
+//   * channels-last outputs (unit channel stride): a thread takes 16-byte groups of channels
+//     (8 in 16 bits, 4 in float32; pool_channel_group), consecutive threads consecutive
+//     positions, so that a warp's reads of a channel plane spread over the banks. The
+//     (group, position) pairs go to the threads in turn, group-major, so that every thread
+//     has as many; Plan::pool_positions: as in NCHW below, one position a thread and its
+//     groups k, k + k_stride, ..., so that a position's window and address are worked out
+//     once for all its groups, not once a group;
 //   * other layouts (NCHW): a thread takes one position and channels k, k + k_stride, ...
 //     (consecutive threads on consecutive output columns), four at a time.
 // The window loops take 2 (channels-last) or 4 (NCHW) channels at once, since a multi-pass
@@ -299,9 +339,28 @@ __device__ __forceinline__ void pool_tile_of(const ConvPoolShape& s, const Plan&
   const int channel_base = o.channel0 + bias_base;
   const int channels = min(pass_channels, s.out_channels - channel_base);
   const float* pass_bias = bias + bias_base;
+  // One position a thread (positions <= kThreads: the threads past the positions take other
+  // channels, or channel groups, of the same positions), or every position kThreads apart.
+  const int k_stride = positions <= kThreads ? kThreads / positions : 1;
+  const int k_first = positions <= kThreads ? int(threadIdx.x) / positions : 0;
   if (p.out_stride[1] == 1) {
     constexpr int kVector = 16 / int(sizeof(Raw));  // pass_channels is a multiple (>= 8)
     const int groups = (channels + kVector - 1) / kVector;
+    if (p.pool_positions) {
+      if (k_first >= min(k_stride, groups)) return;
+      for (int position = int(threadIdx.x) - k_first * positions; position < positions;
+           position += kThreads) {
+        int window, rows, cols;
+        Raw* out;
+        if (!pooled_window<E, kTileId, kPaired, kWindows>(s, p, ops, o, rect, position,
+                                                          channel_base, window, rows, cols, out))
+          continue;
+        for (int group = k_first; group < groups; group += k_stride)
+          pool_channel_group<E, kTileId, kPaired, kWide>(p, tile, pass_bias, window, rows, cols,
+                                                         out, group * kVector, channels);
+      }
+      return;
+    }
     int group = int(threadIdx.x) / positions;
     int position = int(threadIdx.x) - group * positions;
     for (; group < groups; position += kThreads) {
@@ -315,36 +374,11 @@ __device__ __forceinline__ void pool_tile_of(const ConvPoolShape& s, const Plan&
       if (!pooled_window<E, kTileId, kPaired, kWindows>(s, p, ops, o, rect, position,
                                                         channel_base, window, rows, cols, out))
         continue;
-      const int c0 = group * kVector;
-      union {
-        Raw raw[kVector];
-        uint4 bits;
-      } v;
-      constexpr int kAtOnce = kWide ? kVector : 2;
-#pragma unroll
-      for (int h = 0; h < kVector; h += kAtOnce) {
-        float best[kAtOnce];
-        window_max<kAtOnce, T::kCols, kPaired>(tile + (c0 + h) * p.tile_pitch + window,
-                                               p.tile_pitch, rows, cols, best);
-#pragma unroll
-        for (int j = 0; j < kAtOnce; ++j)
-          v.raw[h + j] = E::from_float(relu_keeping_nan(best[j] + pass_bias[c0 + h + j]));
-      }
-      Raw* dst = out + c0;
-      if (c0 + kVector <= channels && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
-        *reinterpret_cast<uint4*>(dst) = v.bits;
-      } else {
-#pragma unroll
-        for (int j = 0; j < kVector; ++j)
-          if (c0 + j < channels) dst[j] = v.raw[j];
-      }
+      pool_channel_group<E, kTileId, kPaired, kWide>(p, tile, pass_bias, window, rows, cols, out,
+                                                     group * kVector, channels);
     }
     return;
   }
-  // One position a thread (positions <= kThreads: the threads past the positions take other
-  // channels of the same positions), or every position kThreads apart.
-  const int k_stride = positions <= kThreads ? kThreads / positions : 1;
-  const int k_first = positions <= kThreads ? int(threadIdx.x) / positions : 0;
   if (k_first >= k_stride) return;
   const int64_t channel_step = int64_t(k_stride) * p.out_stride[1];
   for (int position = int(threadIdx.x) - k_first * positions; position < positions;

@@ -99,6 +99,10 @@ inline int windows_forced() {
 // setting, not the plan's.
 inline bool wide_pool_allowed() { return !is("CONV_POOL_GENERAL_WIDE_POOL", "0"); }
 
+// $CONV_POOL_GENERAL_POOL_POSITIONS=1: a channels-last output's pooling one position a thread
+// (Plan::pool_positions). A launch setting, not the plan's.
+inline bool pool_positions_enabled() { return is("CONV_POOL_GENERAL_POOL_POSITIONS", "1"); }
+
 // $CONV_POOL_GENERAL_POOL_RECT=0: Plan::pool_rect off (the pooling's threads over the tile's
 // whole pooled rectangle; the first bias read after the first steps). A launch setting, not the
 // plan's.

@@ -258,6 +258,11 @@ struct Plan {
   // (out_stride: the layer's); 0: the output is the launch's own layer's. A launch setting.
   int windows = 0;
   int window_rows = 0, window_cols = 0;
+  // A channels-last output's pooling gives a thread one position and its channel groups (as
+  // the NCHW pooling gives channels), not (group, position) pairs in turn: the position's
+  // window and address once for all its groups. A launch setting
+  // ($CONV_POOL_GENERAL_POOL_POSITIONS=1).
+  bool pool_positions = false;
 };
 
 // Weight parts a chunk of x in the packed layout: two (big, small) in the registers form of
