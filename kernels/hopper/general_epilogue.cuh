@@ -22,11 +22,12 @@ namespace general_wgmma {
 // Accumulators of channels [pass x pass_channels, + pass_channels) -> tile. Row 16 w + g of a
 // square's M = 64 is its pixel (2 w, g), row 16 w + g + 8 pixel (2 w + 1, g) (w: warp of the
 // warpgroup, g = lane / 4); accumulator 4 j + v holds channel 8 j + 2 (lane % 4) + v % 2 of
-// the first (v < 2) or the second.
+// the first (v < 2) or the second. pixel_major (Plan::pixel_major): [pixel][channel] instead,
+// tile_pitch floats a pixel, a channel pair one 8-byte store.
 template <int kTileId>
 __device__ __forceinline__ void stage_accumulators(
     const float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs], float* tile,
-    int tile_pitch, int pass, int pass_channels) {
+    int tile_pitch, int pass, int pass_channels, bool pixel_major) {
   using T = Tile<kTileId>;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int warpgroup = warp / 4, warp_in_group = warp % 4;
@@ -41,6 +42,13 @@ __device__ __forceinline__ void stage_accumulators(
     for (int j = 0; j < T::kN / 8; ++j) {
       const int channel = 8 * j + 2 * pair;
       if (channel < first || channel >= last) continue;
+      if (pixel_major) {
+        float* c = tile + pixel * tile_pitch + (channel - first);
+        *reinterpret_cast<float2*>(c) = make_float2(acc[m][4 * j], acc[m][4 * j + 1]);
+        *reinterpret_cast<float2*>(c + T::kCols * tile_pitch) =
+            make_float2(acc[m][4 * j + 2], acc[m][4 * j + 3]);
+        continue;
+      }
       float* c = tile + (channel - first) * tile_pitch + pixel;
       c[0] = acc[m][4 * j];
       c[tile_pitch] = acc[m][4 * j + 1];
@@ -273,6 +281,35 @@ __device__ __forceinline__ void window_max(const float* window, int step, int ro
   }
 }
 
+// window_max over a [pixel][channel] tile (Plan::pixel_major): the maxima of kCount
+// consecutive channels (2: one 8-byte load a pixel; 4 or 8: 16-byte ones) at `window` (the
+// window's first pixel's first channel), pitch floats a pixel.
+template <int kCount, int kCols>
+__device__ __forceinline__ void window_max_pixels(const float* window, int pitch, int rows,
+                                                  int cols, float (&best)[kCount]) {
+  static_assert(kCount == 2 || kCount % 4 == 0, "whole 8- or 16-byte vectors");
+#pragma unroll
+  for (int j = 0; j < kCount; ++j) best[j] = -INFINITY;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      const float* pixel = window + (r * kCols + c) * pitch;
+      if constexpr (kCount == 2) {
+        const float2 v = *reinterpret_cast<const float2*>(pixel);
+        best[0] = max_keeping_nan(best[0], v.x);
+        best[1] = max_keeping_nan(best[1], v.y);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kCount; j += 4) {
+          const float4 v = *reinterpret_cast<const float4*>(pixel + j);
+          best[j] = max_keeping_nan(best[j], v.x);
+          best[j + 1] = max_keeping_nan(best[j + 1], v.y);
+          best[j + 2] = max_keeping_nan(best[j + 2], v.z);
+          best[j + 3] = max_keeping_nan(best[j + 3], v.w);
+        }
+      }
+    }
+}
+
 // One 16-byte group of channels-last outputs (channels c0 .. c0 + 16 bytes) of the pooled
 // position whose window and output address pooled_window gave: its maxima, bias and ReLU, one
 // store where the group is whole and aligned. kWide: the window loops take the whole group at
@@ -290,14 +327,30 @@ __device__ __forceinline__ void pool_channel_group(const Plan& p, const float* t
     uint4 bits;
   } v;
   constexpr int kAtOnce = kWide ? kVector : 2;
+  if (!kPaired && p.pixel_major) {
+    // kWide: the whole group at once; else 4 channels where a thread's live accumulators are
+    // 64 (the two-block tiles), 2 beside 128 (4 spilled there).
+    constexpr int kPixelsAtOnce =
+        kWide ? kVector : T::kSquaresPerGroup * T::kAccs <= 64 ? 4 : 2;
 #pragma unroll
-  for (int h = 0; h < kVector; h += kAtOnce) {
-    float best[kAtOnce];
-    window_max<kAtOnce, T::kCols, kPaired>(tile + (c0 + h) * p.tile_pitch + window,
-                                           p.tile_pitch, rows, cols, best);
+    for (int h = 0; h < kVector; h += kPixelsAtOnce) {
+      float best[kPixelsAtOnce];
+      window_max_pixels<kPixelsAtOnce, T::kCols>(tile + window * p.tile_pitch + c0 + h,
+                                                 p.tile_pitch, rows, cols, best);
 #pragma unroll
-    for (int j = 0; j < kAtOnce; ++j)
-      v.raw[h + j] = E::from_float(relu_keeping_nan(best[j] + pass_bias[c0 + h + j]));
+      for (int j = 0; j < kPixelsAtOnce; ++j)
+        v.raw[h + j] = E::from_float(relu_keeping_nan(best[j] + pass_bias[c0 + h + j]));
+    }
+  } else {
+#pragma unroll
+    for (int h = 0; h < kVector; h += kAtOnce) {
+      float best[kAtOnce];
+      window_max<kAtOnce, T::kCols, kPaired>(tile + (c0 + h) * p.tile_pitch + window,
+                                             p.tile_pitch, rows, cols, best);
+#pragma unroll
+      for (int j = 0; j < kAtOnce; ++j)
+        v.raw[h + j] = E::from_float(relu_keeping_nan(best[j] + pass_bias[c0 + h + j]));
+    }
   }
   Raw* dst = out + c0;
   if (c0 + kVector <= channels && (reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
@@ -451,7 +504,8 @@ __device__ __forceinline__ void pool_accumulators(
   }
   if constexpr (kPairs && Tile<kTileId>::kMinBlocks == 1) {
     if (p.wide_pool) {  // one pass: the accumulators are dead once staged
-      stage_accumulators<kTileId>(acc, conv_tile, p.tile_pitch, 0, Tile<kTileId>::kN);
+      stage_accumulators<kTileId>(acc, conv_tile, p.tile_pitch, 0, Tile<kTileId>::kN,
+                                  p.pixel_major);
       sync();
       pool_tile<E, kTileId, false, true>(s, p, ops, o, conv_tile, bias, 0, Tile<kTileId>::kN);
       return;
@@ -459,7 +513,8 @@ __device__ __forceinline__ void pool_accumulators(
   }
   for (int pass = 0; pass < p.epilogue_passes; ++pass) {
     if (pass > 0) sync();  // the last pass's pooling read the tile
-    stage_accumulators<kTileId>(acc, conv_tile, p.tile_pitch, pass, pass_channels);
+    stage_accumulators<kTileId>(acc, conv_tile, p.tile_pitch, pass, pass_channels,
+                                p.pixel_major);
     sync();
     pool_tile<E, kTileId>(s, p, ops, o, conv_tile, bias, pass, pass_channels);
   }

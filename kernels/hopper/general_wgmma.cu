@@ -565,6 +565,13 @@ cudaError_t general_wgmma::launch_shape(const ConvPoolOperands& ops, const ConvP
     }
     p.wide_pool = hooks::wide_pool_allowed() && p.out_stride[1] == 1 &&
                   p.epilogue_passes == 1 && !p.paired_pool && !p.cluster_split;
+    if (pixel_major_enabled() && p.out_stride[1] == 1 && !p.paired_pool && !p.cluster_split) {
+      const int pixels = p.tile_pitch - 4, pass = kTileSpecs[p.tile].n / p.epilogue_passes;
+      if (int64_t(pixels) * (pass + 4) * 4 <= p.bias_offset - p.epilogue_offset) {
+        p.pixel_major = true;
+        p.tile_pitch = pass + 4;
+      }
+    }
     if (trace_path() != nullptr) {
       if (cudaError_t error = trace_begin(p, stream); error != cudaSuccess) return error;
     }

@@ -353,7 +353,7 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
       const int share = T::kN / p.split;
       float* own = conv_tile + rank * share * p.tile_pitch;
       const bool traced = threadIdx.x == 0 && w == blockIdx.x;
-      stage_accumulators<kTileId>(acc, conv_tile, p.tile_pitch, 0, T::kN);
+      stage_accumulators<kTileId>(acc, conv_tile, p.tile_pitch, 0, T::kN, false);
       if (traced) trace(p, kTraceClusterStaged);
       cluster_arrive();
       cluster_wait();
