@@ -328,10 +328,10 @@ __device__ __forceinline__ void pool_channel_group(const Plan& p, const float* t
   } v;
   constexpr int kAtOnce = kWide ? kVector : 2;
   if (!kPaired && p.pixel_major) {
-    // kWide: the whole group at once; else 4 channels where a thread's live accumulators are
-    // 64 (the two-block tiles), 2 beside 128 (4 spilled there).
-    constexpr int kPixelsAtOnce =
-        kWide ? kVector : T::kSquaresPerGroup * T::kAccs <= 64 ? 4 : 2;
+    // kWide in 16 bits: the whole group at once; 4 channels in the two-block tiles (64 live
+    // accumulators); else 2 (4 spilled 8 bytes in the one-block float16 and float32 instances).
+    constexpr bool kTwoBlock = T::kSquaresPerGroup * T::kAccs <= 64;
+    constexpr int kPixelsAtOnce = kWide && kVector == 8 ? 8 : kTwoBlock ? 4 : 2;
 #pragma unroll
     for (int h = 0; h < kVector; h += kPixelsAtOnce) {
       float best[kPixelsAtOnce];
