@@ -54,8 +54,8 @@ TOLERANCE = {torch.float32: 1e-2, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 # $CONV_POOL_GENERAL_POOL_POSITIONS=1 (a channels-last output's pooling one position a thread,
 # its channel groups in turn: Plan::pool_positions). tma_pixel_major: that form with
 # $CONV_POOL_GENERAL_PIXEL_MAJOR=1 (a channels-last output's conv tile staged [pixel][channel]:
-# Plan::pixel_major); tma_persistent_pixel: the persistent form with it (the (group, position)
-# loop, epilogue passes past the stages).
+# Plan::pixel_major); tma_pixel_groups: the default form with it alone (the (group,
+# position) loop).
 PATH_HOOKS = {"tma": {}, "tma_slices": {"CONV_POOL_GENERAL_TMA_MERGED": "0"},
               "tma_full_tail": {"CONV_POOL_GENERAL_NARROW_TAIL": "0"},
               "tma_narrow_pool": {"CONV_POOL_GENERAL_WIDE_POOL": "0"},
@@ -69,12 +69,12 @@ PATH_HOOKS = {"tma": {}, "tma_slices": {"CONV_POOL_GENERAL_TMA_MERGED": "0"},
               "tma_pool_positions": {"CONV_POOL_GENERAL_POOL_POSITIONS": "1"},
               "tma_pixel_major": {"CONV_POOL_GENERAL_POOL_POSITIONS": "1",
                                   "CONV_POOL_GENERAL_PIXEL_MAJOR": "1"},
-              "tma_persistent_pixel": {"CONV_POOL_GENERAL_PERSISTENT": "1",
-                                       "CONV_POOL_GENERAL_PIXEL_MAJOR": "1"},
+              "tma_pixel_groups": {"CONV_POOL_GENERAL_PIXEL_MAJOR": "1"},
               "cpasync": {"CONV_POOL_GENERAL_TMA": "0"}}
 # The forms whose plans are the default's (split reductions through the cluster).
 CLUSTER_PATHS = ("tma", "tma_slices", "tma_pdl", "tma_narrow_pool", "tma_staged_pairs",
-                 "tma_full_tail", "tma_whole_rect", "tma_pool_positions", "tma_pixel_major")
+                 "tma_full_tail", "tma_whole_rect", "tma_pool_positions", "tma_pixel_major",
+                 "tma_pixel_groups")
 # The forms whose paired plans without a split store from the registers (Plan::direct_pairs).
 DIRECT_PATHS = tuple(path for path, hooks in PATH_HOOKS.items()
                      if path.startswith("tma") and "CONV_POOL_GENERAL_DIRECT_PAIRS" not in hooks)
