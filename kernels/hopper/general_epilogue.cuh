@@ -19,11 +19,17 @@
 
 namespace general_wgmma {
 
+// Plan::pixel_major's floats a pixel (one epilogue pass: the tile's n channels, + 4 so that it
+// is 4 mod 8: a quarter-warp's 16-byte loads of 8 consecutive pixels hit distinct banks). A
+// constant, so that a window's pixels are immediate offsets of one address.
+template <int kTileId>
+constexpr int kPixelPitch = Tile<kTileId>::kN + 4;
+
 // Accumulators of channels [pass x pass_channels, + pass_channels) -> tile. Row 16 w + g of a
 // square's M = 64 is its pixel (2 w, g), row 16 w + g + 8 pixel (2 w + 1, g) (w: warp of the
 // warpgroup, g = lane / 4); accumulator 4 j + v holds channel 8 j + 2 (lane % 4) + v % 2 of
-// the first (v < 2) or the second. pixel_major (Plan::pixel_major): [pixel][channel] instead,
-// tile_pitch floats a pixel, a channel pair one 8-byte store.
+// the first (v < 2) or the second. pixel_major (Plan::pixel_major, one pass): [pixel][channel]
+// instead, kPixelPitch floats a pixel, a channel pair one 8-byte store.
 template <int kTileId>
 __device__ __forceinline__ void stage_accumulators(
     const float (&acc)[Tile<kTileId>::kSquaresPerGroup][Tile<kTileId>::kAccs], float* tile,
@@ -43,9 +49,9 @@ __device__ __forceinline__ void stage_accumulators(
       const int channel = 8 * j + 2 * pair;
       if (channel < first || channel >= last) continue;
       if (pixel_major) {
-        float* c = tile + pixel * tile_pitch + (channel - first);
+        float* c = tile + pixel * kPixelPitch<kTileId> + channel;
         *reinterpret_cast<float2*>(c) = make_float2(acc[m][4 * j], acc[m][4 * j + 1]);
-        *reinterpret_cast<float2*>(c + T::kCols * tile_pitch) =
+        *reinterpret_cast<float2*>(c + T::kCols * kPixelPitch<kTileId>) =
             make_float2(acc[m][4 * j + 2], acc[m][4 * j + 3]);
         continue;
       }
@@ -283,16 +289,16 @@ __device__ __forceinline__ void window_max(const float* window, int step, int ro
 
 // window_max over a [pixel][channel] tile (Plan::pixel_major): the maxima of kCount
 // consecutive channels (2: one 8-byte load a pixel; 4 or 8: 16-byte ones) at `window` (the
-// window's first pixel's first channel), pitch floats a pixel.
-template <int kCount, int kCols>
-__device__ __forceinline__ void window_max_pixels(const float* window, int pitch, int rows,
-                                                  int cols, float (&best)[kCount]) {
+// window's first pixel's first channel), kPitch floats a pixel.
+template <int kCount, int kCols, int kPitch>
+__device__ __forceinline__ void window_max_pixels(const float* window, int rows, int cols,
+                                                  float (&best)[kCount]) {
   static_assert(kCount == 2 || kCount % 4 == 0, "whole 8- or 16-byte vectors");
 #pragma unroll
   for (int j = 0; j < kCount; ++j) best[j] = -INFINITY;
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < cols; ++c) {
-      const float* pixel = window + (r * kCols + c) * pitch;
+      const float* pixel = window + (r * kCols + c) * kPitch;
       if constexpr (kCount == 2) {
         const float2 v = *reinterpret_cast<const float2*>(pixel);
         best[0] = max_keeping_nan(best[0], v.x);
@@ -335,8 +341,8 @@ __device__ __forceinline__ void pool_channel_group(const Plan& p, const float* t
 #pragma unroll
     for (int h = 0; h < kVector; h += kPixelsAtOnce) {
       float best[kPixelsAtOnce];
-      window_max_pixels<kPixelsAtOnce, T::kCols>(tile + window * p.tile_pitch + c0 + h,
-                                                 p.tile_pitch, rows, cols, best);
+      window_max_pixels<kPixelsAtOnce, T::kCols, kPixelPitch<kTileId>>(
+          tile + window * kPixelPitch<kTileId> + c0 + h, rows, cols, best);
 #pragma unroll
       for (int j = 0; j < kPixelsAtOnce; ++j)
         v.raw[h + j] = E::from_float(relu_keeping_nan(best[j] + pass_bias[c0 + h + j]));

@@ -264,9 +264,9 @@ struct Plan {
   // ($CONV_POOL_GENERAL_POOL_POSITIONS=1).
   bool pool_positions = false;
   // A channels-last output's conv tile staged [pixel][channel] instead (tile_pitch floats a
-  // pixel: the pass's channels + 4), so that a window pixel's 16-byte channel group is one or
-  // two vector loads, not one load a channel. The warp-specialized kernel, unpaired, not the
-  // cluster split, where the epilogue's bytes hold it. A launch setting
+  // pixel: n + 4, kPixelPitch), so that a window pixel's 16-byte channel group is one or two
+  // vector loads, not one load a channel. The warp-specialized kernel, one epilogue pass,
+  // unpaired, not the cluster split, where the epilogue's bytes hold it. A launch setting
   // ($CONV_POOL_GENERAL_PIXEL_MAJOR=1).
   bool pixel_major = false;
 };

@@ -563,13 +563,15 @@ cudaError_t general_wgmma::launch_shape(const ConvPoolOperands& ops, const ConvP
       if (cudaError_t error = encode_weight_map(s, ops, p, &weight_map); error != cudaSuccess)
         return error;
     }
-    p.wide_pool = hooks::wide_pool_allowed() && p.out_stride[1] == 1 &&
-                  p.epilogue_passes == 1 && !p.paired_pool && !p.cluster_split;
-    if (pixel_major_enabled() && p.out_stride[1] == 1 && !p.paired_pool && !p.cluster_split) {
-      const int pixels = p.tile_pitch - 4, pass = kTileSpecs[p.tile].n / p.epilogue_passes;
-      if (int64_t(pixels) * (pass + 4) * 4 <= p.bias_offset - p.epilogue_offset) {
+    // A channels-last output pooled from the whole conv tile in one pass.
+    const bool one_pass_pool = p.out_stride[1] == 1 && p.epilogue_passes == 1 &&
+                               !p.paired_pool && !p.cluster_split;
+    p.wide_pool = hooks::wide_pool_allowed() && one_pass_pool;
+    if (pixel_major_enabled() && one_pass_pool) {
+      const int pixels = p.tile_pitch - 4, pitch = kTileSpecs[p.tile].n + 4;  // (kPixelPitch)
+      if (int64_t(pixels) * pitch * 4 <= p.bias_offset - p.epilogue_offset) {
         p.pixel_major = true;
-        p.tile_pitch = pass + 4;
+        p.tile_pitch = pitch;
       }
     }
     if (trace_path() != nullptr) {
