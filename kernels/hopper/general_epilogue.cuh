@@ -19,11 +19,10 @@
 
 namespace general_wgmma {
 
-// Plan::pixel_major's floats a pixel (one epilogue pass: the tile's n channels, + 4 so that it
-// is 4 mod 8: a quarter-warp's 16-byte loads of 8 consecutive pixels hit distinct banks). A
-// constant, so that a window's pixels are immediate offsets of one address.
+// Plan::pixel_major's floats a pixel as a constant, so that a window's pixels are immediate
+// offsets of one address.
 template <int kTileId>
-constexpr int kPixelPitch = Tile<kTileId>::kN + 4;
+constexpr int kPixelPitch = pixel_pitch(Tile<kTileId>::kN);
 
 // Accumulators of channels [pass x pass_channels, + pass_channels) -> tile. Row 16 w + g of a
 // square's M = 64 is its pixel (2 w, g), row 16 w + g + 8 pixel (2 w + 1, g) (w: warp of the

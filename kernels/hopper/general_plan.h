@@ -264,7 +264,7 @@ struct Plan {
   // ($CONV_POOL_GENERAL_POOL_POSITIONS=1).
   bool pool_positions = false;
   // A channels-last output's conv tile staged [pixel][channel] instead (tile_pitch floats a
-  // pixel: n + 4, kPixelPitch), so that a window pixel's 16-byte channel group is one or two
+  // pixel: pixel_pitch), so that a window pixel's 16-byte channel group is one or two
   // vector loads, not one load a channel. The warp-specialized kernel, one epilogue pass,
   // unpaired, not the cluster split, where the epilogue's bytes hold it. A launch setting
   // ($CONV_POOL_GENERAL_PIXEL_MAJOR=1).
@@ -279,6 +279,10 @@ CONV_POOL_HD inline int weight_parts(const Plan& p) { return p.split_registers ?
 // holds at most as many channels (Plan::tail_n): half of n. (A quarter too, n / 4, made the
 // warp-specialized kernel's compile 2.05x as long as without either, the half alone 1.65x.)
 CONV_POOL_HD constexpr int narrow_width(int n) { return n / 2; }
+
+// Plan::pixel_major's floats a pixel of a tile of n channels (one epilogue pass): n + 4, which
+// is 4 mod 8, so that a quarter-warp's 16-byte loads of 8 consecutive pixels hit distinct banks.
+CONV_POOL_HD constexpr int pixel_pitch(int n) { return n + 4; }
 // Plan::tail_n for a last channel block of `tail` channels on a tile of n: narrow_width where
 // they fit it, else 0.
 CONV_POOL_HD constexpr int tail_width(int tail, int n) {

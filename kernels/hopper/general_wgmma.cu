@@ -568,7 +568,8 @@ cudaError_t general_wgmma::launch_shape(const ConvPoolOperands& ops, const ConvP
                                !p.paired_pool && !p.cluster_split;
     p.wide_pool = hooks::wide_pool_allowed() && one_pass_pool;
     if (pixel_major_enabled() && one_pass_pool) {
-      const int pixels = p.tile_pitch - 4, pitch = kTileSpecs[p.tile].n + 4;  // (kPixelPitch)
+      const TileSpec& tile = kTileSpecs[p.tile];
+      const int pixels = 64 * tile.square_rows * tile.square_cols, pitch = pixel_pitch(tile.n);
       if (int64_t(pixels) * pitch * 4 <= p.bias_offset - p.epilogue_offset) {
         p.pixel_major = true;
         p.tile_pitch = pitch;
