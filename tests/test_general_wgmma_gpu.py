@@ -50,12 +50,13 @@ TOLERANCE = {torch.float32: 1e-2, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 # channel block at most half full runs the tile's N, not half of it: Plan::tail_n = 0).
 # tma_whole_rect: the default form with $CONV_POOL_GENERAL_POOL_RECT=0 (Plan::pool_rect off: the
 # pooling's threads over the tile's whole pooled rectangle, positions past the output refused one
-# by one; the first bias read after the first steps). tma_pool_positions: the default form with
-# $CONV_POOL_GENERAL_POOL_POSITIONS=1 (a channels-last output's pooling one position a thread,
-# its channel groups in turn: Plan::pool_positions). tma_pixel_major: that form with
-# $CONV_POOL_GENERAL_PIXEL_MAJOR=1 (a channels-last output's conv tile staged [pixel][channel]:
-# Plan::pixel_major); tma_pixel_groups: the default form with it alone (the (group,
-# position) loop).
+# by one; the first bias read after the first steps). tma_group_pairs: the default form with
+# $CONV_POOL_GENERAL_POOL_POSITIONS=0 and $CONV_POOL_GENERAL_PIXEL_MAJOR=0 (a channels-last
+# output's tile staged [channel][pixel], its pooling (channel group, position) pairs in turn,
+# not one position a thread and its groups over a [pixel][channel] tile: Plan::pool_positions,
+# Plan::pixel_major); tma_channel_major: with only the second (one position a thread over a
+# [channel][pixel] tile); tma_pixel_groups: with only the first (the pairs over a
+# [pixel][channel] tile).
 PATH_HOOKS = {"tma": {}, "tma_slices": {"CONV_POOL_GENERAL_TMA_MERGED": "0"},
               "tma_full_tail": {"CONV_POOL_GENERAL_NARROW_TAIL": "0"},
               "tma_narrow_pool": {"CONV_POOL_GENERAL_WIDE_POOL": "0"},
@@ -66,14 +67,14 @@ PATH_HOOKS = {"tma": {}, "tma_slices": {"CONV_POOL_GENERAL_TMA_MERGED": "0"},
               "tma_persistent": {"CONV_POOL_GENERAL_PERSISTENT": "1"},
               "tma_pdl": {"CONV_POOL_GENERAL_PDL": "1"},
               "tma_whole_rect": {"CONV_POOL_GENERAL_POOL_RECT": "0"},
-              "tma_pool_positions": {"CONV_POOL_GENERAL_POOL_POSITIONS": "1"},
-              "tma_pixel_major": {"CONV_POOL_GENERAL_POOL_POSITIONS": "1",
-                                  "CONV_POOL_GENERAL_PIXEL_MAJOR": "1"},
-              "tma_pixel_groups": {"CONV_POOL_GENERAL_PIXEL_MAJOR": "1"},
+              "tma_group_pairs": {"CONV_POOL_GENERAL_POOL_POSITIONS": "0",
+                                  "CONV_POOL_GENERAL_PIXEL_MAJOR": "0"},
+              "tma_channel_major": {"CONV_POOL_GENERAL_PIXEL_MAJOR": "0"},
+              "tma_pixel_groups": {"CONV_POOL_GENERAL_POOL_POSITIONS": "0"},
               "cpasync": {"CONV_POOL_GENERAL_TMA": "0"}}
 # The forms whose plans are the default's (split reductions through the cluster).
 CLUSTER_PATHS = ("tma", "tma_slices", "tma_pdl", "tma_narrow_pool", "tma_staged_pairs",
-                 "tma_full_tail", "tma_whole_rect", "tma_pool_positions", "tma_pixel_major",
+                 "tma_full_tail", "tma_whole_rect", "tma_group_pairs", "tma_channel_major",
                  "tma_pixel_groups")
 # The forms whose paired plans without a split store from the registers (Plan::direct_pairs).
 DIRECT_PATHS = tuple(path for path, hooks in PATH_HOOKS.items()

@@ -99,13 +99,15 @@ inline int windows_forced() {
 // setting, not the plan's.
 inline bool wide_pool_allowed() { return !is("CONV_POOL_GENERAL_WIDE_POOL", "0"); }
 
-// $CONV_POOL_GENERAL_POOL_POSITIONS=1: a channels-last output's pooling one position a thread
-// (Plan::pool_positions). A launch setting, not the plan's.
-inline bool pool_positions_enabled() { return is("CONV_POOL_GENERAL_POOL_POSITIONS", "1"); }
+// $CONV_POOL_GENERAL_POOL_POSITIONS=0: a channels-last output's pooling gives a thread (channel
+// group, position) pairs in turn instead of one position and its groups (Plan::pool_positions).
+// A launch setting, not the plan's.
+inline bool pool_positions_enabled() { return !is("CONV_POOL_GENERAL_POOL_POSITIONS", "0"); }
 
-// $CONV_POOL_GENERAL_PIXEL_MAJOR=1: a channels-last output's conv tile staged [pixel][channel]
-// (Plan::pixel_major). A launch setting, not the plan's.
-inline bool pixel_major_enabled() { return is("CONV_POOL_GENERAL_PIXEL_MAJOR", "1"); }
+// $CONV_POOL_GENERAL_PIXEL_MAJOR=0: a channels-last output's conv tile staged [channel][pixel]
+// as other outputs' are, not [pixel][channel] (Plan::pixel_major). A launch setting, not the
+// plan's.
+inline bool pixel_major_enabled() { return !is("CONV_POOL_GENERAL_PIXEL_MAJOR", "0"); }
 
 // $CONV_POOL_GENERAL_POOL_RECT=0: Plan::pool_rect off (the pooling's threads over the tile's
 // whole pooled rectangle; the first bias read after the first steps). A launch setting, not the

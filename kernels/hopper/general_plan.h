@@ -260,14 +260,14 @@ struct Plan {
   int window_rows = 0, window_cols = 0;
   // A channels-last output's pooling gives a thread one position and its channel groups (as
   // the NCHW pooling gives channels), not (group, position) pairs in turn: the position's
-  // window and address once for all its groups. A launch setting
-  // ($CONV_POOL_GENERAL_POOL_POSITIONS=1).
+  // window and address once for all its groups. A launch setting, on unless
+  // $CONV_POOL_GENERAL_POOL_POSITIONS=0.
   bool pool_positions = false;
   // A channels-last output's conv tile staged [pixel][channel] instead (tile_pitch floats a
   // pixel: pixel_pitch), so that a window pixel's 16-byte channel group is one or two
   // vector loads, not one load a channel. The warp-specialized kernel, one epilogue pass,
-  // unpaired, not the cluster split, where the epilogue's bytes hold it. A launch setting
-  // ($CONV_POOL_GENERAL_PIXEL_MAJOR=1).
+  // unpaired, not the cluster split, where the epilogue's bytes hold it. A launch setting, on
+  // unless $CONV_POOL_GENERAL_PIXEL_MAJOR=0.
   bool pixel_major = false;
 };
 
