@@ -2094,6 +2094,43 @@ def test_a_large_weight_over_few_blocks_is_packed_apart(library):
     assert not packs_weight_apart(library, case, FLOAT32, device=A100_LIKE)
 
 
+def test_split_over_several_rounds_only_under_its_hook(library, monkeypatch):
+    """$CONV_POOL_GENERAL_SPLIT_ROUNDS=k lets a split through L2 take up to k rounds of
+    resident blocks (1..4): a layer of more than half the SMs' tiles, one block an SM, whose
+    two shares a tile would not all be resident, may then split (forced here). The fuzz's
+    `fuzz_3` (float32 channels-last: 96 wide_n128 tiles of 24 steps) stays whole without the
+    hook whatever $CONV_POOL_GENERAL_SPLIT asks; with k = 2 it takes 2 shares, not 3 (288
+    blocks, a third round); with k = 4, 4 shares. A layer of cluster splits keeps them within
+    one round."""
+    fuzz_3 = ConvPoolCase("fuzz_3", 8, 96, 512, 69, 35, (7, 2), stride=(4, 2), padding=(0, 1),
+                          pool_kernel=(2, 2), pool_stride=(4, 3), pool_padding=(1, 1),
+                          ceil_mode=True)
+
+    def plan(case, rounds=None, split=None):
+        for name, value in (("CONV_POOL_GENERAL_SPLIT_ROUNDS", rounds),
+                            ("CONV_POOL_GENERAL_SPLIT", split)):
+            if value is None:
+                monkeypatch.delenv(name, raising=False)
+            else:
+                monkeypatch.setenv(name, value)
+        return general_plan(library, case, FLOAT32, channels_last=True)
+
+    whole = plan(fuzz_3)
+    slots = H200.sm_count * whole["blocks_per_sm"]
+    assert whole["split"] == 1 and slots < 2 * whole["tiles"] <= 2 * slots, whole
+    for rounds, split, expected in ((None, "2", 1), ("1", "2", 1), ("2", "2", 2),
+                                    ("2", "3", 1), ("4", "3", 3), ("4", "4", 4),
+                                    ("4", "6", 1), ("9", "6", 1)):
+        forced = plan(fuzz_3, rounds=rounds, split=split)
+        assert forced["split"] == expected, (rounds, split, forced)
+        assert forced["tiles"] * forced["split"] <= 4 * slots
+    # VGG block 5 at batch 1: 8 tiles of 8 blocks through the cluster, the hook or not.
+    b5 = replace(find_case("vgg_b5"), batch=1)
+    for rounds in (None, "4"):
+        p = plan(b5, rounds=rounds)
+        assert p["cluster"] == 1 and p["split"] * p["tiles"] <= H200.sm_count, (rounds, p)
+
+
 def test_layers_of_few_tiles_split_their_reduction_over_clusters(library):
     # The N = 64 tiles that run one block per SM split a tile's chunks over a cluster of 2 to 8
     # blocks where that takes fewer rounds x (chunks per block + 7) than no split (the cost

@@ -166,6 +166,15 @@ inline int forced_split() {
   return value == nullptr ? 0 : std::max(0, std::atoi(value));
 }
 
+// $CONV_POOL_GENERAL_SPLIT_ROUNDS=k (1..4): a split through L2 may take up to k rounds of
+// resident blocks (its shares need not run at once: the last to arrive adds them), so that a
+// layer of more than half the resident blocks' tiles may split too; unset: one round, the
+// default until timed. The cluster split and the fill rule stay within one round.
+inline int split_rounds() {
+  const char* value = conv_pool_env::hook_env("CONV_POOL_GENERAL_SPLIT_ROUNDS");
+  return value == nullptr ? 1 : std::clamp(std::atoi(value), 1, 4);
+}
+
 // $CONV_POOL_GENERAL_TILE=name ("wide_n128", ...): that tile wherever it runs the shape, or -1.
 inline int forced_tile() {
   const char* name = conv_pool_env::hook_env("CONV_POOL_GENERAL_TILE");
@@ -211,12 +220,12 @@ inline int forced_group_rows() {
 // too, or the cache would answer for its old value.
 struct SearchHooks {
   int merged, persistent, paired, direct, cluster, swizzle, fill, tile, images, split,
-      step_chunks, group_rows, split_registers, clip;
+      step_chunks, group_rows, split_registers, clip, split_rounds;
   static SearchHooks read() {
     return {merged_allowed(),    persistent_mode(), pairing_allowed(),    direct_pairs_allowed(),
             cluster_allowed(),   swizzle_allowed(), fill_rule_allowed(),  forced_tile(),
             forced_images(),     forced_split(),    forced_step_chunks(), forced_group_rows(),
-            split_registers_allowed(), clip_allowed()};
+            split_registers_allowed(), clip_allowed(), hooks::split_rounds()};
   }
 };
 

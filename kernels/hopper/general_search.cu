@@ -375,6 +375,7 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   const bool cluster = tma && !p.persistent && cluster_allowed() && p.epilogue_passes == 1 &&
                        p.tiles <= kClusterSplitMaxTiles;
   const bool fill_rule = fill_rule_allowed();  // kFillSplit's rule ($CONV_POOL_GENERAL_FILL)
+  const int64_t split_rounds = cluster ? 1 : hooks::split_rounds();
   const bool fill_split = s.element == kElementFloat32 && !p.split_operands;
   const double copy_rate = !tma || !copy_term ? 0.0
                            : merged_rows(p, !x_in_place) ? kCopyBytesPerCycleMerged
@@ -382,8 +383,9 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   int forced_steps = 0, fill = 1;  // the tuning hook's split's steps; the fill rule's split
   for (int split = 1; split <= kMaxSplit && split <= p.steps; ++split) {
     const int split_steps = int(ceil_div(p.steps, split));
-    // A split runs where the steps divide into it and its blocks are all resident; the tuning
-    // hook $CONV_POOL_GENERAL_SPLIT (want_split) takes it then, whatever the cost says.
+    // A split runs where the steps divide into it and its blocks are all resident (or fit
+    // $CONV_POOL_GENERAL_SPLIT_ROUNDS rounds of them); the tuning hook
+    // $CONV_POOL_GENERAL_SPLIT (want_split) takes it then, whatever the cost says.
     // Cluster splits: a power of two up to the portable cluster, one block an SM (their kernel
     // instance's registers), every cluster at once (16 tiles of 8 blocks, one more than the
     // H200's 15 clusters, took two rounds: 1.6x the time of 4 blocks).
@@ -392,7 +394,8 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
                                p.tiles <= device.max_clusters[split] &&
                                p.tiles * split <= device.sm_count);
     const bool runs =
-        ceil_div(p.steps, split_steps) == split && p.tiles * split <= slots && cluster_runs;
+        ceil_div(p.steps, split_steps) == split && p.tiles * split <= slots * split_rounds &&
+        cluster_runs;
     if (split == want_split && runs) forced_steps = split_steps;
     // The fill rule (kFillSplit): the most blocks a tile, one an SM.
     if (fill_rule && runs && split <= kFillSplit && split_steps >= kFillSplitMinSteps &&
