@@ -120,6 +120,18 @@ constexpr int kFillSplitMinSteps = 3;
 // keep the partial sums through L2, whose blocks may run two an SM. H200 zoo: layers of 2-10
 // tiles 1.2-1.8x faster with the cluster, layers of 32-64 tiles 0.80-1.23x (docs/PERF.md).
 constexpr int kClusterSplitMaxTiles = 16;
+// A layer of more tiles than SMs, one block an SM, runs its whole tiles in rounds whose last
+// may leave many SMs idle (192 tiles on 132 SMs: two rounds, the second on 60 SMs). Its tiles
+// split in two through L2 (the shares need not be resident together: the last to arrive adds
+// them) where that takes the busiest SM's rounds to at most kWaveSplitShare of their length
+// (192 tiles: three rounds of half a tile against two of whole ones, 0.75) and a tile holds at
+// least kWaveSplitMinSteps steps. H100, the fuzz's 192-tile layers split so: those of 60-192
+// steps (16-bit and TF32) 0.86-0.95x of the kernel time whole; those of 36 and 48 steps
+// 1.04-1.12x, where a share's fixed work and the partial sums outweigh the rounds saved. The
+// cost's own splits over several rounds lost on the geometric mean (1.12x over 28 layers;
+// docs/PERF.md).
+constexpr int kWaveSplitMinSteps = 60;
+constexpr double kWaveSplitShare = 0.8;
 
 // float32 inputs without contiguous channels (NCHW): the general kernel reads them from an NHWC
 // copy (one pass over x before the launch) where out_channels x taps, the multiply-adds each

@@ -266,6 +266,34 @@ def test_split_reductions_match_float64(ext, lib, device, seed, tile, split, dty
                   f"{tile} split {split} {case.name} {layout} {plan}")
 
 
+# Layers of more tiles than the SMs whose whole tiles' last round leaves SMs idle split each
+# tile in two through L2 by default (kWaveSplitShare), the shares over several rounds of
+# resident blocks, the last to arrive summing them: a 7 x 7 layer of 384 channels (the fuzz's
+# `fuzz_49`: 6 tiles an image of 60 or more steps) at the first batch whose plan so splits on
+# this GPU, every dtype, NCHW and channels-last. The persistent forms' plans stay whole (the
+# rule leaves persistent plans alone), and so do the cp.async form's (two blocks an SM).
+WAVE_CASE = ConvPoolCase("wave", 1, 384, 384, 112, 5, (7, 7), stride=(2, 4), padding=(2, 1),
+                         pool_kernel=(3, 3), pool_stride=(3, 3), pool_padding=(1, 1))
+
+
+@pytest.mark.parametrize("layout", ["dense", "channels_last"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+def test_splits_over_several_rounds_match_float64(ext, lib, device, seed, dtype, layout, path):
+    if PATH_HOOKS[path].get("CONV_POOL_GENERAL_PERSISTENT") == "1" or path == "cpasync":
+        pytest.skip("this form's plan of the layer is persistent or two blocks an SM")
+    channels_last = layout == "channels_last"
+    for batch in range(1, 65):
+        case = replace(WAVE_CASE, batch=batch)
+        plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device,
+                                          channels_last=channels_last)
+        if plan["tiles"] > device.sm_count:
+            break
+    assert plan["split"] == 2 and plan["blocks_per_sm"] == 1, plan
+    assert plan["tiles"] * plan["split"] > device.sm_count, plan
+    x, w, b = operands(case, seed, dtype)
+    check(ext, case, with_layout(x, layout), w, b, dtype, f"batch {batch} {layout} {plan}")
+
+
 # Tiles of several small images side by side (plan.images, forced by the host's hook
 # $CONV_POOL_GENERAL_IMAGES): batches that leave the last tile short of images, an overlapping
 # padded ceil-mode pool, stride 2 (each image's columns rounded up to the column stride), at

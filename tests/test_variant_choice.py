@@ -2131,6 +2131,52 @@ def test_split_over_several_rounds_only_under_its_hook(library, monkeypatch):
         assert p["cluster"] == 1 and p["split"] * p["tiles"] <= H200.sm_count, (rounds, p)
 
 
+def test_layers_whose_last_round_leaves_sms_idle_split_in_two(library, monkeypatch):
+    """kWaveSplitShare's rule: a layer of more tiles than SMs, one block an SM, splits each tile
+    in two through L2 where the busiest SM's rounds of half tiles take at most 0.8 of its
+    rounds of whole ones and a tile holds at least kWaveSplitMinSteps (60) steps, on the tile
+    it runs whole; $CONV_POOL_GENERAL_WAVE_SPLIT=0 keeps it whole. On 132 SMs the fuzz's
+    192-tile layers of 60-192 steps split (three rounds of halves against two of wholes);
+    `fuzz_31` (36 steps) stays whole; on 100 SMs `fuzz_49`'s 192 tiles stay whole (two rounds
+    either way), and on 200 SMs (one round) they take the one-round rules' plan."""
+    fuzz_49 = ConvPoolCase("fuzz_49", 32, 384, 384, 112, 5, (7, 7), stride=(2, 4),
+                           padding=(2, 1), pool_kernel=(3, 3), pool_stride=(3, 3),
+                           pool_padding=(1, 1))
+    fuzz_84 = ConvPoolCase("fuzz_84", 32, 1024, 768, 56, 37, (3, 3), stride=(4, 4),
+                           padding=(2, 3), dilation=(3, 2), pool_kernel=(2, 3),
+                           pool_stride=(2, 1), pool_padding=(1, 1))
+    fuzz_107 = ConvPoolCase("fuzz_107", 32, 192, 768, 94, 6, (11, 5), stride=(3, 1),
+                            padding=(4, 3), dilation=(1, 2), pool_kernel=(4, 1),
+                            pool_stride=(4, 1), pool_padding=(1, 0), bias=False)
+    fuzz_31 = ConvPoolCase("fuzz_31", 16, 192, 130, 104, 125, (3, 5), stride=(3, 4),
+                           padding=(3, 1), dilation=(2, 3), pool_kernel=(3, 2),
+                           pool_stride=(3, 2))
+
+    def plan(case, element, channels_last=False, wave=None, device=H200):
+        if wave is None:
+            monkeypatch.delenv("CONV_POOL_GENERAL_WAVE_SPLIT", raising=False)
+        else:
+            monkeypatch.setenv("CONV_POOL_GENERAL_WAVE_SPLIT", wave)
+        return general_plan(library, case, element, device, channels_last=channels_last)
+
+    for case, element, channels_last in ((fuzz_49, FLOAT16, False), (fuzz_84, FLOAT32, False),
+                                         (fuzz_107, BFLOAT16, True)):
+        whole = plan(case, element, channels_last, wave="0")
+        split = plan(case, element, channels_last)
+        assert whole["split"] == 1 and whole["blocks_per_sm"] == 1, whole
+        assert H200.sm_count < whole["tiles"] <= 1.5 * H200.sm_count, whole
+        assert whole["steps"] >= 60 and not whole["persistent"], whole
+        assert split["split"] == 2, split
+        for key in ("tile", "tiles", "steps", "images", "stages", "transposed", "input"):
+            assert split[key] == whole[key], (key, whole, split)
+    short = plan(fuzz_31, FLOAT16)
+    assert short["split"] == 1 and short["steps"] < 60 < short["tiles"], short
+    for sm_count in (100, 200):
+        other = ConvPoolDevice(H200.max_shared_bytes, sm_count, 90, H200.max_clusters)
+        on_other = plan(fuzz_49, FLOAT16, device=other)
+        assert on_other == plan(fuzz_49, FLOAT16, wave="0", device=other), sm_count
+
+
 def test_layers_of_few_tiles_split_their_reduction_over_clusters(library):
     # The N = 64 tiles that run one block per SM split a tile's chunks over a cluster of 2 to 8
     # blocks where that takes fewer rounds x (chunks per block + 7) than no split (the cost

@@ -205,6 +205,12 @@ CASES = {
                                       pool_padding=(1, 1)),
     "general_split": ConvPoolCase("general_split", 1, 384, 136, 13, 13, (3, 3), padding=(1, 1),
                                   pool_kernel=(3, 3), pool_stride=(2, 2)),
+    # More tiles than the SMs, the last round of whole tiles leaving SMs idle: each tile split
+    # in two through L2, the shares over several rounds of resident blocks (kWaveSplitShare;
+    # on 132 SMs 138 tiles of 168 steps in 16 bits).
+    "general_wave_split": ConvPoolCase("general_wave_split", 23, 384, 384, 112, 5, (7, 7),
+                                       stride=(2, 4), padding=(2, 1), pool_kernel=(3, 3),
+                                       pool_stride=(3, 3), pool_padding=(1, 1)),
     "general_large_kernel_channels_last": ConvPoolCase(
         "general_large_kernel_channels_last", 2, 256, 136, 27, 27, (5, 5), padding=(2, 2),
         pool_kernel=(3, 3), pool_stride=(2, 2)),

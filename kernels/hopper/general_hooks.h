@@ -123,6 +123,10 @@ inline bool direct_pairs_allowed() { return !is("CONV_POOL_GENERAL_DIRECT_PAIRS"
 // least kMinSplitSteps steps, two blocks an SM) instead of kFillSplit's (general_search.cu).
 inline bool fill_rule_allowed() { return !is("CONV_POOL_GENERAL_FILL", "0"); }
 
+// $CONV_POOL_GENERAL_WAVE_SPLIT=0: layers of several rounds keep whole tiles where
+// kWaveSplitShare's rule would split them in two (general_search.cu).
+inline bool wave_split_allowed() { return !is("CONV_POOL_GENERAL_WAVE_SPLIT", "0"); }
+
 // $CONV_POOL_GENERAL_NARROW_TAIL=0: every channel block runs the tile's N, where by default the
 // last block of a layer whose channels leave it at most half full runs narrower wgmmas
 // (Plan::tail_n). Read after the tile search (choose_input), so not one of its SearchHooks.
@@ -168,8 +172,9 @@ inline int forced_split() {
 
 // $CONV_POOL_GENERAL_SPLIT_ROUNDS=k (1..4): a split through L2 may take up to k rounds of
 // resident blocks (its shares need not run at once: the last to arrive adds them), so that a
-// layer of more than half the resident blocks' tiles may split too; unset: one round, the
-// default until timed. The cluster split and the fill rule stay within one round.
+// layer of more than half the resident blocks' tiles may split where the cost says; unset: one
+// round (the cost's picks so lost 1.12x on the geometric mean, docs/PERF.md). The cluster
+// split, the fill rule and persistent plans stay within one round.
 inline int split_rounds() {
   const char* value = conv_pool_env::hook_env("CONV_POOL_GENERAL_SPLIT_ROUNDS");
   return value == nullptr ? 1 : std::clamp(std::atoi(value), 1, 4);
@@ -220,12 +225,12 @@ inline int forced_group_rows() {
 // too, or the cache would answer for its old value.
 struct SearchHooks {
   int merged, persistent, paired, direct, cluster, swizzle, fill, tile, images, split,
-      step_chunks, group_rows, split_registers, clip, split_rounds;
+      step_chunks, group_rows, split_registers, clip, rounds, wave_split;
   static SearchHooks read() {
     return {merged_allowed(),    persistent_mode(), pairing_allowed(),    direct_pairs_allowed(),
             cluster_allowed(),   swizzle_allowed(), fill_rule_allowed(),  forced_tile(),
             forced_images(),     forced_split(),    forced_step_chunks(), forced_group_rows(),
-            split_registers_allowed(), clip_allowed(), hooks::split_rounds()};
+            split_registers_allowed(), clip_allowed(), split_rounds(), wave_split_allowed()};
   }
 };
 

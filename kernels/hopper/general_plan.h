@@ -283,6 +283,7 @@ CONV_POOL_HD constexpr int narrow_width(int n) { return n / 2; }
 // Plan::pixel_major's floats a pixel of a tile of n channels (one epilogue pass): n + 4, which
 // is 4 mod 8, so that a quarter-warp's 16-byte loads of 8 consecutive pixels hit distinct banks.
 CONV_POOL_HD constexpr int pixel_pitch(int n) { return n + 4; }
+
 // Plan::tail_n for a last channel block of `tail` channels on a tile of n: narrow_width where
 // they fit it, else 0.
 CONV_POOL_HD constexpr int tail_width(int tail, int n) {

@@ -307,9 +307,9 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   int region = 0;
   const bool rounds =
       p.tiles > int64_t(kPersistentMinRounds) * device.sm_count * (two_blocks ? 2 : 1);
-  // A plan of several rounds never splits (its tiles outnumber the resident blocks), so a
-  // direct one stages nothing; a persistent plan of one round ($CONV_POOL_GENERAL_PERSISTENT=1)
-  // may split, and then stages its windows.
+  // A persistent plan of several rounds never splits (the splits below over several rounds
+  // leave persistent plans whole), so a direct one stages nothing; a persistent plan of one
+  // round ($CONV_POOL_GENERAL_PERSISTENT=1) may split, and then stages its windows.
   static_assert(kPersistentMinRounds >= 1, "a plan of several rounds must not split");
   const int paired_bytes = direct && rounds ? 0 : window_bytes;
   if (tma && pairable && (persistent == 1 || (persistent == -1 && rounds)) &&
@@ -375,7 +375,7 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   const bool cluster = tma && !p.persistent && cluster_allowed() && p.epilogue_passes == 1 &&
                        p.tiles <= kClusterSplitMaxTiles;
   const bool fill_rule = fill_rule_allowed();  // kFillSplit's rule ($CONV_POOL_GENERAL_FILL)
-  const int64_t split_rounds = cluster ? 1 : hooks::split_rounds();
+  const int64_t split_rounds = cluster || p.persistent ? 1 : hooks::split_rounds();
   const bool fill_split = s.element == kElementFloat32 && !p.split_operands;
   const double copy_rate = !tma || !copy_term ? 0.0
                            : merged_rows(p, !x_in_place) ? kCopyBytesPerCycleMerged
@@ -437,6 +437,16 @@ Candidate plan_tile(const ConvPoolShape& s, const ConvPoolDevice& device, int ti
   if (fill > p.split && (fill_split || p.split > 1)) {
     p.split = fill;
     p.split_steps = int(ceil_div(p.steps, fill));
+  }
+  // The wave rule (kWaveSplitShare): two shares a tile where the whole tiles' last round leaves
+  // SMs idle. The cost stays the whole tiles', so that the tile choice is as it was.
+  const int64_t sms = device.sm_count;
+  const double whole_rounds = double(ceil_div(p.tiles, sms));
+  if (wave_split_allowed() && p.split == 1 && !cluster && !p.persistent && !p.split_operands &&
+      p.blocks_per_sm == 1 && p.tiles > sms && p.steps >= kWaveSplitMinSteps &&
+      double(ceil_div(2 * p.tiles, sms)) / 2.0 <= kWaveSplitShare * whole_rounds) {
+    p.split = 2;
+    p.split_steps = int(ceil_div(p.steps, 2));
   }
   if (forced_steps > 0) {
     p.split = want_split;
