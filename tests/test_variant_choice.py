@@ -1240,7 +1240,8 @@ def test_gpu_split_and_image_tests_get_their_plans_in_every_form(library, monkey
     """tests/test_general_wgmma_gpu.py's split test forces splits of 2, 4 and 8 on two tiles
     and requires the plan to take them in every form of the kernel (its PATH_HOOKS), and its
     side-by-side images test wants each tile of IMAGE_TILES and plans with and without a
-    split: the host plans here, so that a change of the plans that leaves a form without them
+    split, and its test of splits over several rounds a layer that the wave rule splits: the
+    host plans here, so that a change of the plans that leaves a form without them
     fails in CI, not first on the GPU (the persistent forms once took 9 steps for the
     pointwise layer, which do not split 4 or 8 ways; the split's fill rule once split every
     image layer there)."""
@@ -1278,6 +1279,18 @@ def test_gpu_split_and_image_tests_get_their_plans_in_every_form(library, monkey
             assert tiles == gpu.IMAGE_TILES[images] and splits == {False, True}, (
                 path, images, element, tiles, splits)
         monkeypatch.delenv("CONV_POOL_GENERAL_IMAGES")
+        # The test of splits over several rounds: its layer split in two at the first batch
+        # past the SMs in tiles, in every form it runs (not the persistent or cp.async ones).
+        monkeypatch.delenv("CONV_POOL_GENERAL_TILE")
+        if hooks.get("CONV_POOL_GENERAL_PERSISTENT") != "1" and path != "cpasync":
+            for element, channels_last in itertools.product((FLOAT32, FLOAT16, BFLOAT16),
+                                                            (False, True)):
+                for batch in range(1, 65):
+                    plan = general_plan(library, replace(gpu.WAVE_CASE, batch=batch), element,
+                                        channels_last=channels_last)
+                    if plan["tiles"] > H200.sm_count:
+                        break
+                assert plan["split"] == 2 and plan["blocks_per_sm"] == 1, (path, element, plan)
     assert checked == len(gpu.PATH_HOOKS) * 2 * 3 * 2 * 3, checked
 
 

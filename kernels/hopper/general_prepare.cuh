@@ -32,6 +32,12 @@ struct PackJob {
   int n;  // the tile's output channels
   Raw* packed;
   int64_t units;  // 16-byte units of the packed weights (0: read in place, nothing to pack)
+  // Where the weight's taps are contiguous (OIHW), the threads take the units tap first, so
+  // that a warp's loads of a channel read consecutive taps (the packed order, rows first,
+  // gives each lane of a load its own output channel's row: a sector for every 2 or 4
+  // bytes); where a unit's channels are 16 aligned bytes of the weight (OHWI), one load.
+  // Both only under $CONV_POOL_GENERAL_COALESCED_PACK=1 (general_wgmma.cu, prepare).
+  bool taps_first, vector_loads;
 };
 
 // Block `block` of `blocks` packing blocks (256 threads), grid-stride over the 16-byte units.
@@ -40,16 +46,24 @@ __device__ __forceinline__ void pack_weights(const PackJob<Raw>& job, const Conv
                                              const Plan& p, int64_t block, int64_t blocks) {
   const Raw* weight = job.weight;
   const int64_t ws0 = job.ws0, ws1 = job.ws1, ws2 = job.ws2, ws3 = job.ws3;
-  const int n = job.n;
+  const int n = job.n, taps = s.taps();
+  const int parts = p.split_registers ? 2 : 1;
   Raw* packed = job.packed;
   // Units of the blocks of n rows, before a narrow last block's.
   const int64_t full_units = p.tail_n > 0 ? job.units - int64_t(p.tail_n) * 2 * p.step_chunks *
-                                                            s.taps() * p.chunk_steps
+                                                            taps * p.chunk_steps
                                           : job.units;
-  for (int64_t u = block * blockDim.x + threadIdx.x; u < job.units; u += blocks * blockDim.x) {
-    const bool narrow = u >= full_units;
+  const int64_t block_units = int64_t(n) * 2 * parts * p.step_chunks * taps * p.chunk_steps;
+  for (int64_t i = block * blockDim.x + threadIdx.x; i < job.units; i += blocks * blockDim.x) {
+    // Thread item i: the packed unit's coordinates, the tap first where job.taps_first.
+    const bool narrow = i >= full_units;
     const int rows = narrow ? p.tail_n : n;
-    int64_t rest = narrow ? u - full_units : u;
+    int64_t rest = narrow ? i - full_units : i;
+    int tap = 0;
+    if (job.taps_first) {
+      tap = int(rest % taps);
+      rest /= taps;
+    }
     const int k_in_block = int(rest % rows);
     rest /= rows;
     const int slice = int(rest % 2);
@@ -61,10 +75,16 @@ __device__ __forceinline__ void pack_weights(const PackJob<Raw>& job, const Conv
     }
     const int chunk_in_run = int(rest % p.step_chunks);
     rest /= p.step_chunks;
-    const int tap = int(rest % s.taps());
-    rest /= s.taps();
+    if (!job.taps_first) {
+      tap = int(rest % taps);
+      rest /= taps;
+    }
     const int run = int(rest % p.chunk_steps);
     const int block = narrow ? p.channel_blocks - 1 : int(rest / p.chunk_steps);
+    const int64_t in_block =
+        ((((int64_t(run) * taps + tap) * p.step_chunks + chunk_in_run) * parts + part) * 2 +
+         slice) * rows + k_in_block;
+    const int64_t u = narrow ? full_units + in_block : block * block_units + in_block;
     const int k = block * n + k_in_block;
     int chunk = run * p.step_chunks + chunk_in_run;
     if (p.split_operands && !p.split_registers) {
@@ -72,15 +92,28 @@ __device__ __forceinline__ void pack_weights(const PackJob<Raw>& job, const Conv
       chunk /= 3;
     }
     const int r = tap / s.kernel_w, q = tap % s.kernel_w;
-    Raw values[kSliceChannels];
+    const int c0 = (chunk * 2 + slice) * kSliceChannels;
+    alignas(16) Raw values[kSliceChannels];
+    if (job.vector_loads) {
+      // (The host's check: every channel group of 16 bytes lies wholly inside or past x's
+      // channels, at a 16-byte aligned address.)
+      uint4 raw = make_uint4(0, 0, 0, 0);
+      if (k < s.out_channels && c0 < s.in_channels)
+        raw = *reinterpret_cast<const uint4*>(weight + k * ws0 + c0 + r * ws2 + q * ws3);
+      *reinterpret_cast<uint4*>(values) = raw;
+    } else {
 #pragma unroll
-    for (int e = 0; e < kSliceChannels; ++e) {
-      const int c = (chunk * 2 + slice) * kSliceChannels + e;
-      values[e] = k < s.out_channels && c < s.in_channels
-                      ? weight[k * ws0 + c * ws1 + r * ws2 + q * ws3]
-                      : Raw(0);
-      if constexpr (std::is_same_v<Raw, float>) {
-        if (p.split_operands) {
+      for (int e = 0; e < kSliceChannels; ++e) {
+        const int c = c0 + e;
+        values[e] = k < s.out_channels && c < s.in_channels
+                        ? weight[k * ws0 + c * ws1 + r * ws2 + q * ws3]
+                        : Raw(0);
+      }
+    }
+    if constexpr (std::is_same_v<Raw, float>) {
+      if (p.split_operands) {
+#pragma unroll
+        for (int e = 0; e < kSliceChannels; ++e) {
           float big, small;
           split_tf32_operand(values[e], big, small);
           values[e] = (p.split_registers ? part == 1 : part == 2) ? small : big;

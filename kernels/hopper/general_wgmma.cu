@@ -279,14 +279,26 @@ template <class Raw, int kSliceChannels>
 cudaError_t prepare(const Raw* weight, const ConvPoolOperands& ops, const ConvPoolShape& s,
                     const Plan& p, bool copy_x, const WindowedLayer* windows, bool separate,
                     cudaStream_t stream) {
+  // (PackJob: the reads' order and width under $CONV_POOL_GENERAL_COALESCED_PACK=1.)
+  const int64_t* ws = ops.weight_stride;
+  const bool coalesced = hooks::coalesced_pack_enabled();
+  const bool taps_first = coalesced && s.taps() > 1 && ws[3] == 1 && ws[2] == s.kernel_w;
+  const bool vector_loads =
+      coalesced && ws[1] == 1 && s.in_channels % kSliceChannels == 0 &&
+      reinterpret_cast<uintptr_t>(weight) % 16 == 0 &&
+      (s.out_channels == 1 || ws[0] % kSliceChannels == 0) &&
+      (s.kernel_h == 1 || ws[2] % kSliceChannels == 0) &&
+      (s.kernel_w == 1 || ws[3] % kSliceChannels == 0);
   const PackJob<Raw> pack{weight,
-                          ops.weight_stride[0],
-                          ops.weight_stride[1],
-                          ops.weight_stride[2],
-                          ops.weight_stride[3],
+                          ws[0],
+                          ws[1],
+                          ws[2],
+                          ws[3],
                           kTileSpecs[p.tile].n,
                           static_cast<Raw*>(const_cast<void*>(p.packed)),
-                          p.packed_bytes / kSliceBytes};
+                          p.packed_bytes / kSliceBytes,
+                          taps_first,
+                          vector_loads};
   const int64_t units = pack.units;
   // At least one block: the packing blocks also zero the counters.
   const int64_t pack_blocks = std::clamp<int64_t>(ceil_div(units, 256), 1, 4 * 1024);
