@@ -285,7 +285,7 @@ cudaError_t prepare(const Raw* weight, const ConvPoolOperands& ops, const ConvPo
   const bool taps_first = coalesced && s.taps() > 1 && ws[3] == 1 && ws[2] == s.kernel_w;
   const bool vector_loads =
       coalesced && ws[1] == 1 && s.in_channels % kSliceChannels == 0 &&
-      reinterpret_cast<uintptr_t>(weight) % 16 == 0 &&
+      aligned16(weight) &&
       (s.out_channels == 1 || ws[0] % kSliceChannels == 0) &&
       (s.kernel_h == 1 || ws[2] % kSliceChannels == 0) &&
       (s.kernel_w == 1 || ws[3] % kSliceChannels == 0);
