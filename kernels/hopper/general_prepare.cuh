@@ -81,10 +81,14 @@ __device__ __forceinline__ void pack_weights(const PackJob<Raw>& job, const Conv
     }
     const int run = int(rest % p.chunk_steps);
     const int block = narrow ? p.channel_blocks - 1 : int(rest / p.chunk_steps);
-    const int64_t in_block =
-        ((((int64_t(run) * taps + tap) * p.step_chunks + chunk_in_run) * parts + part) * 2 +
-         slice) * rows + k_in_block;
-    const int64_t u = narrow ? full_units + in_block : block * block_units + in_block;
+    // The unit's index in the packed order: the item itself unless the tap came first.
+    int64_t u = i;
+    if (job.taps_first) {
+      const int64_t in_block =
+          ((((int64_t(run) * taps + tap) * p.step_chunks + chunk_in_run) * parts + part) * 2 +
+           slice) * rows + k_in_block;
+      u = narrow ? full_units + in_block : block * block_units + in_block;
+    }
     const int k = block * n + k_in_block;
     int chunk = run * p.step_chunks + chunk_in_run;
     if (p.split_operands && !p.split_registers) {
@@ -95,8 +99,8 @@ __device__ __forceinline__ void pack_weights(const PackJob<Raw>& job, const Conv
     const int c0 = (chunk * 2 + slice) * kSliceChannels;
     alignas(16) Raw values[kSliceChannels];
     if (job.vector_loads) {
-      // (The host's check: every channel group of 16 bytes lies wholly inside or past x's
-      // channels, at a 16-byte aligned address.)
+      // (The host's check: every 16-byte channel group lies wholly inside or past the
+      // weight's input channels, at a 16-byte aligned address.)
       uint4 raw = make_uint4(0, 0, 0, 0);
       if (k < s.out_channels && c0 < s.in_channels)
         raw = *reinterpret_cast<const uint4*>(weight + k * ws0 + c0 + r * ws2 + q * ws3);
