@@ -56,9 +56,9 @@ TOLERANCE = {torch.float32: 1e-2, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 # not one position a thread and its groups over a [pixel][channel] tile: Plan::pool_positions,
 # Plan::pixel_major); tma_channel_major: with only the second (one position a thread over a
 # [channel][pixel] tile); tma_pixel_groups: with only the first (the pairs over a
-# [pixel][channel] tile). tma_coalesced_pack: the default form with
-# $CONV_POOL_GENERAL_COALESCED_PACK=1 (the weight packing's threads over OIHW weights tap
-# first, an OHWI weight's 16 bytes of channels one load).
+# [pixel][channel] tile). tma_strided_pack: the default form with
+# $CONV_POOL_GENERAL_COALESCED_PACK=0 (the weight packing's threads in the packed order, one
+# element a load, not over OIHW weights tap first nor an OHWI weight's 16 bytes at once).
 PATH_HOOKS = {"tma": {}, "tma_slices": {"CONV_POOL_GENERAL_TMA_MERGED": "0"},
               "tma_full_tail": {"CONV_POOL_GENERAL_NARROW_TAIL": "0"},
               "tma_narrow_pool": {"CONV_POOL_GENERAL_WIDE_POOL": "0"},
@@ -73,12 +73,12 @@ PATH_HOOKS = {"tma": {}, "tma_slices": {"CONV_POOL_GENERAL_TMA_MERGED": "0"},
                                   "CONV_POOL_GENERAL_PIXEL_MAJOR": "0"},
               "tma_channel_major": {"CONV_POOL_GENERAL_PIXEL_MAJOR": "0"},
               "tma_pixel_groups": {"CONV_POOL_GENERAL_POOL_POSITIONS": "0"},
-              "tma_coalesced_pack": {"CONV_POOL_GENERAL_COALESCED_PACK": "1"},
+              "tma_strided_pack": {"CONV_POOL_GENERAL_COALESCED_PACK": "0"},
               "cpasync": {"CONV_POOL_GENERAL_TMA": "0"}}
 # The forms whose plans are the default's (split reductions through the cluster).
 CLUSTER_PATHS = ("tma", "tma_slices", "tma_pdl", "tma_narrow_pool", "tma_staged_pairs",
                  "tma_full_tail", "tma_whole_rect", "tma_group_pairs", "tma_channel_major",
-                 "tma_pixel_groups", "tma_coalesced_pack")
+                 "tma_pixel_groups", "tma_strided_pack")
 # The forms whose paired plans without a split store from the registers (Plan::direct_pairs).
 DIRECT_PATHS = tuple(path for path, hooks in PATH_HOOKS.items()
                      if path.startswith("tma") and "CONV_POOL_GENERAL_DIRECT_PAIRS" not in hooks)
@@ -687,7 +687,7 @@ def test_slice_planar_copy_of_any_strides_matches_float64(ext, lib, device, seed
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
-@pytest.mark.parametrize("weights", ["in_place", "packed", "packed_coalesced"])
+@pytest.mark.parametrize("weights", ["in_place", "packed", "packed_strided"])
 def test_weights_read_in_place_or_packed_match_float64(ext, lib, device, seed, dtype, weights,
                                                        monkeypatch):
     """On layers of one round of blocks and at least 65536 weights, the warp-specialized form
@@ -695,14 +695,14 @@ def test_weights_read_in_place_or_packed_match_float64(ext, lib, device, seed, d
     are whole 16-byte slices in place (1 x 1 weights, channels-last ones of any kernel, a
     channel slice of a wider weight), and packs the rest (NCHW weights of larger kernels, a
     weight one element off 16-byte alignment), or every weight with
-    $CONV_POOL_GENERAL_PACK=1 (packed_coalesced: with $CONV_POOL_GENERAL_COALESCED_PACK=1 too,
-    the packing's reads tap first or 16 bytes at once); random geometries of one or two
+    $CONV_POOL_GENERAL_PACK=1 (packed_strided: with $CONV_POOL_GENERAL_COALESCED_PACK=0 too,
+    the packing's reads in the packed order, one element each); random geometries of one or two
     images, NCHW and channels-last x, every weight layout."""
     monkeypatch.delenv("CONV_POOL_GENERAL_TMA", raising=False)
     if weights != "in_place":
         monkeypatch.setenv("CONV_POOL_GENERAL_PACK", "1")
-    if weights == "packed_coalesced":
-        monkeypatch.setenv("CONV_POOL_GENERAL_COALESCED_PACK", "1")
+    if weights == "packed_strided":
+        monkeypatch.setenv("CONV_POOL_GENERAL_COALESCED_PACK", "0")
     per_slice = 4 if dtype == torch.float32 else 8
     rng = random.Random(seed)
     ran = in_place = 0

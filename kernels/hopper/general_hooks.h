@@ -114,10 +114,10 @@ inline bool pixel_major_enabled() { return !is("CONV_POOL_GENERAL_PIXEL_MAJOR", 
 // plan's.
 inline bool pool_rect_enabled() { return !is("CONV_POOL_GENERAL_POOL_RECT", "0"); }
 
-// $CONV_POOL_GENERAL_COALESCED_PACK=1: the weight packing reads OIHW weights tap first and an
-// OHWI weight's 16 bytes of channels as one load (PackJob, general_prepare.cuh); off until
-// timed. A launch setting, not the plan's.
-inline bool coalesced_pack_enabled() { return is("CONV_POOL_GENERAL_COALESCED_PACK", "1"); }
+// $CONV_POOL_GENERAL_COALESCED_PACK=0: the weight packing reads the weights in the packed
+// order, one element a load, not OIHW weights tap first and an OHWI weight's 16 bytes of
+// channels as one load (PackJob, general_prepare.cuh). A launch setting, not the plan's.
+inline bool coalesced_pack_enabled() { return !is("CONV_POOL_GENERAL_COALESCED_PACK", "0"); }
 
 // $CONV_POOL_GENERAL_DIRECT_PAIRS=0: paired plans without a split stage their windows for the
 // pooling loops, as split ones do, instead of storing the windows' outputs from the registers

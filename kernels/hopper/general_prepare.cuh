@@ -36,7 +36,7 @@ struct PackJob {
   // that a warp's loads of a channel read consecutive taps (the packed order, rows first,
   // gives each lane of a load its own output channel's row: a sector for every 2 or 4
   // bytes); where a unit's channels are 16 aligned bytes of the weight (OHWI), one load.
-  // Both only under $CONV_POOL_GENERAL_COALESCED_PACK=1 (general_wgmma.cu, prepare).
+  // Both off under $CONV_POOL_GENERAL_COALESCED_PACK=0 (general_wgmma.cu, prepare).
   bool taps_first, vector_loads;
 };
 

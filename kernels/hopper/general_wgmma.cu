@@ -279,7 +279,7 @@ template <class Raw, int kSliceChannels>
 cudaError_t prepare(const Raw* weight, const ConvPoolOperands& ops, const ConvPoolShape& s,
                     const Plan& p, bool copy_x, const WindowedLayer* windows, bool separate,
                     cudaStream_t stream) {
-  // (PackJob: the reads' order and width under $CONV_POOL_GENERAL_COALESCED_PACK=1.)
+  // (PackJob: the reads' order and width; $CONV_POOL_GENERAL_COALESCED_PACK=0 turns both off.)
   const int64_t* ws = ops.weight_stride;
   const bool coalesced = hooks::coalesced_pack_enabled();
   const bool taps_first = coalesced && s.taps() > 1 && ws[3] == 1 && ws[2] == s.kernel_w;
