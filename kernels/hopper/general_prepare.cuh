@@ -32,11 +32,11 @@ struct PackJob {
   int n;  // the tile's output channels
   Raw* packed;
   int64_t units;  // 16-byte units of the packed weights (0: read in place, nothing to pack)
-  // Where the weight's taps are contiguous (OIHW), the threads take the units tap first, so
-  // that a warp's loads of a channel read consecutive taps (the packed order, rows first,
-  // gives each lane of a load its own output channel's row: a sector for every 2 or 4
-  // bytes); where a unit's channels are 16 aligned bytes of the weight (OHWI), one load.
-  // Both off under $CONV_POOL_GENERAL_COALESCED_PACK=0 (general_wgmma.cu, prepare).
+  // Where a channel's taps are one contiguous run (OIHW, also seen transposed), the threads
+  // take the units tap first, so that a warp's loads of a channel read that run (the packed
+  // order, rows first, gives each lane of a load its own output channel's row: a sector for
+  // every 2 or 4 bytes); where a unit's channels are 16 aligned bytes of the weight (OHWI),
+  // one load. Both off under $CONV_POOL_GENERAL_COALESCED_PACK=0 (general_wgmma.cu, prepare).
   bool taps_first, vector_loads;
 };
 

@@ -282,7 +282,10 @@ cudaError_t prepare(const Raw* weight, const ConvPoolOperands& ops, const ConvPo
   // (PackJob: the reads' order and width; $CONV_POOL_GENERAL_COALESCED_PACK=0 turns both off.)
   const int64_t* ws = ops.weight_stride;
   const bool coalesced = hooks::coalesced_pack_enabled();
-  const bool taps_first = coalesced && s.taps() > 1 && ws[3] == 1 && ws[2] == s.kernel_w;
+  // A channel's taps one contiguous run: OIHW, or OIHW seen transposed (general_transpose.h).
+  const bool taps_first =
+      coalesced && s.taps() > 1 &&
+      ((ws[3] == 1 && ws[2] == s.kernel_w) || (ws[2] == 1 && ws[3] == s.kernel_h));
   const bool vector_loads =
       coalesced && ws[1] == 1 && s.in_channels % kSliceChannels == 0 &&
       aligned16(weight) &&
