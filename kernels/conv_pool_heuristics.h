@@ -166,7 +166,9 @@ constexpr int64_t kTmaCopyMaxSmallInput = int64_t(1) << 20;
 // 320 15.9 -> 14.4, 512 x 144 and 896 x 128 within 2%, but 104 x 208 13.3 -> 14.7 (its packing
 // was free beside the copy, the boxes cost the kernel 1.4 us); with many rounds the boxes'
 // 16-byte rows cost more than the packing (128 x 1024 -> 1024 at 14^2 float16: 183 -> 218 us
-// of kernel) (docs/PERF.md).
+// of kernel) (docs/PERF.md). Where x is read in place and no split counters are zeroed, the
+// packing would be the preparation launch's only work: there any number of weights is read in
+// place, and the kernel runs alone ($CONV_POOL_GENERAL_LAUNCH_FREE).
 constexpr int kInPlaceWeightsMaxRounds = 1;
 constexpr int64_t kInPlaceWeightsMinElements = 65536;
 

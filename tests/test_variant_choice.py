@@ -982,14 +982,15 @@ def test_general_kernel_reads_whole_slice_weights_in_place(library, variant_name
                                                            monkeypatch):
     """The warp-specialized form reads the weight itself, one box a step, where its blocks fit
     in one round on the GPU (kInPlaceWeightsMaxRounds), the weight has at least 65536 elements
-    (kInPlaceWeightsMinElements) and its channels are contiguous
-    in whole 16-byte slices with strides and address multiples of 16 bytes: 1 x 1 weights and
-    channels-last ones of any kernel (also a channel slice of a wider weight). Then nothing is
-    packed: with x read in place too, no workspace at all. Layers of more rounds, smaller
-    weights, NCHW weights
-    of larger kernels, channel counts that are not whole slices, misaligned weights, the
-    cp.async loaders ($CONV_POOL_GENERAL_TMA=0), the 3xTF32 form and
-    $CONV_POOL_GENERAL_PACK=1 keep the packing."""
+    (kInPlaceWeightsMinElements) or the packing would be the preparation launch's only work
+    (x read in place, no split counters: $CONV_POOL_GENERAL_LAUNCH_FREE), and its channels are
+    contiguous in whole 16-byte slices with strides and address multiples of 16 bytes: 1 x 1
+    weights and channels-last ones of any kernel (also a channel slice of a wider weight). Then
+    nothing is packed: with x read in place too, no workspace at all. Layers of more rounds,
+    smaller weights beside a copy of x or split counters, NCHW weights of larger kernels,
+    channel counts that are not whole slices, misaligned weights, the cp.async loaders
+    ($CONV_POOL_GENERAL_TMA=0), the 3xTF32 form and $CONV_POOL_GENERAL_PACK=1 keep the
+    packing."""
     # Few-channel layers unfolded and every layer as given: the rules below are the unfolded
     # shape's in its own orientation (folding and transposition have their own tests,
     # test_column_folding_plans_the_folded_layer, test_layers_run_transposed_where_...).
@@ -1001,7 +1002,13 @@ def test_general_kernel_reads_whole_slice_weights_in_place(library, variant_name
     pointwise = ConvPoolCase("1x1", 4, 256, 256, 14, 14, (1, 1))
     assert general_plan(library, pointwise, element)["weights"] == "in_place"
     small = replace(pointwise, out_channels=255)  # 65280 weights
-    assert general_plan(library, small, element)["weights"] == "packed"
+    assert general_plan(library, small, element)["weights"] == "packed"  # beside x's copy
+    plan = general_plan(library, small, element, channels_last=True)  # x read in place
+    launch_free = plan["split"] == 1 or plan["cluster"] == 1  # (no counters to zero)
+    assert plan["weights"] == ("in_place" if launch_free else "packed"), plan
+    monkeypatch.setenv("CONV_POOL_GENERAL_LAUNCH_FREE", "0")
+    assert general_plan(library, small, element, channels_last=True)["weights"] == "packed"
+    monkeypatch.delenv("CONV_POOL_GENERAL_LAUNCH_FREE")
     odd = replace(pointwise, in_channels=256 + per_slice // 2)
     assert general_plan(library, odd, element)["weights"] == "packed"
     k3 = ConvPoolCase("3x3", 4, 64, 96, 14, 14, (3, 3), padding=(1, 1))
@@ -1011,7 +1018,7 @@ def test_general_kernel_reads_whole_slice_weights_in_place(library, variant_name
     assert plan["tiles"] * plan["split"] > 132 * plan["blocks_per_sm"], plan
     assert plan["weights"] == "packed", plan
     rng = random.Random(seed)
-    checked = rounds = 0
+    checked = rounds = launch_free_small = 0
     for i in range(200):
         case = fuzz_case(rng, f"fuzz_{i}")
         case = replace(case, in_channels=max(per_slice, case.in_channels // per_slice * per_slice),
@@ -1032,8 +1039,12 @@ def test_general_kernel_reads_whole_slice_weights_in_place(library, variant_name
         channels_last = (c * taps, 1, kw * c, c)
         wider = ((c + 2 * per_slice) * taps, 1, kw * (c + 2 * per_slice), c + 2 * per_slice)
         nchw = (c * taps, taps, kw, 1)
+        # One round, and large enough or the preparation launch's only work (x is in place).
+        launch_free = not plan["nhwc_copy"] and (plan["split"] == 1 or plan["cluster"] == 1)
+        large = case.out_channels * c * taps >= 65536
         one_round = (plan["tiles"] * plan["split"] <= 132 * plan["blocks_per_sm"] and
-                     case.out_channels * c * taps >= 65536)  # (and large enough)
+                     (large or launch_free))
+        launch_free_small += one_round and not large
         in_place = general_workspace(library, variant, case, element, channels_last)
         assert general_workspace(library, variant, case, element, wider) == in_place, case
         # What packing adds: the packed weights' region (the rest, split partial sums, alike).
@@ -1050,8 +1061,10 @@ def test_general_kernel_reads_whole_slice_weights_in_place(library, variant_name
         assert general_plan(library, case, element)["weights"] == "packed"
         monkeypatch.delenv("CONV_POOL_GENERAL_PACK")
         checked += 1
-    print(f"{checked} random geometries, {rounds} of them of more rounds or fewer weights")
-    assert checked >= 50 and rounds >= 5, (checked, rounds)
+    print(f"{checked} random geometries, {rounds} of them of more rounds or fewer weights "
+          f"beside counters, {launch_free_small} in place under 65536 weights")
+    assert checked >= 50 and rounds >= 5 and launch_free_small >= 5, (
+        checked, rounds, launch_free_small)
     monkeypatch.setenv("CONV_POOL_GENERAL_TMA", "0")
     assert general_plan(library, pointwise, element)["weights"] == "packed"
     if element == FLOAT32:

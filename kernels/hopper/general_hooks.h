@@ -119,6 +119,12 @@ inline bool pool_rect_enabled() { return !is("CONV_POOL_GENERAL_POOL_RECT", "0")
 // channels as one load (PackJob, general_prepare.cuh). A launch setting, not the plan's.
 inline bool coalesced_pack_enabled() { return !is("CONV_POOL_GENERAL_COALESCED_PACK", "0"); }
 
+// $CONV_POOL_GENERAL_LAUNCH_FREE=0: weights under kInPlaceWeightsMinElements are packed by the
+// preparation launch even where that launch has nothing else to do (x read in place, no split
+// counters), rather than read in place so that the kernel runs alone (weights_in_place,
+// general_wgmma.cu). Read after the tile search, so not one of its SearchHooks.
+inline bool launch_free_allowed() { return !is("CONV_POOL_GENERAL_LAUNCH_FREE", "0"); }
+
 // $CONV_POOL_GENERAL_DIRECT_PAIRS=0: paired plans without a split stage their windows for the
 // pooling loops, as split ones do, instead of storing the windows' outputs from the registers
 // (Plan::direct_pairs), and their persistent plans of several rounds reserve the windows' bytes.

@@ -71,17 +71,21 @@ int64_t weight_tap_stride(const ConvPoolShape& s, const int64_t* stride) {
 
 // Whether the producer can bring each step's weights straight from the weight tensor
 // (Plan::weights_in_place): blocks of at most kInPlaceWeightsMaxRounds rounds on the device, at
-// least kInPlaceWeightsMinElements weights, channels contiguous in whole 16-byte slices, every
-// stride positive and a multiple of 16 bytes, the address 16-byte aligned, and the kernel's
-// taps one run of equal strides (1 x 1, or channels-last weights); ops == nullptr stands for a
-// contiguous (NCHW) weight. The box (a step's channel slices of n output channels over a
+// least kInPlaceWeightsMinElements weights (or any number where the packing would be the
+// preparation launch's only work: x read in place, no split counters to zero), channels
+// contiguous in whole 16-byte slices, every stride positive and a multiple of 16 bytes, the
+// address 16-byte aligned, and the kernel's taps one run of equal strides (1 x 1, or
+// channels-last weights); ops == nullptr stands for a contiguous (NCHW) weight. The box (a step's channel slices of n output channels over a
 // group's taps) must fit the copy engine's 256 elements a dimension.
 bool weights_in_place(const ConvPoolShape& s, const ConvPoolOperands* ops, const Plan& p,
                       const ConvPoolDevice& device) {
   if (p.input != kTmaInput || p.split_operands || weights_packed_forced()) return false;
+  const bool launch_free =
+      hooks::launch_free_allowed() && !p.staged_copy && (p.split == 1 || p.cluster_split);
   if (p.tiles * p.split >
           int64_t(kInPlaceWeightsMaxRounds) * device.sm_count * p.blocks_per_sm ||
-      int64_t(s.out_channels) * s.in_channels * s.taps() < kInPlaceWeightsMinElements)
+      (!launch_free &&
+       int64_t(s.out_channels) * s.in_channels * s.taps() < kInPlaceWeightsMinElements))
     return false;
   const int per_slice = slice_channels(s.element);
   const int box_taps = p.group_rows * s.kernel_w;
