@@ -172,6 +172,13 @@ constexpr int64_t kTmaCopyMaxSmallInput = int64_t(1) << 20;
 constexpr int kInPlaceWeightsMaxRounds = 1;
 constexpr int64_t kInPlaceWeightsMinElements = 65536;
 
+// A block of the warp-specialized general kernel writes its own part of x's slice-planar copy
+// (Plan::self_copy) where that part is at most this many bytes: two rounds of its 384
+// threads' 64-byte items (each item a pixel's 4 slices, its loads in flight at once), about
+// two memory latencies, against the 2.5-3.8 us a preparation launch of a small copy took
+// (float16 zoo, batch 1; a launch of packing alone 1.2-3.5 us of kernel time, docs/PERF.md).
+constexpr int64_t kSelfCopyMaxBytes = 2 * 384 * 64;
+
 // The warp-specialized general kernel runs persistent blocks (each block's producer loads its
 // next tile's first steps while its consumers pool this one) where the layer's tiles take more
 // than this many rounds of the blocks resident at once and the plan pools 2 x 2 / 2 windows in

@@ -52,7 +52,7 @@ struct ToSlices {
 };
 
 template <class Raw>
-ToSlices<Raw> to_slices_job(const void* src, const int64_t* stride, int64_t batch, int channels,
+CONV_POOL_HD ToSlices<Raw> to_slices_job(const void* src, const int64_t* stride, int64_t batch, int channels,
                             int height, int width, int phases, uint32_t phase_mask,
                             CopyRows rows, int slices, void* dst) {
   ToSlices<Raw> job;

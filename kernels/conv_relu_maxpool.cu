@@ -382,12 +382,16 @@ static void general_plan_text(const ConvPoolShape& s, const ConvPoolDevice& devi
   const bool transposed = general_wgmma::transpose_chosen(s, device, ops, split);
   const CopyRows rows =  // of the slice-planar copy (nhwc_copy, tma)
       conv_pool_copy_rows(transposed ? general_wgmma::transposed_shape(s) : s);
+  // (2: the windowed x' is the preparation launch's copy, which the blocks then do not make)
+  const int windows = !general_wgmma::windows_chosen(s, device, ops, split)  ? 0
+                      : general_wgmma::windows_fused(s, device, ops, split) ? 2
+                                                                              : 1;
   snprintf(text, size_t(capacity),
            "tile=%s images=%d pooled=%dx%d tiles=%lld split=%d steps=%d step_chunks=%d "
            "group_rows=%d gathered=%d halo=%dx%d phases=%d stage_bytes=%d passes=%d smem=%d "
            "blocks_per_sm=%d nhwc_copy=%d chunks=%d input=%s stages=%d persistent=%d merged=%d "
            "cluster=%d weights=%s paired=%d direct=%d read=%dx%d copy_rows=%d:%x swizzle=%d "
-           "tail_n=%d registers=%d windows=%d transposed=%d",
+           "tail_n=%d registers=%d windows=%d transposed=%d self_copy=%d",
            general_wgmma::kTileSpecs[p.tile].name, p.images, p.pooled_rows, p.pooled_cols,
            static_cast<long long>(p.tiles), p.split, p.steps, p.step_chunks, p.group_rows,
            int(p.gathered_rows), p.halo_rows, p.halo_cols, __builtin_popcount(p.phase_mask),
@@ -400,10 +404,7 @@ static void general_plan_text(const ConvPoolShape& s, const ConvPoolDevice& devi
            p.weights_in_place ? "in_place" : "packed", int(p.paired_pool),
            int(p.direct_pairs), p.read_rows,
            p.read_cols, rows.phases, rows.mask, p.x_swizzle, p.tail_n, int(p.split_registers),
-           !general_wgmma::windows_chosen(s, device, ops, split)    ? 0
-           : general_wgmma::windows_fused(s, device, ops, split) ? 2
-                                                                  : 1,
-           int(transposed));
+           windows, int(transposed), int(p.self_copy && windows != 2));
 }
 
 extern "C" bool conv_relu_maxpool_variant_plan(const ConvPoolShape* s, int variant,

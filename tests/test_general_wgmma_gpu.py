@@ -519,6 +519,48 @@ def test_tma_reads_channels_last_in_place_or_from_the_copy(ext, lib, device, see
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("copy", ["blocks", "launch"])
+def test_blocks_copy_their_own_part_of_nchw_x(ext, lib, device, seed, dtype, copy, path,
+                                             monkeypatch):
+    """Plan::self_copy: on small 1 x 1 layers over an NCHW x whose blocks fit one round, each
+    block writes the part of the slice-planar copy its own boxes read (blocks), or the
+    preparation launch copies x ($CONV_POOL_GENERAL_SELF_COPY=0: launch); random layers at
+    batch 1-3, strided ones (the layer over x' at stride 1), channel counts that leave the
+    last group of 4 slices short, and x a channel slice of a wider tensor. The copy's memory is
+    NaN before ($CONV_POOL_GENERAL_POISON_COPY=1), so a slot some box reads but no block wrote
+    shows. The op's plan for the tensors says which copy ran."""
+    monkeypatch.delenv("CONV_POOL_GENERAL_TMA", raising=False)
+    monkeypatch.setenv("CONV_POOL_GENERAL_POISON_COPY", "1")
+    if copy == "launch":
+        monkeypatch.setenv("CONV_POOL_GENERAL_SELF_COPY", "0")
+    per_slice = 4 if dtype == torch.float32 else 8
+    rng = random.Random(seed)
+    ran = blocks = 0
+    while ran < 6:
+        case = fuzz_case(rng, f"fuzz_{ran}")
+        stride = 1 + ran % 3 // 2
+        case = replace(case, batch=1 + ran % 3, kernel_size=(1, 1), dilation=(1, 1),
+                       padding=(0, 0), stride=(stride, stride),
+                       in_channels=per_slice * rng.randint(1, 16),
+                       height=min(case.height, 31), width=min(case.width, 29))
+        if min(case.pooled_out()) < 1:
+            continue
+        x, w, b = operands(case, rng.randrange(2**31), dtype)
+        wide = torch.zeros(case.batch, case.in_channels + 2 * per_slice, case.height,
+                           case.width, device=x.device, dtype=dtype)
+        wide[:, per_slice:per_slice + case.in_channels] = x
+        for x_in in (x, wide[:, per_slice:per_slice + case.in_channels]):
+            used = kernel_choice.parse_general(ext.conv2d_relu_maxpool_plan(
+                x_in, w, b, *case.op_args(), general_config(ext))["general"])
+            check(ext, case, x_in, w, b, dtype, f"{case} {copy} {used}")
+            assert copy == "blocks" or used["self_copy"] == 0, (case, used)
+            blocks += used["self_copy"]
+        ran += 1
+    if copy == "blocks" and path in CLUSTER_PATHS:
+        assert blocks >= 4, blocks
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 def test_nchw_copy_of_any_plane_and_offset_matches_float64(ext, lib, device, seed, dtype,
                                                           monkeypatch):
     """The launch's slice-planar copy of an NCHW x (one pixel's slice a thread; the positions of

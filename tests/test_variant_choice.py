@@ -1074,6 +1074,67 @@ def test_general_kernel_reads_whole_slice_weights_in_place(library, variant_name
 
 @pytest.mark.parametrize("element", [FLOAT32, FLOAT16, BFLOAT16],
                          ids=["float32", "float16", "bfloat16"])
+def test_blocks_copy_their_own_part_of_a_small_nchw_x(library, element, seed, monkeypatch):
+    """Plan::self_copy: where the preparation launch would only copy x (weights read in place,
+    no split counters), 1 x 1 layers at stride 1 (strided ones subsampled) over a copied x whose
+    blocks fit one round, one tile a block, each block's part of the copy at most
+    kSelfCopyMaxBytes (2 x 384 x 64), have each block write its own part and no launch before
+    the kernel. Channels-last x (read in place), larger kernels, several rounds, split
+    counters, $CONV_POOL_GENERAL_SELF_COPY=0 and (above the cap, unless the hook is "force")
+    large parts keep the launch's copy; weights that cannot be read in place keep it too."""
+    monkeypatch.setenv("CONV_POOL_GENERAL_FOLD", "0")
+    monkeypatch.setenv("CONV_POOL_GENERAL_TRANSPOSE", "0")
+    small = ConvPoolCase("small", 1, 64, 64, 14, 14, (1, 1))
+    plan = general_plan(library, small, element)
+    assert (plan["nhwc_copy"], plan["self_copy"], plan["weights"]) == (1, 1, "in_place"), plan
+    assert general_plan(library, small, element, channels_last=True)["self_copy"] == 0
+    assert general_plan(library, replace(small, stride=(2, 2)), element)["self_copy"] == 1
+    k3 = replace(small, kernel_size=(3, 3), padding=(1, 1))
+    assert general_plan(library, k3, element)["self_copy"] == 0
+    assert general_plan(library, replace(small, batch=4 * 132), element)["self_copy"] == 0
+    odd = replace(small, in_channels=66)  # not whole slices: the weights are packed
+    assert general_plan(library, odd, element)["self_copy"] == 0
+    monkeypatch.setenv("CONV_POOL_GENERAL_SELF_COPY", "0")
+    off = general_plan(library, small, element)
+    assert (off["self_copy"], off["weights"]) == (0, "packed"), off
+    rng = random.Random(seed)
+    taken, capped = 0, 0
+    for i in range(300):
+        case = fuzz_case(rng, f"fuzz_{i}")
+        case = replace(case, kernel_size=(1, 1), dilation=(1, 1), padding=(0, 0),
+                       stride=(1 + i % 2, 1 + i % 2), batch=1 + i % 3,
+                       in_channels=8 * (1 + case.in_channels % 96))
+        if min(case.pooled_out()) < 1:
+            continue
+        monkeypatch.delenv("CONV_POOL_GENERAL_SELF_COPY")
+        plan = general_plan(library, case, element)
+        monkeypatch.setenv("CONV_POOL_GENERAL_SELF_COPY", "force")
+        forced = general_plan(library, case, element)
+        if plan is None or plan["input"] != "tma":
+            continue
+        one_round = plan["tiles"] * plan["split"] <= 132 * plan["blocks_per_sm"]
+        eligible = (plan["nhwc_copy"] == 1 and one_round and not plan["persistent"] and
+                    (plan["split"] == 1 or plan["cluster"] == 1))
+        rows, cols = (int(v) for v in plan["halo"].split("x"))
+        if plan["self_copy"]:
+            assert eligible and plan["weights"] == "in_place", (case, plan)
+            assert forced == plan, (case, plan, forced)
+        elif eligible and forced["self_copy"]:
+            # The cap: the block's slices over its boxes' rows and columns.
+            share = -(-plan["steps"] // plan["split"])
+            slices = min(2 * share * plan["step_chunks"], case.in_channels // (
+                4 if element == FLOAT32 else 8))
+            assert plan["images"] * slices * 16 * rows * cols > 2 * 384 * 64, (case, plan)
+            capped += 1
+        else:
+            assert not eligible or forced["weights"] == "packed", (case, plan, forced)
+        taken += plan["self_copy"]
+    print(f"{taken} plans copy their own part of x, {capped} others only above the cap")
+    assert taken >= 10 and capped >= 3, (taken, capped)
+
+
+@pytest.mark.parametrize("element", [FLOAT32, FLOAT16, BFLOAT16],
+                         ids=["float32", "float16", "bfloat16"])
 def test_general_kernel_pairs_2x2_pools_whose_windows_never_clip(library, element, seed,
                                                                  monkeypatch):
     """Every tile of the warp-specialized form takes the maxima of 2 x 2 / 2 pools in registers

@@ -156,6 +156,9 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  general_self_copy general_wgmma float16 CONV_POOL_GENERAL_POISON_COPY=1
+racecheck general_self_copy general_wgmma bfloat16
+memcheck  general_self_copy general_wgmma float32 CONV_POOL_GENERAL_PDL=1
 memcheck  general_wave_split general_wgmma float16
 racecheck general_wave_split general_wgmma bfloat16
 memcheck  general_strided_channels_last general_wgmma bfloat16 CONV_POOL_GENERAL_POOL_POSITIONS=0 CONV_POOL_GENERAL_PIXEL_MAJOR=0

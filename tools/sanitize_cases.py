@@ -205,6 +205,11 @@ CASES = {
                                       pool_padding=(1, 1)),
     "general_split": ConvPoolCase("general_split", 1, 384, 136, 13, 13, (3, 3), padding=(1, 1),
                                   pool_kernel=(3, 3), pool_stride=(2, 2)),
+    # A small 1 x 1 layer over NCHW x whose blocks each write their own part of x's copy
+    # (Plan::self_copy; with $CONV_POOL_GENERAL_POISON_COPY=1 the copy's memory NaN before).
+    "general_self_copy": ConvPoolCase("general_self_copy", 2, 40, 72, 13, 21, (1, 1),
+                                      pool_kernel=(3, 3), pool_stride=(2, 2),
+                                      pool_padding=(1, 1)),
     # More tiles than the SMs, the last round of whole tiles leaving SMs idle: each tile split
     # in two through L2, the shares over several rounds of resident blocks (kWaveSplitShare;
     # on 132 SMs 138 tiles of 168 steps in 16 bits).

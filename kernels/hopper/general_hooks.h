@@ -125,6 +125,14 @@ inline bool coalesced_pack_enabled() { return !is("CONV_POOL_GENERAL_COALESCED_P
 // general_wgmma.cu). Read after the tile search, so not one of its SearchHooks.
 inline bool launch_free_allowed() { return !is("CONV_POOL_GENERAL_LAUNCH_FREE", "0"); }
 
+// $CONV_POOL_GENERAL_SELF_COPY: whether a block may write its own part of x's slice-planar copy
+// (Plan::self_copy): by default where self_copy_applies says; "0": never (the preparation
+// launch copies x); "force": without kSelfCopyMaxBytes's cap. Read after the tile search.
+inline int self_copy_mode() {
+  if (is("CONV_POOL_GENERAL_SELF_COPY", "force")) return 2;
+  return is("CONV_POOL_GENERAL_SELF_COPY", "0") ? 0 : 1;
+}
+
 // $CONV_POOL_GENERAL_DIRECT_PAIRS=0: paired plans without a split stage their windows for the
 // pooling loops, as split ones do, instead of storing the windows' outputs from the registers
 // (Plan::direct_pairs), and their persistent plans of several rounds reserve the windows' bytes.

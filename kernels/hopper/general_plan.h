@@ -269,6 +269,13 @@ struct Plan {
   // unpaired, not the cluster split, where the epilogue's bytes hold it. A launch setting, on
   // unless $CONV_POOL_GENERAL_PIXEL_MAJOR=0.
   bool pixel_major = false;
+  // Where the preparation launch would do nothing but x's slice-planar copy (weights read in
+  // place, no split counters), a 1 x 1 layer at stride 1 whose blocks all fit one round and
+  // each copy at most kSelfCopyMaxBytes of x: each block writes the part of the copy its own
+  // boxes read, with all its threads, before its producer's first box, and no launch runs
+  // before the kernel (general_wgmma.cu's self_copy_applies; off with
+  // $CONV_POOL_GENERAL_SELF_COPY=0).
+  bool self_copy = false;
 };
 
 // Weight parts a chunk of x in the packed layout: two (big, small) in the registers form of

@@ -72,7 +72,8 @@ int64_t weight_tap_stride(const ConvPoolShape& s, const int64_t* stride) {
 // Whether the producer can bring each step's weights straight from the weight tensor
 // (Plan::weights_in_place): blocks of at most kInPlaceWeightsMaxRounds rounds on the device, at
 // least kInPlaceWeightsMinElements weights (or any number where the packing would be the
-// preparation launch's only work: x read in place, no split counters to zero), channels
+// preparation launch's only work: x read in place or copied by the blocks themselves, no split
+// counters to zero), channels
 // contiguous in whole 16-byte slices, every stride positive and a multiple of 16 bytes, the
 // address 16-byte aligned, and the kernel's taps one run of equal strides (1 x 1, or
 // channels-last weights); ops == nullptr stands for a contiguous (NCHW) weight. The box (a step's channel slices of n output channels over a
@@ -80,8 +81,8 @@ int64_t weight_tap_stride(const ConvPoolShape& s, const int64_t* stride) {
 bool weights_in_place(const ConvPoolShape& s, const ConvPoolOperands* ops, const Plan& p,
                       const ConvPoolDevice& device) {
   if (p.input != kTmaInput || p.split_operands || weights_packed_forced()) return false;
-  const bool launch_free =
-      hooks::launch_free_allowed() && !p.staged_copy && (p.split == 1 || p.cluster_split);
+  const bool launch_free = hooks::launch_free_allowed() && (!p.staged_copy || p.self_copy) &&
+                           (p.split == 1 || p.cluster_split);
   if (p.tiles * p.split >
           int64_t(kInPlaceWeightsMaxRounds) * device.sm_count * p.blocks_per_sm ||
       (!launch_free &&
@@ -123,6 +124,27 @@ int64_t staged_row_slots(const ConvPoolShape& s, const Plan& p) {
   return int64_t(conv_pool_phase_width(s.in_width, copy_phases(s, p))) * copy_phases(s, p);
 }
 
+// Plan::self_copy (a candidate: it holds only where the weights are read in place too): the
+// launch's slice-planar copy of x written by the blocks themselves, each its own boxes' part,
+// where the preparation launch would have nothing else to do (no split counters) and each
+// part is small (kSelfCopyMaxBytes): 1 x 1 layers at stride 1 (one column and row phase;
+// strided ones once subsampled), one round of blocks, one tile a block.
+bool self_copy_applies(const ConvPoolShape& s, const ConvPoolDevice& device, const Plan& p) {
+  const int mode = hooks::self_copy_mode();
+  if (mode == 0 || p.input != kTmaInput || !p.staged_copy || p.split_operands || p.persistent)
+    return false;
+  if (s.taps() != 1 || s.stride_h != 1 || s.stride_w != 1) return false;
+  if ((p.split > 1 && !p.cluster_split) ||
+      p.tiles * p.split > int64_t(device.sm_count) * p.blocks_per_sm)
+    return false;
+  const int64_t share = p.split > 1 ? p.split_steps : p.steps;
+  const int64_t slices = std::min<int64_t>(2 * share * p.step_chunks,
+                                           p.staged_channels / slice_channels(s.element));
+  const int64_t bytes = int64_t(p.images) * slices * kSliceBytes *
+                        std::min(p.box_rows, s.in_height) * std::min(p.phase_cols, s.in_width);
+  return mode == 2 || bytes <= kSelfCopyMaxBytes;
+}
+
 // How the kernel reads x. kTmaInput: in place (x_in_place) or from the launch's slice-planar
 // copy, its box rows merged where they fit (merged_rows). The cp.async loaders: by 16-byte
 // pixel slices where the channels are contiguous and 16-byte aligned (channels-last), read in
@@ -142,7 +164,9 @@ void choose_input(const ConvPoolShape& s, const ConvPoolOperands* ops,
                                                staged_row_slots(s, p) * p.staged_channels *
                                                element_bytes(s)
                                          : 0;
+    p.self_copy = self_copy_applies(s, device, p);
     p.weights_in_place = weights_in_place(s, ops, p, device);
+    p.self_copy = p.self_copy && p.weights_in_place;  // else the launch runs, and copies x
     if (p.weights_in_place) p.packed_bytes = 0;
     const int n = kTileSpecs[p.tile].n;
     p.tail_n = narrow_tail_allowed() ? tail_width(s.out_channels - (p.channel_blocks - 1) * n, n)
@@ -535,12 +559,15 @@ cudaError_t general_wgmma::launch_shape(const ConvPoolOperands& ops, const ConvP
   p.partials = partials;
   p.counters = partials + (p.partial_bytes - 4 * p.tiles);
   // The slice-planar copy of x rides in the preparation launch (with
-  // $CONV_POOL_GENERAL_SEPARATE_PREP=1: conv_pool_to_slices' own launch).
-  const bool separate = separate_preparation();
-  const bool copy_in_preparation = p.input == kTmaInput && p.staged_copy && !separate;
-  // A windowed x' from x is the preparation's copy (windows_fused asked for this plan).
+  // $CONV_POOL_GENERAL_SEPARATE_PREP=1: conv_pool_to_slices' own launch), or the blocks write
+  // it (Plan::self_copy), but not a windowed x' from x: the preparation's copy
+  // (windows_fused asked for this plan).
   const WindowedLayer* copy_windows =
       windowed != nullptr && windowed->copy_x ? windowed : nullptr;
+  if (copy_windows != nullptr) p.self_copy = false;
+  const bool separate = separate_preparation();
+  const bool copy_in_preparation =
+      p.input == kTmaInput && p.staged_copy && !separate && !p.self_copy;
   if (copy_windows != nullptr && !copy_in_preparation) return cudaErrorInvalidValue;
   if (p.input == kTmaInput && p.staged_copy && copy_poisoned()) {
     if (cudaError_t error = cudaMemsetAsync(const_cast<void*>(p.staged_input), 0xff,
@@ -567,7 +594,7 @@ cudaError_t general_wgmma::launch_shape(const ConvPoolOperands& ops, const ConvP
     return general_wgmma_launch_float32_3xtf32(ops, s, p, stream);
   }
   if (p.input == kTmaInput) {
-    if (p.staged_copy && !copy_in_preparation) {
+    if (p.staged_copy && !copy_in_preparation && !p.self_copy) {
       if (cudaError_t error = conv_pool_to_slices(
               input_data(s, ops), ops.x_stride, element_bytes(s), s.batch, s.in_channels,
               s.in_height, s.in_width, copy_phases(s, p), copy_phase_mask(s, p),

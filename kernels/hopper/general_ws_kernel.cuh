@@ -36,6 +36,7 @@
 
 #include <cstdint>
 
+#include "../conv_pool_layout.cuh"
 #include "general_epilogue.cuh"
 #include "general_kernel.cuh"
 #include "general_mainloop.cuh"
@@ -144,6 +145,43 @@ __device__ __forceinline__ Work work_item(const Plan& p, int64_t w) {
   return k;
 }
 
+// Plan::self_copy: this block's part of the slice-planar copy of x (one tile a block, a 1 x 1
+// layer at stride 1: every step's boxes span the same rows and columns), written by all its
+// threads before its producer's first box: the slices of its steps' chunks over those rows and
+// columns clipped to x (the copy engine reads zeros past them), for each of its images, as
+// ToSlices' items (a pixel's kGroupSlices slices), columns fastest, so that a warp's loads of
+// a channel are consecutive pixels of an NCHW row (named by row-major slots whatever x's
+// strides: the launch's band order for a transposed view is a matter of its loads' order, not
+// of the copy's layout). Blocks whose boxes overlap write the same bytes.
+template <class E, int kTileId>
+__device__ __forceinline__ void copy_own_halo(const ConvPoolShape& s, const Plan& p,
+                                              const ConvPoolOperands& ops) {
+  using Job = ToSlices<typename E::Raw>;
+  Job job = to_slices_job<typename E::Raw>(
+      ElementOperands<E>::x(ops), ops.x_stride, s.batch, s.in_channels, s.in_height,
+      s.in_width, 1, 1u, CopyRows{1, 1u}, p.staged_channels / Job::kSlice,
+      const_cast<void*>(p.staged_input));
+  job.columns_first = false;
+  const Work k = work_item(p, blockIdx.x);
+  const TileOrigin o = tile_origin<kTileId>(s, p, k.tile);
+  const int row0 = max(o.in_row0, 0), rows = min(o.in_row0 + p.box_rows, s.in_height) - row0;
+  const int col0 = max(o.in_col0, 0), cols = min(o.in_col0 + p.phase_cols, s.in_width) - col0;
+  const int group0 = 2 * k.first_step * p.step_chunks / Job::kGroupSlices;
+  const int groups =
+      min(job.groups, (2 * k.end_step * p.step_chunks + Job::kGroupSlices - 1) /
+                          Job::kGroupSlices) - group0;
+  const int images = int(min(int64_t(p.images), s.batch - o.image));
+  if (rows <= 0 || cols <= 0 || groups <= 0 || images <= 0) return;
+  const int items = images * groups * rows * cols;
+  for (int i = int(threadIdx.x); i < items; i += kWsThreads) {
+    const int line = i / cols, col = col0 + (i - line * cols);
+    const int plane = line / rows, row = row0 + (line - plane * rows);
+    const int image = plane / groups, group = group0 + (plane - image * groups);
+    to_slices_item(job, ((o.image + image) * job.groups + group) * job.plane +
+                            int64_t(row) * job.pitch + col);
+  }
+}
+
 // The producer's loop: every step of every work item of this block into the stages, in order,
 // each once its stage is free. One thread.
 template <int kTileId>
@@ -242,7 +280,12 @@ __global__ void __launch_bounds__(kWsThreads, kCluster ? 1 : Tile<kTileId>::kMin
     prefetch_tensor_map(&x_map);
     if (p.weights_in_place) prefetch_tensor_map(&weight_map);
   }
-  __syncthreads();  // the barriers, before the roles split
+  if (p.self_copy) {  // (read only once the kernel before, if a programmatic dependent, ends)
+    grid_dependency_wait();
+    copy_own_halo<E, kTileId>(s, p, ops);
+    fence_proxy_async_global();  // this thread's copy, before the producer's boxes read it
+  }
+  __syncthreads();  // the barriers (and the block's copy), before the roles split
 
   // Launched as a programmatic dependent ($CONV_POOL_GENERAL_PDL=1), the block may run up to
   // here under the previous kernel (the preparation launch, or any other); from here on it
