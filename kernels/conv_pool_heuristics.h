@@ -173,11 +173,12 @@ constexpr int kInPlaceWeightsMaxRounds = 1;
 constexpr int64_t kInPlaceWeightsMinElements = 65536;
 
 // A block of the warp-specialized general kernel writes its own part of x's slice-planar copy
-// (Plan::self_copy) where that part is at most this many bytes: two rounds of its 384
-// threads' 64-byte items (each item a pixel's 4 slices, its loads in flight at once), about
-// two memory latencies, against the 2.5-3.8 us a preparation launch of a small copy took
-// (float16 zoo, batch 1; a launch of packing alone 1.2-3.5 us of kernel time, docs/PERF.md).
-constexpr int64_t kSelfCopyMaxBytes = 2 * 384 * 64;
+// (Plan::self_copy) where that part is at most this many bytes: one round of its 384 threads'
+// 64-byte items (each item a pixel's 4 slices, its loads in flight at once). H100, float16
+// batch-1 1 x 1 layers: parts of 7-21 KB took 0.5-1.6 us off the kernel time against the
+// preparation launch's copy, parts of 32-46 KB added 0.6-0.7 us, and a 41 KB part of a
+// strided view (RegNet's 104 -> 208 at batch 32) 2.5 us (docs/PERF.md, v110).
+constexpr int64_t kSelfCopyMaxBytes = 384 * 64;
 
 // The warp-specialized general kernel runs persistent blocks (each block's producer loads its
 // next tile's first steps while its consumers pool this one) where the layer's tiles take more

@@ -52,9 +52,10 @@ struct ToSlices {
 };
 
 template <class Raw>
-CONV_POOL_HD ToSlices<Raw> to_slices_job(const void* src, const int64_t* stride, int64_t batch, int channels,
-                            int height, int width, int phases, uint32_t phase_mask,
-                            CopyRows rows, int slices, void* dst) {
+CONV_POOL_HD ToSlices<Raw> to_slices_job(const void* src, const int64_t* stride, int64_t batch,
+                                         int channels, int height, int width, int phases,
+                                         uint32_t phase_mask, CopyRows rows, int slices,
+                                         void* dst) {
   ToSlices<Raw> job;
   job.src = static_cast<const Raw*>(src);
   for (int d = 0; d < 4; ++d) job.stride[d] = stride[d];

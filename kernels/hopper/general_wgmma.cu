@@ -73,11 +73,11 @@ int64_t weight_tap_stride(const ConvPoolShape& s, const int64_t* stride) {
 // (Plan::weights_in_place): blocks of at most kInPlaceWeightsMaxRounds rounds on the device, at
 // least kInPlaceWeightsMinElements weights (or any number where the packing would be the
 // preparation launch's only work: x read in place or copied by the blocks themselves, no split
-// counters to zero), channels
-// contiguous in whole 16-byte slices, every stride positive and a multiple of 16 bytes, the
-// address 16-byte aligned, and the kernel's taps one run of equal strides (1 x 1, or
-// channels-last weights); ops == nullptr stands for a contiguous (NCHW) weight. The box (a step's channel slices of n output channels over a
-// group's taps) must fit the copy engine's 256 elements a dimension.
+// counters to zero), channels contiguous in whole 16-byte slices, every stride positive and a
+// multiple of 16 bytes, the address 16-byte aligned, and the kernel's taps one run of equal
+// strides (1 x 1, or channels-last weights); ops == nullptr stands for a contiguous (NCHW)
+// weight. The box (a step's channel slices of n output channels over a group's taps) must fit
+// the copy engine's 256 elements a dimension.
 bool weights_in_place(const ConvPoolShape& s, const ConvPoolOperands* ops, const Plan& p,
                       const ConvPoolDevice& device) {
   if (p.input != kTmaInput || p.split_operands || weights_packed_forced()) return false;
