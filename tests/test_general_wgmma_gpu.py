@@ -732,10 +732,10 @@ def test_slice_planar_copy_of_any_strides_matches_float64(ext, lib, device, seed
 @pytest.mark.parametrize("weights", ["in_place", "packed", "packed_strided"])
 def test_weights_read_in_place_or_packed_match_float64(ext, lib, device, seed, dtype, weights,
                                                        monkeypatch):
-    """On layers of one round of blocks and at least 65536 weights, the warp-specialized form
-    reads weights whose channels
-    are whole 16-byte slices in place (1 x 1 weights, channels-last ones of any kernel, a
-    channel slice of a wider weight), and packs the rest (NCHW weights of larger kernels, a
+    """On layers of one round of blocks and at least 65536 weights (or fewer where the
+    preparation launch would only pack them), the warp-specialized form reads weights whose
+    channels are whole 16-byte slices in place (1 x 1 weights, channels-last ones of any
+    kernel, a channel slice of a wider weight), and packs the rest (NCHW weights of larger kernels, a
     weight one element off 16-byte alignment), or every weight with
     $CONV_POOL_GENERAL_PACK=1 (packed_strided: with $CONV_POOL_GENERAL_COALESCED_PACK=0 too,
     the packing's reads in the packed order, one element each); random geometries of one or two
