@@ -40,17 +40,18 @@ extern "C" int conv_relu_maxpool_choose(const ConvPoolShape* s, int config, bool
   // says why).
   const bool stem = device->compute_capability == 90 && s->out_channels > 16 &&
                     s->in_channels <= kStemMaxInChannels;
-  // Few-channel first layers of 5 x 5 to 7 x 7 taps on Hopper that fill the SMs
-  // (kFewChannelGeneralMinTaps), and in 16 bits with a channels-last output from 3 x 3: the
-  // general kernel rather than the flat ones.
+  // Few-channel first layers of 3 x 3 to 7 x 7 taps on Hopper that fill the SMs
+  // (kFewChannelGeneralMinTaps; in float32 NCHW from 5 x 5): the general kernel rather than
+  // the flat ones.
   const int64_t tile_pixels = 256, tile_channels = 64;
   const bool layout_16bit = s->channels_last && s->element != kElementFloat32;
+  const bool float32_nchw = !s->channels_last && s->element == kElementFloat32;
   const bool few_channel_general =
       device->compute_capability == 90 && s->in_channels < kTiledChannelChunk &&
       !fast_path_applies(*s) &&
       s->out_channels >= (layout_16bit ? kFewChannelGeneralMinOut16ChannelsLast
                                        : kNarrowBlockMaxChannels + 1) &&
-      s->taps() >= (layout_16bit ? kFewChannelGeneralMinTaps16ChannelsLast
+      s->taps() >= (float32_nchw ? kFewChannelGeneralMinTapsFloat32Nchw
                                  : kFewChannelGeneralMinTaps) &&
       s->taps() <= kFewChannelGeneralMaxTaps &&
       std::max(s->stride_h, s->stride_w) <=

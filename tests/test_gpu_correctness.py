@@ -455,7 +455,7 @@ def test_flat_warp_tilings_match_reference(ext, choice, case, dtype):
     """Each warp tiling of the flat kernels (flat_tiling: 8 warps of 32 x 64 two blocks per SM,
     16 warps of 32 x 32, blocks of 32), persistent blocks looping over tiles of one channel
     block (two and five blocks of 64 for 96 and 300 channels), forced and through the automatic
-    choice (on Hopper the general kernel for the 5 x 5 and 7 x 7 layers that fill the SMs),
+    choice (on Hopper the general kernel for the 3 x 3 to 7 x 7 layers that fill the SMs),
     against float64."""
     element = ELEMENT_OF[dtype]
     device = kernel_choice.device_of(choice, torch.cuda.current_device())
@@ -466,8 +466,8 @@ def test_flat_warp_tilings_match_reference(ext, choice, case, dtype):
     name = FLAT_VARIANTS[dtype][0]
     if tiling == "n64_warp32x32" and torch.cuda.get_device_capability() == (9, 0):
         name = FLAT_VARIANTS[dtype][1]  # one block of 64 channels per SM: the wgmma mainloop
-    if kernel_choice.few_channel_general(case, device):
-        name = "general_wgmma"  # 5 x 5 and 7 x 7 first layers that fill the SMs
+    if kernel_choice.few_channel_general(case, device, element):
+        name = "general_wgmma"  # 3 x 3 to 7 x 7 first layers that fill the SMs
     assert ext.conv2d_relu_maxpool_choose(x, weight, bias, *case.op_args()) == name
     expected = reference(case, x, weight, bias)
     tolerance = TF32_TOLERANCE if dtype == torch.float32 else SIXTEEN_BIT_TOLERANCE[dtype]
@@ -1418,7 +1418,8 @@ def test_16bit_every_variant_matches_float64_and_pytorch(ext, choice, case, dtyp
                       "tiled_16bit_wgmma" if wgmma else
                       "small_16bit" if small else
                       "general_wgmma"
-                      if general and kernel_choice.few_channel_general(case, device) else
+                      if general and kernel_choice.few_channel_general(case, device,
+                                                                       ELEMENT_OF[dtype]) else
                       ("tiled_16bit_flat_wgmma" if flat_wgmma else "tiled_16bit_flat")
                       if flat and case.in_channels < 8 and not kernel_choice.fast_path(case)
                       else "general_wgmma" if general

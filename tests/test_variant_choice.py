@@ -446,8 +446,8 @@ def test_16_bit_automatic_choice_is_always_a_16_bit_variant(library, variant_nam
                     "tiled_16bit_wgmma"
                     if kernel_choice.wgmma_geometry(case) and device is H200 else
                     "small_16bit" if small else
-                    "general_wgmma"
-                    if general and kernel_choice.few_channel_general(case, device) else
+                    "general_wgmma" if general and kernel_choice.few_channel_general(
+                        case, device, element) else
                     ("tiled_16bit_flat_wgmma" if flat_wgmma else "tiled_16bit_flat")
                     if flat and case.in_channels < 8 and not kernel_choice.fast_path(case)
                     else "general_wgmma" if general
@@ -2337,7 +2337,7 @@ def test_flat_layers_run_the_flat_kernels_with_their_tiling(library, variant_nam
                                   (FLOAT16, "tiled_16bit_flat", FLAT_TILINGS[case.name][1]),
                                   (BFLOAT16, "tiled_16bit_flat", FLAT_TILINGS[case.name][1])):
         assert flat_tiling(library, case, element) == tiling
-        if kernel_choice.few_channel_general(case):
+        if kernel_choice.few_channel_general(case, element=element):
             assert choose(library, variant_names, case, element=element) == "general_wgmma"
             assert choose(library, variant_names, case, element=element,
                           device=A100_LIKE) == name
@@ -2381,33 +2381,43 @@ def test_few_channel_first_layers_of_5x5_to_7x7_take_the_general_kernel(library,
     assert choose(library, variant_names, stem, allow_tf32=False) == "tiled_3xtf32_flat"
 
 
-def test_few_channel_3x3_layers_take_the_general_kernel_in_16_bits_channels_last(
+def test_few_channel_3x3_layers_take_the_general_kernel_except_in_float32_nchw(
         library, variant_names):
-    """SqueezeNet 1.1's 3 x 3 / 2 RGB layer at batch 32 (and one into 32 channels, pool padded)
-    takes the general kernel in float16 and bfloat16 where its output is channels-last
-    (kFewChannelGeneralMinTaps16ChannelsLast: the flat kernels would copy x to NCHW and re-lay
-    out their output); NCHW, float32, batch 1 (too few tiles), 16 output channels and sm_80 keep
-    the flat kernels or the small one."""
+    """SqueezeNet 1.1's 3 x 3 / 2 RGB layer at batch 32, a 3 x 3 / 3 one into 256 channels and
+    the fuzz's 3 x 3 at 1 x 3 with dilation 1 x 3 take the general kernel in float16 and
+    bfloat16 of either layout and in float32 channels-last (kFewChannelGeneralMinTaps); float32
+    NCHW (kFewChannelGeneralMinTapsFloat32Nchw), batch 1 (too few tiles), 16 output channels and
+    sm_80 keep the flat kernels or the small one. Into 32 channels (pool padded, ceil_mode) only
+    16 bits with a channels-last output takes it (kFewChannelGeneralMinOut16ChannelsLast)."""
     squeeze = ConvPoolCase("squeezenet1_1_c0", 32, 3, 64, 224, 224, (3, 3), stride=(2, 2),
                            pool_kernel=(3, 3), pool_stride=(2, 2))
+    stride3 = ConvPoolCase("s3_k256", 32, 3, 256, 224, 224, (3, 3), stride=(3, 3),
+                           padding=(1, 1), pool_kernel=(2, 2), pool_stride=(2, 2))
+    dilated = ConvPoolCase("fuzz_2", 16, 4, 96, 135, 130, (3, 3), stride=(1, 3), padding=(2, 2),
+                           dilation=(1, 3), pool_kernel=(4, 1), pool_stride=(4, 1),
+                           pool_padding=(2, 0))
     narrow = ConvPoolCase("narrow", 32, 3, 32, 224, 224, (3, 3), stride=(2, 2), padding=(1, 1),
                           pool_kernel=(3, 3), pool_stride=(2, 2), pool_padding=(1, 1),
                           ceil_mode=True)
-    for case in (squeeze, narrow):
-        for element in (FLOAT16, BFLOAT16):
-            assert kernel_choice.few_channel_general(case, element=element, channels_last=True)
-            assert choose(library, variant_names, case, element=element,
-                          channels_last=True) == "general_wgmma"
-            assert choose(library, variant_names, case, element=element) == "tiled_16bit_flat"
-            assert choose(library, variant_names, case, element=element, channels_last=True,
-                          device=A100_LIKE) == "tiled_16bit_flat"
-            for other in (replace(case, batch=1), replace(case, out_channels=16)):
-                assert not kernel_choice.few_channel_general(other, element=element,
-                                                             channels_last=True), other
-                assert choose(library, variant_names, other, element=element,
-                              channels_last=True) != "general_wgmma", other
-        assert not kernel_choice.few_channel_general(case, channels_last=True)
-        assert choose(library, variant_names, case, channels_last=True) == "tiled_tf32_flat"
+    for case in (squeeze, stride3, dilated, narrow):
+        for element in (FLOAT32, FLOAT16, BFLOAT16):
+            flat = "tiled_tf32_flat" if element == FLOAT32 else "tiled_16bit_flat"
+            for channels_last in (False, True):
+                form = (case.name, element, channels_last)
+                general = (element != FLOAT32 and channels_last if case is narrow
+                           else element != FLOAT32 or channels_last)
+                assert kernel_choice.few_channel_general(case, element=element,
+                                                         channels_last=channels_last) == general
+                variant = choose(library, variant_names, case, element=element,
+                                 channels_last=channels_last)
+                assert (variant == "general_wgmma") == general, (form, variant)
+                assert choose(library, variant_names, case, element=element,
+                              channels_last=channels_last, device=A100_LIKE) == flat, form
+                for other in (replace(case, batch=1), replace(case, out_channels=16)):
+                    assert not kernel_choice.few_channel_general(
+                        other, element=element, channels_last=channels_last), (other, form)
+                    assert choose(library, variant_names, other, element=element,
+                                  channels_last=channels_last) != "general_wgmma", (other, form)
 
 
 def test_few_channel_layers_of_strides_3_and_4_take_the_general_kernel_where_it_won(

@@ -188,17 +188,18 @@ def few_channel_general(case: ConvPoolCase, device: ConvPoolDevice = H200,
     """Whether conv_relu_maxpool_choose gives a layer of fewer than 8 input channels the general
     kernel rather than the flat ones (kFewChannelGeneralMinTaps in
     kernels/conv_pool_heuristics.h), with TF32 allowed or 16 bits: Hopper, off the 3 x 3 / 2 x 2
-    path, more than 32 output channels, 25 to 49 taps (16 bits with a channels-last output:
-    more than 16 channels, 9 to 49 taps), strides of at most 3 (4 in 16 bits channels-last), and
-    at least one wave of N = 64 tiles of 256 conv pixels. A mirror for tests, not the rule
+    path, more than 32 output channels (16 bits with a channels-last output: more than 16), 9 to
+    49 taps (float32 NCHW: 25 to 49), strides of at most 3 (4 in 16 bits channels-last), and at
+    least one wave of N = 64 tiles of 256 conv pixels. A mirror for tests, not the rule
     itself."""
     taps = case.kernel_size[0] * case.kernel_size[1]
     conv_h, conv_w = case.conv_out()
     tile_pixels = case.batch * conv_h * conv_w * -(-case.out_channels // 64)
     layout_16bit = channels_last and element != FLOAT32
+    float32_nchw = not channels_last and element == FLOAT32
     return (device.compute_capability == 90 and case.in_channels < 8 and not fast_path(case)
             and case.out_channels > (16 if layout_16bit else 32)
-            and (9 if layout_16bit else 25) <= taps <= 49
+            and (25 if float32_nchw else 9) <= taps <= 49
             and max(case.stride) <= (4 if layout_16bit else 3)
             and tile_pixels >= 256 * device.sm_count)
 
