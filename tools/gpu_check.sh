@@ -444,9 +444,11 @@ for entry in "${stages[@]}"; do
     # with swizzled operands that start at any row of the pattern.
     swizzle) run_stage swizzle "$seconds" bash -c 'nvcc -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -o /tmp/swizzle_probe tools/swizzle_probe.cu && /tmp/swizzle_probe' ;;
     # trace: tools/trace_tiles.py's phase timestamps of one general-kernel launch of each
-    # TRACE_CASES spec (ncu's N,C,K,H,W,k,s,p,pk,ps[:dtype[:cl]], or with TRACE_JSON a case
-    # name of that profiling JSON, in its own dtype and layout) into $OUT/trace.log.
-    trace) run_stage trace "$seconds" bash -c 'for spec in ${TRACE_CASES:-32,128,128,56,56,1,1,0,2,2:float16}; do IFS=: read -r shape dtype cl <<< "$spec"; python3 tools/trace_tiles.py "$shape" ${TRACE_JSON:+--json "$TRACE_JSON"} ${dtype:+--dtype "$dtype"} ${cl:+--channels-last} || exit; done' ;;
+    # TRACE_CASES spec (ncu's N,C,K,H,W,k,s,p,pk,ps[:dtype[:cl[:settings]]], or with TRACE_JSON
+    # a case name of that profiling JSON, in its own dtype and layout; settings: the general
+    # kernel's hooks for that launch, comma-separated, e.g. fuzz_52:::CONV_POOL_GENERAL_SPLIT=3)
+    # into $OUT/trace.log.
+    trace) run_stage trace "$seconds" bash -c 'for spec in ${TRACE_CASES:-32,128,128,56,56,1,1,0,2,2:float16}; do IFS=: read -r shape dtype cl settings <<< "$spec"; env ${settings//,/ } python3 tools/trace_tiles.py "$shape" ${TRACE_JSON:+--json "$TRACE_JSON"} ${dtype:+--dtype "$dtype"} ${cl:+--channels-last} || exit; done' ;;
     zoo) run_stage zoo "$seconds" python3 -m utils.profiling --zoo --zoo-limit "${ZOO_LIMIT:-40}" --iters 50 --json "$OUT/zoo_float32.json" ;;
     zoo16) run_stage zoo16 "$seconds" python3 -m utils.profiling --zoo --zoo-limit "${ZOO_LIMIT:-40}" --iters 50 --dtype float16 --json "$OUT/zoo_float16.json" ;;
     zoo_fp32) run_stage zoo_fp32 "$seconds" python3 -m utils.profiling --zoo --zoo-limit "${ZOO_LIMIT:-40}" --iters 50 --no-tf32 --targets new,eager --json "$OUT/zoo_float32_no_tf32.json" ;;
