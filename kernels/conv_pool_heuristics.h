@@ -49,10 +49,10 @@ constexpr int kFastPathOddGeneralMinBatch = 8;
 // 1.33 and 1.66 | 1.31; the 7 x 7 / 2 stem at batch 1 (49 tiles) 1.30 | 1.15 in float32;
 // 3 x 3 / 2 into 32 channels 1.07 | 0.87 and 1.16 | 0.85 (docs/PERF.md).
 // From 3 x 3 kernels on (9 taps) in every form but float32 NCHW: H100, the same comparison on
-// 3 x 3 RGB-like layers that fill the SMs (224^2 at batch 32, strides 1 to 3, into 64 to 1,024
-// channels; 4 -> 256 at 128^2): float32 channels-last 0.33-0.79 on all nine, bfloat16 NCHW
-// 0.47-0.88 on eight and 1.01 on the ninth (just over one wave), a 3 x 3 at 1 x 3, dilation
-// 1 x 3, 0.39; float32 NCHW 0.71-1.23, slower on four of nine, so there the rule starts at
+// 3 x 3 RGB-like layers that fill the SMs (224^2 at batch 32, strides 1 to 4, into 64 to 1,024
+// channels; 4 -> 256 at 128^2; 3 -> 96 at 160^2): float32 channels-last 0.33-0.79 on all ten,
+// bfloat16 NCHW 0.47-0.88 on nine and 1.01 on the tenth (just over one wave), a 3 x 3 at
+// 1 x 3, dilation 1 x 3, 0.39; float32 NCHW 0.71-1.23, slower on four of ten, so there from
 // kFewChannelGeneralMinTapsFloat32Nchw. In 16 bits with a channels-last output (x's layout,
 // which the flat kernels copy to NCHW, and their NCHW output re-laid out) also into more than
 // 16 channels: H200, float16 channels-last, 3 x 3 / 2 into 32 channels (pool padded,
