@@ -2420,6 +2420,50 @@ def test_few_channel_3x3_layers_take_the_general_kernel_except_in_float32_nchw(
                                   channels_last=channels_last) != "general_wgmma", (other, form)
 
 
+def test_few_channel_rule_takes_the_layers_its_mirror_says_on_random_layers(
+        library, variant_names, seed):
+    """On 300 random layers of 1-7 input channels large enough to fill the SMs or not (batch
+    1-64, 40-230 pixels a side, kernels up to 7 x 7, strides 1-4, dilation 1-3, 16-1,024
+    output channels, any pool) in every dtype and layout, the automatic choice takes the
+    general kernel where kernel_choice.few_channel_general says (unless the stem kernel or the
+    small one comes first), and where it says not and a flat kernel runs, a flat kernel: the
+    mirror the GPU tests use to name the expected variant is the rule's class, not only its
+    listed layers."""
+    rng = random.Random(seed)
+    checked = taken = 0
+    while checked < 300:
+        kernel = (rng.randint(1, 7), rng.randint(1, 7))
+        dilation = (rng.randint(1, 3), rng.randint(1, 3))
+        pool = (rng.randint(1, 4), rng.randint(1, 4))
+        case = ConvPoolCase(
+            f"few_{checked}", rng.choice([1, 4, 16, 32, 64]), rng.choice([1, 2, 3, 4, 7]),
+            rng.choice([16, 24, 32, 48, 64, 96, 256, 1024]), rng.randint(40, 230),
+            rng.randint(40, 230), kernel, stride=(rng.randint(1, 4), rng.randint(1, 4)),
+            padding=(rng.randint(0, kernel[0] // 2), rng.randint(0, kernel[1] // 2)),
+            dilation=dilation, pool_kernel=pool,
+            pool_stride=(rng.randint(1, 4), rng.randint(1, 4)),
+            pool_padding=(rng.randint(0, pool[0] // 2), rng.randint(0, pool[1] // 2)))
+        conv_h, conv_w = case.conv_out()
+        if min(conv_h, conv_w) < 1 or min(case.pooled_out()) < 1:
+            continue
+        checked += 1
+        for element in (FLOAT32, FLOAT16, BFLOAT16):
+            flat = "tiled_tf32_flat" if element == FLOAT32 else "tiled_16bit_flat"
+            for channels_last in (False, True):
+                form = (case, element, channels_last)
+                variant = choose(library, variant_names, case, element=element,
+                                 channels_last=channels_last)
+                if variant.startswith(("stem_", "small_")):
+                    continue
+                if kernel_choice.few_channel_general(case, element=element,
+                                                     channels_last=channels_last):
+                    taken += 1
+                    assert variant == "general_wgmma", form
+                elif runs(library, variant_names, case, flat, element):
+                    assert variant.startswith(flat), (form, variant)
+    assert taken > 0  # the draw reaches the rule's class
+
+
 def test_few_channel_layers_of_strides_3_and_4_take_the_general_kernel_where_it_won(
         library, variant_names):
     """Strides past 2 (kFewChannelGeneralMaxStride, kFewChannelGeneralMaxStride16ChannelsLast):
