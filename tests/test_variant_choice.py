@@ -87,7 +87,8 @@ def test_wgmma_only_on_hopper(library, variant_names):
     case = find_case("default")
     assert choose(library, variant_names, case, device=A100_LIKE) == "tiled_tf32"
     # 64 output channels elsewhere: the 16-warp mma.sync kernel.
-    assert choose(library, variant_names, find_case("rgb_stem"), device=A100_LIKE) == "tiled_tf32_16w"
+    assert choose(library, variant_names, find_case("rgb_stem"),
+                  device=A100_LIKE) == "tiled_tf32_16w"
     wgmma = variant_names_to_ids(variant_names)["tiled_tf32_wgmma"]
     why = unsupported(library, case, wgmma, device=A100_LIKE)
     assert why is not None and b"9.0" in why
