@@ -658,9 +658,6 @@ FOLD_CASES = [
     # 301 conv columns, a pool of 2 x 3.
     ConvPoolCase("c3_wide_row", 1, 3, 40, 6, 301, (3, 5), padding=(1, 2), pool_kernel=(2, 3),
                  pool_stride=(2, 3)),
-    # More folded pixels than the fold launch's threads (kFoldBlocks): a thread steps to
-    # further pixels across rows and images.
-    ConvPoolCase("c3_many_pixels", 12, 3, 24, 160, 160, (3, 3), padding=(1, 1)),
 ]
 
 

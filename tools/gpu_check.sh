@@ -156,9 +156,6 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
-memcheck  folded_many_pixels general_wgmma float16
-memcheck  folded_many_pixels general_wgmma float32
-memcheck  few_channels_large_kernel general_wgmma bfloat16
 memcheck  general_self_copy general_wgmma float16 CONV_POOL_GENERAL_POISON_COPY=1
 racecheck general_self_copy general_wgmma bfloat16
 memcheck  general_self_copy general_wgmma float32 CONV_POOL_GENERAL_PDL=1

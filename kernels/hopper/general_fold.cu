@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 
 #include "general_hooks.h"
@@ -26,8 +27,6 @@ namespace {
 // 1 x 64 kernel at stride 1 would take 64 times x). ResNet's stem folds at 4 times x.
 constexpr int kMaxFoldedChannels = 64;
 constexpr int kMaxFoldedGrowth = 8;
-// The fold launch's most blocks: its threads step over the rest.
-constexpr int64_t kFoldBlocks = 2048;
 
 int64_t region(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 int element_size(const ConvPoolShape& s) { return s.element == kElementFloat32 ? 4 : 2; }
@@ -44,82 +43,65 @@ __device__ __forceinline__ Raw folded_weight(const Raw* __restrict__ w, int64_t 
   return tap < s.kernel_w ? w[k * wk + c * wc + r * wr + tap * ws] : Raw(0);
 }
 
-// x' is written in 16-byte slices, `slices` to a folded pixel, each thread keeping one slice
-// position of its pixels: the tap and channel of each of its slice's elements, so the x offset
-// of each, are set once a thread, and a pixel's elements cost a compare and a load each. The
-// pixels a thread visits are stepped along without division. A warp's stores are 512
-// contiguous bytes.
-template <class Raw>
-struct SlicePositions {
-  static constexpr int kSlice = 16 / int(sizeof(Raw));
-  int64_t offset[kSlice];  // x's offset of the element from the pixel's first input column
-  int column[kSlice];      // the element's input column less that first one
-  unsigned valid = 0;      // bit e: element e is a tap of the kernel (else a padding zero)
-
-  __device__ SlicePositions(int slice, int64_t xc, int64_t xw, const ConvPoolShape& s) {
-    int tap = slice * kSlice / s.in_channels, c = slice * kSlice - tap * s.in_channels;
+// Item `item` of x': one 16-byte slice of a folded pixel, so that a warp's stores are 512
+// contiguous bytes and a thread's index arithmetic is done once for its slice's channels.
+// I: 32-bit indices where every item fits them.
+template <class Raw, class I>
+__device__ __forceinline__ void fold_x_slice(const Raw* __restrict__ x, int64_t xn, int64_t xc,
+                                             int64_t xh, int64_t xw, const ConvPoolShape& s,
+                                             const ConvPoolShape& f, int64_t item,
+                                             uint4* __restrict__ folded_x) {
+  constexpr int kSlice = 16 / int(sizeof(Raw));
+  const I slices = I(f.in_channels / kSlice);
+  const I pixel = I(item) / slices, row = pixel / I(f.in_width), n = row / I(f.in_height);
+  const int slice = int(I(item) - pixel * slices);
+  const int q = int(pixel - row * I(f.in_width)), h = int(row - n * I(f.in_height));
+  const Raw* image = x + int64_t(n) * xn + int64_t(h) * xh;
+  union {
+    Raw raw[kSlice];
+    uint4 bits;
+  } v;
+  // The slice's first channel's tap and channel of x, then stepped along (a division an
+  // element cost ResNet's stem 45 µs of copy where this takes 38).
+  int tap = slice * kSlice / s.in_channels, c = slice * kSlice - tap * s.in_channels;
+  int col = q * s.stride_w + tap * s.dilation_w - s.pad_w;
 #pragma unroll
-    for (int e = 0; e < kSlice; ++e) {
-      column[e] = tap * s.dilation_w;
-      offset[e] = c * xc + int64_t(column[e]) * xw;
-      if (tap < s.kernel_w) valid |= 1u << e;
-      if (++c == s.in_channels) {
-        c = 0;
-        ++tap;
-      }
+  for (int e = 0; e < kSlice; ++e) {
+    v.raw[e] = tap < s.kernel_w && col >= 0 && col < s.in_width ? image[c * xc + col * xw]
+                                                                 : Raw(0);
+    if (++c == s.in_channels) {
+      c = 0;
+      ++tap;
+      col += s.dilation_w;
     }
   }
-};
+  folded_x[item] = v.bits;
+}
 
-// x' and w' of `f` (a folded shape) from x and w of `s` with their element strides: x' one
-// slice a thread at a time (the block's size a multiple of the slices a pixel), then w' one
-// element a thread (a few thousand).
+// x' and w' of `f` (a folded shape) from x and w of `s` with their element strides: the x'
+// slices first, then w' one element a thread (a few thousand).
 template <class Raw>
 __global__ void fold_kernel(const Raw* __restrict__ x, int64_t xn, int64_t xc, int64_t xh,
                             int64_t xw, const Raw* __restrict__ w, int64_t wk, int64_t wc,
                             int64_t wr, int64_t ws, ConvPoolShape s, ConvPoolShape f,
                             Raw* __restrict__ folded_x, Raw* __restrict__ folded_w) {
-  constexpr int kSlice = SlicePositions<Raw>::kSlice;
-  const int slices = f.in_channels / kSlice;
-  const int64_t threads = int64_t(gridDim.x) * blockDim.x;
-  const int64_t thread = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t pixels = int64_t(f.batch) * f.in_height * f.in_width;
-  const int slice = int(threadIdx.x % unsigned(slices));
-  const SlicePositions<Raw> positions(slice, xc, xw, s);
-  // This thread's first pixel (n, h, q) and the step between its pixels in the same terms.
-  int64_t pixel = thread / slices;
-  const int64_t step = threads / slices;
-  int q = int(pixel % f.in_width), h = int(pixel / f.in_width % f.in_height);
-  int64_t n = pixel / f.in_width / f.in_height;
-  const int step_q = int(step % f.in_width), step_h = int(step / f.in_width % f.in_height);
-  const int64_t step_n = step / f.in_width / f.in_height;
-  uint4* slices_out = reinterpret_cast<uint4*>(folded_x);
-  for (; pixel < pixels; pixel += step) {
-    const int first_column = q * s.stride_w - s.pad_w;
-    const Raw* origin = x + n * xn + int64_t(h) * xh + int64_t(first_column) * xw;
-    union {
-      Raw raw[kSlice];
-      uint4 bits;
-    } v;
-#pragma unroll
-    for (int e = 0; e < kSlice; ++e) {
-      const unsigned col = unsigned(first_column + positions.column[e]);
-      v.raw[e] = (positions.valid >> e & 1u) && col < unsigned(s.in_width)
-                     ? origin[positions.offset[e]]
-                     : Raw(0);
-    }
-    slices_out[pixel * slices + slice] = v.bits;
-    q += step_q;
-    const int carry_h = q >= f.in_width;
-    if (carry_h) q -= f.in_width;
-    h += step_h + carry_h;
-    const int carry_n = h >= f.in_height;
-    if (carry_n) h -= f.in_height;
-    n += step_n + carry_n;
-  }
+  constexpr int kSlice = 16 / int(sizeof(Raw));
+  const int64_t x_items = int64_t(f.batch) * f.in_height * f.in_width * (f.in_channels / kSlice);
   const int64_t w_items = int64_t(f.out_channels) * f.in_channels * f.kernel_h;
-  for (int64_t j = thread; j < w_items; j += threads)
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  uint4* slices = reinterpret_cast<uint4*>(folded_x);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < x_items + w_items;
+       i += step) {
+    if (i < x_items) {
+      if (x_items <= INT_MAX)
+        fold_x_slice<Raw, uint32_t>(x, xn, xc, xh, xw, s, f, i, slices);
+      else
+        fold_x_slice<Raw, int64_t>(x, xn, xc, xh, xw, s, f, i, slices);
+      continue;
+    }
+    const int64_t j = i - x_items;
     folded_w[j] = folded_weight(w, wk, wc, wr, ws, s, f, j);
+  }
 }
 
 }  // namespace
@@ -186,20 +168,18 @@ cudaError_t fold_inputs(const ConvPoolOperands& ops, const ConvPoolShape& s,
                           element_size(f);
   void* folded_x = base;
   void* folded_w = base + region(x_bytes);
-  // Blocks of a whole number of pixels' slices, enough for a few pixels a thread.
-  const int slices = f.in_channels / slice_channels(f.element);
-  const int block = 256 / slices * slices;
-  const int64_t items = std::max(int64_t(f.batch) * f.in_height * f.in_width * slices,
-                                 int64_t(f.out_channels) * f.in_channels * f.kernel_h);
-  const unsigned blocks = unsigned(std::min<int64_t>((items + block - 1) / block, kFoldBlocks));
+  const int64_t items = int64_t(f.batch) * f.in_height * f.in_width * f.in_channels /
+                            slice_channels(f.element) +
+                        int64_t(f.out_channels) * f.in_channels * f.kernel_h;
+  const unsigned blocks = unsigned(std::min<int64_t>((items + 255) / 256, 16 * 1024));
   const int64_t* xs = ops.x_stride;
   const int64_t* ws = ops.weight_stride;
   if (s.element == kElementFloat32) {
-    fold_kernel<float><<<blocks, block, 0, stream>>>(
+    fold_kernel<float><<<blocks, 256, 0, stream>>>(
         ops.x, xs[0], xs[1], xs[2], xs[3], ops.weight, ws[0], ws[1], ws[2], ws[3], s, f,
         static_cast<float*>(folded_x), static_cast<float*>(folded_w));
   } else {
-    fold_kernel<uint16_t><<<blocks, block, 0, stream>>>(
+    fold_kernel<uint16_t><<<blocks, 256, 0, stream>>>(
         ops.x16, xs[0], xs[1], xs[2], xs[3], ops.weight16, ws[0], ws[1], ws[2], ws[3], s, f,
         static_cast<uint16_t*>(folded_x), static_cast<uint16_t*>(folded_w));
   }
