@@ -1003,8 +1003,8 @@ def test_ab_build_times_both_builds_alternately_and_restores_the_tree(tmp_path):
     the module from one source file, AB_CMD sees A's module, then the patched build's, in
     alternating rounds with a log each; afterwards the source is unpatched and A's module is
     back. A patch that does not apply, or one that leaves the module unchanged, is an error.
-    With AB_TREE, B is another tree's build, AB_CMD run inside it; AB_PATCH and AB_TREE are
-    one or the other."""
+    With AB_TREE, B is another tree's build, AB_CMD run inside it; with AB_PREBUILT, the module
+    in an archive of tools/prebuilt.sh pack, nothing built. One of the three, no more."""
     repo = tmp_path / "repo"
     (repo / "tools").mkdir(parents=True)
     (repo / "utils").mkdir()
@@ -1051,7 +1051,8 @@ def test_ab_build_times_both_builds_alternately_and_restores_the_tree(tmp_path):
     (other / "utils" / "compile.sh").write_text("echo 'tree B' > cuda_extension.test.so\n")
 
     def ab_tree(**settings):
-        env = {k: v for k, v in os.environ.items() if k not in ("AB_PATCH", "AB_TREE")}
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("AB_PATCH", "AB_TREE", "AB_PREBUILT")}
         return subprocess.run(
             ["bash", "tools/ab_build.sh", str(out)], cwd=repo, capture_output=True, text=True,
             timeout=60, env=dict(env, AB_ROUNDS="2", AB_CMD="cat cuda_extension.test.so",
@@ -1065,7 +1066,35 @@ def test_ab_build_times_both_builds_alternately_and_restores_the_tree(tmp_path):
         assert (out / f"ab_A_{round_}.log").read_text() == "variant A\n"
         assert (out / f"ab_B_{round_}.log").read_text() == "tree B\n"
     assert (repo / "cuda_extension.test.so").read_text() == "variant A\n"
-    for settings in ({}, {"AB_TREE": str(other), "AB_PATCH": str(tmp_path / "b.diff")}):
+
+    # AB_PREBUILT: B is the module of another machine's archive; nothing is built.
+    def archive(name, module_text, module_name="cuda_extension.test.so"):
+        staging = tmp_path / f"staging_{name}"
+        (staging / "build").mkdir(parents=True)
+        (staging / module_name).write_text(module_text)
+        (staging / "build" / "inputs.sha256").write_text("feed\n")
+        path = tmp_path / f"{name}.tar.gz"
+        subprocess.run(["tar", "-czf", str(path), "-C", str(staging), module_name,
+                        "build/inputs.sha256"], check=True)
+        return str(path)
+
+    run = ab_tree(AB_PREBUILT=archive("b", "prebuilt B\n"))
+    assert run.returncode == 0, run.stderr
+    assert "sources feed" in run.stdout and "building" not in run.stdout, run.stdout
+    sides = re.findall(r"=== ab: ([AB]), round (\d)", run.stdout)
+    assert sides == [("A", "1"), ("B", "1"), ("A", "2"), ("B", "2")], run.stdout
+    for round_ in "12":
+        assert (out / f"ab_A_{round_}.log").read_text() == "variant A\n"
+        assert (out / f"ab_B_{round_}.log").read_text() == "prebuilt B\n"
+    assert (repo / "cuda_extension.test.so").read_text() == "variant A\n"
+    run = ab_tree(AB_PREBUILT=archive("same", "variant A\n"))
+    assert run.returncode == 3 and "the same module as A" in run.stderr, run.stderr
+    run = ab_tree(AB_PREBUILT=archive("other_python", "B\n", "cuda_extension.other.so"))
+    assert run.returncode == 2 and "holds no cuda_extension.test.so" in run.stderr, run.stderr
+    assert (repo / "cuda_extension.test.so").read_text() == "variant A\n"
+
+    for settings in ({}, {"AB_TREE": str(other), "AB_PATCH": str(tmp_path / "b.diff")},
+                     {"AB_TREE": str(other), "AB_PREBUILT": str(tmp_path / "b.tar.gz")}):
         run = ab_tree(**settings)
         assert run.returncode == 2 and "set one of AB_PATCH" in run.stderr, run.stderr
 

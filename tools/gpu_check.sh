@@ -156,6 +156,9 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  folded_many_pixels general_wgmma float16
+memcheck  folded_many_pixels general_wgmma float32
+memcheck  few_channels_large_kernel general_wgmma bfloat16
 memcheck  general_self_copy general_wgmma float16 CONV_POOL_GENERAL_POISON_COPY=1
 racecheck general_self_copy general_wgmma bfloat16
 memcheck  general_self_copy general_wgmma float32 CONV_POOL_GENERAL_PDL=1
@@ -479,8 +482,9 @@ for entry in "${stages[@]}"; do
     # (default eager,fused) other targets of tools/bench_networks.py.
     netbreak) run_stage netbreak "$seconds" bash -c 'for spec in ${NETBREAK_CASES:-resnet50:float32 googlenet:float16}; do IFS=: read -r model dtype batch layout <<< "$spec"; python3 tools/network_breakdown.py "$model" --dtype "${dtype:-float32}" --batch "${batch:-32}" --layout "${layout:-nchw}" --targets "${NETBREAK_TARGETS:-eager,fused}" --cpu || exit; done' ;;
     # ab: a compile-time A/B in this call (tools/ab_build.sh): the built tree against it with
-    # AB_PATCH applied, or against the tree in AB_TREE (another commit's files, carried), AB_CMD
-    # run AB_ROUNDS times on each, alternating; run build first.
+    # AB_PATCH applied, against the tree in AB_TREE (another commit's files, carried), or against
+    # the module in AB_PREBUILT (another commit's `tools/prebuilt.sh pack`, carried), AB_CMD run
+    # AB_ROUNDS times on each, alternating; run build first.
     ab) run_stage ab "$seconds" bash tools/ab_build.sh "$OUT" ;;
     # zooab: the zoo (ZOOAB_DTYPE, default float16) again with the environment settings of
     # ZOOAB_ENV (e.g. CONV_POOL_GENERAL_PAIRED=0) into $OUT/zoo_<dtype>_ab.json, then
