@@ -1027,15 +1027,18 @@ def test_ab_build_times_both_builds_alternately_and_restores_the_tree(tmp_path):
             timeout=60, env=dict(os.environ, AB_PATCH=str(patch_file), AB_ROUNDS=rounds,
                                  AB_CMD="cat cuda_extension.test.so"))
 
-    run = ab(tmp_path / "b.diff")
-    assert run.returncode == 0, run.stderr
-    sides = re.findall(r"=== ab: ([AB]), round (\d)", run.stdout)
-    assert sides == [("A", "1"), ("B", "1"), ("A", "2"), ("B", "2")], run.stdout
-    for side in "AB":
+    def assert_alternated(run, b_log):
+        """A, B, A, B with a log each; A's module in place afterwards."""
+        assert run.returncode == 0, run.stderr
+        sides = re.findall(r"=== ab: ([AB]), round (\d)", run.stdout)
+        assert sides == [("A", "1"), ("B", "1"), ("A", "2"), ("B", "2")], run.stdout
         for round_ in "12":
-            assert (out / f"ab_{side}_{round_}.log").read_text() == f"variant {side}\n"
+            assert (out / f"ab_A_{round_}.log").read_text() == "variant A\n"
+            assert (out / f"ab_B_{round_}.log").read_text() == b_log
+        assert (repo / "cuda_extension.test.so").read_text() == "variant A\n"
+
+    assert_alternated(ab(tmp_path / "b.diff"), "variant B\n")
     assert (repo / "kernel.txt").read_text() == "variant A\n"
-    assert (repo / "cuda_extension.test.so").read_text() == "variant A\n"
 
     run = ab(tmp_path / "same.diff")
     assert run.returncode != 0 and "left the module unchanged" in run.stderr, run.stderr
@@ -1058,14 +1061,7 @@ def test_ab_build_times_both_builds_alternately_and_restores_the_tree(tmp_path):
             timeout=60, env=dict(env, AB_ROUNDS="2", AB_CMD="cat cuda_extension.test.so",
                                  **settings))
 
-    run = ab_tree(AB_TREE=str(other))
-    assert run.returncode == 0, run.stderr
-    sides = re.findall(r"=== ab: ([AB]), round (\d)", run.stdout)
-    assert sides == [("A", "1"), ("B", "1"), ("A", "2"), ("B", "2")], run.stdout
-    for round_ in "12":
-        assert (out / f"ab_A_{round_}.log").read_text() == "variant A\n"
-        assert (out / f"ab_B_{round_}.log").read_text() == "tree B\n"
-    assert (repo / "cuda_extension.test.so").read_text() == "variant A\n"
+    assert_alternated(ab_tree(AB_TREE=str(other)), "tree B\n")
 
     # AB_PREBUILT: B is the module of another machine's archive; nothing is built.
     def archive(name, module_text, module_name="cuda_extension.test.so"):
@@ -1079,14 +1075,8 @@ def test_ab_build_times_both_builds_alternately_and_restores_the_tree(tmp_path):
         return str(path)
 
     run = ab_tree(AB_PREBUILT=archive("b", "prebuilt B\n"))
-    assert run.returncode == 0, run.stderr
+    assert_alternated(run, "prebuilt B\n")
     assert "sources feed" in run.stdout and "building" not in run.stdout, run.stdout
-    sides = re.findall(r"=== ab: ([AB]), round (\d)", run.stdout)
-    assert sides == [("A", "1"), ("B", "1"), ("A", "2"), ("B", "2")], run.stdout
-    for round_ in "12":
-        assert (out / f"ab_A_{round_}.log").read_text() == "variant A\n"
-        assert (out / f"ab_B_{round_}.log").read_text() == "prebuilt B\n"
-    assert (repo / "cuda_extension.test.so").read_text() == "variant A\n"
     run = ab_tree(AB_PREBUILT=archive("same", "variant A\n"))
     assert run.returncode == 3 and "the same module as A" in run.stderr, run.stderr
     run = ab_tree(AB_PREBUILT=archive("other_python", "B\n", "cuda_extension.other.so"))
