@@ -658,8 +658,8 @@ FOLD_CASES = [
     # 301 conv columns, a pool of 2 x 3.
     ConvPoolCase("c3_wide_row", 1, 3, 40, 6, 301, (3, 5), padding=(1, 2), pool_kernel=(2, 3),
                  pool_stride=(2, 3)),
-    # 12 images of 160 x 160: 614,400 folded pixels, more than a fold launch of 2,048 blocks
-    # has threads (a thread takes several pixels, across rows and images).
+    # 12 images of 160 x 160: 614,400 folded pixels, enough for a fold launch whose blocks are
+    # capped to give its threads several pixels each, across rows and images.
     ConvPoolCase("c3_many_pixels", 12, 3, 24, 160, 160, (3, 3), padding=(1, 1)),
 ]
 

@@ -159,8 +159,8 @@ CASES = {
     "few_channels_large_kernel": ConvPoolCase("few_channels_large_kernel", 2, 3, 20, 67, 71,
                                               (11, 11), stride=(4, 4), padding=(2, 2),
                                               pool_kernel=(3, 3), pool_stride=(2, 2)),
-    # Column folding (general_fold.cu) of 614,400 folded pixels: more than a fold launch of
-    # 2,048 blocks has threads, so a thread takes several, across rows and images.
+    # Column folding (general_fold.cu) of 614,400 folded pixels: enough for a fold launch whose
+    # blocks are capped to give its threads several pixels each, across rows and images.
     "folded_many_pixels": ConvPoolCase("folded_many_pixels", 12, 3, 24, 160, 160, (3, 3),
                                        padding=(1, 1)),
     # alexnet_c1's geometry at batch 8: 144 tiles for 132 persistent flat-K blocks, so some
