@@ -433,6 +433,30 @@ def test_staging_modes_match_float64(ext, lib, device, seed, case, dtype, monkey
         check(ext, case, with_layout(x, layout), w, b, dtype, f"{case.name} {layout} {plan}")
 
 
+# Pool windows of every width the pooling loops treat apart: up to 4 columns a row loop of a
+# constant width, wider ones the runtime loops (the fuzz draws windows of 1-4 only), stride-1
+# and overlapping, padded, ceil mode, windows clipped at the tiles' and the output's edges.
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
+@pytest.mark.parametrize("case", [
+    ConvPoolCase("w5_s1", 2, 24, 72, 23, 29, (3, 3), padding=(1, 1), pool_kernel=(5, 5),
+                 pool_stride=(1, 1), pool_padding=(2, 2)),
+    ConvPoolCase("w7_s13", 1, 16, 40, 19, 44, (1, 1), pool_kernel=(2, 7), pool_stride=(1, 3),
+                 ceil_mode=True),
+    ConvPoolCase("w6_s25", 2, 32, 96, 30, 37, (3, 3), padding=(1, 1), pool_kernel=(3, 6),
+                 pool_stride=(2, 5), pool_padding=(1, 3), ceil_mode=True),
+    ConvPoolCase("w4_s1", 1, 40, 136, 21, 26, (2, 2), pool_kernel=(4, 4), pool_stride=(1, 1),
+                 pool_padding=(2, 1)),
+    ConvPoolCase("w3_s1", 3, 8, 64, 17, 15, (5, 5), padding=(2, 2), pool_kernel=(1, 3),
+                 pool_stride=(1, 1), pool_padding=(0, 1)),
+], ids=lambda c: c.name)
+def test_pool_windows_of_every_width_match_float64(ext, lib, device, seed, case, dtype, path):
+    plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
+    assert plan is not None and plan["paired"] == 0, plan
+    x, w, b = operands(case, seed, dtype)
+    for layout in LAYOUTS:
+        check(ext, case, with_layout(x, layout), w, b, dtype, f"{case.name} {layout} {plan}")
+
+
 @pytest.mark.parametrize("nhwc_copy", ["0", "1"])
 def test_float32_nchw_inputs_both_ways_match_float64(ext, lib, device, seed, nhwc_copy,
                                                      monkeypatch):

@@ -156,6 +156,10 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  general_wide_windows general_wgmma float16
+memcheck  general_wide_windows_channels_last general_wgmma bfloat16
+racecheck general_wide_windows_channels_last general_wgmma float32
+memcheck  general_wide_windows general_wgmma float32 CONV_POOL_GENERAL_WIDE_POOL=0
 memcheck  folded_many_pixels general_wgmma float16
 memcheck  folded_many_pixels general_wgmma float32
 memcheck  few_channels_large_kernel general_wgmma bfloat16

@@ -258,6 +258,14 @@ CASES = {
     "general_tall_channels_last": ConvPoolCase(
         "general_tall_channels_last", 2, 64, 96, 67, 11, (5, 5), stride=(2, 3), padding=(1, 3),
         pool_kernel=(2, 4), pool_stride=(2, 4), pool_padding=(1, 0)),
+    # Pool windows wider than the pooling's constant-width row loops (4 columns): a 5 x 6
+    # stride-(1, 2) padded ceil-mode pool, clipped at the tiles' and the output's edges.
+    "general_wide_windows": ConvPoolCase("general_wide_windows", 2, 24, 72, 23, 29, (3, 3),
+                                         padding=(1, 1), pool_kernel=(5, 6), pool_stride=(1, 2),
+                                         pool_padding=(2, 3), ceil_mode=True),
+    "general_wide_windows_channels_last": ConvPoolCase(
+        "general_wide_windows_channels_last", 2, 24, 72, 23, 29, (3, 3), padding=(1, 1),
+        pool_kernel=(5, 6), pool_stride=(1, 2), pool_padding=(2, 3), ceil_mode=True),
     # A 2 x 2 / 2 pool taken in registers (Plan::paired_pool), odd sizes (floor mode drops the
     # last row and column), an output-channel tail; and channels-last.
     "general_paired": ConvPoolCase("general_paired", 3, 96, 130, 29, 31, (1, 1)),
@@ -275,7 +283,7 @@ CHANNELS_LAST = {"unpooled_strips_channels_last", "general_large_kernel_channels
                  "narrow_squares_channels_last", "split_square_channels_last",
                  "stem_columns_channels_last", "stem_odd_channels_last",
                  "stem_vec4_channels_last", "general_windows_channels_last",
-                 "general_tall_channels_last"}
+                 "general_tall_channels_last", "general_wide_windows_channels_last"}
 
 
 def main(name: str, variants: str = "all", dtype_name: str = "float32",
