@@ -433,9 +433,20 @@ def test_staging_modes_match_float64(ext, lib, device, seed, case, dtype, monkey
         check(ext, case, with_layout(x, layout), w, b, dtype, f"{case.name} {layout} {plan}")
 
 
+WALK_HOOKS = {
+    "rows4_s1": {"CONV_POOL_GENERAL_TILE": "square_n128"},
+    "rows3_images": {"CONV_POOL_GENERAL_TILE": "tall_n64", "CONV_POOL_GENERAL_IMAGES": "2"},
+    "rows2_wide": {"CONV_POOL_GENERAL_TILE": "wide_n128"},
+}
+
+
 # Pool windows of every width the pooling loops treat apart: up to 4 columns a row loop of a
 # constant width, wider ones the runtime loops (the fuzz draws windows of 1-4 only), stride-1
-# and overlapping, padded, ceil mode, windows clipped at the tiles' and the output's edges.
+# and overlapping, padded, ceil mode, windows clipped at the tiles' and the output's edges;
+# pools of stride 1 down the rows over 2-4 rows walked down runs of pooled rows
+# (Plan::pool_rows, pool_rows_of; off: $CONV_POOL_GENERAL_POOL_ROWS=0), over images side by
+# side, output-channel tails, padded at the top and bottom, at both tile sizes' edges.
+@pytest.mark.parametrize("rows", ["walk", "off"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("case", [
     ConvPoolCase("w5_s1", 2, 24, 72, 23, 29, (3, 3), padding=(1, 1), pool_kernel=(5, 5),
@@ -448,10 +459,26 @@ def test_staging_modes_match_float64(ext, lib, device, seed, case, dtype, monkey
                  pool_padding=(2, 1)),
     ConvPoolCase("w3_s1", 3, 8, 64, 17, 15, (5, 5), padding=(2, 2), pool_kernel=(1, 3),
                  pool_stride=(1, 1), pool_padding=(0, 1)),
+    ConvPoolCase("rows4_s1", 2, 64, 136, 37, 21, (3, 3), padding=(1, 1), pool_kernel=(4, 3),
+                 pool_stride=(1, 1), pool_padding=(2, 1)),
+    ConvPoolCase("rows3_images", 9, 16, 72, 9, 7, (1, 1), pool_kernel=(3, 1),
+                 pool_stride=(1, 2), pool_padding=(1, 0), ceil_mode=True),
+    ConvPoolCase("rows2_wide", 1, 32, 256, 26, 70, (3, 3), stride=(1, 2), padding=(1, 1),
+                 pool_kernel=(2, 4), pool_stride=(1, 3)),
 ], ids=lambda c: c.name)
-def test_pool_windows_of_every_width_match_float64(ext, lib, device, seed, case, dtype, path):
+def test_pool_windows_of_every_width_match_float64(ext, lib, device, seed, case, dtype, rows,
+                                                   path, monkeypatch):
+    if rows == "off":
+        monkeypatch.setenv("CONV_POOL_GENERAL_POOL_ROWS", "0")
+    # The walk runs in one-block tiles (the cost model gives these layers wide_n64).
+    hooks = WALK_HOOKS.get(case.name, {})
+    for key, value in hooks.items():
+        monkeypatch.setenv(key, value)
     plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)
     assert plan is not None and plan["paired"] == 0, plan
+    if hooks:
+        assert plan["tile"] == hooks["CONV_POOL_GENERAL_TILE"], plan
+        assert plan["images"] == int(hooks.get("CONV_POOL_GENERAL_IMAGES", 1)), plan
     x, w, b = operands(case, seed, dtype)
     for layout in LAYOUTS:
         check(ext, case, with_layout(x, layout), w, b, dtype, f"{case.name} {layout} {plan}")

@@ -156,6 +156,9 @@ sanitize() {
     # shellcheck disable=SC2086  # args holds several words
     $cs --tool "$tool" --error-exitcode 9 python3 tools/sanitize_cases.py $args < /dev/null || return $?
   done <<'RUNS'
+memcheck  general_pool_rows general_wgmma float16 CONV_POOL_GENERAL_TILE=square_n128
+racecheck general_pool_rows_channels_last general_wgmma bfloat16 CONV_POOL_GENERAL_TILE=wide_n128
+memcheck  general_pool_rows_channels_last general_wgmma float32 CONV_POOL_GENERAL_TILE=tall_n64
 memcheck  general_wide_windows general_wgmma float16
 memcheck  general_wide_windows_channels_last general_wgmma bfloat16
 racecheck general_wide_windows_channels_last general_wgmma float32

@@ -266,6 +266,14 @@ CASES = {
     "general_wide_windows_channels_last": ConvPoolCase(
         "general_wide_windows_channels_last", 2, 24, 72, 23, 29, (3, 3), padding=(1, 1),
         pool_kernel=(5, 6), pool_stride=(1, 2), pool_padding=(2, 3), ceil_mode=True),
+    # A 4 x 3 / 1 pool walked down runs of pooled rows (Plan::pool_rows), padded at the top
+    # and bottom (one-block tiles: run with CONV_POOL_GENERAL_TILE=square_n128 and the like).
+    "general_pool_rows": ConvPoolCase("general_pool_rows", 2, 64, 136, 37, 21, (3, 3),
+                                      padding=(1, 1), pool_kernel=(4, 3), pool_stride=(1, 1),
+                                      pool_padding=(2, 1)),
+    "general_pool_rows_channels_last": ConvPoolCase(
+        "general_pool_rows_channels_last", 2, 64, 136, 37, 21, (3, 3), padding=(1, 1),
+        pool_kernel=(4, 3), pool_stride=(1, 1), pool_padding=(2, 1)),
     # A 2 x 2 / 2 pool taken in registers (Plan::paired_pool), odd sizes (floor mode drops the
     # last row and column), an output-channel tail; and channels-last.
     "general_paired": ConvPoolCase("general_paired", 3, 96, 130, 29, 31, (1, 1)),
@@ -283,7 +291,8 @@ CHANNELS_LAST = {"unpooled_strips_channels_last", "general_large_kernel_channels
                  "narrow_squares_channels_last", "split_square_channels_last",
                  "stem_columns_channels_last", "stem_odd_channels_last",
                  "stem_vec4_channels_last", "general_windows_channels_last",
-                 "general_tall_channels_last", "general_wide_windows_channels_last"}
+                 "general_tall_channels_last", "general_wide_windows_channels_last",
+                 "general_pool_rows_channels_last"}
 
 
 def main(name: str, variants: str = "all", dtype_name: str = "float32",
