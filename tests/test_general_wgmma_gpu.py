@@ -443,9 +443,9 @@ WALK_HOOKS = {
 # Pool windows of every width the pooling loops treat apart: up to 4 columns a row loop of a
 # constant width, wider ones the runtime loops (the fuzz draws windows of 1-4 only), stride-1
 # and overlapping, padded, ceil mode, windows clipped at the tiles' and the output's edges;
-# pools of stride 1 down the rows over 2-4 rows walked down runs of pooled rows
-# (Plan::pool_rows, pool_rows_of; off: $CONV_POOL_GENERAL_POOL_ROWS=0), over images side by
-# side, output-channel tails, padded at the top and bottom, at both tile sizes' edges.
+# pools of stride 1 down the rows over 2-4 rows in one-block tiles (where the build walks such
+# pools down runs of pooled rows, $CONV_POOL_GENERAL_POOL_ROWS=0 turns that off), over images
+# side by side, output-channel tails, padded at the top and bottom.
 @pytest.mark.parametrize("rows", ["walk", "off"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("case", [
@@ -470,7 +470,7 @@ def test_pool_windows_of_every_width_match_float64(ext, lib, device, seed, case,
                                                    path, monkeypatch):
     if rows == "off":
         monkeypatch.setenv("CONV_POOL_GENERAL_POOL_ROWS", "0")
-    # The walk runs in one-block tiles (the cost model gives these layers wide_n64).
+    # One-block tiles (the cost model gives these layers wide_n64).
     hooks = WALK_HOOKS.get(case.name, {})
     for key, value in hooks.items():
         monkeypatch.setenv(key, value)

@@ -266,8 +266,9 @@ CASES = {
     "general_wide_windows_channels_last": ConvPoolCase(
         "general_wide_windows_channels_last", 2, 24, 72, 23, 29, (3, 3), padding=(1, 1),
         pool_kernel=(5, 6), pool_stride=(1, 2), pool_padding=(2, 3), ceil_mode=True),
-    # A 4 x 3 / 1 pool walked down runs of pooled rows (Plan::pool_rows), padded at the top
-    # and bottom (one-block tiles: run with CONV_POOL_GENERAL_TILE=square_n128 and the like).
+    # A 4 x 3 / 1 pool, padded at the top and bottom, for the one-block tiles (run with
+    # CONV_POOL_GENERAL_TILE=square_n128 and the like), where a build walks such pools down
+    # runs of pooled rows.
     "general_pool_rows": ConvPoolCase("general_pool_rows", 2, 64, 136, 37, 21, (3, 3),
                                       padding=(1, 1), pool_kernel=(4, 3), pool_stride=(1, 1),
                                       pool_padding=(2, 1)),

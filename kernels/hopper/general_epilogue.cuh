@@ -14,7 +14,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "general_mainloop.cuh"
 
@@ -266,31 +265,6 @@ __device__ __forceinline__ bool pooled_window(const ConvPoolShape& s, const Plan
   return true;
 }
 
-// fold(pixel) for each pixel of a window of rows x cols (pixel: its offset from the window's
-// first one, kCols pixels a tile row). A window up to 4 columns wide takes a row loop whose
-// column count is a constant, so that a row's loads are immediate offsets of one address with
-// no remainder path or convergence barrier (the runtime column loop had both, and an address
-// computation of its own for every load); wider windows the runtime loops.
-template <int kCols, int kWidth, class Fold>
-__device__ __forceinline__ void for_window_rows(int rows, Fold& fold) {
-#pragma unroll 1
-  for (int r = 0; r < rows; ++r)
-#pragma unroll
-    for (int c = 0; c < kWidth; ++c) fold(r * kCols + c);
-}
-template <int kCols, class Fold>
-__device__ __forceinline__ void for_window_pixels(int rows, int cols, Fold&& fold) {
-  switch (cols) {
-    case 1: for_window_rows<kCols, 1>(rows, fold); return;
-    case 2: for_window_rows<kCols, 2>(rows, fold); return;
-    case 3: for_window_rows<kCols, 3>(rows, fold); return;
-    case 4: for_window_rows<kCols, 4>(rows, fold); return;
-    default:
-      for (int r = 0; r < rows; ++r)
-        for (int c = 0; c < cols; ++c) fold(r * kCols + c);
-  }
-}
-
 // The maxima over one window of kCount channel planes `step` floats apart (NaN wins, as in
 // PyTorch). The window loops run once for all of them: their loads are independent. kPaired:
 // the windows' maxima are staged already (stage_pooled_pairs), at the first pixel.
@@ -303,11 +277,12 @@ __device__ __forceinline__ void window_max(const float* window, int step, int ro
   } else {
 #pragma unroll
     for (int j = 0; j < kCount; ++j) best[j] = -INFINITY;
-    for_window_pixels<kCols>(rows, cols, [&](int pixel) {
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) {
+        const float* pixel = window + r * kCols + c;
 #pragma unroll
-      for (int j = 0; j < kCount; ++j)
-        best[j] = max_keeping_nan(best[j], window[pixel + j * step]);
-    });
+        for (int j = 0; j < kCount; ++j) best[j] = max_keeping_nan(best[j], pixel[j * step]);
+      }
   }
 }
 
@@ -320,23 +295,24 @@ __device__ __forceinline__ void window_max_pixels(const float* window, int rows,
   static_assert(kCount == 2 || kCount % 4 == 0, "whole 8- or 16-byte vectors");
 #pragma unroll
   for (int j = 0; j < kCount; ++j) best[j] = -INFINITY;
-  for_window_pixels<kCols>(rows, cols, [&](int offset) {
-    const float* pixel = window + offset * kPitch;
-    if constexpr (kCount == 2) {
-      const float2 v = *reinterpret_cast<const float2*>(pixel);
-      best[0] = max_keeping_nan(best[0], v.x);
-      best[1] = max_keeping_nan(best[1], v.y);
-    } else {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) {
+      const float* pixel = window + (r * kCols + c) * kPitch;
+      if constexpr (kCount == 2) {
+        const float2 v = *reinterpret_cast<const float2*>(pixel);
+        best[0] = max_keeping_nan(best[0], v.x);
+        best[1] = max_keeping_nan(best[1], v.y);
+      } else {
 #pragma unroll
-      for (int j = 0; j < kCount; j += 4) {
-        const float4 v = *reinterpret_cast<const float4*>(pixel + j);
-        best[j] = max_keeping_nan(best[j], v.x);
-        best[j + 1] = max_keeping_nan(best[j + 1], v.y);
-        best[j + 2] = max_keeping_nan(best[j + 2], v.z);
-        best[j + 3] = max_keeping_nan(best[j + 3], v.w);
+        for (int j = 0; j < kCount; j += 4) {
+          const float4 v = *reinterpret_cast<const float4*>(pixel + j);
+          best[j] = max_keeping_nan(best[j], v.x);
+          best[j + 1] = max_keeping_nan(best[j + 1], v.y);
+          best[j + 2] = max_keeping_nan(best[j + 2], v.z);
+          best[j + 3] = max_keeping_nan(best[j + 3], v.w);
+        }
       }
     }
-  });
 }
 
 // One 16-byte group of channels-last outputs (channels c0 .. c0 + 16 bytes) of the pooled
@@ -389,209 +365,6 @@ __device__ __forceinline__ void pool_channel_group(const Plan& p, const float* t
     for (int j = 0; j < kVector; ++j)
       if (c0 + j < channels) dst[j] = v.raw[j];
   }
-}
-
-// Pools of stride 1 down the rows (Plan::pool_rows): a thread takes a run of kRunRows pooled
-// rows of one pooled column and walks down the conv rows under them once, each row's maximum
-// over the window's columns read once and kept in a ring of the last kRingRows of them; a
-// pooled output then costs one conv row's reads (pool_w pixels), not its window's (pool_h x
-// pool_w), besides the run's first pool_h - 1 rows. Windows of 2 to kRingRows rows.
-constexpr int kRingRows = 4;
-constexpr int kRunRows = 4;
-
-// A run: its first pooled row (tile coordinates) and how many of its rows lie inside the output
-// (a prefix of the run); the first one's output address (the next ones' one output row apart);
-// the window columns they share (the first pixel's column in its tile row, images side by
-// side included, and how many). Pooled row r's window takes tile rows max(r, top) .. min(r +
-// pool_h, bottom) - 1, as pooled_window's (stride 1).
-template <class Raw>
-struct PooledRun {
-  Raw* out;
-  int first_row, count = 0, column, cols;
-};
-
-// Run `task` of the tile's PooledRect (images, then runs, then pooled columns, row-major;
-// consecutive tasks on consecutive pooled columns, so that a warp's row reads are
-// consecutive pixels), its first position through pooled_window (so the window and address
-// are the ones the other pooling loops take).
-template <class E, int kTileId>
-__device__ __forceinline__ PooledRun<typename E::Raw> pooled_run(
-    const ConvPoolShape& s, const Plan& p, const ConvPoolOperands& ops, const TileOrigin& o,
-    const PooledRect& rect, int runs, int task, int channel_base) {
-  using T = Tile<kTileId>;
-  const int image = task / (runs * rect.cols);
-  const int rest = task - image * runs * rect.cols;
-  const int run = rest / rect.cols, col = rest - run * rect.cols;
-  PooledRun<typename E::Raw> r;
-  r.first_row = run * kRunRows;
-  int window, rows;
-  if (pooled_window<E, kTileId, false, false>(
-          s, p, ops, o, rect, (image * rect.rows + r.first_row) * rect.cols + col, channel_base,
-          window, rows, r.cols, r.out)) {
-    r.count = min(min(kRunRows, rect.rows - r.first_row),
-                  s.out_height - o.out_row0 - r.first_row);
-    r.column = window - window / T::kCols * T::kCols;
-  }
-  return r;
-}
-
-// The walk down one run for kCount channels: row_max(row, maxima) gives a tile row's maxima
-// over the run's columns, store(i, best) takes the run's pooled row i's (before bias and
-// ReLU), for i < run.count.
-template <int kCount, class Raw, class RowMax, class Store>
-__device__ __forceinline__ void walk_run(const ConvPoolShape& s, const TileOrigin& o,
-                                         const PooledRun<Raw>& run, RowMax&& row_max,
-                                         Store&& store) {
-  const int top = -o.conv_row0, bottom = s.conv_height - o.conv_row0;
-  float ring[kRingRows][kCount];  // ring[kRingRows - 1]: the last row read
-#pragma unroll
-  for (int r = 0; r < kRingRows; ++r)
-#pragma unroll
-    for (int j = 0; j < kCount; ++j) ring[r][j] = -INFINITY;
-  int next = max(run.first_row, top);
-#pragma unroll 1
-  for (int i = 0; i < run.count; ++i) {
-    const int row = run.first_row + i;
-    const int begin = max(row, top), end = min(row + s.pool_h, bottom);
-    for (; next < end; ++next) {
-#pragma unroll
-      for (int r = 0; r + 1 < kRingRows; ++r)
-#pragma unroll
-        for (int j = 0; j < kCount; ++j) ring[r][j] = ring[r + 1][j];
-      row_max(next, ring[kRingRows - 1]);
-    }
-    float best[kCount];
-#pragma unroll
-    for (int j = 0; j < kCount; ++j) best[j] = ring[kRingRows - 1][j];
-#pragma unroll
-    for (int r = 1; r < kRingRows; ++r)
-      if (r < end - begin)
-#pragma unroll
-        for (int j = 0; j < kCount; ++j)
-          best[j] = max_keeping_nan(best[j], ring[kRingRows - 1 - r][j]);
-    store(i, best);
-  }
-}
-
-// kCount consecutive channels of one channels-last output from their maxima: bias, ReLU, one
-// vector store (4, 8 or 16 bytes) where all kCount lie inside the output (`left`: the channels
-// from the first on) and the address is aligned, else one store a channel.
-template <class E, int kCount>
-__device__ __forceinline__ void store_channels(typename E::Raw* dst, const float (&best)[kCount],
-                                               const float* bias, int left) {
-  using Raw = typename E::Raw;
-  constexpr int kBytes = kCount * int(sizeof(Raw));
-  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "one 4-, 8- or 16-byte vector");
-  using Vector =
-      std::conditional_t<kBytes == 16, uint4, std::conditional_t<kBytes == 8, uint2, unsigned>>;
-  union {
-    Raw raw[kCount];
-    Vector bits;
-  } v;
-#pragma unroll
-  for (int j = 0; j < kCount; ++j) v.raw[j] = E::from_float(relu_keeping_nan(best[j] + bias[j]));
-  if (left >= kCount && (reinterpret_cast<uintptr_t>(dst) & (kBytes - 1)) == 0) {
-    *reinterpret_cast<Vector*>(dst) = v.bits;
-  } else {
-#pragma unroll
-    for (int j = 0; j < kCount; ++j)
-      if (j < left) dst[j] = v.raw[j];
-  }
-}
-
-// The whole tile's pooling where Plan::pool_rows applies (pool_rows_apply; one epilogue
-// pass, called once the accumulators are staged, so that they are dead), then bias and ReLU:
-// a thread takes runs kThreads apart (or, runs <= kThreads, one run and channels, or channel
-// groups, k, k + k_stride, ...), a channels-last output's 16-byte channel groups whole, an
-// NCHW one's channels 2 at a time.
-template <class E, int kTileId>
-__device__ __forceinline__ void pool_rows_of(const ConvPoolShape& s, const Plan& p,
-                                             const ConvPoolOperands& ops, const TileOrigin& o,
-                                             const float* tile, const float* pass_bias) {
-  using T = Tile<kTileId>;
-  using Raw = typename E::Raw;
-  const PooledRect rect = pooled_rect(s, p, o);
-  const int channel_base = o.channel0;
-  const int channels = min(T::kN, s.out_channels - channel_base);
-  const int runs = (rect.rows + kRunRows - 1) / kRunRows;
-  const int tasks = rect.positions / (rect.rows * rect.cols) * runs * rect.cols;
-  const int k_stride = tasks <= kThreads ? kThreads / tasks : 1;
-  const int k_first = tasks <= kThreads ? int(threadIdx.x) / tasks : 0;
-  if (p.out_stride[1] == 1) {
-    constexpr int kVector = 16 / int(sizeof(Raw));
-    constexpr int kAt = kVector;  // a whole 16-byte group at once
-    constexpr int kPitch = kPixelPitch<kTileId>;
-    const int groups = (channels + kVector - 1) / kVector;
-    if (k_first >= min(k_stride, groups)) return;
-    for (int task = int(threadIdx.x) - k_first * tasks; task < tasks; task += kThreads) {
-      const PooledRun<Raw> run = pooled_run<E, kTileId>(s, p, ops, o, rect, runs, task,
-                                                         channel_base);
-      for (int group = k_first; group < groups; group += k_stride) {
-#pragma unroll
-        for (int h = 0; h < kVector; h += kAt) {
-          const int c0 = group * kVector + h;
-          walk_run<kAt>(
-              s, o, run,
-              [&](int row, float (&maxima)[kAt]) {
-                const int pixel = row * T::kCols + run.column;
-                if (p.pixel_major)
-                  window_max_pixels<kAt, T::kCols, kPitch>(tile + pixel * kPitch + c0, 1,
-                                                           run.cols, maxima);
-                else
-                  window_max<kAt, T::kCols, false>(tile + c0 * p.tile_pitch + pixel,
-                                                   p.tile_pitch, 1, run.cols, maxima);
-              },
-              [&](int i, const float (&best)[kAt]) {
-                store_channels<E, kAt>(run.out + i * p.out_stride[2] + c0, best,
-                                       pass_bias + c0, channels - c0);
-              });
-        }
-      }
-    }
-    return;
-  }
-  if (k_first >= k_stride) return;
-  const int64_t channel_step = int64_t(k_stride) * p.out_stride[1];
-  for (int task = int(threadIdx.x) - k_first * tasks; task < tasks; task += kThreads) {
-    const PooledRun<Raw> run = pooled_run<E, kTileId>(s, p, ops, o, rect, runs, task,
-                                                       channel_base);
-    int k = k_first;
-    for (; k + k_stride < channels; k += 2 * k_stride) {
-      walk_run<2>(
-          s, o, run,
-          [&](int row, float (&maxima)[2]) {
-            window_max<2, T::kCols, false>(tile + k * p.tile_pitch + row * T::kCols + run.column,
-                                           k_stride * p.tile_pitch, 1, run.cols, maxima);
-          },
-          [&](int i, const float (&best)[2]) {
-            Raw* out = run.out + i * p.out_stride[2] + int64_t(k) * p.out_stride[1];
-#pragma unroll
-            for (int j = 0; j < 2; ++j)
-              out[j * channel_step] =
-                  E::from_float(relu_keeping_nan(best[j] + pass_bias[k + j * k_stride]));
-          });
-    }
-    for (; k < channels; k += k_stride) {
-      walk_run<1>(
-          s, o, run,
-          [&](int row, float (&maxima)[1]) {
-            window_max<1, T::kCols, false>(tile + k * p.tile_pitch + row * T::kCols + run.column,
-                                           0, 1, run.cols, maxima);
-          },
-          [&](int i, const float (&best)[1]) {
-            run.out[i * p.out_stride[2] + int64_t(k) * p.out_stride[1]] =
-                E::from_float(relu_keeping_nan(best[0] + pass_bias[k]));
-          });
-    }
-  }
-}
-
-// Whether pool_rows_of takes a tile's pooling (Plan::pool_rows): one epilogue pass, no window
-// map, stride 1 down the rows over windows of 2 to kRingRows rows (a window of one row gains
-// nothing from the ring).
-__device__ __forceinline__ bool pool_rows_apply(const ConvPoolShape& s, const Plan& p) {
-  return p.pool_rows && p.epilogue_passes == 1 && p.windows == 0 && s.pool_stride_h == 1 &&
-         s.pool_h > 1 && s.pool_h <= kRingRows;
 }
 
 // Pooled outputs of channels [pass x pass_channels, + pass_channels) of the tile from the
@@ -733,16 +506,6 @@ __device__ __forceinline__ void pool_accumulators(
     sync();
     pool_tile<E, kTileId, true>(s, p, ops, o, conv_tile, bias, 0, Tile<kTileId>::kN);
     return;
-  }
-  // (One-block tiles: the two-block ones' 80 registers spilled with the walk's branch.)
-  if constexpr (Tile<kTileId>::kMinBlocks == 1) {
-    if (pool_rows_apply(s, p)) {  // one pass: the accumulators are dead once staged
-      stage_accumulators<kTileId>(acc, conv_tile, p.tile_pitch, 0, Tile<kTileId>::kN,
-                                  p.pixel_major);
-      sync();
-      pool_rows_of<E, kTileId>(s, p, ops, o, conv_tile, bias);
-      return;
-    }
   }
   if constexpr (kPairs && Tile<kTileId>::kMinBlocks == 1) {
     if (p.wide_pool) {  // one pass: the accumulators are dead once staged

@@ -104,11 +104,6 @@ inline bool wide_pool_allowed() { return !is("CONV_POOL_GENERAL_WIDE_POOL", "0")
 // A launch setting, not the plan's.
 inline bool pool_positions_enabled() { return !is("CONV_POOL_GENERAL_POOL_POSITIONS", "0"); }
 
-// $CONV_POOL_GENERAL_POOL_ROWS=0: pools of stride 1 down the rows take every window's pixels
-// one position at a time, as other pools do, instead of walking runs of pooled rows
-// (Plan::pool_rows). A launch setting, not the plan's.
-inline bool pool_rows_enabled() { return !is("CONV_POOL_GENERAL_POOL_ROWS", "0"); }
-
 // $CONV_POOL_GENERAL_PIXEL_MAJOR=0: a channels-last output's conv tile staged [channel][pixel]
 // as other outputs' are, not [pixel][channel] (Plan::pixel_major). A launch setting, not the
 // plan's.

@@ -263,11 +263,6 @@ struct Plan {
   // window and address once for all its groups. A launch setting, on unless
   // $CONV_POOL_GENERAL_POOL_POSITIONS=0.
   bool pool_positions = false;
-  // Pools of stride 1 down the rows and windows of 2 to 4 rows, unpaired, no window map: a
-  // thread walks a run of pooled rows of one pooled column and reads each conv row's maximum
-  // over the window's columns once (pool_rows_of). A launch setting, on unless
-  // $CONV_POOL_GENERAL_POOL_ROWS=0.
-  bool pool_rows = false;
   // A channels-last output's conv tile staged [pixel][channel] instead (tile_pitch floats a
   // pixel: pixel_pitch), so that a window pixel's 16-byte channel group is one or two
   // vector loads, not one load a channel. The warp-specialized kernel, one epilogue pass,

@@ -545,7 +545,6 @@ cudaError_t general_wgmma::launch_shape(const ConvPoolOperands& ops, const ConvP
   output_strides(s, out_stride, p.out_stride);
   p.pool_rect = pool_rect_enabled();
   p.pool_positions = pool_positions_enabled();
-  p.pool_rows = pool_rows_enabled();
   if (windowed != nullptr) {  // (out_stride: the layer's)
     const ConvPoolShape& layer = windowed->source.layer;
     p.windows = int(int64_t(layer.batch) * layer.out_height * layer.out_width);
