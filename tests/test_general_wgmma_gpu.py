@@ -433,16 +433,16 @@ def test_staging_modes_match_float64(ext, lib, device, seed, case, dtype, monkey
         check(ext, case, with_layout(x, layout), w, b, dtype, f"{case.name} {layout} {plan}")
 
 
-WALK_HOOKS = {
+ONE_BLOCK_HOOKS = {
     "rows4_s1": {"CONV_POOL_GENERAL_TILE": "square_n128"},
     "rows3_images": {"CONV_POOL_GENERAL_TILE": "tall_n64", "CONV_POOL_GENERAL_IMAGES": "2"},
     "rows2_wide": {"CONV_POOL_GENERAL_TILE": "wide_n128"},
 }
 
 
-# Pool windows of every width the pooling loops treat apart: up to 4 columns a row loop of a
-# constant width, wider ones the runtime loops (the fuzz draws windows of 1-4 only), stride-1
-# and overlapping, padded, ceil mode, windows clipped at the tiles' and the output's edges;
+# Pool windows of 1 to 7 columns (the fuzz draws 1-4 only; a build may loop over up to 4 at a
+# constant width and over wider ones at run time), stride-1 and overlapping, padded, ceil
+# mode, windows clipped at the tiles' and the output's edges;
 # pools of stride 1 down the rows over 2-4 rows in one-block tiles (where the build walks such
 # pools down runs of pooled rows, $CONV_POOL_GENERAL_POOL_ROWS=0 turns that off), over images
 # side by side, output-channel tails, padded at the top and bottom.
@@ -471,7 +471,7 @@ def test_pool_windows_of_every_width_match_float64(ext, lib, device, seed, case,
     if rows == "off":
         monkeypatch.setenv("CONV_POOL_GENERAL_POOL_ROWS", "0")
     # One-block tiles (the cost model gives these layers wide_n64).
-    hooks = WALK_HOOKS.get(case.name, {})
+    hooks = ONE_BLOCK_HOOKS.get(case.name, {})
     for key, value in hooks.items():
         monkeypatch.setenv(key, value)
     plan = kernel_choice.general_plan(lib, case, ELEMENT[dtype], device)

@@ -258,8 +258,9 @@ CASES = {
     "general_tall_channels_last": ConvPoolCase(
         "general_tall_channels_last", 2, 64, 96, 67, 11, (5, 5), stride=(2, 3), padding=(1, 3),
         pool_kernel=(2, 4), pool_stride=(2, 4), pool_padding=(1, 0)),
-    # Pool windows wider than the pooling's constant-width row loops (4 columns): a 5 x 6
-    # stride-(1, 2) padded ceil-mode pool, clipped at the tiles' and the output's edges.
+    # Pool windows of more than 4 columns (past a build's constant-width row loops, if it has
+    # them): a 5 x 6 stride-(1, 2) padded ceil-mode pool, clipped at the tiles' and the
+    # output's edges.
     "general_wide_windows": ConvPoolCase("general_wide_windows", 2, 24, 72, 23, 29, (3, 3),
                                          padding=(1, 1), pool_kernel=(5, 6), pool_stride=(1, 2),
                                          pool_padding=(2, 3), ceil_mode=True),
