@@ -440,12 +440,11 @@ ONE_BLOCK_HOOKS = {
 }
 
 
-# Pool windows of 1 to 7 columns (the fuzz draws 1-4 only; a build may loop over up to 4 at a
-# constant width and over wider ones at run time), stride-1 and overlapping, padded, ceil
-# mode, windows clipped at the tiles' and the output's edges;
-# pools of stride 1 down the rows over 2-4 rows in one-block tiles (where the build walks such
-# pools down runs of pooled rows, $CONV_POOL_GENERAL_POOL_ROWS=0 turns that off), over images
-# side by side, output-channel tails, padded at the top and bottom.
+# Pool windows of 1 to 7 columns (the fuzz draws 1-4 only; the epilogue loops over up to 4 at
+# a constant width and over wider ones at run time), stride-1 and overlapping, padded, ceil
+# mode, windows clipped at the tiles' and the output's edges; pools of stride 1 down the rows
+# over 2-4 rows in one-block tiles, over images side by side, output-channel tails, padded at
+# the top and bottom.
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 @pytest.mark.parametrize("case", [
     ConvPoolCase("w5_s1", 2, 24, 72, 23, 29, (3, 3), padding=(1, 1), pool_kernel=(5, 5),
@@ -477,13 +476,8 @@ def test_pool_windows_of_every_width_match_float64(ext, lib, device, seed, case,
         assert plan["tile"] == hooks["CONV_POOL_GENERAL_TILE"], plan
         assert plan["images"] == int(hooks.get("CONV_POOL_GENERAL_IMAGES", 1)), plan
     x, w, b = operands(case, seed, dtype)
-    # The stride-1 row cases with the walk and without; the others once.
-    for rows in ("walk", "off") if hooks else ("walk",):
-        if rows == "off":
-            monkeypatch.setenv("CONV_POOL_GENERAL_POOL_ROWS", "0")
-        for layout in LAYOUTS:
-            check(ext, case, with_layout(x, layout), w, b, dtype,
-                  f"{case.name} {layout} rows={rows} {plan}")
+    for layout in LAYOUTS:
+        check(ext, case, with_layout(x, layout), w, b, dtype, f"{case.name} {layout} {plan}")
 
 
 @pytest.mark.parametrize("nhwc_copy", ["0", "1"])
@@ -711,8 +705,8 @@ FOLD_CASES = [
     # 301 conv columns, a pool of 2 x 3.
     ConvPoolCase("c3_wide_row", 1, 3, 40, 6, 301, (3, 5), padding=(1, 2), pool_kernel=(2, 3),
                  pool_stride=(2, 3)),
-    # 12 images of 160 x 160: 614,400 folded pixels, enough for a fold launch whose blocks are
-    # capped to give its threads several pixels each, across rows and images.
+    # 12 images of 160 x 160: 614,400 folded pixels, a fold launch of many blocks across rows
+    # and images.
     ConvPoolCase("c3_many_pixels", 12, 3, 24, 160, 160, (3, 3), padding=(1, 1)),
 ]
 

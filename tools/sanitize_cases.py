@@ -159,8 +159,8 @@ CASES = {
     "few_channels_large_kernel": ConvPoolCase("few_channels_large_kernel", 2, 3, 20, 67, 71,
                                               (11, 11), stride=(4, 4), padding=(2, 2),
                                               pool_kernel=(3, 3), pool_stride=(2, 2)),
-    # Column folding (general_fold.cu) of 614,400 folded pixels: enough for a fold launch whose
-    # blocks are capped to give its threads several pixels each, across rows and images.
+    # Column folding (general_fold.cu) of 614,400 folded pixels: a fold launch of many blocks
+    # across rows and images.
     "folded_many_pixels": ConvPoolCase("folded_many_pixels", 12, 3, 24, 160, 160, (3, 3),
                                        padding=(1, 1)),
     # alexnet_c1's geometry at batch 8: 144 tiles for 132 persistent flat-K blocks, so some
@@ -258,9 +258,9 @@ CASES = {
     "general_tall_channels_last": ConvPoolCase(
         "general_tall_channels_last", 2, 64, 96, 67, 11, (5, 5), stride=(2, 3), padding=(1, 3),
         pool_kernel=(2, 4), pool_stride=(2, 4), pool_padding=(1, 0)),
-    # Pool windows of more than 4 columns (past a build's constant-width row loops, if it has
-    # them): a 5 x 6 stride-(1, 2) padded ceil-mode pool, clipped at the tiles' and the
-    # output's edges.
+    # Pool windows of more than 4 columns (past the epilogue's constant-width row loops, on its
+    # runtime loops): a 5 x 6 stride-(1, 2) padded ceil-mode pool, clipped at the tiles' and
+    # the output's edges.
     "general_wide_windows": ConvPoolCase("general_wide_windows", 2, 24, 72, 23, 29, (3, 3),
                                          padding=(1, 1), pool_kernel=(5, 6), pool_stride=(1, 2),
                                          pool_padding=(2, 3), ceil_mode=True),
@@ -268,8 +268,8 @@ CASES = {
         "general_wide_windows_channels_last", 2, 24, 72, 23, 29, (3, 3), padding=(1, 1),
         pool_kernel=(5, 6), pool_stride=(1, 2), pool_padding=(2, 3), ceil_mode=True),
     # A 4 x 3 / 1 pool, padded at the top and bottom, for the one-block tiles (run with
-    # CONV_POOL_GENERAL_TILE=square_n128 and the like), where a build walks such pools down
-    # runs of pooled rows.
+    # CONV_POOL_GENERAL_TILE=square_n128 and the like): windows that overlap down the rows,
+    # clipped at the tiles' top and bottom.
     "general_pool_rows": ConvPoolCase("general_pool_rows", 2, 64, 136, 37, 21, (3, 3),
                                       padding=(1, 1), pool_kernel=(4, 3), pool_stride=(1, 1),
                                       pool_padding=(2, 1)),

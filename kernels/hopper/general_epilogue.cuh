@@ -265,6 +265,31 @@ __device__ __forceinline__ bool pooled_window(const ConvPoolShape& s, const Plan
   return true;
 }
 
+// fold(pixel) for each pixel of a window of rows x cols (pixel: its offset from the window's
+// first one, kCols pixels a tile row). A window up to 4 columns wide takes a row loop whose
+// column count is a constant, so that a row's loads are immediate offsets of one address with
+// no remainder path or convergence barrier (the runtime column loop had both, and an address
+// computation of its own for every load); wider windows the runtime loops.
+template <int kCols, int kWidth, class Fold>
+__device__ __forceinline__ void for_window_rows(int rows, Fold& fold) {
+#pragma unroll 1
+  for (int r = 0; r < rows; ++r)
+#pragma unroll
+    for (int c = 0; c < kWidth; ++c) fold(r * kCols + c);
+}
+template <int kCols, class Fold>
+__device__ __forceinline__ void for_window_pixels(int rows, int cols, Fold&& fold) {
+  switch (cols) {
+    case 1: for_window_rows<kCols, 1>(rows, fold); return;
+    case 2: for_window_rows<kCols, 2>(rows, fold); return;
+    case 3: for_window_rows<kCols, 3>(rows, fold); return;
+    case 4: for_window_rows<kCols, 4>(rows, fold); return;
+    default:
+      for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c) fold(r * kCols + c);
+  }
+}
+
 // The maxima over one window of kCount channel planes `step` floats apart (NaN wins, as in
 // PyTorch). The window loops run once for all of them: their loads are independent. kPaired:
 // the windows' maxima are staged already (stage_pooled_pairs), at the first pixel.
@@ -277,12 +302,11 @@ __device__ __forceinline__ void window_max(const float* window, int step, int ro
   } else {
 #pragma unroll
     for (int j = 0; j < kCount; ++j) best[j] = -INFINITY;
-    for (int r = 0; r < rows; ++r)
-      for (int c = 0; c < cols; ++c) {
-        const float* pixel = window + r * kCols + c;
+    for_window_pixels<kCols>(rows, cols, [&](int pixel) {
 #pragma unroll
-        for (int j = 0; j < kCount; ++j) best[j] = max_keeping_nan(best[j], pixel[j * step]);
-      }
+      for (int j = 0; j < kCount; ++j)
+        best[j] = max_keeping_nan(best[j], window[pixel + j * step]);
+    });
   }
 }
 
@@ -295,24 +319,23 @@ __device__ __forceinline__ void window_max_pixels(const float* window, int rows,
   static_assert(kCount == 2 || kCount % 4 == 0, "whole 8- or 16-byte vectors");
 #pragma unroll
   for (int j = 0; j < kCount; ++j) best[j] = -INFINITY;
-  for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < cols; ++c) {
-      const float* pixel = window + (r * kCols + c) * kPitch;
-      if constexpr (kCount == 2) {
-        const float2 v = *reinterpret_cast<const float2*>(pixel);
-        best[0] = max_keeping_nan(best[0], v.x);
-        best[1] = max_keeping_nan(best[1], v.y);
-      } else {
+  for_window_pixels<kCols>(rows, cols, [&](int offset) {
+    const float* pixel = window + offset * kPitch;
+    if constexpr (kCount == 2) {
+      const float2 v = *reinterpret_cast<const float2*>(pixel);
+      best[0] = max_keeping_nan(best[0], v.x);
+      best[1] = max_keeping_nan(best[1], v.y);
+    } else {
 #pragma unroll
-        for (int j = 0; j < kCount; j += 4) {
-          const float4 v = *reinterpret_cast<const float4*>(pixel + j);
-          best[j] = max_keeping_nan(best[j], v.x);
-          best[j + 1] = max_keeping_nan(best[j + 1], v.y);
-          best[j + 2] = max_keeping_nan(best[j + 2], v.z);
-          best[j + 3] = max_keeping_nan(best[j + 3], v.w);
-        }
+      for (int j = 0; j < kCount; j += 4) {
+        const float4 v = *reinterpret_cast<const float4*>(pixel + j);
+        best[j] = max_keeping_nan(best[j], v.x);
+        best[j + 1] = max_keeping_nan(best[j + 1], v.y);
+        best[j + 2] = max_keeping_nan(best[j + 2], v.z);
+        best[j + 3] = max_keeping_nan(best[j + 3], v.w);
       }
     }
+  });
 }
 
 // One 16-byte group of channels-last outputs (channels c0 .. c0 + 16 bytes) of the pooled
