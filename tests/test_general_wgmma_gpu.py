@@ -686,8 +686,7 @@ def test_column_phased_copy_of_strided_layers_matches_float64(ext, lib, device, 
     assert rows_masked >= 3, rows_masked  # s4_pointwise, s2_odd_rows, s3_rows
 
 
-# Few-channel layers run column-folded (kernels/hopper/general_fold.cu; $CONV_POOL_GENERAL_FOLD=
-# wide: its 64-bit form, which x of 2^31 elements or more takes), or with
+# Few-channel layers run column-folded (kernels/hopper/general_fold.cu), or with
 # $CONV_POOL_GENERAL_FOLD=0 one tap a chunk step:
 # kernel_w x C channels of x' and a one-column kernel; 1-7 channels, kernels of 2-11 columns,
 # column strides 1-4, dilation, padding wider than the kernel's reach on one side, a first layer
@@ -712,7 +711,7 @@ FOLD_CASES = [
 ]
 
 
-@pytest.mark.parametrize("fold", ["folded", "wide", "unfolded"])
+@pytest.mark.parametrize("fold", ["folded", "unfolded"])
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS.get)
 def test_column_folded_few_channel_layers_match_float64(ext, lib, device, seed, dtype, layout,
@@ -720,11 +719,9 @@ def test_column_folded_few_channel_layers_match_float64(ext, lib, device, seed, 
     """A layer of fewer channels than a chunk runs as kernel_w x C channels (padded to whole
     slices) and a one-column kernel over the folded copy of x: the plan's chunks are the folded
     channels', and every output matches float64; so does the unfolded form
-    ($CONV_POOL_GENERAL_FOLD=0, one chunk a tap) and the fold's 64-bit form (=wide)."""
+    ($CONV_POOL_GENERAL_FOLD=0, one chunk a tap)."""
     if fold == "unfolded":
         monkeypatch.setenv("CONV_POOL_GENERAL_FOLD", "0")
-    elif fold == "wide":
-        monkeypatch.setenv("CONV_POOL_GENERAL_FOLD", "wide")
     else:
         monkeypatch.delenv("CONV_POOL_GENERAL_FOLD", raising=False)
     rng = random.Random(seed)

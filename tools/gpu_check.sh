@@ -165,7 +165,6 @@ racecheck general_wide_windows_channels_last general_wgmma float32
 memcheck  general_wide_windows general_wgmma float32 CONV_POOL_GENERAL_WIDE_POOL=0
 memcheck  folded_many_pixels general_wgmma float16
 memcheck  folded_many_pixels general_wgmma float32
-memcheck  folded_many_pixels general_wgmma bfloat16 CONV_POOL_GENERAL_FOLD=wide
 memcheck  few_channels_large_kernel general_wgmma bfloat16
 memcheck  general_self_copy general_wgmma float16 CONV_POOL_GENERAL_POISON_COPY=1
 racecheck general_self_copy general_wgmma bfloat16

@@ -27,10 +27,6 @@ namespace {
 // 1 x 64 kernel at stride 1 would take 64 times x). ResNet's stem folds at 4 times x.
 constexpr int kMaxFoldedChannels = 64;
 constexpr int kMaxFoldedGrowth = 8;
-// The fold launch's most blocks for x' (past them a thread steps over several pixels, its
-// slice's index arithmetic done once) and for w'.
-constexpr int64_t kFoldXBlocks = 2048;
-constexpr int64_t kFoldWBlocks = 1024;
 
 int64_t region(int64_t bytes) { return (bytes + 255) / 256 * 256; }
 int element_size(const ConvPoolShape& s) { return s.element == kElementFloat32 ? 4 : 2; }
@@ -47,115 +43,65 @@ __device__ __forceinline__ Raw folded_weight(const Raw* __restrict__ w, int64_t 
   return tap < s.kernel_w ? w[k * wk + c * wc + r * wr + tap * ws] : Raw(0);
 }
 
-// x' is written in 16-byte slices, `slices` to a folded pixel, each thread keeping one slice
-// position of its pixels: the tap and channel of each of its slice's elements, so the x offset
-// of each, are set once a thread, and a pixel's elements cost a compare and a load each. A
-// warp's stores are 512 contiguous bytes. I: the offsets' type (32 bits where x's span fits).
+// Item `item` of x': one 16-byte slice of a folded pixel, so that a warp's stores are 512
+// contiguous bytes and a thread's index arithmetic is done once for its slice's channels.
+// I: 32-bit indices where every item fits them.
 template <class Raw, class I>
-struct SlicePositions {
-  static constexpr int kSlice = 16 / int(sizeof(Raw));
-  I offset[kSlice];        // x's offset of the element from the pixel's first input column
-  int column[kSlice];      // the element's input column less that first one
-  unsigned valid = 0;      // bit e: element e is a tap of the kernel (else a padding zero)
-
-  __device__ SlicePositions(int slice, int64_t xc, int64_t xw, const ConvPoolShape& s) {
-    int tap = slice * kSlice / s.in_channels, c = slice * kSlice - tap * s.in_channels;
-#pragma unroll
-    for (int e = 0; e < kSlice; ++e) {
-      column[e] = tap * s.dilation_w;
-      offset[e] = I(c * xc + int64_t(column[e]) * xw);
-      if (tap < s.kernel_w) valid |= 1u << e;
-      if (++c == s.in_channels) {
-        c = 0;
-        ++tap;
-      }
-    }
-  }
-};
-
-// A pixel of x' as (image, row, column), stepped along by a fixed number of pixels with
-// carries, so that a thread's later pixels cost no division.
-template <class I>
-struct PixelCursor {
-  I n;
-  int h, q;
-
-  __device__ PixelCursor(I pixel, const ConvPoolShape& f) {
-    const I row = pixel / I(f.in_width);
-    n = row / I(f.in_height);
-    q = int(pixel - row * I(f.in_width));
-    h = int(row - n * I(f.in_height));
-  }
-  __device__ void advance(const PixelCursor& step, const ConvPoolShape& f) {
-    q += step.q;
-    const int carry_h = q >= f.in_width;
-    if (carry_h) q -= f.in_width;
-    h += step.h + carry_h;
-    const int carry_n = h >= f.in_height;
-    if (carry_n) h -= f.in_height;
-    n += step.n + carry_n;
-  }
-};
-
-// The x' part of the launch: `threads` threads (whole pixels' slices a block), thread `thread`
-// on slice position thread % slices of pixels thread / slices, + threads / slices, ... I:
-// 32-bit indices and offsets where x's span and the threads' pixels fit them.
-template <class Raw, class I>
-__device__ __forceinline__ void fold_x(const Raw* __restrict__ x, int64_t xn, int64_t xc,
-                                       int64_t xh, int64_t xw, const ConvPoolShape& s,
-                                       const ConvPoolShape& f, I thread, I threads,
-                                       uint4* __restrict__ folded_x) {
-  constexpr int kSlice = SlicePositions<Raw, I>::kSlice;
+__device__ __forceinline__ void fold_x_slice(const Raw* __restrict__ x, int64_t xn, int64_t xc,
+                                             int64_t xh, int64_t xw, const ConvPoolShape& s,
+                                             const ConvPoolShape& f, int64_t item,
+                                             uint4* __restrict__ folded_x) {
+  constexpr int kSlice = 16 / int(sizeof(Raw));
   const I slices = I(f.in_channels / kSlice);
-  const I pixels = I(f.batch) * I(f.in_height) * I(f.in_width);
-  I pixel = thread / slices;
-  if (pixel >= pixels) return;
-  const int slice = int(thread - pixel * slices);
-  const SlicePositions<Raw, I> positions(slice, xc, xw, s);
-  const I step = threads / slices;
-  PixelCursor<I> at(pixel, f);
-  // The step's own (image, row, column), only where a thread has a second pixel (a launch of
-  // one pixel a thread pays no more division than that pixel's).
-  const PixelCursor<I> by(pixel + step < pixels ? step : I(0), f);
-  for (; pixel < pixels; pixel += step) {
-    const int first_column = at.q * s.stride_w - s.pad_w;
-    const Raw* origin = x + int64_t(at.n) * xn + int64_t(at.h) * xh + int64_t(first_column) * xw;
-    union {
-      Raw raw[kSlice];
-      uint4 bits;
-    } v;
+  const I pixel = I(item) / slices, row = pixel / I(f.in_width), n = row / I(f.in_height);
+  const int slice = int(I(item) - pixel * slices);
+  const int q = int(pixel - row * I(f.in_width)), h = int(row - n * I(f.in_height));
+  const Raw* image = x + int64_t(n) * xn + int64_t(h) * xh;
+  union {
+    Raw raw[kSlice];
+    uint4 bits;
+  } v;
+  // The slice's first channel's tap and channel of x, then stepped along (a division an
+  // element cost ResNet's stem 45 µs of copy where this takes 38).
+  int tap = slice * kSlice / s.in_channels, c = slice * kSlice - tap * s.in_channels;
+  int col = q * s.stride_w + tap * s.dilation_w - s.pad_w;
 #pragma unroll
-    for (int e = 0; e < kSlice; ++e) {
-      const unsigned col = unsigned(first_column + positions.column[e]);
-      v.raw[e] = (positions.valid >> e & 1u) && col < unsigned(s.in_width)
-                     ? origin[positions.offset[e]]
-                     : Raw(0);
+  for (int e = 0; e < kSlice; ++e) {
+    v.raw[e] = tap < s.kernel_w && col >= 0 && col < s.in_width ? image[c * xc + col * xw]
+                                                                 : Raw(0);
+    if (++c == s.in_channels) {
+      c = 0;
+      ++tap;
+      col += s.dilation_w;
     }
-    folded_x[int64_t(pixel) * int64_t(slices) + slice] = v.bits;
-    at.advance(by, f);
   }
+  folded_x[item] = v.bits;
 }
 
-// x' and w' of `f` (a folded shape) from x and w of `s` with their element strides: the grid's
-// first x_blocks blocks write x' (fold_x), the others w', one element a thread (most layers'
-// w' is a few thousand elements, a wide layer's a few hundred thousand), so that no thread
-// does both in series. I: as fold_x's (chosen by the launch).
-template <class Raw, class I>
+// x' and w' of `f` (a folded shape) from x and w of `s` with their element strides: the x'
+// slices first, then w' one element a thread (a few thousand).
+template <class Raw>
 __global__ void fold_kernel(const Raw* __restrict__ x, int64_t xn, int64_t xc, int64_t xh,
                             int64_t xw, const Raw* __restrict__ w, int64_t wk, int64_t wc,
                             int64_t wr, int64_t ws, ConvPoolShape s, ConvPoolShape f,
-                            unsigned x_blocks, Raw* __restrict__ folded_x,
-                            Raw* __restrict__ folded_w) {
-  if (blockIdx.x < x_blocks) {
-    fold_x<Raw, I>(x, xn, xc, xh, xw, s, f, I(blockIdx.x) * I(blockDim.x) + I(threadIdx.x),
-                   I(x_blocks) * I(blockDim.x), reinterpret_cast<uint4*>(folded_x));
-    return;
-  }
+                            Raw* __restrict__ folded_x, Raw* __restrict__ folded_w) {
+  constexpr int kSlice = 16 / int(sizeof(Raw));
+  const int64_t x_items = int64_t(f.batch) * f.in_height * f.in_width * (f.in_channels / kSlice);
   const int64_t w_items = int64_t(f.out_channels) * f.in_channels * f.kernel_h;
-  const int64_t step = int64_t(gridDim.x - x_blocks) * blockDim.x;
-  for (int64_t j = int64_t(blockIdx.x - x_blocks) * blockDim.x + threadIdx.x; j < w_items;
-       j += step)
+  const int64_t step = int64_t(gridDim.x) * blockDim.x;
+  uint4* slices = reinterpret_cast<uint4*>(folded_x);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < x_items + w_items;
+       i += step) {
+    if (i < x_items) {
+      if (x_items <= INT_MAX)
+        fold_x_slice<Raw, uint32_t>(x, xn, xc, xh, xw, s, f, i, slices);
+      else
+        fold_x_slice<Raw, int64_t>(x, xn, xc, xh, xw, s, f, i, slices);
+      continue;
+    }
+    const int64_t j = i - x_items;
     folded_w[j] = folded_weight(w, wk, wc, wr, ws, s, f, j);
+  }
 }
 
 }  // namespace
@@ -222,41 +168,20 @@ cudaError_t fold_inputs(const ConvPoolOperands& ops, const ConvPoolShape& s,
                           element_size(f);
   void* folded_x = base;
   void* folded_w = base + region(x_bytes);
-  // Blocks of whole pixels' slices; past kFoldXBlocks of them a thread takes several pixels.
-  const int slices = f.in_channels / slice_channels(f.element);
-  const int block = 256 / slices * slices;
-  const int64_t x_items = int64_t(f.batch) * f.in_height * f.in_width * slices;
-  const int64_t w_items = int64_t(f.out_channels) * f.in_channels * f.kernel_h;
-  const unsigned x_blocks = unsigned(std::min<int64_t>((x_items + block - 1) / block,
-                                                       kFoldXBlocks));
-  const unsigned blocks = x_blocks + unsigned(std::min<int64_t>((w_items + block - 1) / block,
-                                                                kFoldWBlocks));
+  const int64_t items = int64_t(f.batch) * f.in_height * f.in_width * f.in_channels /
+                            slice_channels(f.element) +
+                        int64_t(f.out_channels) * f.in_channels * f.kernel_h;
+  const unsigned blocks = unsigned(std::min<int64_t>((items + 255) / 256, 16 * 1024));
   const int64_t* xs = ops.x_stride;
   const int64_t* ws = ops.weight_stride;
-  // 32-bit indices and offsets where the x' threads' pixels and x's span fit them
-  // ($CONV_POOL_GENERAL_FOLD=wide: 64-bit ones on any layer).
-  const int64_t span = int64_t(s.batch - 1) * xs[0] + int64_t(s.in_channels - 1) * xs[1] +
-                       int64_t(s.in_height - 1) * xs[2] + int64_t(s.in_width - 1) * xs[3];
-  const bool narrow = !hooks::fold_wide_indices() &&
-                      x_items + int64_t(x_blocks) * block <= INT_MAX && span <= INT_MAX;
-  auto launch = [&](auto kernel, const auto* x, const auto* w, auto* out_x, auto* out_w) {
-    kernel<<<blocks, block, 0, stream>>>(x, xs[0], xs[1], xs[2], xs[3], w, ws[0], ws[1], ws[2],
-                                         ws[3], s, f, x_blocks, out_x, out_w);
-  };
   if (s.element == kElementFloat32) {
-    float* out_x = static_cast<float*>(folded_x);
-    float* out_w = static_cast<float*>(folded_w);
-    if (narrow)
-      launch(fold_kernel<float, uint32_t>, ops.x, ops.weight, out_x, out_w);
-    else
-      launch(fold_kernel<float, int64_t>, ops.x, ops.weight, out_x, out_w);
+    fold_kernel<float><<<blocks, 256, 0, stream>>>(
+        ops.x, xs[0], xs[1], xs[2], xs[3], ops.weight, ws[0], ws[1], ws[2], ws[3], s, f,
+        static_cast<float*>(folded_x), static_cast<float*>(folded_w));
   } else {
-    uint16_t* out_x = static_cast<uint16_t*>(folded_x);
-    uint16_t* out_w = static_cast<uint16_t*>(folded_w);
-    if (narrow)
-      launch(fold_kernel<uint16_t, uint32_t>, ops.x16, ops.weight16, out_x, out_w);
-    else
-      launch(fold_kernel<uint16_t, int64_t>, ops.x16, ops.weight16, out_x, out_w);
+    fold_kernel<uint16_t><<<blocks, 256, 0, stream>>>(
+        ops.x16, xs[0], xs[1], xs[2], xs[3], ops.weight16, ws[0], ws[1], ws[2], ws[3], s, f,
+        static_cast<uint16_t*>(folded_x), static_cast<uint16_t*>(folded_w));
   }
   *folded = folded_operands(f, folded_x, folded_w);
   folded->bias = ops.bias;

@@ -81,10 +81,8 @@ inline bool dependent_launch() { return is("CONV_POOL_GENERAL_PDL", "1"); }
 
 // $CONV_POOL_GENERAL_FOLD=0: layers of fewer channels than a chunk run unfolded, one tap a
 // chunk step, instead of column-folded (general_fold.cu: kernel_w x C channels and a
-// one-column kernel over a folded copy of x); =wide: folded, the fold launch's x' part with
-// 64-bit indices and offsets (its form for x of 2^31 elements or more) on any layer.
+// one-column kernel over a folded copy of x).
 inline bool fold_allowed() { return !is("CONV_POOL_GENERAL_FOLD", "0"); }
-inline bool fold_wide_indices() { return is("CONV_POOL_GENERAL_FOLD", "wide"); }
 
 // $CONV_POOL_GENERAL_WINDOWS=1: every 1 x 1 layer under pools whose windows do not overlap runs
 // window-major (general_windows.cu: the windows' conv pixels side by side in a copy of x, each
