@@ -59,6 +59,8 @@ TOLERANCE = {torch.float32: 1e-2, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 # [pixel][channel] tile). tma_strided_pack: the default form with
 # $CONV_POOL_GENERAL_COALESCED_PACK=0 (the weight packing's threads in the packed order, one
 # element a load, not over OIHW weights tap first nor an OHWI weight's 16 bytes at once).
+# tma_even_steps: $CONV_POOL_GENERAL_EVEN_STEPS=1 (a reduction's chunks spread evenly over its
+# chunk steps: no step of zero chunks at the end).
 PATH_HOOKS = {"tma": {}, "tma_slices": {"CONV_POOL_GENERAL_TMA_MERGED": "0"},
               "tma_full_tail": {"CONV_POOL_GENERAL_NARROW_TAIL": "0"},
               "tma_narrow_pool": {"CONV_POOL_GENERAL_WIDE_POOL": "0"},
@@ -74,11 +76,12 @@ PATH_HOOKS = {"tma": {}, "tma_slices": {"CONV_POOL_GENERAL_TMA_MERGED": "0"},
               "tma_channel_major": {"CONV_POOL_GENERAL_PIXEL_MAJOR": "0"},
               "tma_pixel_groups": {"CONV_POOL_GENERAL_POOL_POSITIONS": "0"},
               "tma_strided_pack": {"CONV_POOL_GENERAL_COALESCED_PACK": "0"},
+              "tma_even_steps": {"CONV_POOL_GENERAL_EVEN_STEPS": "1"},
               "cpasync": {"CONV_POOL_GENERAL_TMA": "0"}}
 # The forms whose plans are the default's (split reductions through the cluster).
 CLUSTER_PATHS = ("tma", "tma_slices", "tma_pdl", "tma_narrow_pool", "tma_staged_pairs",
                  "tma_full_tail", "tma_whole_rect", "tma_group_pairs", "tma_channel_major",
-                 "tma_pixel_groups", "tma_strided_pack")
+                 "tma_pixel_groups", "tma_strided_pack", "tma_even_steps")
 # The forms whose paired plans without a split store from the registers (Plan::direct_pairs).
 DIRECT_PATHS = tuple(path for path, hooks in PATH_HOOKS.items()
                      if path.startswith("tma") and "CONV_POOL_GENERAL_DIRECT_PAIRS" not in hooks)

@@ -965,6 +965,69 @@ def test_general_kernel_swizzles_channels_last_stages_read_in_place(library, ele
     assert general_plan(library, square, element, channels_last=True)["group_rows"] == 3
 
 
+@pytest.mark.parametrize("element", [FLOAT32, FLOAT16, BFLOAT16],
+                         ids=["float32", "float16", "bfloat16"])
+def test_even_steps_fill_the_same_chunk_steps_evenly(library, element, seed, monkeypatch):
+    """$CONV_POOL_GENERAL_EVEN_STEPS=1 (a key of the plan cache): where a plan's last chunk step
+    would be short (its missing chunks staged and multiplied as zeros), the reduction's chunks
+    are spread evenly over the same number of chunk steps, ceil(chunks / steps) a step, unless
+    that narrows a channels-last stage's swizzle; never more chunk steps, never fewer stages.
+    Compared where both plans take the same tile and kernel-row grouping, over random shapes."""
+    def chunk_steps(plan):
+        return -(-plan["chunks"] // plan["step_chunks"])
+
+    # SqueezeNet 1.1's 64 -> 16 1 x 1 at 55^2 under 3 x 3 / 2 (16-bit: 4 chunks; the stages
+    # fit 3 a step, so 3 + 1 by default); DenseNet-121's 160 -> 128 at 56^2 (float32: 20
+    # chunks, 6 a step by default, so 6 + 6 + 6 + 2).
+    squeeze = ConvPoolCase("squeeze", 128, 64, 16, 55, 55, (1, 1), pool_kernel=(3, 3),
+                           pool_stride=(2, 2))
+    dense = ConvPoolCase("dense", 32, 160, 128, 56, 56, (1, 1), pool_kernel=(3, 3),
+                         pool_stride=(2, 2), bias=False)
+    rng = random.Random(seed)
+    # Random shapes, half of them 1 x 1 over 2-17 chunks of channels (where a step's stages
+    # hold fewer chunks than the reduction has, and the last step is most often short).
+    per_chunk = 8 if element == FLOAT32 else 16
+    cases = [squeeze, dense]
+    for i in range(160):
+        case = fuzz_case(rng, f"fuzz_{i}")
+        if i % 2:
+            case = replace(case, kernel_size=(1, 1), dilation=(1, 1), padding=(0, 0),
+                           in_channels=per_chunk * rng.randint(2, 17))
+        cases.append(case)
+    compared, evened = 0, 0
+    for index, case in enumerate(cases):
+        channels_last = index >= 2 and rng.random() < 0.5
+        monkeypatch.delenv("CONV_POOL_GENERAL_EVEN_STEPS", raising=False)
+        plan = general_plan(library, case, element, channels_last=channels_last)
+        monkeypatch.setenv("CONV_POOL_GENERAL_EVEN_STEPS", "1")
+        even = general_plan(library, case, element, channels_last=channels_last)
+        if plan is None:
+            assert even is None, (case, even)
+            continue
+        same = ("tile", "group_rows", "gathered", "input", "images", "chunks")
+        if any(plan[key] != even[key] for key in same):
+            assert case is not squeeze and case is not dense, (plan, even)
+            continue
+        compared += 1
+        steps = chunk_steps(plan)
+        assert chunk_steps(even) == steps, (case, plan, even)
+        assert even["step_chunks"] <= plan["step_chunks"], (case, plan, even)
+        assert even["swizzle"] >= plan["swizzle"], (case, plan, even)
+        assert even["stages"] >= plan["stages"], (case, plan, even)
+        balanced = -(-plan["chunks"] // steps)
+        assert even["step_chunks"] in (balanced, plan["step_chunks"]), (case, plan, even)
+        if case.kernel_size == (1, 1) and plan["swizzle"] == 0:
+            # (every step size of a 1 x 1 layer is a K-step count the kernel unrolls)
+            assert even["step_chunks"] == balanced, (case, plan, even)
+        evened += even["step_chunks"] < plan["step_chunks"]
+        if case is squeeze and element != FLOAT32:
+            assert (plan["step_chunks"], even["step_chunks"], steps) == (3, 2, 2), (plan, even)
+        if case is dense and element == FLOAT32:
+            assert (plan["step_chunks"], even["step_chunks"], steps) == (6, 5, 4), (plan, even)
+    print(f"{compared} plans compared, {evened} evened")
+    assert compared >= 80 and evened >= 1, (compared, evened)
+
+
 def general_workspace(library, variant, case, element, weight_stride, weight_address=1 << 20):
     """conv_relu_maxpool_workspace_bytes of the general kernel for a channels-last x read in
     place (16-byte aligned, whole slices: no copy of x) and a weight of these strides at this

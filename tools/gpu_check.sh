@@ -166,6 +166,8 @@ memcheck  general_wide_windows general_wgmma float32 CONV_POOL_GENERAL_WIDE_POOL
 memcheck  folded_many_pixels general_wgmma float16
 memcheck  folded_many_pixels general_wgmma float32
 memcheck  few_channels_large_kernel general_wgmma bfloat16
+memcheck  general_even_steps general_wgmma float16 CONV_POOL_GENERAL_EVEN_STEPS=1
+racecheck general_even_steps general_wgmma bfloat16 CONV_POOL_GENERAL_EVEN_STEPS=1
 memcheck  general_self_copy general_wgmma float16 CONV_POOL_GENERAL_POISON_COPY=1
 racecheck general_self_copy general_wgmma bfloat16
 memcheck  general_self_copy general_wgmma float32 CONV_POOL_GENERAL_PDL=1

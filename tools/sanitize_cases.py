@@ -209,6 +209,10 @@ CASES = {
                                       pool_padding=(1, 1)),
     "general_split": ConvPoolCase("general_split", 1, 384, 136, 13, 13, (3, 3), padding=(1, 1),
                                   pool_kernel=(3, 3), pool_stride=(2, 2)),
+    # A 1 x 1 layer of 4 chunks (16-bit) whose stages hold 3: with
+    # $CONV_POOL_GENERAL_EVEN_STEPS=1, two steps of 2 chunks instead of 3 and 1.
+    "general_even_steps": ConvPoolCase("general_even_steps", 2, 64, 16, 27, 27, (1, 1),
+                                       pool_kernel=(3, 3), pool_stride=(2, 2)),
     # A small 1 x 1 layer over NCHW x whose blocks each write their own part of x's copy
     # (Plan::self_copy; with $CONV_POOL_GENERAL_POISON_COPY=1 the copy's memory NaN before).
     "general_self_copy": ConvPoolCase("general_self_copy", 2, 40, 72, 13, 21, (1, 1),

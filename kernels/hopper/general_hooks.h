@@ -232,6 +232,12 @@ inline int forced_step_chunks() {
   return std::clamp(std::atoi(value), 0, conv_pool_heuristics::kMaxStepChunks);
 }
 
+// $CONV_POOL_GENERAL_EVEN_STEPS=1: a reduction's chunks spread evenly over the chunk steps the
+// plan takes (ceil(chunks / steps) a step) instead of full steps and a short last one, whose
+// missing chunks the kernel stages and multiplies as zeros; the same number of steps, smaller
+// stages. Off: the most chunks a step that fit.
+inline bool even_steps() { return is("CONV_POOL_GENERAL_EVEN_STEPS", "1"); }
+
 // $CONV_POOL_GENERAL_GROUP_ROWS=k (k >= 1): steps of at most k kernel rows (a smaller halo a
 // stage, so more chunks a step and wider swizzles may fit); or 0.
 inline int forced_group_rows() {
@@ -244,11 +250,12 @@ inline int forced_group_rows() {
 // too, or the cache would answer for its old value.
 struct SearchHooks {
   int merged, persistent, paired, direct, cluster, swizzle, fill, tile, images, split,
-      step_chunks, group_rows, split_registers, clip, rounds, wave_split;
+      step_chunks, even, group_rows, split_registers, clip, rounds, wave_split;
   static SearchHooks read() {
     return {merged_allowed(),    persistent_mode(), pairing_allowed(),    direct_pairs_allowed(),
             cluster_allowed(),   swizzle_allowed(), fill_rule_allowed(),  forced_tile(),
-            forced_images(),     forced_split(),    forced_step_chunks(), forced_group_rows(),
+            forced_images(),     forced_split(),    forced_step_chunks(), even_steps(),
+            forced_group_rows(),
             split_registers_allowed(), clip_allowed(), split_rounds(), wave_split_allowed()};
   }
 };

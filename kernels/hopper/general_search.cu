@@ -81,6 +81,7 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
   // First only steps whose K-step counts (a whole group's, the last group's) the kernel issues
   // unrolled; then any.
   const int forced_rows = forced_group_rows(), forced_chunks = forced_step_chunks();
+  const bool even_steps = hooks::even_steps();
   const int most_rows = forced_rows > 0 ? std::min(s.kernel_h, forced_rows) : s.kernel_h;
   for (int any_count = 0; any_count < 2 && !found; ++any_count)
   for (int gathered = 0; gathered < 2; ++gathered) {
@@ -101,9 +102,10 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
       int pick = 0, pick_swizzle = -1, pick_halo = 0, pick_stage = 0;
       const int groups = int(ceil_div(s.kernel_h, group_rows));
       const int last_taps = (s.kernel_h - (groups - 1) * group_rows) * s.kernel_w;
-      for (int step_chunks = wanted; step_chunks >= 1; --step_chunks) {
+      // Takes step_chunks where its stages fit and its swizzle is wider than the pick's.
+      const auto try_pick = [&](int step_chunks) {
         const int x_swizzle = tma && swizzle ? x_swizzle_bytes(s, step_chunks) : 0;
-        if (x_swizzle <= pick_swizzle) continue;
+        if (x_swizzle <= pick_swizzle) return false;
         const int halo_bytes =
             tma ? p.images * p.phases *
                       tma_plane_bytes(halo_rows, p.phase_cols, step_chunks, x_swizzle)
@@ -111,17 +113,28 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
         const int weight_bytes = taps * 2 * step_chunks * weight_slice_bytes;
         const int stage_bytes = round_up(halo_bytes + weight_bytes, stage_alignment(x_swizzle));
         const int fixed = fixed_bytes(p, t, taps * step_chunks);
-        if (int64_t(kStages) * stage_bytes + fixed > budget) continue;
+        if (int64_t(kStages) * stage_bytes + fixed > budget) return false;
         if (!any_count && !(static_ksteps(taps * step_chunks) &&
                             static_ksteps(last_taps * step_chunks)))
-          continue;
+          return false;
         pick = step_chunks;
         pick_swizzle = x_swizzle;
         pick_halo = halo_bytes;
         pick_stage = stage_bytes;
-        if (x_swizzle == 0 || x_swizzle == 128) break;
-      }
+        return true;
+      };
+      for (int step_chunks = wanted; step_chunks >= 1; --step_chunks)
+        if (try_pick(step_chunks) && (pick_swizzle == 0 || pick_swizzle == 128)) break;
       if (pick == 0) continue;
+      const int even = int(ceil_div(p.chunks, ceil_div(p.chunks, pick)));
+      if (even_steps && even < pick) {
+        // The same chunk steps, evenly filled, unless that narrows the swizzle.
+        const int kept[4] = {pick, pick_swizzle, pick_halo, pick_stage};
+        pick_swizzle = -1;
+        if (!try_pick(even) || pick_swizzle < kept[1]) {
+          pick = kept[0], pick_swizzle = kept[1], pick_halo = kept[2], pick_stage = kept[3];
+        }
+      }
       // Halo bytes per chunk of the reduction.
       const int64_t volume = int64_t(groups) * pick_halo / pick;
       const int work = taps * pick;
