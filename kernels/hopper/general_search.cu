@@ -126,14 +126,12 @@ bool stage_reduction(const ConvPoolShape& s, const TileSpec& t, Plan& p, int bud
       for (int step_chunks = wanted; step_chunks >= 1; --step_chunks)
         if (try_pick(step_chunks) && (pick_swizzle == 0 || pick_swizzle == 128)) break;
       if (pick == 0) continue;
-      const int even = int(ceil_div(p.chunks, ceil_div(p.chunks, pick)));
-      if (even_steps && even < pick) {
-        // The same chunk steps, evenly filled, unless that narrows the swizzle.
-        const int kept[4] = {pick, pick_swizzle, pick_halo, pick_stage};
-        pick_swizzle = -1;
-        if (!try_pick(even) || pick_swizzle < kept[1]) {
-          pick = kept[0], pick_swizzle = kept[1], pick_halo = kept[2], pick_stage = kept[3];
-        }
+      if (even_steps) {
+        // The same chunk steps, evenly filled, unless that narrows the swizzle (try_pick takes
+        // a wider one than pick_swizzle, and changes nothing where it refuses).
+        const int even = int(ceil_div(p.chunks, ceil_div(p.chunks, pick)));
+        const int swizzle_before = pick_swizzle--;
+        if (even >= pick || !try_pick(even)) pick_swizzle = swizzle_before;
       }
       // Halo bytes per chunk of the reduction.
       const int64_t volume = int64_t(groups) * pick_halo / pick;
